@@ -1,0 +1,38 @@
+"""Run a worker script under torchrun with N gloo ranks and return what it printed."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(script: str | Path, nproc: int, *args: str, timeout: float = 240, env: dict | None = None):
+    """Launch `script` on `nproc` local ranks; returns the CompletedProcess (stdout and stderr merged)."""
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run",
+        f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1", f"--master_port={free_port()}",
+        str(script), *args,
+    ]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        cmd, cwd=REPO_ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, timeout=timeout,
+    )
+    return proc
+
+
+def assert_ok(proc) -> str:
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-6000:]}"
+    return proc.stdout
