@@ -1,0 +1,495 @@
+"""Parallel sizes -> one validated layout: derived sizes, mesh shapes, and every rule checked before launch.
+
+Pure Python on purpose (no torch, no megatron.core): a layout for a 256-GPU cluster can be checked on a
+laptop in milliseconds. Rules come from the seeds (shared/seeds/000, 001) and from what Megatron-Core
+0.16.1 asserts at build time; each violation raises one ConfigError naming the field, the value, the rule
+and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bridge.errors import ConfigError
+
+STRATEGIES = ("megatron", "fsdp2", "megatron_fsdp", "ddp")
+
+# The names users type (provider / ConfigContainer fields), shown next to the layout's short names.
+USER_FIELD = {
+    "world_size": "world_size (torchrun nnodes x nproc_per_node)",
+    "tp": "model.tensor_model_parallel_size",
+    "pp": "model.pipeline_model_parallel_size",
+    "vpp": "model.virtual_pipeline_model_parallel_size",
+    "cp": "model.context_parallel_size",
+    "ep": "model.expert_model_parallel_size",
+    "etp": "model.expert_tensor_parallel_size",
+    "sequence_parallel": "model.sequence_parallel",
+    "strategy": "distributed.strategy",
+    "dp_replicate_size": "distributed.dp_replicate_size",
+    "packed_sequence_size": "dataset.packed_sequence_size",
+    "gpus_per_node": "distributed.gpus_per_node",
+    "model": "the model shape (provider.model_shape())",
+}
+
+
+def _fail(field: str, value, rule: str, fix: str):
+    name = USER_FIELD.get(field, field if field.startswith("model.") else f"model.{field}")
+    shown = name if name.startswith(field) else f"{field} ({name})"
+    raise ConfigError(f"{shown} = {value!r}: {rule}. Fix: {fix}.")
+
+
+def _check_positive_int(field: str, value, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        _fail(field, value, "must be a positive integer", "give an integer >= 1")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The model facts the layout rules and the planner need (plain numbers, no framework objects)."""
+
+    num_layers: int
+    num_attention_heads: int
+    num_query_groups: int | None = None  # None = num_attention_heads (MHA)
+    ffn_hidden_size: int | None = None
+    num_moe_experts: int | None = None  # None or 0 = dense
+    seq_length: int | None = None
+    # the rest feeds the planner's parameter count and memory model
+    hidden_size: int | None = None
+    vocab_size: int | None = None
+    kv_channels: int | None = None  # None = hidden_size // num_attention_heads
+    gated_linear_unit: bool = True
+    share_embeddings_and_output_weights: bool = False
+    add_qkv_bias: bool = False
+    qk_layernorm: bool = False
+    moe_router_topk: int = 2
+    moe_ffn_hidden_size: int | None = None
+    moe_shared_expert_intermediate_size: int | None = None
+
+    def __post_init__(self):
+        for name in ("num_layers", "num_attention_heads"):
+            _check_positive_int(f"model.{name}", getattr(self, name))
+        for name in (
+            "num_query_groups",
+            "ffn_hidden_size",
+            "seq_length",
+            "hidden_size",
+            "vocab_size",
+            "kv_channels",
+            "moe_ffn_hidden_size",
+            "moe_shared_expert_intermediate_size",
+        ):
+            _check_positive_int(f"model.{name}", getattr(self, name), allow_none=True)
+        if self.num_moe_experts is not None and (
+            isinstance(self.num_moe_experts, bool)
+            or not isinstance(self.num_moe_experts, int)
+            or self.num_moe_experts < 0
+        ):
+            _fail(
+                "model.num_moe_experts",
+                self.num_moe_experts,
+                "must be None, 0 (dense) or a positive integer",
+                "give the number of experts, or None for a dense model",
+            )
+        if self.is_moe:
+            _check_positive_int("model.moe_router_topk", self.moe_router_topk)
+            if self.moe_router_topk > self.num_moe_experts:
+                _fail(
+                    "model.moe_router_topk",
+                    self.moe_router_topk,
+                    f"cannot exceed num_moe_experts ({self.num_moe_experts})",
+                    "route each token to at most num_moe_experts experts",
+                )
+        groups = self.query_groups
+        if self.num_attention_heads % groups:
+            _fail(
+                "model.num_query_groups",
+                groups,
+                f"must divide num_attention_heads ({self.num_attention_heads})",
+                "use a number of key/value heads that divides the number of attention heads",
+            )
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.num_moe_experts)
+
+    @property
+    def query_groups(self) -> int:
+        return self.num_query_groups or self.num_attention_heads
+
+
+@dataclass(frozen=True)
+class ParallelLayout:
+    """Sizes of every parallel dimension for one run; validated on construction (see module docstring)."""
+
+    world_size: int
+    tp: int = 1
+    pp: int = 1
+    vpp: int | None = None
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1
+    sequence_parallel: bool = False
+    strategy: str = "megatron"  # megatron | fsdp2 | megatron_fsdp | ddp
+    dp_replicate_size: int | None = None  # fsdp2 only (HSDP)
+    packed_sequence_size: int | None = None  # None or 0 = no packing
+    gpus_per_node: int = 8
+    model: ModelShape | None = None
+
+    def __post_init__(self):
+        self._check_types()
+        self._check_world()
+        self._check_sequence_parallel()
+        self._check_strategy()
+        self._check_context_parallel()
+        self._check_experts()
+        if self.model is not None:
+            self._check_model_shape(self.model)
+
+    # ---- derived sizes -------------------------------------------------------------------------------
+
+    @property
+    def dp(self) -> int:
+        """Dense data-parallel size: world / (tp * pp * cp)."""
+        return self.world_size // (self.tp * self.pp * self.cp)
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel size: world / (pp * ep * etp)."""
+        return self.world_size // (self.pp * self.ep * self.etp)
+
+    @property
+    def min_gpus(self) -> int:
+        """Smallest world for these sizes (DP or EDP = 1). The dense tp*cp grid and the expert ep*etp grid
+        share each pipeline stage's GPUs, so only pp multiplies: pp * max(tp*cp, ep*etp)."""
+        return self.pp * max(self.tp * self.cp, self.ep * self.etp)
+
+    @property
+    def interleaved(self) -> bool:
+        return self.vpp is not None and self.vpp > 1
+
+    @property
+    def dense_mesh_shape(self) -> tuple[int, int, int, int, int]:
+        replicate = self.dp_replicate_size or 1
+        return (self.pp, replicate, self.dp // replicate, self.cp, self.tp)
+
+    @property
+    def dense_mesh_names(self) -> tuple[str, ...]:
+        return ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+
+    @property
+    def moe_mesh_shape(self) -> tuple[int, int, int]:
+        # ep_shard = the ranks of one pipeline stage that hold the same experts: world / (pp * ep), i.e.
+        # edp * etp. With etp = 1 (the usual case) it is the expert data-parallel size.
+        return (self.pp, self.world_size // (self.pp * self.ep), self.ep)
+
+    @property
+    def moe_mesh_names(self) -> tuple[str, ...]:
+        return ("pp", "ep_shard", "ep")
+
+    @property
+    def warnings(self) -> list[str]:
+        out = []
+        if self.tp > self.gpus_per_node:
+            out.append(
+                f"tp={self.tp} is larger than gpus_per_node={self.gpus_per_node}: tensor parallelism across "
+                "nodes destroys throughput; keep TP inside one NVLink domain and scale with PP or DP."
+            )
+        if self.pp > 2 and not self.interleaved:
+            out.append(
+                f"pp={self.pp} without interleaving has large pipeline bubbles; set "
+                "model.virtual_pipeline_model_parallel_size (vpp) so num_layers % (pp*vpp) == 0."
+            )
+        return out
+
+    def describe(self) -> str:
+        return (
+            f"TP={self.tp} PP={self.pp} CP={self.cp} EP={self.ep} ETP={self.etp} "
+            f"DP={self.dp} EDP={self.edp} world={self.world_size}"
+        )
+
+    # ---- rules -------------------------------------------------------------------------------------
+
+    def _check_types(self) -> None:
+        for name in ("world_size", "tp", "pp", "cp", "ep", "etp", "gpus_per_node"):
+            _check_positive_int(name, getattr(self, name))
+        _check_positive_int("vpp", self.vpp, allow_none=True)
+        _check_positive_int("dp_replicate_size", self.dp_replicate_size, allow_none=True)
+        if self.packed_sequence_size is not None and (
+            isinstance(self.packed_sequence_size, bool)
+            or not isinstance(self.packed_sequence_size, int)
+            or self.packed_sequence_size < 0
+        ):
+            _fail(
+                "packed_sequence_size",
+                self.packed_sequence_size,
+                "must be None, 0 (off) or a positive integer",
+                "give the packed length in tokens, or 0 to turn packing off",
+            )
+        if not isinstance(self.sequence_parallel, bool):
+            _fail("sequence_parallel", self.sequence_parallel, "must be true or false", "give a boolean")
+        if self.strategy not in STRATEGIES:
+            _fail(
+                "strategy",
+                self.strategy,
+                f"must be one of {', '.join(STRATEGIES)}",
+                "pick one of those (megatron is the default)",
+            )
+        if self.model is not None and not isinstance(self.model, ModelShape):
+            _fail(
+                "model",
+                type(self.model).__name__,
+                "must be a ModelShape",
+                "pass provider.model_shape() or build a ModelShape",
+            )
+
+    def _check_world(self) -> None:
+        w = self.world_size
+        if w < self.min_gpus:
+            _fail(
+                "world_size",
+                w,
+                f"these sizes need at least min_gpus = pp*max(tp*cp, ep*etp) = {self.pp}*max({self.tp}*{self.cp}, "
+                f"{self.ep}*{self.etp}) = {self.min_gpus} GPUs",
+                f"launch on {self.min_gpus} GPUs (or a multiple), or lower tp/pp/cp/ep/etp",
+            )
+        dense = self.tp * self.pp * self.cp
+        if w % dense:
+            _fail(
+                "world_size",
+                w,
+                f"must be divisible by tp*pp*cp = {self.tp}*{self.pp}*{self.cp} = {dense} (dp = world/(tp*pp*cp))",
+                f"use a multiple of {dense} GPUs, or change tp/pp/cp so their product divides {w}",
+            )
+        expert = self.pp * self.ep * self.etp
+        if w % expert:
+            _fail(
+                "world_size",
+                w,
+                f"must be divisible by pp*ep*etp = {self.pp}*{self.ep}*{self.etp} = {expert} "
+                "(edp = world/(pp*ep*etp))",
+                f"use a multiple of {expert} GPUs, or change pp/ep/etp so their product divides {w}",
+            )
+        if self.vpp is not None and self.pp == 1:
+            _fail(
+                "vpp",
+                self.vpp,
+                "virtual pipeline stages need pipeline parallelism (pp > 1)",
+                "set pp > 1, or leave vpp unset (None)",
+            )
+
+    def _check_sequence_parallel(self) -> None:
+        if self.sequence_parallel and self.tp == 1:
+            _fail(
+                "sequence_parallel",
+                True,
+                "sequence parallelism splits activations across tensor-parallel ranks, so it needs tp > 1 "
+                "(it is never turned off silently)",
+                "set model.sequence_parallel=False, or raise tp above 1",
+            )
+
+    def _check_strategy(self) -> None:
+        s = self.strategy
+        if self.dp_replicate_size is not None and s != "fsdp2":
+            _fail(
+                "dp_replicate_size",
+                self.dp_replicate_size,
+                f"HSDP replication is an fsdp2 option; strategy is {s!r}",
+                "remove distributed.dp_replicate_size, or use distributed.strategy=fsdp2",
+            )
+        if s == "ddp":
+            # PyTorch DDP replicates the whole model: data parallelism only.
+            for name in ("tp", "pp", "cp", "ep", "etp"):
+                value = getattr(self, name)
+                if value > 1:
+                    _fail(
+                        name,
+                        value,
+                        "strategy 'ddp' is data parallelism only (no TP, PP, CP, EP or ETP)",
+                        f"set {name}=1, or use distributed.strategy=megatron for model parallelism",
+                    )
+        elif s == "megatron_fsdp":
+            # The seeds (000, pitfall 7): Megatron-FSDP has no pipeline, expert or sequence parallelism.
+            if self.pp > 1:
+                _fail(
+                    "pp",
+                    self.pp,
+                    "strategy 'megatron_fsdp' does not support pipeline parallelism",
+                    "set pp=1, or use distributed.strategy=megatron",
+                )
+            if self.ep > 1:
+                _fail(
+                    "ep",
+                    self.ep,
+                    "strategy 'megatron_fsdp' does not support expert parallelism",
+                    "set ep=1, or use distributed.strategy=megatron",
+                )
+            if self.sequence_parallel:
+                _fail(
+                    "sequence_parallel",
+                    True,
+                    "strategy 'megatron_fsdp' does not support sequence parallelism",
+                    "set model.sequence_parallel=False, or use distributed.strategy=megatron",
+                )
+        elif s == "fsdp2":
+            self._check_fsdp2()
+
+    def _check_fsdp2(self) -> None:
+        if self.dp_replicate_size is not None:
+            r, dp = self.dp_replicate_size, self.dp
+            if dp % r:
+                _fail(
+                    "dp_replicate_size",
+                    r,
+                    f"must divide dp = world/(tp*pp*cp) = {dp}",
+                    f"use a divisor of {dp}",
+                )
+            if r >= dp:
+                _fail(
+                    "dp_replicate_size",
+                    r,
+                    f"must be < dp ({dp}): pure replication without sharding is not FSDP",
+                    "use a smaller value, or distributed.strategy=megatron for plain replication",
+                )
+        # Seed 000's rule: in an FSDP2 mesh the experts live on the dp*cp ranks, so ep must divide dp*cp.
+        # (With `megatron` the expert grid folds across the TP ranks instead: only world % (pp*ep*etp).)
+        if self.ep > 1 and (self.dp * self.cp) % self.ep:
+            _fail(
+                "ep",
+                self.ep,
+                f"with strategy 'fsdp2' the experts are laid out on the dp*cp mesh, so ep must divide "
+                f"dp*cp = {self.dp}*{self.cp} = {self.dp * self.cp}",
+                "choose ep dividing dp*cp, or use distributed.strategy=megatron",
+            )
+        # What Megatron-Core 0.16.1 supports with FSDP2. Its wrapper (distributed/
+        # torch_fully_sharded_data_parallel.py) builds a 1-D DeviceMesh from the dp*cp process group
+        # (`DeviceMesh.from_group(process_group, "cuda")`), so there is no replicate axis: no HSDP. The
+        # matching Megatron-LM validation (training/arguments.py, `use_torch_fsdp2`) asserts pp == 1,
+        # ep == 1, untied embedding/output weights, no fp16 and no distributed optimizer; the last two are
+        # precision/optimizer settings, checked by the config layer.
+        if self.pp > 1:
+            _fail(
+                "pp",
+                self.pp,
+                "Megatron-Core's FSDP2 wrapper does not support pipeline parallelism",
+                "set pp=1, or use distributed.strategy=megatron",
+            )
+        if self.ep > 1:
+            _fail(
+                "ep",
+                self.ep,
+                "Megatron-Core's FSDP2 wrapper does not support expert parallelism",
+                "set ep=1, or use distributed.strategy=megatron",
+            )
+        if self.dp_replicate_size is not None and self.dp_replicate_size > 1:
+            _fail(
+                "dp_replicate_size",
+                self.dp_replicate_size,
+                "Megatron-Core 0.16.1's FSDP2 wrapper shards over one flat dp*cp mesh and has no replicate "
+                "axis, so HSDP is not available",
+                "remove distributed.dp_replicate_size (full sharding over dp)",
+            )
+        if self.model is not None and self.model.share_embeddings_and_output_weights:
+            _fail(
+                "model.share_embeddings_and_output_weights",
+                True,
+                "Megatron-Core's FSDP2 path needs untied embedding and output weights",
+                "set model.share_embeddings_and_output_weights=False, or use distributed.strategy=megatron",
+            )
+
+    def _check_context_parallel(self) -> None:
+        if self.cp == 1:
+            return
+        seq = self.model.seq_length if self.model is not None else None
+        if seq is not None and seq % (2 * self.cp):
+            # Each CP rank takes two chunks of the sequence (load balancing of causal attention).
+            _fail(
+                "model.seq_length",
+                seq,
+                f"with cp={self.cp} it must be divisible by 2*cp = {2 * self.cp}",
+                f"use a seq_length that is a multiple of {2 * self.cp}, or a smaller cp",
+            )
+        packed = self.packed_sequence_size
+        if packed and packed % self.cp:
+            _fail(
+                "packed_sequence_size",
+                packed,
+                f"with cp={self.cp} it must be divisible by cp",
+                f"use a packed length that is a multiple of {self.cp}",
+            )
+
+    def _check_experts(self) -> None:
+        m = self.model
+        if m is None:
+            return
+        if not m.is_moe:
+            for name in ("ep", "etp"):
+                value = getattr(self, name)
+                if value > 1:
+                    _fail(
+                        name,
+                        value,
+                        "expert parallelism is only for MoE models (model.num_moe_experts is unset)",
+                        f"set {name}=1 for this dense model",
+                    )
+            return
+        if m.num_moe_experts % self.ep:
+            _fail(
+                "ep",
+                self.ep,
+                f"must divide model.num_moe_experts ({m.num_moe_experts})",
+                "choose ep so every rank holds the same number of experts",
+            )
+        if self.tp > 1 and not self.sequence_parallel:
+            _fail(
+                "sequence_parallel",
+                False,
+                f"Megatron-Core requires sequence parallelism for MoE models with tp > 1 (tp={self.tp})",
+                "set model.sequence_parallel=True, or tp=1",
+            )
+        expert_ffn = m.moe_ffn_hidden_size or m.ffn_hidden_size
+        if expert_ffn is not None and expert_ffn % self.etp:
+            _fail(
+                "etp",
+                self.etp,
+                f"must divide the expert FFN size ({expert_ffn})",
+                "choose etp dividing model.moe_ffn_hidden_size",
+            )
+
+    def _check_model_shape(self, m: ModelShape) -> None:
+        tp = self.tp
+        if m.num_attention_heads % tp:
+            _fail(
+                "tp",
+                tp,
+                f"must divide model.num_attention_heads ({m.num_attention_heads})",
+                "choose tp so each rank holds whole attention heads",
+            )
+        # Megatron-Core 0.16.1 would also accept tp a multiple of the query groups (replicated KV heads),
+        # but our checkpoint mappings shard KV heads, so each rank must hold whole groups.
+        if m.query_groups % tp:
+            _fail(
+                "tp",
+                tp,
+                f"must divide model.num_query_groups ({m.query_groups} key/value heads)",
+                "choose tp dividing the number of key/value heads",
+            )
+        for name in ("ffn_hidden_size", "moe_shared_expert_intermediate_size"):
+            size = getattr(m, name)
+            if size is not None and size % tp:
+                _fail("tp", tp, f"must divide model.{name} ({size})", f"choose tp dividing {size}")
+        if m.num_layers % self.pp:
+            _fail(
+                "pp",
+                self.pp,
+                f"must divide model.num_layers ({m.num_layers}) so every stage gets whole layers",
+                "choose pp dividing num_layers",
+            )
+        if self.vpp is not None and m.num_layers % (self.pp * self.vpp):
+            _fail(
+                "vpp",
+                self.vpp,
+                f"with pp={self.pp}, pp*vpp = {self.pp * self.vpp} must divide model.num_layers ({m.num_layers})",
+                "choose vpp so num_layers % (pp*vpp) == 0, or leave vpp unset",
+            )
