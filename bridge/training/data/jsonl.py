@@ -1,0 +1,90 @@
+"""JSONL text data tokenized at load time: documents joined with eod, cut into seq_length + 1 windows.
+
+Each epoch visits every window once, in an order shuffled by (seed, epoch); the dataset is as long as
+the number of samples the run needs, so a sequential sampler never repeats a window within an epoch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bridge.errors import ConfigError
+from bridge.training.data.sample import sample_from_text
+from bridge.training.data.splits import split_ranges
+
+
+def read_jsonl_documents(paths: list[str], text_key: str = "text") -> list[str]:
+    docs: list[str] = []
+    for path in paths:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"dataset.data_paths entry {path!r} is not a file: give JSONL files for dataset.kind=jsonl")
+        with p.open(encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                    docs.append(record[text_key])
+                except (json.JSONDecodeError, KeyError, TypeError) as err:
+                    raise ConfigError(
+                        f"dataset.data_paths: {path}:{lineno} is not a JSON object with a {text_key!r} string "
+                        f"({err}); fix the line or the file"
+                    ) from err
+    return docs
+
+
+class JsonlDataset(torch.utils.data.Dataset):
+    def __init__(self, token_stream: np.ndarray, num_samples: int, seq_length: int, seed: int, eod: int,
+                 eod_mask_loss: bool = False):
+        self.stream = token_stream
+        self.seq_length = int(seq_length)
+        self.windows_per_epoch = (len(token_stream) - 1) // self.seq_length
+        if self.windows_per_epoch < 1:
+            raise ConfigError(
+                f"dataset: the JSONL split has {len(token_stream)} tokens, fewer than one sample of "
+                f"seq_length + 1 = {self.seq_length + 1}; add text or lower model.seq_length"
+            )
+        self.num_samples = int(num_samples)
+        self.seed = int(seed)
+        self.eod = eod
+        self.eod_mask_loss = eod_mask_loss
+        self._perm_epoch = -1
+        self._perm: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def _window(self, idx: int) -> int:
+        epoch, pos = divmod(int(idx), self.windows_per_epoch)
+        if epoch != self._perm_epoch:
+            self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.windows_per_epoch)
+            self._perm_epoch = epoch
+        return int(self._perm[pos])
+
+    def __getitem__(self, idx: int) -> dict[str, torch.Tensor]:
+        if not 0 <= idx < self.num_samples:
+            raise IndexError(idx)
+        start = self._window(idx) * self.seq_length
+        return sample_from_text(self.stream[start:start + self.seq_length + 1], self.eod, self.eod_mask_loss)
+
+
+def build_jsonl_datasets(paths: list[str], split: str, sizes: list[int], seq_length: int, seed: int,
+                         tokenizer, eod_mask_loss: bool = False) -> list[JsonlDataset | None]:
+    """One dataset per split (train, valid, test); None where the split is empty or not needed."""
+    docs = read_jsonl_documents(paths)
+    out: list[JsonlDataset | None] = []
+    for (begin, end), size in zip(split_ranges(len(docs), split), sizes):
+        if end <= begin or not size:
+            out.append(None)
+            continue
+        ids: list[int] = []
+        for doc in docs[begin:end]:
+            ids.extend(tokenizer.tokenize(doc))
+            ids.append(tokenizer.eod)
+        out.append(JsonlDataset(np.asarray(ids, dtype=np.int64), size, seq_length, seed, tokenizer.eod, eod_mask_loss))
+    return out

@@ -1,0 +1,103 @@
+"""The small tokenizer surface the datasets need: vocab_size, eod, pad and unique_identifiers.
+
+Megatron-Core's datasets only read these attributes (and hash `unique_identifiers` into their cache
+names), so two thin adapters are enough: a null tokenizer for token-id data and a Hugging Face one.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.errors import ConfigError
+
+
+@dataclass
+class NullTokenizer:
+    """Token ids in [0, vocab_size); the last id is the end-of-document token. No text support."""
+
+    vocab_size: int
+
+    @property
+    def eod(self) -> int:
+        return self.vocab_size - 1
+
+    eos = eod
+
+    @property
+    def pad(self) -> int:
+        return -1  # never produced, so nothing is masked as padding
+
+    @property
+    def unique_identifiers(self) -> OrderedDict:
+        return OrderedDict(cls="NullTokenizer", vocab_size=self.vocab_size)
+
+    def tokenize(self, text: str) -> list[int]:
+        return [int(x) for x in text.split()]
+
+
+class HFTokenizer:
+    """A Hugging Face tokenizer loaded from a local path (no hub access at run time)."""
+
+    def __init__(self, path: str):
+        from transformers import AutoTokenizer
+
+        self.path = str(path)
+        self._tok = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+        eod = self._tok.eos_token_id
+        if eod is None:
+            raise ConfigError(
+                f"tokenizer.tokenizer_model={self.path!r}: the tokenizer has no eos token, which marks "
+                "document ends in the training data; use a tokenizer with an eos_token"
+            )
+        self._eod = int(eod)
+        pad = self._tok.pad_token_id
+        self._pad = -1 if pad is None or pad == self._eod else int(pad)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._tok)
+
+    @property
+    def eod(self) -> int:
+        return self._eod
+
+    eos = eod
+
+    @property
+    def pad(self) -> int:
+        return self._pad
+
+    @property
+    def unique_identifiers(self) -> OrderedDict:
+        return OrderedDict(cls="HFTokenizer", path=self.path, vocab_size=self.vocab_size)
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._tok(text, add_special_tokens=False)["input_ids"]
+
+
+def build_tokenizer(tokenizer_cfg: Any, model_vocab_size: int) -> NullTokenizer | HFTokenizer:
+    """Build the tokenizer named by the `tokenizer` config section; ids must fit the model's vocabulary."""
+    kind = getattr(tokenizer_cfg, "tokenizer_type", "NullTokenizer") if tokenizer_cfg is not None else "NullTokenizer"
+    if kind == "NullTokenizer":
+        vocab = getattr(tokenizer_cfg, "vocab_size", None) or model_vocab_size
+        tok: NullTokenizer | HFTokenizer = NullTokenizer(int(vocab))
+    elif kind == "HuggingFaceTokenizer":
+        path = getattr(tokenizer_cfg, "tokenizer_model", None)
+        if not path:
+            raise ConfigError(
+                "tokenizer.tokenizer_model is not set: HuggingFaceTokenizer needs a local tokenizer "
+                "directory; set tokenizer.tokenizer_model=/path/to/tokenizer"
+            )
+        tok = HFTokenizer(path)
+    else:
+        raise ConfigError(
+            f"tokenizer.tokenizer_type={kind!r} is not supported: use NullTokenizer or HuggingFaceTokenizer"
+        )
+    if tok.vocab_size > model_vocab_size:
+        raise ConfigError(
+            f"tokenizer vocabulary ({tok.vocab_size} ids) is larger than model.vocab_size={model_vocab_size}: "
+            f"token ids would not fit the embedding; set model.vocab_size={tok.vocab_size} or larger"
+        )
+    return tok
