@@ -1,0 +1,119 @@
+"""ConfigContainer: the whole description of a run, as one tree of plain dataclasses.
+
+A recipe returns one; `--config-file` and dotted overrides change it (bridge.config.overrides);
+`resolve()` fills the fields that follow others (sequence length, NullTokenizer vocab);
+`validate(world_size)` checks every rule across sections and raises ConfigError; `to_yaml()` /
+`from_yaml()` round-trip it without loss (run_config.yaml next to checkpoints).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bridge.config.sections import (
+    CheckpointConfig,
+    DatasetConfig,
+    DistributedConfig,
+    LoggerConfig,
+    MixedPrecisionConfig,
+    OptimizerConfig,
+    RNGConfig,
+    SchedulerConfig,
+    TokenizerConfig,
+    TrainingConfig,
+    ValidationConfig,
+)
+from bridge.errors import ConfigError
+from bridge.models.gpt_provider import GPTModelProvider
+
+if TYPE_CHECKING:
+    from bridge.parallel.layout import ParallelLayout
+
+
+@dataclass
+class ConfigContainer:
+    model: GPTModelProvider
+    train: TrainingConfig = field(default_factory=TrainingConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
+    rng: RNGConfig = field(default_factory=RNGConfig)
+    peft: Any = None  # no PEFT method is implemented yet: any value is a ConfigError in validate()
+
+    # ---- fields that follow others -------------------------------------------------------------
+
+    def resolve(self) -> ConfigContainer:
+        """Fill the fields whose None means "follow another field"; raise if an explicit one disagrees.
+
+        Called after every YAML merge and override (and by validate()), so the training loop reads one
+        consistent value. Idempotent.
+        """
+        model_seq = self.model.seq_length
+        if self.dataset.seq_length is None:
+            self.dataset.seq_length = model_seq
+        elif self.dataset.seq_length != model_seq:
+            raise ConfigError(
+                f"dataset.seq_length={self.dataset.seq_length} differs from model.seq_length={model_seq}: "
+                "the data and the model must use one sequence length. Set model.seq_length only "
+                "(dataset.seq_length=null follows it), or set both to the same value."
+            )
+        if self.tokenizer.tokenizer_type == "NullTokenizer":
+            # Megatron-Core's NullTokenizer adds an EOD id equal to vocab_size: model vocab = vocab_size + 1.
+            if self.tokenizer.vocab_size is None and self.model.vocab_size is not None:
+                self.tokenizer.vocab_size = self.model.vocab_size - 1
+            elif self.model.vocab_size is None and self.tokenizer.vocab_size is not None:
+                self.model.vocab_size = self.tokenizer.vocab_size + 1
+        return self
+
+    # ---- cross-section views -------------------------------------------------------------------
+
+    def layout(self, world_size: int) -> ParallelLayout:
+        """The validated parallel layout of this run on `world_size` ranks (raises ConfigError)."""
+        self.resolve()
+        return self.model.layout(
+            world_size,
+            strategy=self.distributed.strategy,
+            dp_replicate_size=self.distributed.dp_replicate_size,
+            packed_sequence_size=self.dataset.packed_sequence_size or None,
+            gpus_per_node=self.distributed.gpus_per_node,
+        )
+
+    def validate(self, world_size: int) -> list[str]:
+        """Check every rule across sections for `world_size` ranks.
+
+        Raises ConfigError on the first violation; returns the warnings (layout warnings first, then
+        settings that the chosen strategy ignores), which callers should print or log.
+        """
+        from bridge.config.validation import validate_config
+
+        return validate_config(self, world_size)
+
+    # ---- YAML ----------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        from bridge.config.yaml_io import to_container_dict
+
+        return to_container_dict(self)
+
+    def to_yaml(self) -> str:
+        from bridge.config.yaml_io import to_yaml
+
+        return to_yaml(self)
+
+    @classmethod
+    def from_yaml(cls, text: str) -> ConfigContainer:
+        """Build a container from YAML text in this tree's shape (e.g. a run_config.yaml)."""
+        from bridge.config.yaml_io import from_yaml
+
+        return from_yaml(cls, text)
+
+    def copy(self) -> ConfigContainer:
+        return copy.deepcopy(self)

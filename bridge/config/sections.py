@@ -1,0 +1,163 @@
+"""The sections of a ConfigContainer: plain dataclasses of YAML-friendly values.
+
+Field names follow Megatron-Bridge (and Megatron-LM's argument names) so users can carry their
+overrides over. Defaults are the published pretraining-recipe values where one exists. Every type here
+is one OmegaConf structured configs accept (int, float, bool, str, Optional/list/dict of those, Any),
+because overrides and YAML go through OmegaConf. Rules that involve several fields or sections live in
+bridge/config/validation.py; nothing here imports torch or megatron.core.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Accepted names, shared by validation and the docs.
+OPTIMIZERS = ("adam", "sgd")
+LR_DECAY_STYLES = ("cosine", "linear", "constant")
+DATASET_KINDS = ("mock", "indexed", "jsonl")
+TOKENIZER_TYPES = ("NullTokenizer", "HuggingFaceTokenizer")
+CKPT_FORMATS = ("torch_dist",)
+STRATEGIES = ("megatron", "fsdp2", "megatron_fsdp", "ddp")
+PP_SCHEDULES = ("1f1b", "interleaved_1f1b")
+PRECISIONS = ("bf16_mixed", "fp16_mixed", "fp32")
+
+
+@dataclass
+class TrainingConfig:
+    train_iters: int = 1_168_251
+    global_batch_size: int = 512
+    micro_batch_size: int = 1
+    exit_interval: int | None = None  # stop (after saving) when iteration % exit_interval == 0
+    manual_gc: bool = False  # disable Python's automatic GC and collect every manual_gc_interval steps
+    manual_gc_interval: int = 0  # 0 = only at the start of training
+    manual_gc_eval: bool = True  # also collect around evaluation when manual_gc is on
+
+
+@dataclass
+class ValidationConfig:
+    eval_interval: int | None = 2000  # None or 0 = never evaluate
+    eval_iters: int = 32
+
+
+@dataclass
+class OptimizerConfig:
+    optimizer: str = "adam"  # adam (AdamW-style decoupled weight decay, as Megatron-Core) | sgd
+    lr: float = 3e-4
+    min_lr: float = 3e-5
+    weight_decay: float = 0.1
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.95
+    adam_eps: float = 1e-5
+    sgd_momentum: float = 0.9
+    clip_grad: float = 1.0  # 0 = no clipping
+    # Megatron-Core's distributed optimizer (ZeRO-1 over DP). Used by strategies megatron and
+    # megatron_fsdp (which requires it); fsdp2 and ddp shard/replicate optimizer state themselves.
+    use_distributed_optimizer: bool = True
+
+
+@dataclass
+class SchedulerConfig:
+    lr_decay_style: str = "cosine"  # cosine | linear | constant
+    lr_warmup_iters: int = 2000
+    lr_warmup_init: float = 0.0  # lr at iteration 0 of the warmup
+    lr_decay_iters: int | None = None  # None = train.train_iters
+    override_opt_param_scheduler: bool = True  # on resume, take lr settings from this config, not the checkpoint
+
+
+@dataclass
+class DatasetConfig:
+    kind: str = "mock"  # mock | indexed (Megatron .bin/.idx) | jsonl
+    # Megatron blend as a list: ["p1", "p2"] or with weights ["0.3", "p1", "0.7", "p2"].
+    # indexed: path prefixes (without .bin/.idx); jsonl: files.
+    data_paths: list[str] = field(default_factory=list)
+    split: str = "969,30,1"  # train,valid,test weights
+    # One source of truth: None follows model.seq_length (filled in by ConfigContainer.resolve());
+    # an explicit value that differs from model.seq_length is a ConfigError.
+    seq_length: int | None = None
+    seed: int = 1234
+    packed_sequence_size: int = 0  # 0 = no packing
+    reset_position_ids: bool = False
+    reset_attention_mask: bool = False
+    eod_mask_loss: bool = False
+    num_workers: int = 8
+    cache_dir: str | None = None  # where Megatron-Core caches dataset indices
+
+
+@dataclass
+class TokenizerConfig:
+    tokenizer_type: str = "NullTokenizer"  # NullTokenizer | HuggingFaceTokenizer
+    tokenizer_model: str | None = None  # HuggingFaceTokenizer: local path or hub name
+    # NullTokenizer only, Megatron-Core's meaning: ids 0..vocab_size-1 plus an EOD id equal to vocab_size.
+    # None follows the model (model.vocab_size - 1, so every id fits the embedding); resolved by
+    # ConfigContainer.resolve().
+    vocab_size: int | None = None
+
+
+@dataclass
+class CheckpointConfig:
+    save: str | None = None  # directory to save to
+    load: str | None = None  # directory to resume from (must exist)
+    save_interval: int | None = None  # None or 0 = no periodic saves (a final save still happens if `save`)
+    ckpt_format: str = "torch_dist"
+    pretrained_checkpoint: str | None = None  # weights only (no optimizer / iteration), e.g. an HF import
+    save_optim: bool = True
+    save_rng: bool = True
+    load_optim: bool = True
+    load_rng: bool = True
+    async_save: bool = False
+    most_recent_k: int = -1  # keep the k newest checkpoints; -1 = keep all
+
+
+@dataclass
+class LoggerConfig:
+    log_interval: int = 10
+    tensorboard_dir: str | None = None
+    wandb_project: str | None = None  # W&B is on when this is set
+    wandb_entity: str | None = None
+    wandb_exp_name: str | None = None
+    log_throughput: bool = True
+    log_memory: bool = False
+
+
+@dataclass
+class DistributedConfig:
+    strategy: str = "megatron"  # megatron | fsdp2 | megatron_fsdp | ddp (see shared/DESIGN.md)
+    dp_replicate_size: int | None = None  # fsdp2 only (HSDP): replicas across, sharded within
+    # Never set from here: dp = world / (tp * pp * cp). A number (e.g. from the AutoModel `dp_size`) is
+    # checked against the derived value by validate().
+    dp_size: int | None = None
+    # Megatron-Core DDP knobs (strategies megatron and megatron_fsdp).
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    grad_reduce_in_fp32: bool = True
+    average_in_collective: bool = True
+    check_for_nan_in_grad: bool = True
+    pp_schedule: str | None = None  # None = 1f1b, or interleaved_1f1b when model.virtual_pipeline_model_parallel_size is set
+    timeout_minutes: int = 10
+    gpus_per_node: int = 8
+    # Full recompute of every transformer layer (Megatron-Core recompute_granularity="full",
+    # recompute_method="uniform", recompute_num_layers=1). For finer control set model.recompute_* instead.
+    activation_checkpointing: bool = False
+
+
+@dataclass
+class MixedPrecisionConfig:
+    precision: str = "bf16_mixed"  # bf16_mixed | fp16_mixed | fp32
+    # fp16_mixed only: None = dynamic loss scaling, a number = that static scale
+    loss_scale: float | None = None
+    initial_loss_scale: float = 4294967296.0  # 2**32
+    min_loss_scale: float = 1.0
+    loss_scale_window: int = 1000
+    hysteresis: int = 2
+
+
+@dataclass
+class RNGConfig:
+    seed: int = 1234
+    data_parallel_random_init: bool = False
+
+
+# peft is `Any = None` on the container: no PEFT method is implemented yet, and setting one (any value)
+# is a ConfigError in validation rather than a type error, so the message can say so.
+PeftConfig = Any
