@@ -1,0 +1,456 @@
+"""GPTModelProvider: a GPT model and its parallel sizes described as data, built on Megatron-Core on demand.
+
+Pure data: defining, overriding, validating and serialising a provider imports neither torch nor
+megatron.core. `transformer_config()`, `provide()` and `provide_distributed_model()` import them when a
+model is actually built.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import logging
+import math
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from bridge.errors import ConfigError
+from bridge.models.transformer_fields import FIELD_CHOICES, TransformerFields
+
+if TYPE_CHECKING:
+    from bridge.parallel.layout import ModelShape, ParallelLayout
+
+logger = logging.getLogger(__name__)
+
+# Dtypes by name -> torch attribute.
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+# Activations by name -> (module, attribute), imported only when a model is built.
+ACTIVATIONS = {
+    "gelu": ("torch.nn.functional", "gelu"),
+    "silu": ("torch.nn.functional", "silu"),
+    "relu": ("torch.nn.functional", "relu"),
+    "squared_relu": ("megatron.core.activations", "squared_relu"),
+    "quick_gelu": ("megatron.core.activations", "quick_gelu"),
+    "fast_gelu": ("megatron.core.activations", "fast_gelu"),
+}
+
+# Names of megatron.core.transformer.enums.AttnBackend (a unit test keeps them in step).
+ATTENTION_BACKENDS = ("flash", "fused", "unfused", "local", "auto")
+
+# GPTModel position embeddings the provider can build ("yarn" and "mrope" need settings
+# TransformerConfig does not carry in this release).
+POSITION_EMBEDDINGS = ("learned_absolute", "rope", "none")
+
+# Megatron-Core's RotaryEmbedding applies llama3 scaling with these fixed values; other values are
+# applied by the provider after the model is built.
+MCORE_ROPE_SCALING_DEFAULTS = {
+    "rope_scaling_low_freq_factor": 1.0,
+    "rope_scaling_high_freq_factor": 4.0,
+    "rope_scaling_original_max_position_embeddings": 8192,
+}
+
+# Where the provider's default deliberately differs from TransformerConfig's (tested).
+DEFAULTS_DIFFERING_FROM_MCORE = {
+    "expert_tensor_parallel_size": (
+        "1, not None: Megatron-Core's None means 'same as tensor_model_parallel_size', but the seeds' "
+        "layouts (and Megatron-Bridge's recipes) keep expert weights unsplit (ETP=1) unless asked"
+    ),
+}
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+@functools.cache
+def transformer_field_names() -> tuple[str, ...]:
+    """The provider fields that are passed to TransformerConfig (in TransformerConfig's order)."""
+    return tuple(f.name for f in fields(TransformerFields))
+
+
+def _fail(field: str, value: Any, rule: str, fix: str) -> ConfigError:
+    return ConfigError(f"model.{field}={value!r}: {rule}. Fix: {fix}.")
+
+
+@dataclass
+class GPTModelProvider(TransformerFields):
+    """A GPT model by Megatron-Core's own field names.
+
+    Every TransformerConfig field of the installed Megatron-Core is a field here (see
+    transformer_fields.py), with dtypes (`params_dtype`, `pipeline_dtype`, `autocast_dtype`: "fp32" |
+    "bf16" | "fp16"), `activation_func` ("silu", "gelu", ...) and `attention_backend` given by name.
+    `pipeline_dtype=None` means the training dtype (bf16/fp16 when set, else params_dtype), as in
+    Megatron-LM. Below: the GPTModel constructor arguments that TransformerConfig does not hold.
+    """
+
+    # See DEFAULTS_DIFFERING_FROM_MCORE.
+    expert_tensor_parallel_size: int | None = 1
+
+    # GPTModel arguments.
+    vocab_size: int | None = None  # unpadded; padded_vocab_size() is what the model allocates
+    seq_length: int = 1024
+    make_vocab_size_divisible_by: int = 128
+    position_embedding_type: str = "learned_absolute"
+    rotary_base: int = 10000
+    rotary_percent: float = 1.0
+    seq_len_interpolation_factor: float | None = None
+    # llama3-style RoPE scaling (Llama 3.1 / 3.2), as HF's rope_scaling {"rope_type": "llama3", ...}.
+    rope_scaling: bool = False
+    rope_scaling_factor: float = 8.0
+    rope_scaling_low_freq_factor: float = 1.0
+    rope_scaling_high_freq_factor: float = 4.0
+    rope_scaling_original_max_position_embeddings: int = 8192
+    share_embeddings_and_output_weights: bool = False
+    fp16_lm_cross_entropy: bool = False
+    parallel_output: bool = True
+    scatter_embedding_sequence_parallel: bool = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A typo (provider.num_layer = 4) must fail, not create a new attribute nobody reads.
+        if not name.startswith("_") and name not in _field_names(type(self)):
+            close = difflib.get_close_matches(name, _field_names(type(self)), n=3)
+            hint = f"did you mean {', '.join(close)}?" if close else "see GPTModelProvider's fields"
+            raise ConfigError(f"model.{name}: unknown GPTModelProvider field. Fix: {hint}")
+        object.__setattr__(self, name, value)
+
+    # ---- pure-data checks and views -------------------------------------------------------------
+
+    def finalize(self) -> None:
+        """Check the model fields (layout rules are checked by `layout()`); raise ConfigError."""
+        for name in ("num_layers", "hidden_size", "num_attention_heads", "seq_length"):
+            if getattr(self, name) <= 0:
+                raise _fail(name, getattr(self, name), "must be a positive integer", f"set model.{name}")
+        if self.kv_channels is None and self.hidden_size % self.num_attention_heads:
+            raise _fail(
+                "hidden_size",
+                self.hidden_size,
+                f"must be divisible by num_attention_heads={self.num_attention_heads} when kv_channels is unset",
+                "change hidden_size or num_attention_heads, or set kv_channels (the head dimension)",
+            )
+        groups = self.num_query_groups
+        if groups is not None and (groups <= 0 or self.num_attention_heads % groups):
+            raise _fail(
+                "num_query_groups",
+                groups,
+                f"must be a positive divisor of num_attention_heads={self.num_attention_heads}",
+                "set the number of key/value heads (HF num_key_value_heads), or None for MHA",
+            )
+        for name, choices in FIELD_CHOICES.items():
+            value = getattr(self, name)
+            if value is not None and value not in choices:
+                raise _fail(name, value, f"must be one of {list(choices)}", "pick one of those")
+        for name in ("params_dtype", "pipeline_dtype", "autocast_dtype"):
+            value = getattr(self, name)
+            if value is not None and value not in DTYPES:
+                raise _fail(name, value, f"must be one of {list(DTYPES)}", "give the dtype by name")
+        checks = (
+            ("activation_func", ACTIVATIONS),
+            ("attention_backend", ATTENTION_BACKENDS),
+            ("position_embedding_type", POSITION_EMBEDDINGS),
+        )
+        for name, known in checks:
+            if getattr(self, name) not in known:
+                raise _fail(name, getattr(self, name), f"must be one of {list(known)}", "pick one of those")
+        if self.fp16 and self.bf16:
+            raise _fail("fp16", True, "fp16 and bf16 are both set", "set only one of model.fp16 / model.bf16")
+        if self.vocab_size is not None and self.vocab_size <= 0:
+            raise _fail("vocab_size", self.vocab_size, "must be positive", "set the tokenizer's vocab size")
+        if self.make_vocab_size_divisible_by <= 0:
+            raise _fail(
+                "make_vocab_size_divisible_by",
+                self.make_vocab_size_divisible_by,
+                "must be a positive integer",
+                "use 128 (Megatron's default) or 1 for no padding",
+            )
+        if self.rope_scaling:
+            if self.position_embedding_type != "rope":
+                raise _fail(
+                    "rope_scaling",
+                    True,
+                    f"needs position_embedding_type='rope', got {self.position_embedding_type!r}",
+                    "set model.position_embedding_type=rope or model.rope_scaling=False",
+                )
+            if self.rope_scaling_factor <= 0:
+                raise _fail(
+                    "rope_scaling_factor", self.rope_scaling_factor, "must be positive", "use e.g. 8.0"
+                )
+            if not 0 < self.rope_scaling_low_freq_factor < self.rope_scaling_high_freq_factor:
+                raise _fail(
+                    "rope_scaling_low_freq_factor",
+                    self.rope_scaling_low_freq_factor,
+                    f"must be positive and below rope_scaling_high_freq_factor={self.rope_scaling_high_freq_factor}",
+                    "use the values of the HF config's rope_scaling (llama3: 1.0 and 4.0)",
+                )
+        if self.num_moe_experts is not None:
+            if self.num_moe_experts <= 0:
+                raise _fail(
+                    "num_moe_experts", self.num_moe_experts, "must be positive", "use None for a dense model"
+                )
+            if not 1 <= self.moe_router_topk <= self.num_moe_experts:
+                raise _fail(
+                    "moe_router_topk",
+                    self.moe_router_topk,
+                    f"must be between 1 and num_moe_experts={self.num_moe_experts}",
+                    "set the number of experts each token is routed to",
+                )
+
+    def model_shape(self) -> ModelShape:
+        """The model facts the layout rules and the planner need."""
+        from bridge.parallel.layout import ModelShape
+
+        return ModelShape(
+            num_layers=self.num_layers,
+            num_attention_heads=self.num_attention_heads,
+            num_query_groups=self.num_query_groups,
+            ffn_hidden_size=self.effective_ffn_hidden_size(),
+            num_moe_experts=self.num_moe_experts,
+            seq_length=self.seq_length,
+            hidden_size=self.hidden_size,
+            vocab_size=self.vocab_size,
+            kv_channels=self.kv_channels,
+            gated_linear_unit=self.gated_linear_unit,
+            share_embeddings_and_output_weights=self.share_embeddings_and_output_weights,
+            add_qkv_bias=self.add_qkv_bias,
+            qk_layernorm=self.qk_layernorm,
+            moe_router_topk=self.moe_router_topk,
+            moe_ffn_hidden_size=self.moe_ffn_hidden_size,
+            moe_shared_expert_intermediate_size=self.moe_shared_expert_intermediate_size,
+        )
+
+    def layout(
+        self,
+        world_size: int,
+        strategy: str = "megatron",
+        dp_replicate_size: int | None = None,
+        packed_sequence_size: int | None = None,
+        gpus_per_node: int = 8,
+    ) -> ParallelLayout:
+        """The validated parallel layout of this model on `world_size` ranks (raises ConfigError)."""
+        from bridge.parallel.layout import ParallelLayout
+
+        return ParallelLayout(
+            world_size=world_size,
+            tp=self.tensor_model_parallel_size,
+            pp=self.pipeline_model_parallel_size,
+            vpp=self.virtual_pipeline_model_parallel_size,
+            cp=self.context_parallel_size,
+            ep=self.expert_model_parallel_size,
+            etp=self.effective_expert_tensor_parallel_size(),
+            sequence_parallel=self.sequence_parallel,
+            strategy=strategy,
+            dp_replicate_size=dp_replicate_size,
+            packed_sequence_size=packed_sequence_size,
+            gpus_per_node=gpus_per_node,
+            model=self.model_shape(),
+        )
+
+    def effective_ffn_hidden_size(self) -> int:
+        # TransformerConfig's rule: None means 4 * hidden_size.
+        return self.ffn_hidden_size if self.ffn_hidden_size is not None else 4 * self.hidden_size
+
+    def effective_kv_channels(self) -> int:
+        return (
+            self.kv_channels if self.kv_channels is not None else self.hidden_size // self.num_attention_heads
+        )
+
+    def effective_expert_tensor_parallel_size(self) -> int:
+        # Megatron-Core's rule: None means the same as tensor_model_parallel_size.
+        etp = self.expert_tensor_parallel_size
+        return etp if etp is not None else self.tensor_model_parallel_size
+
+    def padded_vocab_size(self) -> int:
+        """vocab_size rounded up to a multiple of make_vocab_size_divisible_by * tp (Megatron's rule)."""
+        if self.vocab_size is None:
+            raise _fail("vocab_size", None, "is needed to build the model", "set the tokenizer's vocab size")
+        multiple = self.make_vocab_size_divisible_by * self.tensor_model_parallel_size
+        return math.ceil(self.vocab_size / multiple) * multiple
+
+    # ---- Megatron-Core objects (import torch / megatron.core) ------------------------------------
+
+    def megatron_value(self, name: str) -> Any:
+        """The value TransformerConfig gets for field `name` (names mapped to dtypes/callables)."""
+        value = getattr(self, name)
+        if name in ("params_dtype", "pipeline_dtype", "autocast_dtype"):
+            import torch
+
+            if name == "pipeline_dtype" and value is None:
+                value = "bf16" if self.bf16 else "fp16" if self.fp16 else self.params_dtype
+            return None if value is None else getattr(torch, DTYPES[value])
+        if name == "activation_func":
+            import importlib
+
+            module, attr = ACTIVATIONS[value]
+            return getattr(importlib.import_module(module), attr)
+        if name == "attention_backend":
+            from megatron.core.transformer.enums import AttnBackend
+
+            return AttnBackend[value]
+        if name == "window_size" and value is not None:
+            return tuple(value)
+        if isinstance(value, list):
+            return list(value)
+        return value
+
+    def transformer_config(self):
+        """Build megatron.core's TransformerConfig from this provider (raises ConfigError)."""
+        import torch
+        from megatron.core.transformer import TransformerConfig
+
+        self.finalize()
+        kwargs = {name: self.megatron_value(name) for name in transformer_field_names()}
+        if not torch.cuda.is_available():
+            # Without CUDA there is no other device to initialize weights on.
+            kwargs["use_cpu_initialization"] = True
+        try:
+            return TransformerConfig(**kwargs)
+        except (ValueError, AssertionError, NotImplementedError) as err:
+            raise ConfigError(
+                f"Megatron-Core's TransformerConfig rejects the model section: {err}. "
+                "Fix: change the model.* field it names."
+            ) from err
+
+    def provide(
+        self, pre_process: bool | None = None, post_process: bool | None = None, vp_stage: int | None = None
+    ):
+        """Build one GPTModel stage for this rank; pre/post default to this rank's pipeline position."""
+        from megatron.core import parallel_state
+        from megatron.core.models.gpt import GPTModel
+
+        from bridge.models.specs import gpt_block_spec, use_transformer_engine
+
+        config = self.transformer_config()
+        if self.context_parallel_size > 1 and not use_transformer_engine():
+            raise _fail(
+                "context_parallel_size",
+                self.context_parallel_size,
+                "context parallelism needs Transformer Engine's attention (TEDotProductAttention) on CUDA; "
+                "Megatron-Core's local attention refuses it and Transformer Engine is not usable here",
+                "install transformer-engine on a CUDA machine, or set model.context_parallel_size=1",
+            )
+        if pre_process is None:
+            pre_process = parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
+        if post_process is None:
+            post_process = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
+        model = GPTModel(
+            config=config,
+            transformer_layer_spec=gpt_block_spec(config, vp_stage=vp_stage),
+            vocab_size=self.padded_vocab_size(),
+            max_sequence_length=self.seq_length,
+            pre_process=pre_process,
+            post_process=post_process,
+            fp16_lm_cross_entropy=self.fp16_lm_cross_entropy,
+            parallel_output=self.parallel_output,
+            share_embeddings_and_output_weights=self.share_embeddings_and_output_weights,
+            position_embedding_type=self.position_embedding_type,
+            rotary_percent=self.rotary_percent,
+            rotary_base=self.rotary_base,
+            rope_scaling=self.rope_scaling,
+            rope_scaling_factor=self.rope_scaling_factor,
+            scatter_embedding_sequence_parallel=self.scatter_embedding_sequence_parallel,
+            seq_len_interpolation_factor=self.seq_len_interpolation_factor,
+            vp_stage=vp_stage,
+        )
+        self._apply_rope_scaling_factors(model)
+        return model
+
+    def _apply_rope_scaling_factors(self, model) -> None:
+        # GPTModel passes only the factor; other llama3 frequency bounds are applied here.
+        rope = getattr(model, "rotary_pos_emb", None)
+        if not self.rope_scaling or rope is None:
+            return
+        if all(getattr(self, k) == v for k, v in MCORE_ROPE_SCALING_DEFAULTS.items()):
+            return
+        import torch
+
+        dim = self.effective_kv_channels()
+        if self.rotary_percent < 1.0:
+            dim = int(dim * self.rotary_percent)
+        exponent = torch.arange(0, dim, 2, dtype=torch.float32, device=rope.inv_freq.device) / dim
+        rope.inv_freq = rope._apply_scaling(
+            1.0 / (self.rotary_base**exponent),
+            factor=self.rope_scaling_factor,
+            low_freq_factor=self.rope_scaling_low_freq_factor,
+            high_freq_factor=self.rope_scaling_high_freq_factor,
+            original_max_position_embeddings=self.rope_scaling_original_max_position_embeddings,
+        )
+
+    def provide_distributed_model(
+        self,
+        wrap_with_ddp: bool = True,
+        ddp_config: Any = None,
+        mixed_precision_wrapper: bool = True,
+        data_parallel_random_init: bool = False,
+        seed: int = 1234,
+    ) -> list:
+        """The model chunks of this rank (one per virtual pipeline stage), ready for training.
+
+        Initializes torch.distributed and the model-parallel groups for this provider's layout when
+        they are not initialized yet (one process when not under torchrun). `ddp_config` is a
+        megatron.core DistributedDataParallelConfig or a dict of its fields.
+        """
+        import torch
+        from megatron.core import parallel_state, tensor_parallel
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+        from megatron.core.transformer.module import Float16Module
+
+        if not parallel_state.model_parallel_is_initialized():
+            from bridge.parallel import runtime
+
+            runtime.initialize_distributed(self.layout(runtime.world_size_from_env()), seed=seed)
+        self._check_parallel_state(parallel_state)
+
+        vpp = self.virtual_pipeline_model_parallel_size
+        if self.pipeline_model_parallel_size > 1 and vpp is not None:
+            chunks = [self.provide(vp_stage=stage) for stage in range(vpp)]
+        else:
+            chunks = [self.provide()]
+        for chunk in chunks:
+            for param in chunk.parameters():
+                tensor_parallel.set_defaults_if_not_set_tensor_model_parallel_attributes(param)
+            if torch.cuda.is_available():
+                chunk.cuda(torch.cuda.current_device())
+        config = chunks[0].config
+        if mixed_precision_wrapper and (self.fp16 or self.bf16):
+            chunks = [Float16Module(config, chunk) for chunk in chunks]
+        if wrap_with_ddp:
+            if ddp_config is None:
+                ddp_config = DistributedDataParallelConfig()
+            elif isinstance(ddp_config, dict):
+                ddp_config = DistributedDataParallelConfig(**ddp_config)
+            chunks = [
+                # Only the first chunk uses buckets, as in Megatron-LM (the others overlap with it).
+                DistributedDataParallel(
+                    config=config, ddp_config=ddp_config, module=chunk, disable_bucketing=i > 0
+                )
+                for i, chunk in enumerate(chunks)
+            ]
+            if data_parallel_random_init:
+                for chunk in chunks:
+                    chunk.broadcast_params()
+        return chunks
+
+    def _check_parallel_state(self, parallel_state) -> None:
+        # Groups built for another layout would silently shard the model wrongly.
+        live = {
+            "tensor_model_parallel_size": parallel_state.get_tensor_model_parallel_world_size(),
+            "pipeline_model_parallel_size": parallel_state.get_pipeline_model_parallel_world_size(),
+            "virtual_pipeline_model_parallel_size": parallel_state.get_virtual_pipeline_model_parallel_world_size(),
+            "context_parallel_size": parallel_state.get_context_parallel_world_size(),
+            "expert_model_parallel_size": parallel_state.get_expert_model_parallel_world_size(),
+            "expert_tensor_parallel_size": parallel_state.get_expert_tensor_parallel_world_size(),
+        }
+        wanted = {name: getattr(self, name) for name in live}
+        wanted["expert_tensor_parallel_size"] = self.effective_expert_tensor_parallel_size()
+        if self.pipeline_model_parallel_size == 1:
+            live["virtual_pipeline_model_parallel_size"] = wanted["virtual_pipeline_model_parallel_size"]
+        for name, size in live.items():
+            if size != wanted[name]:
+                raise _fail(
+                    name,
+                    wanted[name],
+                    f"the model-parallel groups of this process were initialized with {size}",
+                    "build the model with the provider whose layout initialized the groups, or "
+                    "destroy them (bridge.parallel.runtime.destroy_distributed) first",
+                )
