@@ -1,0 +1,79 @@
+"""Layer specs for GPTModel: Transformer Engine's when it can run, else Megatron-Core's local spec.
+
+The local spec gets bridge's SequenceParallelNorm in place of Megatron-Core's torch-norm wrapper (which
+refuses sequence parallelism), in the layers and as the final norm, so `sequence_parallel=True` works
+without Transformer Engine (e.g. on CPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+
+
+@functools.cache
+def use_transformer_engine() -> bool:
+    """Transformer Engine is importable and CUDA is present."""
+    if importlib.util.find_spec("transformer_engine") is None:
+        return False
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
+    try:
+        import transformer_engine.pytorch  # noqa: F401
+    except Exception:  # an installed but broken TE (e.g. built for another CUDA) is as good as none
+        return False
+    return True
+
+
+def gpt_block_spec(config, vp_stage: int | None = None):
+    """The TransformerBlock spec for this pipeline (virtual) stage: its layers and its final norm."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+
+    te = use_transformer_engine()
+    block = get_gpt_decoder_block_spec(
+        config,
+        use_transformer_engine=te,
+        normalization=config.normalization,
+        qk_l2_norm=config.qk_l2_norm,
+        vp_stage=vp_stage,
+    )
+    if te:
+        return block
+    return _with_sequence_parallel_norms(block)
+
+
+def _with_sequence_parallel_norms(block):
+    from megatron.core.transformer.identity_op import IdentityOp
+
+    from bridge.models.norms import SequenceParallelNorm
+
+    def swap(norm):
+        # IdentityOp (no q/k norm) and L2Norm (qk_l2_norm, no weights) stay as they are.
+        if norm is IdentityOp or getattr(norm, "__name__", "") == "L2Norm":
+            return norm
+        return SequenceParallelNorm
+
+    swapped = {}  # the same layer spec object repeats for every layer: swap it once
+    for spec in block.layer_specs:
+        if id(spec) in swapped:
+            continue
+        subs = spec.submodules
+        changes = {
+            name: swap(getattr(subs, name))
+            for name in ("input_layernorm", "pre_mlp_layernorm")
+            if getattr(subs, name) is not IdentityOp
+        }
+        attention = subs.self_attention
+        attn_subs = getattr(attention, "submodules", None)
+        if attn_subs is not None and hasattr(attn_subs, "q_layernorm"):
+            attn_changes = {name: swap(getattr(attn_subs, name)) for name in ("q_layernorm", "k_layernorm")}
+            attention = dataclasses.replace(
+                attention, submodules=dataclasses.replace(attn_subs, **attn_changes)
+            )
+            changes["self_attention"] = attention
+        swapped[id(spec)] = dataclasses.replace(spec, submodules=dataclasses.replace(subs, **changes))
+    layer_specs = [swapped[id(spec)] for spec in block.layer_specs]
+    return dataclasses.replace(block, layer_specs=layer_specs, layer_norm=SequenceParallelNorm)

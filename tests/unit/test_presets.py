@@ -1,0 +1,141 @@
+"""Every preset holds the published Hugging Face config values and has the same parameter count as the
+Hugging Face model built from that config (both built on the meta device: no memory, no network)."""
+
+import pytest
+
+from bridge.models import PRESETS, preset
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+_LLAMA3_ROPE = {"rope_type": "llama3", "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+
+# The published config.json values (the fields that shape the model or change its math).
+PUBLISHED = {
+    "llama2_7b": ("LlamaConfig", dict(  # meta-llama/Llama-2-7b-hf
+        hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=32, vocab_size=32000, max_position_embeddings=4096, rms_norm_eps=1e-5,
+        rope_theta=10000.0, tie_word_embeddings=False)),
+    "llama3_8b": ("LlamaConfig", dict(  # meta-llama/Meta-Llama-3-8B
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rms_norm_eps=1e-5,
+        rope_theta=500000.0, tie_word_embeddings=False)),
+    "llama31_8b": ("LlamaConfig", dict(  # meta-llama/Llama-3.1-8B
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072, rms_norm_eps=1e-5,
+        rope_theta=500000.0, tie_word_embeddings=False,
+        rope_scaling={**_LLAMA3_ROPE, "factor": 8.0, "original_max_position_embeddings": 8192})),
+    "llama31_70b": ("LlamaConfig", dict(  # meta-llama/Llama-3.1-70B
+        hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072, rms_norm_eps=1e-5,
+        rope_theta=500000.0, tie_word_embeddings=False,
+        rope_scaling={**_LLAMA3_ROPE, "factor": 8.0, "original_max_position_embeddings": 8192})),
+    "llama32_1b": ("LlamaConfig", dict(  # meta-llama/Llama-3.2-1B
+        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=64, vocab_size=128256, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True,
+        rope_scaling={**_LLAMA3_ROPE, "factor": 32.0, "original_max_position_embeddings": 8192})),
+    "llama32_3b": ("LlamaConfig", dict(  # meta-llama/Llama-3.2-3B
+        hidden_size=3072, intermediate_size=8192, num_hidden_layers=28, num_attention_heads=24,
+        num_key_value_heads=8, head_dim=128, vocab_size=128256, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True,
+        rope_scaling={**_LLAMA3_ROPE, "factor": 32.0, "original_max_position_embeddings": 8192})),
+    "qwen25_7b": ("Qwen2Config", dict(  # Qwen/Qwen2.5-7B
+        hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+        num_key_value_heads=4, vocab_size=152064, max_position_embeddings=131072, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, tie_word_embeddings=False)),
+    "qwen3_8b": ("Qwen3Config", dict(  # Qwen/Qwen3-8B
+        hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False)),
+    "qwen3_30b_a3b": ("Qwen3MoeConfig", dict(  # Qwen/Qwen3-30B-A3B
+        hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_experts=128,
+        num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+        num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+        vocab_size=151936, max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0,
+        router_aux_loss_coef=0.001, tie_word_embeddings=False)),
+    "mistral_7b": ("MistralConfig", dict(  # mistralai/Mistral-7B-v0.3
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=32768, max_position_embeddings=32768, rms_norm_eps=1e-5,
+        rope_theta=1000000.0, sliding_window=None, tie_word_embeddings=False)),
+    "mixtral_8x7b": ("MixtralConfig", dict(  # mistralai/Mixtral-8x7B-v0.1
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2, vocab_size=32000,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, rope_theta=1000000.0,
+        router_aux_loss_coef=0.02, sliding_window=None, tie_word_embeddings=False)),
+}  # fmt: skip
+
+
+def test_every_preset_has_a_published_config():
+    assert set(PUBLISHED) == set(PRESETS)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_preset_values_equal_published_config(name):
+    _, hf = PUBLISHED[name]
+    p = preset(name)
+    heads = hf["num_attention_heads"]
+    assert (p.num_layers, p.hidden_size, p.num_attention_heads) == (
+        hf["num_hidden_layers"],
+        hf["hidden_size"],
+        heads,
+    )
+    assert p.num_query_groups == hf["num_key_value_heads"]
+    assert p.effective_kv_channels() == hf.get("head_dim", hf["hidden_size"] // heads)
+    assert p.vocab_size == hf["vocab_size"] and p.seq_length == hf["max_position_embeddings"]
+    assert p.layernorm_epsilon == hf["rms_norm_eps"] and p.rotary_base == hf["rope_theta"]
+    assert p.share_embeddings_and_output_weights == hf["tie_word_embeddings"]
+    assert (p.normalization, p.activation_func, p.gated_linear_unit) == ("RMSNorm", "silu", True)
+    assert p.position_embedding_type == "rope" and not p.add_bias_linear
+    assert p.add_qkv_bias == name.startswith("qwen2")
+    assert p.qk_layernorm == name.startswith("qwen3")
+    rope = hf.get("rope_scaling")
+    assert p.rope_scaling == (rope is not None)
+    if rope:
+        assert p.rope_scaling_factor == rope["factor"]
+        assert p.rope_scaling_low_freq_factor == rope["low_freq_factor"]
+        assert p.rope_scaling_high_freq_factor == rope["high_freq_factor"]
+        assert p.rope_scaling_original_max_position_embeddings == rope["original_max_position_embeddings"]
+    experts = hf.get("num_experts", hf.get("num_local_experts"))
+    assert p.num_moe_experts == experts
+    if experts:
+        assert p.moe_router_topk == hf["num_experts_per_tok"]
+        assert p.moe_ffn_hidden_size == hf.get("moe_intermediate_size", hf["intermediate_size"])
+        assert p.moe_aux_loss_coeff == hf["router_aux_loss_coef"]
+        assert p.moe_router_pre_softmax is False  # top-k probabilities renormalised, as in HF
+    else:
+        assert p.ffn_hidden_size == hf["intermediate_size"]
+    p.finalize()
+
+
+@pytest.fixture(scope="module")
+def single_process_groups():
+    from bridge.parallel import runtime
+    from bridge.parallel.layout import ParallelLayout
+
+    if runtime.is_initialized():
+        runtime.destroy_distributed()
+    runtime.initialize_distributed(ParallelLayout(world_size=1))
+    yield
+    runtime.destroy_distributed()
+
+
+def _hf_meta_param_count(name: str) -> int:
+    cls, values = PUBLISHED[name]
+    config = getattr(transformers, cls)(**values)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_parameter_count_equals_hugging_face(name, single_process_groups):
+    provider = preset(name)
+    provider.perform_initialization = False  # meta tensors: nothing to initialise
+    with torch.device("meta"):
+        model = provider.provide()
+    assert all(p.device.type == "meta" for p in model.parameters())
+    ours = sum(p.numel() for p in model.parameters())
+    # Every preset's vocabulary is already a multiple of 128: no padding rows to discount.
+    assert provider.padded_vocab_size() == provider.vocab_size
+    assert ours == _hf_meta_param_count(name)
