@@ -1,0 +1,267 @@
+"""The seeds' NeMo-AutoModel YAML form, mapped onto ConfigContainer fields.
+
+    distributed:                      -> (ConfigContainer field)
+      strategy: fsdp2                 -> distributed.strategy
+      tp_size / pp_size / cp_size / ep_size
+                                      -> model.tensor_model_parallel_size / pipeline_ / context_ / expert_
+      dp_size: none                   -> distributed.dp_size (None = derived; a number is checked against
+                                         world / (tp * pp * cp) by validate())
+      dp_replicate_size               -> distributed.dp_replicate_size
+      sequence_parallel               -> model.sequence_parallel
+      activation_checkpointing        -> distributed.activation_checkpointing
+      pipeline:
+        pp_schedule                   -> distributed.pp_schedule (1f1b | interleaved1f1b/interleaved_1f1b;
+                                         AutoModel's gpipe, looped_bfs, dfs, v_schedule, zero_bubble do not
+                                         exist in Megatron-Core: ConfigError)
+        pp_microbatch_size            -> train.micro_batch_size
+        layers_per_stage              -> model.virtual_pipeline_model_parallel_size = num_layers / (pp * it)
+    packed_sequence.packed_sequence_size -> dataset.packed_sequence_size
+    step_scheduler: global_batch_size / local_batch_size / max_steps / ckpt_every_steps / val_every_steps
+                                      -> train.global_batch_size / train.micro_batch_size / train.train_iters /
+                                         checkpoint.save_interval / validation.eval_interval
+
+Keys that only tune AutoModel's own FSDP2 implementation and have no Megatron-Core counterpart
+(`defer_fsdp_grad_sync`, `pipeline.scale_grads_in_schedule` / `patch_*`, every `moe:` key) are accepted
+only with strategy fsdp2, and each one accepted produces a warning saying it is ignored; with any other
+strategy they are a ConfigError (AutoModel itself rejects FSDP2 settings on other strategies). `moe:` also
+needs ep_size > 1, as in AutoModel. Any other key fails with the supported keys listed. Sizes given both
+ways in one file (e.g. `distributed.tp_size: 2` and `model.tensor_model_parallel_size: 4`) must agree.
+Keys of the file in the ConfigContainer's own shape pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from bridge.config.tree import suggest
+from bridge.errors import ConfigError
+
+DISTRIBUTED_KEYS = {
+    "tp_size": "model.tensor_model_parallel_size",
+    "pp_size": "model.pipeline_model_parallel_size",
+    "cp_size": "model.context_parallel_size",
+    "ep_size": "model.expert_model_parallel_size",
+    "dp_size": "distributed.dp_size",
+    "sequence_parallel": "model.sequence_parallel",
+}
+PIPELINE_KEYS = {"pp_schedule": "distributed.pp_schedule", "pp_microbatch_size": "train.micro_batch_size"}
+SECTION_KEYS = {
+    "packed_sequence": {"packed_sequence_size": "dataset.packed_sequence_size"},
+    "step_scheduler": {
+        "global_batch_size": "train.global_batch_size",
+        "local_batch_size": "train.micro_batch_size",
+        "max_steps": "train.train_iters",
+        "ckpt_every_steps": "checkpoint.save_interval",
+        "val_every_steps": "validation.eval_interval",
+    },
+}
+# AutoModel FSDP2-implementation knobs with no Megatron-Core meaning (see module docstring).
+FSDP2_ONLY_DISTRIBUTED = {"defer_fsdp_grad_sync"}
+FSDP2_ONLY_PIPELINE = {"scale_grads_in_schedule", "patch_inner_model", "patch_causal_lm_model"}
+MOE_KEYS = {
+    "reshard_after_forward", "ignore_router_for_ac", "wrap_outer_model", "lm_head_precision",
+    "mp_policy", "offload_policy", "activation_checkpointing", "activation_checkpointing_modules",
+}
+SCHEDULE_NAMES = {"1f1b": "1f1b", "interleaved1f1b": "interleaved_1f1b", "interleaved_1f1b": "interleaved_1f1b"}
+AUTOMODEL_ONLY_SCHEDULES = ("gpipe", "looped_bfs", "dfs", "v_schedule", "zero_bubble")
+# The seeds write `dp_size: none`; YAML reads that as the string "none", which means "unset" here.
+_NONE_STRINGS = ("none", "None")
+
+
+def automodel_keys() -> list[str]:
+    """The AutoModel spellings this module understands, as dotted keys (for "did you mean" hints)."""
+    keys = [f"distributed.{k}" for k in (*DISTRIBUTED_KEYS, *FSDP2_ONLY_DISTRIBUTED)]
+    keys += [f"distributed.pipeline.{k}" for k in (*PIPELINE_KEYS, "layers_per_stage", *FSDP2_ONLY_PIPELINE)]
+    keys += [f"distributed.moe.{k}" for k in MOE_KEYS]
+    keys += [f"{section}.{k}" for section, names in SECTION_KEYS.items() for k in names]
+    return keys
+
+
+def is_automodel_form(data: dict) -> bool:
+    dist = data.get("distributed")
+    automodel_keys = set(DISTRIBUTED_KEYS) | FSDP2_ONLY_DISTRIBUTED | {"pipeline", "moe"}
+    return (isinstance(dist, dict) and bool(automodel_keys & set(dist))) or bool(set(SECTION_KEYS) & set(data))
+
+
+def translate_automodel(data: dict[str, Any], base: Any, source: str = "config file") -> tuple[dict, list[str]]:
+    """Map the AutoModel keys of `data` onto ConfigContainer keys; returns (dict in the container's shape,
+    warnings). `base` is the tree the result will be merged into (for the model depth, the parallel sizes
+    and the strategy where the file does not set them). Data without AutoModel keys comes back unchanged."""
+    if not is_automodel_form(data):
+        return data, []
+    return _Translation(data, base, source).run()
+
+
+class _Translation:
+    def __init__(self, data: dict, base: Any, source: str):
+        self.data, self.base, self.source = data, base, source
+        self.out = copy.deepcopy({k: v for k, v in data.items() if k not in SECTION_KEYS})
+        self.dist = dict(self.out.pop("distributed", None) or {})
+        self.mapped: dict[str, tuple[Any, str]] = {}  # container key -> (value, where it came from)
+        self.warnings: list[str] = []
+        self.strategy = self.dist.get("strategy", _get(base, "distributed.strategy"))
+
+    def run(self) -> tuple[dict, list[str]]:
+        if not isinstance(self.data.get("distributed", {}), (dict, type(None))):
+            raise ConfigError(f"{self.source}: distributed must be a mapping.")
+        layers_per_stage = moe = None
+        for name in list(self.dist):
+            value, origin = self.dist[name], f"distributed.{name}"
+            if name in DISTRIBUTED_KEYS:
+                del self.dist[name]
+                self.put(DISTRIBUTED_KEYS[name], None if value in _NONE_STRINGS else value, origin)
+            elif name == "dp_replicate_size" and value in _NONE_STRINGS:
+                self.dist[name] = None
+            elif name in FSDP2_ONLY_DISTRIBUTED:
+                del self.dist[name]
+                if value is not True:
+                    raise ConfigError(
+                        f"{self.source}: {origin}={value!r}: Megatron-Core's wrappers always reduce gradients "
+                        "after the last microbatch (what defer_fsdp_grad_sync: true means). Fix: remove the key."
+                    )
+                self.fsdp2_only(origin)
+            elif name == "pipeline":
+                del self.dist[name]
+                layers_per_stage = self.pipeline(self.mapping(value, origin))
+            elif name == "moe":
+                del self.dist[name]
+                moe = self.mapping(value, origin)
+        # what is left in `dist` is in the container's own shape (strategy, dp_replicate_size, ...)
+        for section, keys in SECTION_KEYS.items():
+            if section not in self.data:
+                continue
+            for name, value in self.mapping(self.data[section], section).items():
+                if name not in keys:
+                    known = [f"{section}.{k}" for k in keys]
+                    raise ConfigError(
+                        f"{self.source}: unknown key {section}.{name}.{suggest(f'{section}.{name}', known)} "
+                        f"Supported: {', '.join(known)}."
+                    )
+                self.put(keys[name], value, f"{section}.{name}")
+        if moe is not None:
+            self.moe(moe)
+        if layers_per_stage is not None:
+            self.put(
+                "model.virtual_pipeline_model_parallel_size",
+                self.vpp_from_layers_per_stage(layers_per_stage),
+                "distributed.pipeline.layers_per_stage",
+            )
+        self.merge_into_out()
+        return self.out, self.warnings
+
+    # ---- helpers -------------------------------------------------------------------------------
+
+    def mapping(self, value: Any, origin: str) -> dict:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ConfigError(f"{self.source}: {origin} must be a mapping, got {value!r}.")
+        return value
+
+    def put(self, key: str, value: Any, origin: str) -> None:
+        if key in self.mapped and self.mapped[key][0] != value:
+            first_value, first_origin = self.mapped[key]
+            raise ConfigError(
+                f"{self.source}: {first_origin}={first_value!r} and {origin}={value!r} set the same field "
+                f"({key}) to different values. Fix: give it once."
+            )
+        self.mapped[key] = (value, origin)
+
+    def current(self, key: str) -> Any:
+        """The value `key` will have after the merge: this file's, else the base tree's."""
+        if key in self.mapped:
+            return self.mapped[key][0]
+        section, field = key.split(".", 1)
+        in_file = self.out.get(section)
+        if isinstance(in_file, dict) and field in in_file:
+            return in_file[field]
+        return _get(self.base, key)
+
+    def fsdp2_only(self, origin: str) -> None:
+        if self.strategy != "fsdp2":
+            raise ConfigError(
+                f"{self.source}: {origin} is an FSDP2 setting of NeMo AutoModel and strategy is "
+                f"{self.strategy!r}. Fix: remove it, or set distributed.strategy: fsdp2."
+            )
+        self.warnings.append(
+            f"{origin} has no Megatron-Core equivalent and is ignored (accepted for strategy fsdp2)."
+        )
+
+    def pipeline(self, pipeline: dict) -> int | None:
+        layers_per_stage = None
+        for name, value in pipeline.items():
+            origin = f"distributed.pipeline.{name}"
+            if name == "pp_schedule":
+                normalized = SCHEDULE_NAMES.get(str(value).lower())
+                if normalized is None:
+                    extra = " (a torch.distributed.pipelining schedule)" if value in AUTOMODEL_ONLY_SCHEDULES else ""
+                    raise ConfigError(
+                        f"{self.source}: {origin}={value!r}{extra} is not available in Megatron-Core. Fix: use "
+                        "1f1b or interleaved1f1b (interleaving also needs virtual stages: "
+                        "distributed.pipeline.layers_per_stage or model.virtual_pipeline_model_parallel_size)."
+                    )
+                self.put("distributed.pp_schedule", normalized, origin)
+            elif name == "pp_microbatch_size":
+                self.put("train.micro_batch_size", value, origin)
+            elif name == "layers_per_stage":
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    raise ConfigError(f"{self.source}: {origin}={value!r}: must be a positive integer.")
+                layers_per_stage = value
+            elif name in FSDP2_ONLY_PIPELINE:
+                self.fsdp2_only(origin)
+            else:
+                known = sorted({*PIPELINE_KEYS, "layers_per_stage", *FSDP2_ONLY_PIPELINE})
+                raise ConfigError(
+                    f"{self.source}: unknown key {origin}.{suggest(name, known)} Supported: {', '.join(known)}."
+                )
+        return layers_per_stage
+
+    def vpp_from_layers_per_stage(self, layers_per_stage: int) -> int | None:
+        num_layers = self.current("model.num_layers")
+        pp = self.current("model.pipeline_model_parallel_size") or 1
+        stages, rest = divmod(num_layers, layers_per_stage)
+        if rest or stages % pp:
+            raise ConfigError(
+                f"{self.source}: distributed.pipeline.layers_per_stage={layers_per_stage}: model.num_layers="
+                f"{num_layers} must split into stages of {layers_per_stage} layers, a multiple of pp_size={pp} "
+                "of them. Fix: pick layers_per_stage so that num_layers / (pp_size * layers_per_stage) is an integer."
+            )
+        vpp = stages // pp
+        return vpp if vpp > 1 else None  # one stage per pipeline rank = no interleaving
+
+    def moe(self, moe: dict) -> None:
+        ep = self.current("model.expert_model_parallel_size") or 1
+        if ep <= 1:
+            raise ConfigError(
+                f"{self.source}: distributed.moe is given but ep_size={ep}: the moe sub-config only applies "
+                "with expert parallelism. Fix: set distributed.ep_size > 1 or remove distributed.moe."
+            )
+        for name in moe:
+            if name not in MOE_KEYS:
+                raise ConfigError(
+                    f"{self.source}: unknown key distributed.moe.{name}.{suggest(name, sorted(MOE_KEYS))} "
+                    f"Supported: {', '.join(sorted(MOE_KEYS))}."
+                )
+            self.fsdp2_only(f"distributed.moe.{name}")
+
+    def merge_into_out(self) -> None:
+        if self.dist:
+            self.out["distributed"] = self.dist
+        for key, (value, origin) in self.mapped.items():
+            section, field = key.split(".", 1)
+            target = self.out.setdefault(section, {})
+            if not isinstance(target, dict):
+                raise ConfigError(f"{self.source}: {section} must be a mapping, got {target!r}.")
+            if field in target and target[field] != value:
+                raise ConfigError(
+                    f"{self.source}: {origin}={value!r} and {key}={target[field]!r} set the same field to "
+                    "different values. Fix: give it once."
+                )
+            target[field] = value
+
+
+def _get(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = getattr(obj, part, None)
+    return obj

@@ -1,0 +1,35 @@
+"""One run's config from a base tree (a recipe), an optional YAML file and command-line overrides.
+
+Order: base -> `--config-file` (own shape or AutoModel form) -> overrides (left to right) -> resolve().
+Validation for a world size is a separate step (ConfigContainer.validate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TypeVar
+
+from bridge.config.overrides import apply_overrides
+from bridge.config.yaml_io import merge_yaml
+from bridge.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def compose(base: T, *, config_file: str | Path | None = None, overrides: Sequence[str] = ()) -> tuple[T, list[str]]:
+    """Returns (resolved config, warnings from the config file's translation)."""
+    warnings: list[str] = []
+    cfg = base
+    if config_file is not None:
+        path = Path(config_file)
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise ConfigError(f"--config-file {str(path)!r}: cannot read it ({e.strerror}). Fix: give a YAML file path.") from None
+        cfg, warnings = merge_yaml(cfg, text, source=f"--config-file {path}")
+    cfg = apply_overrides(cfg, overrides)
+    resolve = getattr(cfg, "resolve", None)
+    if resolve is not None:
+        resolve()
+    return cfg, warnings

@@ -1,0 +1,367 @@
+"""Rules across the sections of a ConfigContainer, checked before any process starts.
+
+Each violation raises one ConfigError in the layout rules' format: "<field> = <value>: <rule>. Fix: <fix>."
+Settings that are legal but have no effect with the chosen strategy or precision come back as warnings
+(nothing is silently changed or silently ignored).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from bridge.config import sections as S
+from bridge.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bridge.config.container import ConfigContainer
+    from bridge.parallel.layout import ParallelLayout
+
+
+def fail(field: str, value, rule: str, fix: str) -> ConfigError:
+    return ConfigError(f"{field} = {value!r}: {rule}. Fix: {fix}.")
+
+
+def _one_of(field: str, value, choices) -> None:
+    if value not in choices:
+        raise fail(field, value, f"must be one of {', '.join(map(str, choices))}", "pick one of those")
+
+
+def _positive(field: str, value, *, zero_ok: bool = False, none_ok: bool = False) -> None:
+    if value is None and none_ok:
+        return
+    low = 0 if zero_ok else 1
+    if value is None or value < low:
+        raise fail(field, value, f"must be >= {low}" + (" or null" if none_ok else ""), f"give a number >= {low}")
+
+
+def validate_config(cfg: ConfigContainer, world_size: int) -> list[str]:
+    """Raise ConfigError on the first broken rule; return the warnings."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise fail("world_size", world_size, "must be a positive integer", "pass --world-size N (or WORLD_SIZE)")
+    cfg.resolve()
+    if cfg.peft is not None:
+        raise fail(
+            "peft", cfg.peft, "no PEFT method is implemented yet (full-parameter training only)",
+            "remove it (peft=null or ~peft)",
+        )
+    _one_of("distributed.strategy", cfg.distributed.strategy, S.STRATEGIES)
+    cfg.model.finalize()
+    layout = cfg.layout(world_size)
+    warnings = list(layout.warnings)
+    _train(cfg, layout)
+    _validation(cfg)
+    warnings += _optimizer(cfg)
+    _scheduler(cfg)
+    _dataset(cfg)
+    _tokenizer(cfg)
+    _checkpoint(cfg)
+    _logger(cfg)
+    warnings += _distributed(cfg, layout)
+    warnings += _precision(cfg)
+    _positive("rng.seed", cfg.rng.seed, zero_ok=True)
+    return warnings
+
+
+def _train(cfg: ConfigContainer, layout: ParallelLayout) -> None:
+    t = cfg.train
+    _positive("train.train_iters", t.train_iters)
+    _positive("train.global_batch_size", t.global_batch_size)
+    _positive("train.micro_batch_size", t.micro_batch_size)
+    _positive("train.exit_interval", t.exit_interval, none_ok=True)
+    _positive("train.manual_gc_interval", t.manual_gc_interval, zero_ok=True)
+    per_step = t.micro_batch_size * layout.dp
+    if t.global_batch_size % per_step:
+        raise fail(
+            "train.global_batch_size", t.global_batch_size,
+            f"must be a multiple of train.micro_batch_size ({t.micro_batch_size}) x data-parallel size "
+            f"({layout.dp}) = {per_step}",
+            f"use a multiple of {per_step} (e.g. {max(per_step, t.global_batch_size // per_step * per_step)}), "
+            "or change micro_batch_size / the layout",
+        )
+
+
+def _validation(cfg: ConfigContainer) -> None:
+    v = cfg.validation
+    _positive("validation.eval_interval", v.eval_interval, zero_ok=True, none_ok=True)
+    _positive("validation.eval_iters", v.eval_iters, zero_ok=True)
+    if v.eval_interval and v.eval_iters == 0:
+        raise fail(
+            "validation.eval_iters", 0, f"evaluation runs every {v.eval_interval} iterations but on no batches",
+            "set validation.eval_iters > 0, or validation.eval_interval=0 to never evaluate",
+        )
+    if v.eval_interval and v.eval_iters and cfg.dataset.kind != "mock":
+        weights = _split_weights(cfg.dataset.split)
+        if len(weights) < 2 or weights[1] == 0:
+            raise fail(
+                "dataset.split", cfg.dataset.split, "evaluation is on but the split gives no validation data",
+                "give the validation part a weight (e.g. 969,30,1), or set validation.eval_interval=0",
+            )
+
+
+def _optimizer(cfg: ConfigContainer) -> list[str]:
+    o = cfg.optimizer
+    _one_of("optimizer.optimizer", o.optimizer, S.OPTIMIZERS)
+    if not o.lr > 0:
+        raise fail("optimizer.lr", o.lr, "must be > 0", "give a learning rate such as 3e-4")
+    if not 0 <= o.min_lr <= o.lr:
+        raise fail("optimizer.min_lr", o.min_lr, f"must be between 0 and optimizer.lr ({o.lr})", "lower it")
+    if o.weight_decay < 0:
+        raise fail("optimizer.weight_decay", o.weight_decay, "must be >= 0", "use e.g. 0.1")
+    for name in ("adam_beta1", "adam_beta2", "sgd_momentum"):
+        value = getattr(o, name)
+        if not 0 <= value < 1:
+            raise fail(f"optimizer.{name}", value, "must be in [0, 1)", "use e.g. 0.9")
+    if not o.adam_eps > 0:
+        raise fail("optimizer.adam_eps", o.adam_eps, "must be > 0", "use e.g. 1e-5")
+    if o.clip_grad < 0:
+        raise fail("optimizer.clip_grad", o.clip_grad, "must be >= 0 (0 = no clipping)", "use e.g. 1.0")
+    strategy = cfg.distributed.strategy
+    if strategy == "megatron_fsdp" and not o.use_distributed_optimizer:
+        raise fail(
+            "optimizer.use_distributed_optimizer", False, "strategy megatron_fsdp shards optimizer state through "
+            "Megatron-Core's distributed optimizer and needs it", "set optimizer.use_distributed_optimizer=true",
+        )
+    if strategy in ("fsdp2", "ddp") and o.use_distributed_optimizer:
+        return [
+            f"optimizer.use_distributed_optimizer=true has no effect with strategy {strategy} "
+            "(it is Megatron-Core's ZeRO-1 for strategy megatron); set it to false to silence this."
+        ]
+    return []
+
+
+def _scheduler(cfg: ConfigContainer) -> None:
+    s = cfg.scheduler
+    _one_of("scheduler.lr_decay_style", s.lr_decay_style, S.LR_DECAY_STYLES)
+    _positive("scheduler.lr_warmup_iters", s.lr_warmup_iters, zero_ok=True)
+    _positive("scheduler.lr_decay_iters", s.lr_decay_iters, none_ok=True)
+    decay = s.lr_decay_iters if s.lr_decay_iters is not None else cfg.train.train_iters
+    source = "scheduler.lr_decay_iters" if s.lr_decay_iters is not None else "train.train_iters (lr_decay_iters=null)"
+    if s.lr_warmup_iters > decay:
+        raise fail(
+            "scheduler.lr_warmup_iters", s.lr_warmup_iters, f"warmup must not be longer than the decay: {source} = {decay}",
+            f"set scheduler.lr_warmup_iters <= {decay} (e.g. scheduler.lr_warmup_iters=0 for short runs)",
+        )
+    if not 0 <= s.lr_warmup_init <= cfg.optimizer.lr:
+        raise fail(
+            "scheduler.lr_warmup_init", s.lr_warmup_init, f"must be between 0 and optimizer.lr ({cfg.optimizer.lr})",
+            "use 0.0",
+        )
+
+
+def _split_weights(split: str) -> list[float]:
+    try:
+        weights = [float(part) for part in str(split).split(",")]
+    except ValueError:
+        weights = []
+    if not 1 <= len(weights) <= 3 or any(w < 0 for w in weights) or sum(weights) <= 0:
+        raise fail(
+            "dataset.split", split, "must be 1 to 3 comma-separated non-negative weights (train,valid,test)",
+            "use e.g. '969,30,1' (quote it on the command line: 'dataset.split=\"969,30,1\"')",
+        )
+    return weights
+
+
+def blend_paths(data_paths: list[str]) -> tuple[list[str], list[float] | None]:
+    """Megatron's blend list -> (paths, weights or None): ["p1", "p2"] or ["w1", "p1", "w2", "p2"]."""
+
+    def number(text: str) -> float | None:
+        try:
+            return float(text)
+        except (TypeError, ValueError):
+            return None
+
+    values = [str(p) for p in data_paths]
+    if len(values) % 2 == 0 and values and all(number(v) is not None for v in values[0::2]):
+        weights = [number(v) for v in values[0::2]]
+        if any(w <= 0 for w in weights):
+            raise fail("dataset.data_paths", data_paths, "blend weights must be > 0", "give positive weights")
+        return values[1::2], weights
+    if any(number(v) is not None for v in values):
+        raise fail(
+            "dataset.data_paths", data_paths, "mixes weights and paths: give either paths only, or a weight "
+            "before every path", "write [p1, p2] or ['0.3', p1, '0.7', p2]",
+        )
+    return values, None
+
+
+def _dataset(cfg: ConfigContainer) -> None:
+    d = cfg.dataset
+    _one_of("dataset.kind", d.kind, S.DATASET_KINDS)
+    _positive("dataset.seq_length", d.seq_length)
+    _split_weights(d.split)
+    _positive("dataset.num_workers", d.num_workers, zero_ok=True)
+    _positive("dataset.packed_sequence_size", d.packed_sequence_size, zero_ok=True)
+    if d.kind == "mock" and d.data_paths:
+        raise fail(
+            "dataset.data_paths", d.data_paths, "dataset.kind is mock, which generates random tokens and reads no files",
+            "set dataset.kind=indexed (Megatron .bin/.idx) or jsonl, or drop the paths (~dataset.data_paths)",
+        )
+    if d.kind != "mock":
+        if not d.data_paths:
+            raise fail(
+                "dataset.data_paths", d.data_paths, f"dataset.kind={d.kind} needs data files",
+                "give dataset.data_paths=[prefix_or_file, ...], or use dataset.kind=mock",
+            )
+        paths, _ = blend_paths(d.data_paths)
+        for path in paths:
+            needed = [path + ".bin", path + ".idx"] if d.kind == "indexed" else [path]
+            missing = [p for p in needed if not os.path.isfile(p)]
+            if missing:
+                what = "an indexed dataset prefix (path without .bin/.idx)" if d.kind == "indexed" else "a JSONL file"
+                raise fail(
+                    "dataset.data_paths", path, f"{', '.join(missing)} not found; each entry must be {what}",
+                    "fix the path (scripts/data/preprocess_data.py writes .bin/.idx from JSONL)",
+                )
+    if d.packed_sequence_size:
+        if cfg.train.micro_batch_size != 1:
+            raise fail(
+                "train.micro_batch_size", cfg.train.micro_batch_size,
+                "must be 1 with sequence packing: each packed sample is already a batch of sequences",
+                "set train.micro_batch_size=1 (raise global_batch_size instead)",
+            )
+        if d.packed_sequence_size != cfg.model.seq_length:
+            raise fail(
+                "dataset.packed_sequence_size", d.packed_sequence_size,
+                f"a packed sample is one model sequence, but model.seq_length = {cfg.model.seq_length}",
+                "set dataset.packed_sequence_size equal to model.seq_length",
+            )
+
+
+def _tokenizer(cfg: ConfigContainer) -> None:
+    t = cfg.tokenizer
+    _one_of("tokenizer.tokenizer_type", t.tokenizer_type, S.TOKENIZER_TYPES)
+    if t.tokenizer_type == "HuggingFaceTokenizer":
+        if not t.tokenizer_model:
+            raise fail(
+                "tokenizer.tokenizer_model", t.tokenizer_model, "HuggingFaceTokenizer needs a tokenizer",
+                "give a local tokenizer directory (or hub name if the cache has it)",
+            )
+        if t.vocab_size is not None:
+            raise fail(
+                "tokenizer.vocab_size", t.vocab_size, "is only for NullTokenizer (a HF tokenizer knows its size)",
+                "remove it (tokenizer.vocab_size=null)",
+            )
+        return
+    if cfg.model.vocab_size is None:
+        raise fail(
+            "model.vocab_size", None, "the NullTokenizer needs a vocabulary size",
+            "set model.vocab_size (or tokenizer.vocab_size; each follows the other)",
+        )
+    _positive("tokenizer.vocab_size", t.vocab_size)
+    if t.vocab_size + 1 > cfg.model.vocab_size:
+        raise fail(
+            "tokenizer.vocab_size", t.vocab_size,
+            f"the NullTokenizer emits ids up to vocab_size (its EOD id), which must fit model.vocab_size = "
+            f"{cfg.model.vocab_size}", f"use at most {cfg.model.vocab_size - 1}, or null to follow the model",
+        )
+
+
+def _checkpoint(cfg: ConfigContainer) -> None:
+    c = cfg.checkpoint
+    _one_of("checkpoint.ckpt_format", c.ckpt_format, S.CKPT_FORMATS)
+    _positive("checkpoint.save_interval", c.save_interval, zero_ok=True, none_ok=True)
+    if c.save_interval and not c.save:
+        raise fail(
+            "checkpoint.save_interval", c.save_interval, "periodic saves need a directory, but checkpoint.save is not set",
+            "set checkpoint.save=/path/to/dir, or checkpoint.save_interval=0 to not save",
+        )
+    if c.save and os.path.exists(c.save) and not os.path.isdir(c.save):
+        raise fail("checkpoint.save", c.save, "exists and is not a directory", "give a directory path")
+    if c.load and not os.path.isdir(c.load):
+        raise fail(
+            "checkpoint.load", c.load, "directory does not exist",
+            "give an existing checkpoint directory, or checkpoint.load=null to start from scratch",
+        )
+    if c.pretrained_checkpoint and not os.path.exists(c.pretrained_checkpoint):
+        raise fail(
+            "checkpoint.pretrained_checkpoint", c.pretrained_checkpoint, "does not exist",
+            "give an existing checkpoint (e.g. one written by scripts/conversion/convert_checkpoint.py)",
+        )
+    if c.most_recent_k != -1 and c.most_recent_k < 1:
+        raise fail("checkpoint.most_recent_k", c.most_recent_k, "must be -1 (keep all) or >= 1", "use -1 or a count")
+
+
+def _logger(cfg: ConfigContainer) -> None:
+    lg = cfg.logger
+    _positive("logger.log_interval", lg.log_interval)
+    if not lg.wandb_project:
+        for name in ("wandb_entity", "wandb_exp_name"):
+            if getattr(lg, name):
+                raise fail(
+                    f"logger.{name}", getattr(lg, name), "W&B logging is on only when logger.wandb_project is set",
+                    "set logger.wandb_project too, or remove it",
+                )
+
+
+def _distributed(cfg: ConfigContainer, layout: ParallelLayout) -> list[str]:
+    d, m = cfg.distributed, cfg.model
+    warnings: list[str] = []
+    _positive("distributed.timeout_minutes", d.timeout_minutes)
+    if d.dp_size is not None and d.dp_size != layout.dp:
+        raise fail(
+            "distributed.dp_size", d.dp_size,
+            f"the data-parallel size is derived as world / (tp * pp * cp) = {layout.world_size} / "
+            f"({layout.tp} * {layout.pp} * {layout.cp}) = {layout.dp}",
+            "leave distributed.dp_size unset (null), or change the world size or the model-parallel sizes",
+        )
+    if d.pp_schedule is not None:
+        _one_of("distributed.pp_schedule", d.pp_schedule, S.PP_SCHEDULES)
+        vpp = m.virtual_pipeline_model_parallel_size
+        if m.pipeline_model_parallel_size == 1:
+            warnings.append(f"distributed.pp_schedule={d.pp_schedule} has no effect with pipeline size 1.")
+        elif d.pp_schedule == "interleaved_1f1b" and vpp is None:
+            raise fail(
+                "distributed.pp_schedule", d.pp_schedule, "interleaving needs virtual pipeline stages",
+                "set model.virtual_pipeline_model_parallel_size (>= 2), or use pp_schedule 1f1b",
+            )
+        elif d.pp_schedule == "1f1b" and vpp is not None:
+            raise fail(
+                "distributed.pp_schedule", d.pp_schedule,
+                f"model.virtual_pipeline_model_parallel_size = {vpp} makes Megatron-Core run the interleaved schedule",
+                "use pp_schedule interleaved_1f1b (or null), or unset model.virtual_pipeline_model_parallel_size",
+            )
+    if d.activation_checkpointing and m.recompute_granularity is not None:
+        raise fail(
+            "distributed.activation_checkpointing", True,
+            f"model.recompute_granularity = {m.recompute_granularity!r} already chooses what to recompute",
+            "set one of them: distributed.activation_checkpointing (full recompute) or model.recompute_*",
+        )
+    megatron_ddp = d.strategy in ("megatron", "megatron_fsdp")
+    if d.strategy == "megatron" and d.overlap_param_gather and not cfg.optimizer.use_distributed_optimizer:
+        raise fail(
+            "distributed.overlap_param_gather", True, "overlapping the parameter all-gather needs the "
+            "distributed optimizer (there is no gather without it)",
+            "set distributed.overlap_param_gather=false, or optimizer.use_distributed_optimizer=true",
+        )
+    if not megatron_ddp:
+        knobs = [k for k in ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_in_fp32",
+                             "average_in_collective", "check_for_nan_in_grad") if getattr(d, k)]
+        if knobs:
+            warnings.append(
+                f"distributed.{', distributed.'.join(knobs)} are Megatron-Core DDP settings that strategy "
+                f"{d.strategy} does not use."
+            )
+    return warnings
+
+
+def _precision(cfg: ConfigContainer) -> list[str]:
+    p, m = cfg.mixed_precision, cfg.model
+    _one_of("mixed_precision.precision", p.precision, S.PRECISIONS)
+    for flag, wanted in (("bf16", "bf16_mixed"), ("fp16", "fp16_mixed")):
+        if getattr(m, flag) and p.precision != wanted:
+            raise fail(
+                f"model.{flag}", True, f"mixed_precision.precision = {p.precision!r} is the one source of the "
+                "training dtype", f"set mixed_precision.precision={wanted}, or model.{flag}=false",
+            )
+    if p.loss_scale is not None and p.loss_scale <= 0:
+        raise fail("mixed_precision.loss_scale", p.loss_scale, "must be > 0 or null (dynamic)", "use null")
+    if p.initial_loss_scale <= 0 or p.min_loss_scale <= 0:
+        raise fail(
+            "mixed_precision.initial_loss_scale", p.initial_loss_scale, "loss scales must be > 0", "use 2**32 and 1.0",
+        )
+    _positive("mixed_precision.loss_scale_window", p.loss_scale_window)
+    _positive("mixed_precision.hysteresis", p.hysteresis)
+    if p.loss_scale is not None and p.precision != "fp16_mixed":
+        return [f"mixed_precision.loss_scale={p.loss_scale} has no effect with precision {p.precision} (fp16 only)."]
+    return []
