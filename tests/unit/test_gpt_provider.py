@@ -151,3 +151,168 @@ def test_provider_is_a_plain_dataclass_copy():
     p = preset("llama31_8b")
     q = dataclasses.replace(p, num_layers=2)
     assert q.num_layers == 2 and p.num_layers == 32
+
+
+# ---- building Megatron-Core models (one process) ---------------------------------------------------
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def built():
+    """A tiny model built by provide_distributed_model() in a process with no groups yet."""
+    from bridge.parallel import runtime
+
+    if runtime.is_initialized():
+        runtime.destroy_distributed()
+    provider = tiny(qk_layernorm=True)
+    chunks = provider.provide_distributed_model(wrap_with_ddp=False)
+    assert runtime.is_initialized(), "provide_distributed_model must initialize the groups itself"
+    yield provider, chunks
+    runtime.destroy_distributed()
+
+
+def _tokens(batch=2, seq=16, vocab=100, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (batch, seq), generator=gen)
+    return ids, torch.arange(seq).expand(batch, seq)
+
+
+def test_provide_distributed_model_forward_is_causal_with_no_mask(built):
+    from megatron.core.models.gpt import GPTModel
+
+    provider, chunks = built
+    assert len(chunks) == 1 and isinstance(chunks[0], GPTModel)
+    model = chunks[0].eval()
+    ids, pos = _tokens()
+    with torch.no_grad():
+        logits = model(ids, pos, attention_mask=None)
+        changed = ids.clone()
+        changed[:, 8:] = (changed[:, 8:] + 1) % 100
+        logits2 = model(changed, pos, attention_mask=None)
+    assert logits.shape == (2, 16, provider.padded_vocab_size())
+    assert torch.isfinite(logits).all()
+    # Causal: later tokens do not change earlier positions' logits, and do change their own.
+    torch.testing.assert_close(logits[:, :8], logits2[:, :8], rtol=0, atol=0)
+    assert not torch.allclose(logits[:, 8:], logits2[:, 8:])
+
+
+def test_local_spec_uses_sequence_parallel_norm_everywhere(built):
+    from bridge.models.norms import SequenceParallelNorm
+
+    _, (model,) = built
+    norms = {name for name, m in model.named_modules() if isinstance(m, SequenceParallelNorm)}
+    assert "decoder.final_layernorm" in norms
+    for layer in range(2):
+        for part in (
+            "input_layernorm",
+            "pre_mlp_layernorm",
+            "self_attention.q_layernorm",
+            "self_attention.k_layernorm",
+        ):
+            assert f"decoder.layers.{layer}.{part}" in norms
+    assert not any(type(m).__name__ in ("LayerNorm", "RMSNorm") for m in model.modules())
+
+
+def test_ddp_wrapped_model_trains_a_step(built):
+    from megatron.core.distributed import DistributedDataParallel
+
+    provider, _ = built
+    (ddp,) = provider.provide_distributed_model(wrap_with_ddp=True)
+    assert isinstance(ddp, DistributedDataParallel)
+    ids, pos = _tokens()
+    loss = ddp(ids, pos, None, labels=ids).float().mean()
+    loss.backward()
+    ddp.finish_grad_sync()
+    grads = [p.main_grad for p in ddp.parameters()]
+    assert torch.isfinite(loss) and all(torch.isfinite(g).all() for g in grads)
+    assert all(g.abs().sum() > 0 for g in grads)
+
+
+def test_bf16_model_is_wrapped_and_runs(built):
+    from megatron.core.transformer.module import Float16Module
+
+    (chunk,) = tiny(bf16=True).provide_distributed_model(wrap_with_ddp=False)
+    assert isinstance(chunk, Float16Module)
+    assert {p.dtype for p in chunk.parameters()} == {torch.bfloat16}
+    ids, pos = _tokens()
+    with torch.no_grad():
+        out = chunk(ids, pos, None)
+    assert torch.isfinite(out.float()).all()
+
+
+def test_transformer_config_maps_names_to_megatron_objects(built):
+    import torch.nn.functional as F
+    from megatron.core.transformer.enums import AttnBackend
+
+    cfg = tiny(bf16=True, params_dtype="bf16", attention_backend="local").transformer_config()
+    assert cfg.activation_func is F.silu and cfg.attention_backend is AttnBackend.local
+    assert cfg.params_dtype is torch.bfloat16 and cfg.pipeline_dtype is torch.bfloat16
+    assert cfg.expert_tensor_parallel_size == 1 and cfg.normalization == "RMSNorm"
+    assert cfg.use_cpu_initialization is (not torch.cuda.is_available())
+    assert tiny().transformer_config().pipeline_dtype is torch.float32
+
+
+def test_transformer_config_rejection_is_a_config_error(built):
+    # finalize() does not know this rule; Megatron-Core's own check is reported as a ConfigError.
+    with pytest.raises(ConfigError, match="TransformerConfig rejects.*Fix"):
+        tiny(fp8_param=True).transformer_config()
+
+
+def test_context_parallel_without_transformer_engine_is_a_clear_error(built):
+    from bridge.models.specs import use_transformer_engine
+
+    if use_transformer_engine():
+        pytest.skip("Transformer Engine is usable here")
+    with pytest.raises(ConfigError, match="context_parallel_size=2.*Transformer Engine"):
+        tiny(context_parallel_size=2).provide()
+
+
+def test_groups_of_another_layout_are_refused(built):
+    with pytest.raises(ConfigError, match="tensor_model_parallel_size=2.*initialized with 1"):
+        tiny(tensor_model_parallel_size=2).provide_distributed_model(wrap_with_ddp=False)
+
+
+def test_tiny_moe_builds_and_runs(built):
+    p = tiny(
+        num_moe_experts=4, moe_router_topk=2, moe_ffn_hidden_size=32, moe_token_dispatcher_type="alltoall"
+    )
+    (model,) = p.provide_distributed_model(wrap_with_ddp=False)
+    names = [n for n, _ in model.named_parameters()]
+    assert any("experts.local_experts.3.linear_fc1" in n for n in names)
+    ids, pos = _tokens()
+    with torch.no_grad():
+        assert torch.isfinite(model(ids, pos, None)).all()
+
+
+@pytest.mark.parametrize(
+    "low, high, original",
+    [(1.0, 4.0, 8192), (2.0, 8.0, 64)],  # Megatron-Core's fixed values, then others applied by bridge
+)
+def test_llama3_rope_scaling_matches_hugging_face(built, low, high, original):
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    p = tiny(
+        rope_scaling=True,
+        rope_scaling_factor=32.0,
+        rope_scaling_low_freq_factor=low,
+        rope_scaling_high_freq_factor=high,
+        rope_scaling_original_max_position_embeddings=original,
+        rotary_base=500000,
+    )
+    hf = LlamaConfig(
+        hidden_size=64,
+        num_attention_heads=4,
+        rope_theta=500000.0,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 32.0,
+            "low_freq_factor": low,
+            "high_freq_factor": high,
+            "original_max_position_embeddings": original,
+        },
+    )
+    expected, _ = ROPE_INIT_FUNCTIONS["llama3"](hf, "cpu")
+    (model,) = p.provide_distributed_model(wrap_with_ddp=False)
+    torch.testing.assert_close(model.rotary_pos_emb.inv_freq, expected.float(), rtol=1e-6, atol=0)
