@@ -1,0 +1,109 @@
+"""The published pretraining values every recipe shares, applied to a model provider.
+
+Values (Megatron-Bridge's pretraining recipes): seq_length 8192, global batch 512, micro batch 1,
+train_iters 1_168_251, Adam lr 3e-4 -> min 3e-5 cosine, 2000 warmup iterations, weight decay 0.1,
+betas 0.9 / 0.95, eps 1e-5, clip 1.0, bf16 mixed precision, the distributed optimizer, torch_dist
+checkpoints every 2000 iterations, evaluation every 2000 iterations on 32 batches, manual GC every 100
+iterations, seed 1234, mock data with a NullTokenizer unless data paths are given.
+"""
+
+from __future__ import annotations
+
+import os
+
+from bridge.config.container import ConfigContainer
+from bridge.config.sections import (
+    CheckpointConfig,
+    DatasetConfig,
+    LoggerConfig,
+    MixedPrecisionConfig,
+    OptimizerConfig,
+    RNGConfig,
+    SchedulerConfig,
+    TokenizerConfig,
+    TrainingConfig,
+    ValidationConfig,
+)
+from bridge.models.gpt_provider import GPTModelProvider
+
+SEQ_LENGTH = 8192
+TRAIN_ITERS = 1_168_251
+GLOBAL_BATCH_SIZE = 512
+MICRO_BATCH_SIZE = 1
+LR = 3e-4
+MIN_LR = 3e-5
+LR_WARMUP_ITERS = 2000
+
+
+def pretrain_config(
+    model: GPTModelProvider,
+    *,
+    tensor_model_parallel_size: int,
+    pipeline_model_parallel_size: int,
+    virtual_pipeline_model_parallel_size: int | None,
+    context_parallel_size: int,
+    sequence_parallel: bool,
+    expert_model_parallel_size: int = 1,
+    dir: str | None = None,
+    name: str = "default",
+    data_paths: list[str] | None = None,
+    data_kind: str = "indexed",
+    seq_length: int = SEQ_LENGTH,
+    train_iters: int = TRAIN_ITERS,
+    global_batch_size: int = GLOBAL_BATCH_SIZE,
+    micro_batch_size: int = MICRO_BATCH_SIZE,
+    lr: float = LR,
+    min_lr: float = MIN_LR,
+    lr_warmup_iters: int = LR_WARMUP_ITERS,
+) -> ConfigContainer:
+    """A pretraining ConfigContainer for `model` with the published values and the given layout.
+
+    `dir` holds the run's outputs (<dir>/<name>/checkpoints and /tb_logs; default ./experiments).
+    `data_paths` (Megatron blend list, optional weights) switches from mock data to `data_kind` files.
+    The sequence length is set on the model only: dataset.seq_length stays null and follows it.
+    """
+    model.tensor_model_parallel_size = tensor_model_parallel_size
+    model.pipeline_model_parallel_size = pipeline_model_parallel_size
+    model.virtual_pipeline_model_parallel_size = virtual_pipeline_model_parallel_size
+    model.context_parallel_size = context_parallel_size
+    model.expert_model_parallel_size = expert_model_parallel_size
+    model.sequence_parallel = sequence_parallel
+    model.seq_length = seq_length
+
+    run_dir = os.path.join(dir if dir is not None else os.path.join(os.getcwd(), "experiments"), name)
+    return ConfigContainer(
+        model=model,
+        train=TrainingConfig(
+            train_iters=train_iters,
+            global_batch_size=global_batch_size,
+            micro_batch_size=micro_batch_size,
+            manual_gc=True,
+            manual_gc_interval=100,
+        ),
+        validation=ValidationConfig(eval_interval=2000, eval_iters=32),
+        optimizer=OptimizerConfig(
+            optimizer="adam",
+            lr=lr,
+            min_lr=min_lr,
+            weight_decay=0.1,
+            adam_beta1=0.9,
+            adam_beta2=0.95,
+            adam_eps=1e-5,
+            clip_grad=1.0,
+            use_distributed_optimizer=True,
+        ),
+        scheduler=SchedulerConfig(lr_decay_style="cosine", lr_warmup_iters=lr_warmup_iters, lr_decay_iters=None),
+        dataset=DatasetConfig(
+            kind=data_kind if data_paths else "mock",
+            data_paths=list(data_paths or []),
+            seq_length=None,
+            num_workers=8,
+        ),
+        tokenizer=TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=None),
+        checkpoint=CheckpointConfig(
+            save=os.path.join(run_dir, "checkpoints"), save_interval=2000, ckpt_format="torch_dist"
+        ),
+        logger=LoggerConfig(log_interval=10, tensorboard_dir=os.path.join(run_dir, "tb_logs")),
+        mixed_precision=MixedPrecisionConfig(precision="bf16_mixed"),
+        rng=RNGConfig(seed=1234),
+    )

@@ -1,0 +1,52 @@
+"""Qwen3 pretraining recipes (published Megatron-Bridge layouts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bridge.config.container import ConfigContainer
+from bridge.models.qwen3.presets import qwen3_8b
+from bridge.models.qwen3_moe.presets import qwen3_30b_a3b
+from recipes.common import pretrain_config
+
+
+def qwen3_8b_pretrain_config(
+    tensor_model_parallel_size: int = 4,
+    pipeline_model_parallel_size: int = 1,
+    virtual_pipeline_model_parallel_size: int | None = None,
+    context_parallel_size: int = 1,
+    sequence_parallel: bool = False,
+    **kwargs: Any,
+) -> ConfigContainer:
+    """Qwen3 8B: TP4 PP1."""
+    return pretrain_config(
+        qwen3_8b(),
+        tensor_model_parallel_size=tensor_model_parallel_size,
+        pipeline_model_parallel_size=pipeline_model_parallel_size,
+        virtual_pipeline_model_parallel_size=virtual_pipeline_model_parallel_size,
+        context_parallel_size=context_parallel_size,
+        sequence_parallel=sequence_parallel,
+        **kwargs,
+    )
+
+
+def qwen3_30b_a3b_pretrain_config(
+    tensor_model_parallel_size: int = 4,
+    pipeline_model_parallel_size: int = 2,
+    virtual_pipeline_model_parallel_size: int | None = None,
+    context_parallel_size: int = 1,
+    expert_model_parallel_size: int = 4,
+    sequence_parallel: bool = True,
+    **kwargs: Any,
+) -> ConfigContainer:
+    """Qwen3-30B-A3B MoE (128 experts, top-8): TP4 PP2 EP4, SP on (MoE with TP > 1 needs it)."""
+    return pretrain_config(
+        qwen3_30b_a3b(),
+        tensor_model_parallel_size=tensor_model_parallel_size,
+        pipeline_model_parallel_size=pipeline_model_parallel_size,
+        virtual_pipeline_model_parallel_size=virtual_pipeline_model_parallel_size,
+        context_parallel_size=context_parallel_size,
+        expert_model_parallel_size=expert_model_parallel_size,
+        sequence_parallel=sequence_parallel,
+        **kwargs,
+    )
