@@ -1,0 +1,35 @@
+"""The `bridge` console script: `bridge <subcommand> ...` (subcommands load lazily, so --help is instant)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# subcommand -> (module with main(argv) -> int, one-line help)
+SUBCOMMANDS = {
+    "plan": ("bridge.plan", "recommend a parallel layout and estimate per-GPU memory (offline)"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: bridge <subcommand> [options]", "", "subcommands:"]
+    lines += [f"  {name:<8} {text}" for name, (_, text) in SUBCOMMANDS.items()]
+    lines.append("\n`bridge <subcommand> --help` for its options.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"bridge: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    return module.main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""Per-GPU training memory: parameters, gradients, optimizer state and activations, in GB (1e9 bytes).
+
+Two accountings (pure Python; numbers from the model shape, no framework):
+
+`seed` (the seeds' worked example, shared/seeds/001): every tensor in the training dtype (2 bytes for
+fp16/bf16, 1 for fp8, 4 for fp32); gradients the same size as the parameters; Adam keeps 2 states
+(SGD with momentum 1) in that dtype; everything is split evenly by tp*pp (routed experts by ep*etp*pp),
+data parallelism shards nothing. 70B in fp16 with Adam: 140 + 140 + 280 GB; with TP=4, PP=4:
+8.75 + 8.75 + 17.5 GB. Activations: one micro batch through all layers, split by tp*pp*cp.
+
+`megatron` (Megatron-Core mixed precision with the distributed optimizer): parameters in the compute
+dtype (2 bytes for bf16/fp16/fp8, whose fp8 copies are transient; 4 for fp32), gradients in an fp32
+buffer (4 bytes), and the optimizer's fp32 master weights (4, not for fp32 training) plus Adam's two fp32
+moments (8; SGD momentum 4), sharded over dp*cp (dense) and edp (experts): 6 + 12/dp bytes per parameter
+for bf16 + Adam. Parameters per rank are counted exactly (padded vocab, replicated norms, embedding on the
+first stage, output layer on the last). Activations follow the 1F1B schedule: the first stage keeps
+min(pp, M) micro batches of its layers in flight (times 1 + (pp-1)/(pp*vpp) when interleaved), the last
+stage one micro batch plus the fp32 logits. The estimate is the larger of the two stages.
+
+Activation bytes per token and layer (flash attention, no dropout; 2-byte activations, 4 for fp32):
+norm inputs and outputs 4h (split by tp only with sequence parallelism) + Q, K, V and the attention
+output 2q + 2kv (split by tp) + the MLP 3f gated / 2f plain (split by tp); for MoE the routed tokens
+top_k * (2h + 3f_expert) and the router's fp32 logits, split by tp. Full recomputation keeps only each
+layer's input (h) plus one layer's activations for the recompute. Sequence length is split by cp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bridge.errors import ConfigError
+from bridge.parallel.layout import ModelShape, ParallelLayout
+from bridge.parallel.param_count import count_parameters, padded_vocab_size, params_per_rank
+
+GB = 1e9
+PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+OPTIMIZERS = ("adam", "sgd")
+MEMORY_MODELS = ("megatron", "seed")
+RECOMPUTE = ("none", "full")
+OPTIMIZER_STATES = {"adam": 2, "sgd": 1}  # moments kept per parameter
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    """What besides the layout decides memory: batch shape, precision, optimizer, recomputation."""
+
+    seq_length: int
+    micro_batch_size: int = 1
+    global_batch_size: int | None = None
+    precision: str = "bf16"
+    optimizer: str = "adam"
+    recompute: str = "none"
+
+    def __post_init__(self):
+        for name in ("seq_length", "micro_batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(
+                    f"{name} = {value!r}: must be a positive integer. Fix: give an integer >= 1."
+                )
+        gbs = self.global_batch_size
+        if gbs is not None and (
+            isinstance(gbs, bool) or not isinstance(gbs, int) or gbs % self.micro_batch_size
+        ):
+            raise ConfigError(
+                f"global_batch_size = {gbs!r}: must be a positive multiple of micro_batch_size "
+                f"({self.micro_batch_size}). Fix: give a multiple of the micro batch size."
+            )
+        for name, allowed in (("precision", PRECISIONS), ("optimizer", OPTIMIZERS), ("recompute", RECOMPUTE)):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(
+                    f"{name} = {getattr(self, name)!r}: must be one of {', '.join(allowed)}. Fix: pick one of those."
+                )
+
+    def num_microbatches(self, dp: int) -> int | None:
+        """Micro batches per step on one data-parallel rank; None when the global batch is not given."""
+        if self.global_batch_size is None:
+            return None
+        return self.global_batch_size // (self.micro_batch_size * dp)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    params: float  # GB
+    grads: float
+    optimizer: float
+    activations: float
+    memory_model: str
+    stage: int = 0  # the pipeline stage the estimate is for (the fullest one)
+
+    @property
+    def total(self) -> float:
+        return self.params + self.grads + self.optimizer + self.activations
+
+    def as_dict(self) -> dict[str, float]:
+        out = {k: round(getattr(self, k), 3) for k in ("params", "grads", "optimizer", "activations")}
+        out["total"] = round(self.total, 3)
+        return out
+
+
+def seed_state_memory(
+    total_params: float,
+    layout: ParallelLayout,
+    precision: str = "fp16",
+    optimizer: str = "adam",
+    expert_params: float = 0,
+) -> tuple[float, float, float]:
+    """The seeds' accounting of (params, grads, optimizer) GB per GPU: see the module docstring."""
+    width = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}[precision]
+    dense = (total_params - expert_params) / (layout.tp * layout.pp)
+    expert = expert_params / (layout.ep * layout.etp * layout.pp)
+    per_gpu = dense + expert
+    params = per_gpu * width / GB
+    return params, params, OPTIMIZER_STATES[optimizer] * params
+
+
+def _act_bytes_per_token_layer(shape: ModelShape, tp: int, sequence_parallel: bool, width: int) -> float:
+    h = shape.hidden_size
+    kv = shape.kv_channels or h // shape.num_attention_heads
+    q, kvs = shape.num_attention_heads * kv, shape.query_groups * kv
+    mats = 3 if shape.gated_linear_unit else 2
+    norms = 4 * h / (tp if sequence_parallel else 1)
+    split = 2 * q + 2 * kvs
+    extra_fp32 = 0.0
+    if shape.is_moe:
+        expert_ffn = shape.moe_ffn_hidden_size or shape.ffn_hidden_size
+        split += shape.moe_router_topk * (2 * h + mats * expert_ffn)
+        if shape.moe_shared_expert_intermediate_size:
+            split += mats * shape.moe_shared_expert_intermediate_size
+        extra_fp32 = 4 * shape.num_moe_experts / tp
+    else:
+        split += mats * shape.ffn_hidden_size
+    return (norms + split / tp) * width + extra_fp32
+
+
+def activation_memory(
+    shape: ModelShape, layout: ParallelLayout, setup: TrainingSetup, stage: int, *, in_flight: float
+) -> float:
+    """Bytes of activations on one rank of `stage` holding `in_flight` micro batches of its layers."""
+    width = 4 if setup.precision == "fp32" else 2
+    tokens = setup.seq_length // layout.cp * setup.micro_batch_size
+    per_layer = tokens * _act_bytes_per_token_layer(shape, layout.tp, layout.sequence_parallel, width)
+    layers = shape.num_layers // layout.pp
+    if setup.recompute == "full":
+        kept = tokens * shape.hidden_size * width / (layout.tp if layout.sequence_parallel else 1)
+        total = layers * in_flight * kept + per_layer
+    else:
+        total = layers * in_flight * per_layer
+    if stage == layout.pp - 1:
+        vocab = padded_vocab_size(shape.vocab_size, layout.tp)
+        total += tokens * vocab / layout.tp * (width + 4)  # logits and their fp32 copy for the loss
+    return total
+
+
+def _in_flight_first_stage(layout: ParallelLayout, setup: TrainingSetup) -> float:
+    if layout.pp == 1:
+        return 1.0
+    m = setup.num_microbatches(layout.dp)
+    in_flight = float(layout.pp if m is None else min(layout.pp, m))
+    if layout.interleaved:
+        in_flight *= 1 + (layout.pp - 1) / (layout.pp * layout.vpp)
+    return in_flight
+
+
+def estimate_memory(
+    shape: ModelShape, layout: ParallelLayout, setup: TrainingSetup, memory_model: str = "megatron"
+) -> MemoryEstimate:
+    """Per-GPU memory of training `shape` with `layout`; see the module docstring for both accountings."""
+    if memory_model not in MEMORY_MODELS:
+        raise ConfigError(
+            f"memory_model = {memory_model!r}: must be one of {', '.join(MEMORY_MODELS)}. Fix: pick one of those."
+        )
+    if memory_model == "seed":
+        count = count_parameters(shape)
+        params, grads, opt = seed_state_memory(
+            count.total, layout, setup.precision, setup.optimizer, expert_params=count.expert_params
+        )
+        flat = ParallelLayout(1, model=None)
+        act = activation_memory(shape, flat, setup, 0, in_flight=1.0) / (layout.tp * layout.pp * layout.cp)
+        return MemoryEstimate(params, grads, opt, act / GB, "seed")
+
+    mixed = setup.precision != "fp32"
+    width = 2 if mixed else 4
+    opt_bytes = 4 * OPTIMIZER_STATES[setup.optimizer] + (4 if mixed else 0)
+    best = None
+    for stage in sorted({0, layout.pp - 1}):
+        rank = params_per_rank(shape, layout, stage)
+        params = rank.total * width
+        grads = rank.total * 4
+        opt = rank.dense * opt_bytes / (layout.dp * layout.cp) + rank.expert * opt_bytes / layout.edp
+        in_flight = _in_flight_first_stage(layout, setup) if stage == 0 else 1.0
+        act = activation_memory(shape, layout, setup, stage, in_flight=in_flight)
+        est = MemoryEstimate(params / GB, grads / GB, opt / GB, act / GB, "megatron", stage)
+        if best is None or est.total > best.total:
+            best = est
+    return best

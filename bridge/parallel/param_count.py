@@ -1,0 +1,176 @@
+"""Parameter counts from a ModelShape: the whole model (total, active per token) and one rank's share.
+
+Assumes the GPT family bridge builds: rotary positions (no position table), RMSNorm (one weight vector),
+no linear biases except the optional QKV bias, every layer MoE when num_moe_experts is set. Pure Python.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bridge.parallel.layout import ModelShape, ParallelLayout
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """Parameters of each part of the model (whole model, unsharded)."""
+
+    embedding: int
+    output: int  # 0 when tied to the embedding
+    attention: int  # all layers: QKV, output projection, QKV bias, q/k norms
+    mlp: int  # all layers, dense MLP (0 for MoE models)
+    router: int  # all layers
+    experts: int  # all layers, all routed experts
+    shared_experts: int  # all layers
+    norms: int  # the two per-layer norms and the final norm
+    active_experts: int  # all layers, the top-k experts one token uses
+
+    @property
+    def total(self) -> int:
+        return (
+            self.embedding
+            + self.output
+            + self.attention
+            + self.mlp
+            + self.router
+            + self.experts
+            + self.shared_experts
+            + self.norms
+        )
+
+    @property
+    def active(self) -> int:
+        """Parameters one token touches: everything except the routed experts it is not sent to."""
+        return self.total - self.experts + self.active_experts
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters sharded by ep*etp (the routed experts); the rest is sharded by tp."""
+        return self.experts
+
+
+def _require(shape: ModelShape, *names: str) -> None:
+    from bridge.errors import ConfigError
+
+    missing = [n for n in names if getattr(shape, n) is None]
+    if missing:
+        raise ConfigError(
+            f"model.{missing[0]} = None: the parameter count needs {', '.join('model.' + n for n in missing)}. "
+            "Fix: give the model's full config (a preset, a recipe or a config.json)."
+        )
+
+
+def _layer_parts(shape: ModelShape) -> dict[str, int]:
+    """Parameters of one transformer layer, by part."""
+    _require(shape, "hidden_size")
+    h = shape.hidden_size
+    kv = shape.kv_channels or h // shape.num_attention_heads
+    q_size = shape.num_attention_heads * kv
+    kv_size = shape.query_groups * kv
+    attention = h * (q_size + 2 * kv_size) + q_size * h
+    if shape.add_qkv_bias:
+        attention += q_size + 2 * kv_size
+    if shape.qk_layernorm:
+        attention += 2 * kv  # one norm over the head dimension for q and one for k
+    mats = 3 if shape.gated_linear_unit else 2  # gate+up+down, or fc1+fc2
+    parts = {
+        "attention": attention,
+        "norms": 2 * h,
+        "mlp": 0,
+        "router": 0,
+        "experts": 0,
+        "shared": 0,
+        "active_experts": 0,
+        "per_expert": 0,
+    }
+    if shape.is_moe:
+        expert_ffn = shape.moe_ffn_hidden_size or shape.ffn_hidden_size
+        if expert_ffn is None:
+            _require(shape, "moe_ffn_hidden_size")
+        per_expert = mats * h * expert_ffn
+        parts["per_expert"] = per_expert
+        parts["router"] = h * shape.num_moe_experts
+        parts["experts"] = shape.num_moe_experts * per_expert
+        parts["active_experts"] = shape.moe_router_topk * per_expert
+        if shape.moe_shared_expert_intermediate_size:
+            parts["shared"] = mats * h * shape.moe_shared_expert_intermediate_size
+    else:
+        _require(shape, "ffn_hidden_size")
+        parts["mlp"] = mats * h * shape.ffn_hidden_size
+    return parts
+
+
+def count_parameters(shape: ModelShape) -> ParamCount:
+    """Whole-model parameter count (vocab unpadded, as in the Hugging Face checkpoint)."""
+    _require(shape, "hidden_size", "vocab_size")
+    h, v, n = shape.hidden_size, shape.vocab_size, shape.num_layers
+    p = _layer_parts(shape)
+    return ParamCount(
+        embedding=v * h,
+        output=0 if shape.share_embeddings_and_output_weights else v * h,
+        attention=n * p["attention"],
+        mlp=n * p["mlp"],
+        router=n * p["router"],
+        experts=n * p["experts"],
+        shared_experts=n * p["shared"],
+        norms=n * p["norms"] + h,
+        active_experts=n * p["active_experts"],
+    )
+
+
+def padded_vocab_size(vocab_size: int, tp: int, make_vocab_size_divisible_by: int = 128) -> int:
+    """Megatron pads the vocab to a multiple of make_vocab_size_divisible_by * tp."""
+    multiple = make_vocab_size_divisible_by * tp
+    return math.ceil(vocab_size / multiple) * multiple
+
+
+@dataclass(frozen=True)
+class RankParams:
+    """Parameters one rank holds, split by how the distributed optimizer shards them."""
+
+    dense: int  # sharded over dp*cp by the distributed optimizer
+    expert: int  # sharded over edp
+
+    @property
+    def total(self) -> int:
+        return self.dense + self.expert
+
+
+def params_per_rank(
+    shape: ModelShape, layout: ParallelLayout, stage: int = 0, make_vocab_size_divisible_by: int = 128
+) -> RankParams:
+    """Parameters a rank of pipeline stage `stage` allocates, as Megatron-Core shards them.
+
+    Linear weights and the (padded) vocab are split by tp, routed experts by ep (whole experts) and etp,
+    norms and the router are replicated. The first stage holds the embedding; the last holds the final
+    norm and the output layer, which with tied weights and pp > 1 is a second copy of the embedding.
+    """
+    _require(shape, "hidden_size", "vocab_size")
+    if not 0 <= stage < layout.pp:
+        raise ValueError(f"stage {stage} outside 0..{layout.pp - 1}")
+    tp, h = layout.tp, shape.hidden_size
+    p = _layer_parts(shape)
+    kv = shape.kv_channels or h // shape.num_attention_heads
+    norm_like = p["norms"] + (2 * kv if shape.qk_layernorm else 0)  # replicated across tp
+    per_layer_dense = (
+        (p["attention"] - (2 * kv if shape.qk_layernorm else 0)) // tp
+        + norm_like
+        + p["mlp"] // tp
+        + p["router"]
+        + p["shared"] // tp
+    )
+    per_layer_expert = 0
+    if shape.is_moe:
+        per_layer_expert = (shape.num_moe_experts // layout.ep) * (p["per_expert"] // layout.etp)
+    layers = shape.num_layers // layout.pp
+    dense = layers * per_layer_dense
+    vocab = padded_vocab_size(shape.vocab_size, tp, make_vocab_size_divisible_by)
+    table = vocab * h // tp
+    if stage == 0:
+        dense += table
+    if stage == layout.pp - 1:
+        dense += h  # final norm
+        if not shape.share_embeddings_and_output_weights or layout.pp > 1:
+            dense += table
+    return RankParams(dense=dense, expert=layers * per_layer_expert)

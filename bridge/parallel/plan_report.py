@@ -1,0 +1,147 @@
+"""A Plan as JSON, as dotted overrides for run_recipe.py, or as a readable table."""
+
+from __future__ import annotations
+
+from bridge.parallel.layout import ParallelLayout
+from bridge.parallel.planner import USABLE_FRACTION, Plan
+
+_LAYOUT_KEYS = (
+    ("tensor_model_parallel_size", "tp"),
+    ("pipeline_model_parallel_size", "pp"),
+    ("virtual_pipeline_model_parallel_size", "vpp"),
+    ("context_parallel_size", "cp"),
+    ("expert_model_parallel_size", "ep"),
+    ("expert_tensor_parallel_size", "etp"),
+    ("sequence_parallel", "sequence_parallel"),
+)
+
+
+def _layout_fields(layout: ParallelLayout | None) -> dict:
+    out = {"strategy": layout.strategy if layout else None}
+    out.update({key: getattr(layout, attr) if layout else None for key, attr in _LAYOUT_KEYS})
+    out["data_parallel_size"] = layout.dp if layout else None
+    out["expert_data_parallel_size"] = layout.edp if layout else None
+    out["min_gpus"] = layout.min_gpus if layout else None
+    return out
+
+
+def plan_to_json(p: Plan) -> dict:
+    """One JSON object: the layout by Megatron field names, parameter counts, memory, reasons, warnings."""
+    req = p.request
+    out = _layout_fields(p.layout)
+    out.update(
+        recompute_granularity=None if p.recompute == "none" else p.recompute,
+        params_total=p.params.total,
+        params_active=p.params.active,
+        memory_gb=p.memory.as_dict() if p.memory else None,
+        reasons=list(p.reasons),
+        warnings=p.warnings,
+        fits=p.fits,
+        gpus=req.gpus,
+        gpu_memory_gb=req.gpu_memory_gb,
+        usable_memory_gb=round(p.budget_gb, 3),
+        memory_model=req.memory_model,
+        seq_length=req.seq,
+    )
+    if not p.fits:
+        out["advice"] = list(p.advice)
+        if p.closest is not None:
+            layout, recompute, mem = p.closest
+            out["closest"] = {
+                **_layout_fields(layout),
+                "recompute_granularity": None if recompute == "none" else recompute,
+                "memory_gb": mem.as_dict(),
+            }
+    return out
+
+
+def plan_overrides(p: Plan, explicit: dict[str, object] | None = None) -> list[str]:
+    """Dotted overrides that set the plan's layout (and the inputs the user gave explicitly)."""
+    if p.layout is None:
+        return []
+    lay = p.layout
+    out = [
+        f"distributed.strategy={lay.strategy}",
+        f"model.tensor_model_parallel_size={lay.tp}",
+        f"model.pipeline_model_parallel_size={lay.pp}",
+        f"model.virtual_pipeline_model_parallel_size={'null' if lay.vpp is None else lay.vpp}",
+        f"model.context_parallel_size={lay.cp}",
+        f"model.expert_model_parallel_size={lay.ep}",
+        f"model.expert_tensor_parallel_size={lay.etp}",
+        f"model.sequence_parallel={lay.sequence_parallel}",
+    ]
+    if p.recompute == "full":
+        out += [
+            "model.recompute_granularity=full",
+            "model.recompute_method=uniform",
+            "model.recompute_num_layers=1",
+        ]
+    else:
+        out.append("model.recompute_granularity=null")
+    explicit = explicit or {}
+    names = {
+        "seq_length": "model.seq_length",
+        "global_batch_size": "train.global_batch_size",
+        "micro_batch_size": "train.micro_batch_size",
+        "optimizer": "optimizer.optimizer",
+    }
+    for key, dotted in names.items():
+        if explicit.get(key) is not None:
+            out.append(f"{dotted}={explicit[key]}")
+    precision = explicit.get("precision")
+    if precision in ("bf16", "fp16"):
+        out.append(f"mixed_precision.precision={precision}_mixed")
+    elif precision == "fp32":
+        out.append("mixed_precision.precision=fp32")
+    return out
+
+
+def _b(n: int) -> str:
+    return f"{n / 1e9:.2f}B"
+
+
+def _memory_lines(mem, budget: float, gpu_gb: float) -> list[str]:
+    lines = [f"memory per GPU (GB, {mem.memory_model} accounting, pipeline stage {mem.stage})"]
+    for name in ("params", "grads", "optimizer", "activations"):
+        lines.append(f"  {name:<12} {getattr(mem, name):8.2f}")
+    lines.append(
+        f"  {'total':<12} {mem.total:8.2f}   of {budget:.1f} usable ({gpu_gb:g} GB x {USABLE_FRACTION:g})"
+    )
+    return lines
+
+
+def format_table(p: Plan, model_name: str, overrides: list[str]) -> str:
+    req = p.request
+    lines = [
+        f"bridge plan: {model_name} on {req.gpus} GPUs ({req.gpus_per_node} per node, {req.link}), "
+        f"{req.gpu_memory_gb:g} GB each",
+        f"  seq {req.seq}, micro batch {req.micro_batch_size}, global batch {req.global_batch_size or '-'}, "
+        f"{req.precision}, {req.optimizer}",
+        f"parameters: {_b(p.params.total)} total, {_b(p.params.active)} active per token",
+        "",
+    ]
+    if p.fits:
+        lay = p.layout
+        lines += [
+            f"layout   {lay.describe()}",
+            f"         strategy={lay.strategy} vpp={lay.vpp} sequence_parallel={lay.sequence_parallel} "
+            f"recompute={p.recompute} min_gpus={lay.min_gpus}",
+            "",
+            *_memory_lines(p.memory, p.budget_gb, req.gpu_memory_gb),
+            "",
+            "why",
+            *(f"  - {r}" for r in p.reasons),
+        ]
+        if p.warnings:
+            lines += ["warnings", *(f"  - {w}" for w in p.warnings)]
+        lines += ["", "overrides for run_recipe.py", "  " + " ".join(overrides)]
+    else:
+        lines.append("NOTHING FITS: no valid layout fits the memory budget on these GPUs.")
+        if p.closest is not None:
+            layout, recompute, mem = p.closest
+            lines += [
+                f"closest  {layout.describe()} recompute={recompute}",
+                *_memory_lines(mem, p.budget_gb, req.gpu_memory_gb),
+            ]
+        lines += ["", "what would fit", *(f"  - {a}" for a in p.advice)]
+    return "\n".join(lines)
