@@ -1,0 +1,105 @@
+"""Train (or dry-run) a recipe with dotted overrides.
+
+    torchrun --nproc_per_node=4 scripts/training/run_recipe.py --recipe llama32_1b_pretrain_config \
+        model.tensor_model_parallel_size=2 model.pipeline_model_parallel_size=2 model.sequence_parallel=True
+    python scripts/training/run_recipe.py --recipe llama31_70b_pretrain_config --dry-run --world-size 64
+    python scripts/training/run_recipe.py --list-recipes
+
+--dry-run resolves and validates everything, prints the config as YAML and the layout line, and exits
+0 without importing torch or megatron.core. Invalid input exits 2 with the error on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+# Runnable as `python scripts/training/run_recipe.py` (and under torchrun) without installing the package.
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(_REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(_REPO_ROOT))
+
+from bridge.errors import ConfigError  # noqa: E402
+
+EXIT_INVALID = 2
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Run a training recipe; trailing key=value arguments override any config field "
+        "(Hydra grammar: +key=value adds, ~key deletes).",
+    )
+    parser.add_argument("--recipe", help="recipe name (see --list-recipes)")
+    parser.add_argument("--list-recipes", action="store_true", help="print the recipes and exit")
+    parser.add_argument("--config-file", help="YAML merged before the overrides (own shape or AutoModel form)")
+    parser.add_argument("--dry-run", action="store_true", help="validate and print the config; do not train")
+    parser.add_argument(
+        "--world-size", type=int, default=None,
+        help="number of ranks to validate for (default: WORLD_SIZE or 1)",
+    )
+    parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.train_iters=10")
+    args = parser.parse_args(argv)
+    if not args.list_recipes and not args.recipe:
+        parser.error("--recipe is required (or --list-recipes)")
+    return args
+
+
+def env_world_size() -> int:
+    value = os.environ.get("WORLD_SIZE", "1")
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"WORLD_SIZE = {value!r}: must be an integer. Fix: unset it or launch with torchrun.") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit status: 0 on success, 2 on invalid input (the ConfigError message on stderr, no traceback)."""
+    try:
+        return run(argv)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_INVALID
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from recipes import get_recipe, list_recipes
+
+    if args.list_recipes:
+        rows = list_recipes()
+        width = max(len(name) for name, _ in rows)
+        for name, description in rows:
+            print(f"{name:<{width}}  {description}")
+        return 0
+
+    from bridge.config.compose import compose
+
+    world_size = args.world_size if args.world_size is not None else env_world_size()
+    if not args.dry_run and args.world_size is not None and "WORLD_SIZE" in os.environ and world_size != env_world_size():
+        raise ConfigError(
+            f"--world-size {world_size} differs from WORLD_SIZE={env_world_size()} of this launch. "
+            "Fix: drop --world-size (it is for dry runs) or launch that many ranks."
+        )
+    cfg, warnings = compose(get_recipe(args.recipe)(), config_file=args.config_file, overrides=args.overrides)
+    warnings += cfg.validate(world_size)
+
+    if args.dry_run:
+        print(cfg.to_yaml(), end="")
+        print(f"layout: {cfg.layout(world_size).describe()}")
+        for line in warnings:
+            print(f"warning: {line}")
+        return 0
+
+    if int(os.environ.get("RANK", "0")) == 0:
+        for line in warnings:
+            print(f"warning: {line}", file=sys.stderr)
+    from bridge.training import pretrain
+
+    pretrain(cfg)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
