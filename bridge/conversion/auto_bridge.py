@@ -1,0 +1,367 @@
+"""AutoBridge: Hugging Face checkpoints in and out of Megatron-Core models (Megatron-Bridge's API).
+
+    bridge = AutoBridge.from_hf_pretrained("/path/to/hf")
+    provider = bridge.to_megatron_provider()           # GPTModelProvider filled from config.json
+    provider.tensor_model_parallel_size = 2
+    model = provider.provide_distributed_model()       # this rank's chunks, holding the HF weights
+    bridge.save_hf_pretrained(model, "/path/to/out")   # gathered back; tensors bit-identical
+
+    AutoBridge.import_ckpt("/path/to/hf", "/path/to/megatron")      # HF -> torch_dist checkpoint
+    AutoBridge.from_hf_pretrained("/path/to/hf").export_ckpt("/path/to/megatron", "/path/to/out")
+
+Works in one process and under torchrun (every rank calls the same methods).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bridge.conversion import hf_config as hfc
+from bridge.conversion import registry
+from bridge.conversion.hf_io import DTYPES, HFCheckpoint, check_target_dir
+from bridge.errors import ConfigError
+from bridge.models.gpt_provider import GPTModelProvider
+
+# Non-weight files of an HF folder that an export carries over unchanged.
+ASSET_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+# Written by import_ckpt next to the Megatron checkpoint, so that export_ckpt can rebuild the HF folder.
+HF_ASSETS_DIR = "hf_assets"
+SOURCE_TENSORS = "source_tensors.json"  # HF name -> [file, dtype] of the source checkpoint
+
+
+class _HFWeightsProvider(GPTModelProvider):
+    """A GPTModelProvider whose provide_distributed_model() loads the HF weights into the chunks.
+
+    Same fields as GPTModelProvider; the bridge rides in a private attribute. Random initialisation is
+    skipped while building (every parameter is overwritten by the load, which checks it covers all).
+    """
+
+    def provide_distributed_model(self, *args: Any, **kwargs: Any) -> list:
+        bridge: AutoBridge | None = getattr(self, "_hf_bridge", None)
+        if bridge is None:
+            return super().provide_distributed_model(*args, **kwargs)
+        init = self.perform_initialization
+        self.perform_initialization = False
+        try:
+            chunks = super().provide_distributed_model(*args, **kwargs)
+        finally:
+            self.perform_initialization = init
+        bridge.load_hf_weights(chunks)
+        return chunks
+
+
+def _rank_world() -> tuple[int, int]:
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return 0, 1
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def _config_get(config: Any, name: str, default: Any = None) -> Any:
+    return config.get(name, default) if isinstance(config, dict) else getattr(config, name, default)
+
+
+class AutoBridge:
+    """Conversion between one Hugging Face architecture and Megatron-Core GPTModel chunks."""
+
+    def __init__(self, hf_config: Any, hf_path: str | os.PathLike | None = None):
+        self.hf_config = hf_config
+        self.hf_path = Path(hf_path) if hf_path is not None else None
+        self.family = registry.family_for(_config_get(hf_config, "architectures"))
+        # Validate the translation now: a config we cannot express fails here, not at build time.
+        self._provider_fields = hfc.provider_fields(hf_config, self.family)
+
+    # ---- construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_hf_pretrained(cls, path: str | os.PathLike, **kwargs: Any) -> AutoBridge:
+        """A local HF folder (config.json + safetensors); kwargs go to transformers' AutoConfig."""
+        folder = Path(path)
+        if not (folder / "config.json").is_file():
+            raise ConfigError(
+                f"hf_path={str(folder)!r} has no config.json; point it at a folder written by "
+                "save_pretrained (model ids are not downloaded here: download the model first)"
+            )
+        from transformers import AutoConfig
+
+        return cls(AutoConfig.from_pretrained(str(folder), **kwargs), hf_path=folder)
+
+    @classmethod
+    def from_hf_config(cls, config: Any) -> AutoBridge:
+        """From a transformers PretrainedConfig (or its dict): no weights attached."""
+        return cls(config)
+
+    @classmethod
+    def supports(cls, config: Any) -> bool:
+        archs = _config_get(config, "architectures") or ()
+        return any(a in registry.families() for a in archs)
+
+    @classmethod
+    def list_supported_models(cls) -> list[str]:
+        return registry.supported_architectures()
+
+    # ---- provider ---------------------------------------------------------------------------------
+
+    def to_megatron_provider(
+        self, load_weights: bool = True, hf_path: str | os.PathLike | None = None
+    ) -> GPTModelProvider:
+        """A GPTModelProvider with every math-relevant field from the HF config.
+
+        With load_weights, the provider's provide_distributed_model() returns chunks holding the HF
+        weights (from `hf_path`, default the folder this bridge was made from).
+        """
+        if not load_weights:
+            return GPTModelProvider(**self._provider_fields)
+        source = self._weights_path(hf_path)
+        provider = _HFWeightsProvider(**self._provider_fields)
+        provider._hf_bridge = AutoBridge(self.hf_config, hf_path=source) if source != self.hf_path else self
+        return provider
+
+    def _weights_path(self, hf_path: str | os.PathLike | None) -> Path:
+        path = Path(hf_path) if hf_path is not None else self.hf_path
+        if path is None:
+            raise ConfigError(
+                "hf_path=None: this bridge was made from a config alone, so it has no weights; "
+                "pass hf_path=<folder with safetensors> or use load_weights=False"
+            )
+        return path
+
+    # ---- weights ----------------------------------------------------------------------------------
+
+    def load_hf_weights(
+        self, model: list, hf_path: str | os.PathLike | None = None, progress: bool = True
+    ) -> None:
+        """Copy the HF safetensors into this rank's model chunks (checks everything first)."""
+        from bridge.conversion.weight_loader import load_hf_weights
+
+        ckpt = HFCheckpoint(self._weights_path(hf_path))
+        load_hf_weights(_as_list(model), ckpt, self.family, self._vocab_size(), progress=progress)
+
+    def export_hf_weights(self, model: list, cpu: bool = True) -> Iterator[tuple[str, Any]]:
+        """Yield (hf_name, tensor) for the whole model on every rank, gathered across TP/PP/EP."""
+        exporter = self._exporter(_as_list(model))
+        for name, tensor in exporter.iterate(dst=None):
+            yield name, (tensor.cpu() if cpu else tensor)
+
+    def save_hf_pretrained(
+        self, model: list, path: str | os.PathLike, max_shard_size: int | None = None, progress: bool = True
+    ) -> None:
+        """Write an HF folder: config + tokenizer files from the source, safetensors shards (+ index).
+
+        Dtypes are the source checkpoint's; shards follow the source's file layout when the tensor
+        names match, else `max_shard_size` bytes (default: one file up to 5 GB, as transformers).
+        Written to a hidden folder renamed onto `path` when complete; rank 0 writes.
+        """
+        from bridge.conversion.hf_io import OutTensor, ShardedWriter, atomic_dir
+
+        target = check_target_dir(path, "path")  # every rank: all raise together
+        exporter = self._exporter(_as_list(model))
+        rank, _ = _rank_world()
+        if rank != 0:
+            for _ in exporter.iterate(dst=0):
+                pass
+            _barrier()
+            return
+        tensors = [OutTensor(n, s, d) for n, s, d in exporter.hf_tensors()]
+        assignment = {n: f for n, (f, _) in self._source_tensors().items()} or None
+        max_bytes = max_shard_size if max_shard_size is not None else 5 * 1024**3
+        bar = _progress(len(tensors), progress, "writing HF weights")
+        with atomic_dir(target, "path") as staging:
+            writer = ShardedWriter(
+                staging, tensors, max_bytes, assignment if max_shard_size is None else None
+            )
+            try:
+                for name, tensor in exporter.iterate(dst=0):
+                    writer.write(name, tensor)
+                    bar.update(1)
+            except BaseException:
+                writer.abort()
+                raise
+            writer.close()
+            self._write_assets(staging)
+        bar.close()
+        _barrier()
+
+    # ---- whole checkpoints (torch_dist) ------------------------------------------------------------
+
+    @classmethod
+    def import_ckpt(
+        cls, hf_path: str | os.PathLike, megatron_path: str | os.PathLike, **provider_fields: Any
+    ) -> None:
+        """HF folder -> Megatron torch_dist checkpoint (iteration 0) at `megatron_path`.
+
+        provider_fields (e.g. tensor_model_parallel_size=2) set the layout the conversion runs with;
+        the checkpoint itself loads under any layout.
+        """
+        from bridge.training.checkpointing import save_checkpoint
+
+        bridge = cls.from_hf_pretrained(hf_path)
+        target = check_target_dir(megatron_path, "megatron_path")
+        provider = bridge.to_megatron_provider(load_weights=True)
+        for name, value in provider_fields.items():
+            setattr(provider, name, value)
+        chunks = provider.provide_distributed_model(wrap_with_ddp=False, mixed_precision_wrapper=False)
+        with _shared_staging(target, "megatron_path") as staging:
+            save_checkpoint(staging, 0, chunks, save_rng=False)
+            if _rank_world()[0] == 0:
+                bridge._write_hf_assets(staging / HF_ASSETS_DIR)
+
+    def export_ckpt(
+        self,
+        megatron_path: str | os.PathLike,
+        hf_path: str | os.PathLike,
+        max_shard_size: int | None = None,
+        **provider_fields: Any,
+    ) -> None:
+        """Megatron torch_dist checkpoint -> HF folder with this bridge's config and source layout."""
+        from bridge.training.checkpointing import load_checkpoint, resolve_checkpoint
+
+        target = check_target_dir(hf_path, "hf_path")
+        resolve_checkpoint(megatron_path)  # a missing / incomplete checkpoint fails before building
+        provider = self.to_megatron_provider(load_weights=False)
+        provider.perform_initialization = False  # every weight comes from the checkpoint (strict load)
+        for name, value in provider_fields.items():
+            setattr(provider, name, value)
+        chunks = provider.provide_distributed_model(wrap_with_ddp=False, mixed_precision_wrapper=False)
+        load_checkpoint(megatron_path, chunks, load_rng=False, strict=True)
+        self.save_hf_pretrained(chunks, target, max_shard_size=max_shard_size)
+
+    @classmethod
+    def from_megatron_checkpoint(cls, megatron_path: str | os.PathLike) -> AutoBridge:
+        """The bridge recorded by import_ckpt in `<megatron_path>/hf_assets`."""
+        assets = Path(megatron_path) / HF_ASSETS_DIR
+        if not (assets / "config.json").is_file():
+            raise ConfigError(
+                f"megatron_path={str(megatron_path)!r} has no {HF_ASSETS_DIR}/config.json (it was not "
+                "written by import_ckpt); pass the HF config folder explicitly (--hf-config)"
+            )
+        return cls.from_hf_pretrained(assets)
+
+    # ---- helpers -----------------------------------------------------------------------------------
+
+    def _vocab_size(self) -> int:
+        return int(_config_get(self.hf_config, "vocab_size"))
+
+    def _exporter(self, chunks: list):
+        from bridge.conversion.weight_exporter import Exporter
+
+        source = {n: DTYPES[d] for n, (_, d) in self._source_tensors().items()}
+        default = DTYPES[{"fp32": "F32", "bf16": "BF16", "fp16": "F16"}[hfc.hf_dtype_name(self.hf_config)]]
+
+        def dtype_for(name: str, _param_dtype) -> Any:
+            return source.get(name, default)
+
+        return Exporter(chunks, self.family, self._vocab_size(), dtype_for)
+
+    def _source_tensors(self) -> dict[str, tuple[str, str]]:
+        """HF name -> (file, safetensors dtype) of the source checkpoint, if there is one."""
+        if self.hf_path is None:
+            return {}
+        recorded = self.hf_path / SOURCE_TENSORS
+        if recorded.is_file():
+            return {k: tuple(v) for k, v in json.loads(recorded.read_text()).items()}
+        try:
+            ckpt = HFCheckpoint(self.hf_path)
+        except ConfigError:
+            return {}
+        return {n: (i.file, i.dtype) for n, i in ckpt.tensors.items()}
+
+    def _write_assets(self, folder: Path) -> None:
+        copied = False
+        if self.hf_path is not None:
+            for name in ASSET_FILES:
+                src = self.hf_path / name
+                if src.is_file():
+                    shutil.copy2(src, folder / name)
+                    copied |= name == "config.json"
+        if not copied:
+            if isinstance(self.hf_config, dict):
+                (folder / "config.json").write_text(json.dumps(self.hf_config, indent=2) + "\n")
+            else:
+                self.hf_config.to_json_file(str(folder / "config.json"))
+
+    def _write_hf_assets(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self._write_assets(folder)
+        tensors = self._source_tensors()
+        (folder / SOURCE_TENSORS).write_text(
+            json.dumps({k: list(v) for k, v in sorted(tensors.items())}, indent=1)
+        )
+
+
+def _as_list(model: Any) -> list:
+    return list(model) if isinstance(model, (list, tuple)) else [model]
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, enabled: bool, desc: str):
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="tensor", leave=False)
+
+
+class _shared_staging:
+    """Like hf_io.atomic_dir, for a folder all ranks write into: rank 0 creates and renames it."""
+
+    def __init__(self, target: Path, field: str):
+        self.target, self.field = target, field
+        self.staging = target.parent / f".{target.name}.partial"
+
+    def __enter__(self) -> Path:
+        if _rank_world()[0] == 0:
+            self.target.parent.mkdir(parents=True, exist_ok=True)
+            if self.staging.exists():
+                shutil.rmtree(self.staging)
+            self.staging.mkdir()
+        _barrier()
+        return self.staging
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        rank = _rank_world()[0]
+        if exc_type is not None:
+            if rank == 0:
+                shutil.rmtree(self.staging, ignore_errors=True)
+            return
+        _barrier()  # every rank has finished writing
+        if rank == 0:
+            check_target_dir(self.target, self.field)
+            if self.target.exists():
+                self.target.rmdir()
+            os.replace(self.staging, self.target)
+        _barrier()

@@ -1,0 +1,161 @@
+"""Hugging Face config -> GPTModelProvider fields: every value that changes the math, or a ConfigError.
+
+Reads both transformers 5 (`rope_parameters`) and 4.x (`rope_theta` + `rope_scaling`) configs. A setting
+the provider cannot express (e.g. a rope type other than default/llama3, biases on the output
+projection) is refused rather than dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bridge.conversion.registry import Family
+from bridge.errors import ConfigError
+
+# HF `dtype` / `torch_dtype` -> provider dtype names.
+HF_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _get(cfg: Any, name: str, default: Any = None) -> Any:
+    return getattr(cfg, name, default) if not isinstance(cfg, dict) else cfg.get(name, default)
+
+
+def _refuse(field: str, value: Any, rule: str, fix: str) -> ConfigError:
+    return ConfigError(f"HF config {field}={value!r}: {rule}. Fix: {fix}.")
+
+
+def hf_dtype_name(cfg: Any) -> str:
+    """The checkpoint's dtype by provider name (fp32 when the config does not say)."""
+    dtype = _get(cfg, "dtype") or _get(cfg, "torch_dtype") or "float32"
+    dtype = str(dtype).removeprefix("torch.")
+    if dtype not in HF_DTYPES:
+        raise _refuse(
+            "dtype", dtype, f"must be one of {list(HF_DTYPES)}", "save the checkpoint in one of those"
+        )
+    return HF_DTYPES[dtype]
+
+
+def _rope_fields(cfg: Any) -> dict[str, Any]:
+    params = dict(_get(cfg, "rope_parameters") or {})
+    legacy = _get(cfg, "rope_scaling") or {}
+    theta = params.get("rope_theta", _get(cfg, "rope_theta", 10000.0))
+    scaling = {**legacy, **params}
+    rope_type = scaling.get("rope_type", scaling.get("type", "default")) or "default"
+    out: dict[str, Any] = {"position_embedding_type": "rope", "rotary_base": theta}
+    partial = scaling.get("partial_rotary_factor", _get(cfg, "partial_rotary_factor", 1.0))
+    out["rotary_percent"] = float(partial)
+    if rope_type == "default":
+        return out
+    if rope_type != "llama3":
+        raise _refuse(
+            "rope_parameters.rope_type",
+            rope_type,
+            "only 'default' and 'llama3' RoPE are supported",
+            "convert a model with default or llama3 RoPE",
+        )
+    out.update(
+        rope_scaling=True,
+        rope_scaling_factor=float(scaling["factor"]),
+        rope_scaling_low_freq_factor=float(scaling.get("low_freq_factor", 1.0)),
+        rope_scaling_high_freq_factor=float(scaling.get("high_freq_factor", 4.0)),
+        rope_scaling_original_max_position_embeddings=int(
+            scaling.get("original_max_position_embeddings", 8192)
+        ),
+    )
+    return out
+
+
+def _moe_fields(cfg: Any) -> dict[str, Any]:
+    experts = _get(cfg, "num_local_experts") or _get(cfg, "num_experts")
+    if not experts:
+        return {}
+    sparse_step = _get(cfg, "decoder_sparse_step", 1)
+    dense_layers = _get(cfg, "mlp_only_layers") or []
+    if sparse_step != 1 or dense_layers:
+        raise _refuse(
+            "decoder_sparse_step/mlp_only_layers",
+            (sparse_step, dense_layers),
+            "only models with a MoE block in every layer convert (the provider's moe_layer_freq "
+            "is a single integer)",
+            "use decoder_sparse_step=1 and mlp_only_layers=[]",
+        )
+    ffn = _get(cfg, "moe_intermediate_size") or _get(cfg, "intermediate_size")
+    # Mixtral always renormalises the top-k weights; Qwen3-MoE does when norm_topk_prob is set.
+    # Megatron: top-k then softmax (pre_softmax=False) == softmax, top-k, renormalise.
+    renormalise = _get(cfg, "norm_topk_prob", True)
+    jitter = _get(cfg, "router_jitter_noise", 0.0) or None
+    return dict(
+        num_moe_experts=int(experts),
+        moe_router_topk=int(_get(cfg, "num_experts_per_tok")),
+        moe_ffn_hidden_size=int(ffn),
+        moe_router_score_function="softmax",
+        moe_router_pre_softmax=not renormalise,
+        moe_router_load_balancing_type="aux_loss",
+        moe_aux_loss_coeff=float(_get(cfg, "router_aux_loss_coef", 0.0) or 0.0),
+        moe_input_jitter_eps=jitter,
+        moe_token_dispatcher_type="alltoall",
+        moe_grouped_gemm=False,
+    )
+
+
+def provider_fields(cfg: Any, family: Family) -> dict[str, Any]:
+    """GPTModelProvider keyword arguments for an HF config (a PretrainedConfig or its dict)."""
+    act = _get(cfg, "hidden_act", "silu")
+    if act != "silu":
+        raise _refuse("hidden_act", act, "the supported families use SwiGLU (silu)", "use a silu model")
+    for flag in ("mlp_bias",):
+        if _get(cfg, flag, False):
+            raise _refuse(
+                flag, True, "biases on the MLP are not part of these families", "convert a model without them"
+            )
+    if _get(cfg, "attention_bias", False) and not family.provider_fields.get("add_qkv_bias"):
+        raise _refuse(
+            "attention_bias",
+            True,
+            f"the {family.name} mapping has no attention biases",
+            "convert a model with attention_bias=false",
+        )
+    if _get(cfg, "use_sliding_window", False):
+        raise _refuse(
+            "use_sliding_window",
+            True,
+            "per-layer sliding windows are not supported",
+            "convert a model with use_sliding_window=false",
+        )
+    heads = int(_get(cfg, "num_attention_heads"))
+    hidden = int(_get(cfg, "hidden_size"))
+    fields: dict[str, Any] = dict(
+        num_layers=int(_get(cfg, "num_hidden_layers")),
+        hidden_size=hidden,
+        ffn_hidden_size=int(_get(cfg, "intermediate_size")),
+        num_attention_heads=heads,
+        num_query_groups=int(_get(cfg, "num_key_value_heads") or heads),
+        kv_channels=int(_get(cfg, "head_dim") or hidden // heads),
+        seq_length=int(_get(cfg, "max_position_embeddings")),
+        vocab_size=int(_get(cfg, "vocab_size")),
+        normalization="RMSNorm",
+        layernorm_epsilon=float(_get(cfg, "rms_norm_eps")),
+        activation_func="silu",
+        gated_linear_unit=True,
+        add_bias_linear=False,
+        add_qkv_bias=False,
+        qk_layernorm=False,
+        hidden_dropout=0.0,
+        attention_dropout=float(_get(cfg, "attention_dropout", 0.0) or 0.0),
+        init_method_std=float(_get(cfg, "initializer_range", 0.02)),
+        share_embeddings_and_output_weights=bool(_get(cfg, "tie_word_embeddings", False)),
+        make_vocab_size_divisible_by=128,
+    )
+    window = _get(cfg, "sliding_window")
+    if window is not None and _get(cfg, "use_sliding_window") is None:
+        # Mistral/Mixtral (Qwen's window only acts with use_sliding_window, refused above).
+        # HF attends to the last `window` keys including itself; Megatron's (left, right) excludes it.
+        fields["window_size"] = [int(window) - 1, 0]
+    dtype = hf_dtype_name(cfg)
+    fields["params_dtype"] = dtype
+    fields["bf16"] = dtype == "bf16"
+    fields["fp16"] = dtype == "fp16"
+    fields.update(_rope_fields(cfg))
+    fields.update(_moe_fields(cfg))
+    fields.update(family.provider_fields)
+    return fields

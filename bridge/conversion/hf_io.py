@@ -1,0 +1,328 @@
+"""Safetensors I/O for conversion: validated, memory-mapped reads of slices; streamed, sharded, atomic writes.
+
+Reading: every file's header is parsed and checked (truncation, corrupt JSON, offsets past the end,
+index entries missing from their file) before any weight is touched; tensors are then read through
+`safe_open(...).get_slice`, which maps the file and reads only the pages of the requested block.
+Mapped pages count towards the process's RSS while the file stays open, so a handle is reopened after
+`remap_bytes` have been read through it: the RSS stays near the model, not model + file.
+
+Writing: the header of every shard is computed up front from the tensor names, shapes and dtypes, so
+each tensor is written to its final offset as soon as it is produced (no shard is ever held in memory).
+Everything goes to a hidden sibling folder that is renamed onto the target when complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from bridge.errors import ConfigError
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+
+DTYPES: dict[str, torch.dtype] = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+_MAX_HEADER = 100 * 1024 * 1024  # safetensors' own limit
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    file: str
+    dtype: str
+    shape: tuple[int, ...]
+
+
+def _corrupt(path: Path, problem: str) -> ConfigError:
+    return ConfigError(
+        f"safetensors file {path}: {problem}; the file is truncated or corrupt, download or save it again"
+    )
+
+
+def read_header(path: Path) -> dict[str, TensorInfo]:
+    """Parse and check one safetensors header without mapping the data."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise _corrupt(path, f"{size} bytes, shorter than the 8-byte header length")
+        (n,) = struct.unpack("<Q", head)
+        if n > _MAX_HEADER or 8 + n > size:
+            raise _corrupt(path, f"header length {n} does not fit in {size} bytes")
+        try:
+            header = json.loads(fh.read(n))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise _corrupt(path, f"header is not valid JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise _corrupt(path, "header is not a JSON object")
+    data = size - 8 - n
+    out, end = {}, 0
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (begin, stop) = meta["dtype"], tuple(meta["shape"]), meta["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise _corrupt(path, f"tensor {name!r} has a malformed header entry {meta!r}") from None
+        if dtype not in DTYPES:
+            raise ConfigError(
+                f"safetensors file {path}: tensor {name!r} has dtype {dtype}, which is not "
+                f"supported; supported dtypes are {sorted(DTYPES)}"
+            )
+        nbytes = math.prod(shape) * DTYPES[dtype].itemsize
+        if stop - begin != nbytes:
+            raise _corrupt(
+                path, f"tensor {name!r} spans {stop - begin} bytes but {dtype}{list(shape)} needs {nbytes}"
+            )
+        if stop > data:
+            raise _corrupt(path, f"tensor {name!r} ends at byte {stop} of a {data}-byte data section")
+        end = max(end, stop)
+        out[name] = TensorInfo(path.name, dtype, shape)
+    if end != data:
+        raise _corrupt(path, f"data section is {data} bytes but the tensors cover {end}")
+    return out
+
+
+class HFCheckpoint:
+    """The safetensors weights of a Hugging Face folder (single file or sharded with an index)."""
+
+    def __init__(self, folder: str | os.PathLike, remap_bytes: int = 1 << 30):
+        self.folder = Path(folder)
+        self.remap_bytes = remap_bytes
+        index, single = self.folder / INDEX_FILE, self.folder / SINGLE_FILE
+        if index.is_file():
+            try:
+                weight_map: dict[str, str] = json.loads(index.read_text())["weight_map"]
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise ConfigError(
+                    f"{index}: not a valid safetensors index ({e}); save the checkpoint again"
+                ) from None
+            files = sorted(set(weight_map.values()))
+        elif single.is_file():
+            weight_map, files = None, [SINGLE_FILE]
+        else:
+            raise ConfigError(
+                f"hf_path={str(self.folder)!r} holds neither {SINGLE_FILE} nor {INDEX_FILE}; "
+                "point it at a folder written by save_pretrained"
+            )
+        self.tensors: dict[str, TensorInfo] = {}
+        for f in files:
+            if not (self.folder / f).is_file():
+                raise ConfigError(
+                    f"{index}: shard {f} listed in the index is missing; copy it into {self.folder}"
+                )
+            header = read_header(self.folder / f)
+            if weight_map is None:
+                self.tensors.update(header)
+                continue
+            for name, file in weight_map.items():
+                if file == f:
+                    if name not in header:
+                        raise _corrupt(
+                            self.folder / f, f"tensor {name!r} listed in the index is not in the file"
+                        )
+                    self.tensors[name] = header[name]
+        self._handles: dict[str, object] = {}
+        self._read: dict[str, int] = {}
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.tensors)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.tensors[name].shape
+
+    def dtype(self, name: str) -> torch.dtype:
+        return DTYPES[self.tensors[name].dtype]
+
+    def read(self, name: str, index: tuple[slice, ...]) -> torch.Tensor:
+        """`tensor[index]`, read from the mapped file (a view: copy it before the next read)."""
+        file = self.tensors[name].file
+        handle = self._handles.get(file)
+        if handle is None or self._read[file] > self.remap_bytes:
+            if handle is not None:
+                handle.__exit__(None, None, None)
+            handle = safe_open(str(self.folder / file), framework="pt").__enter__()
+            self._handles[file], self._read[file] = handle, 0
+        part = handle.get_slice(name)[index] if index else handle.get_slice(name)[:]
+        self._read[file] += part.numel() * part.element_size()
+        return part
+
+    def close(self) -> None:
+        for h in self._handles.values():
+            h.__exit__(None, None, None)
+        self._handles.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+
+def check_target_dir(path: str | os.PathLike, field: str = "path") -> Path:
+    """A conversion target must not exist or be an empty folder: never overwrite someone's files."""
+    p = Path(path)
+    if p.exists() and (not p.is_dir() or any(p.iterdir())):
+        raise ConfigError(
+            f"{field}={str(p)!r} exists and is not an empty folder; conversion never "
+            "overwrites files: pick a new folder or remove this one"
+        )
+    return p
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike, field: str = "path") -> Iterator[Path]:
+    """Yield a hidden staging folder next to `path`; rename it onto `path` only if the block succeeds."""
+    target = check_target_dir(path, field)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.parent / f".{target.name}.tmp-{os.getpid()}"
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
+    try:
+        yield staging
+        check_target_dir(target, field)  # nobody filled it meanwhile
+        if target.exists():
+            target.rmdir()
+        os.replace(staging, target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class OutTensor:
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+def plan_shards(
+    tensors: list[OutTensor], max_shard_bytes: int | None = None, assignment: dict[str, str] | None = None
+) -> dict[str, list[OutTensor]]:
+    """Group tensors into files: the source's file per tensor when given, else greedy by size."""
+    if assignment is not None and set(assignment) == {t.name for t in tensors}:
+        files: dict[str, list[OutTensor]] = {}
+        for t in tensors:
+            files.setdefault(assignment[t.name], []).append(t)
+        return files
+    groups: list[list[OutTensor]] = [[]]
+    used = 0
+    for t in tensors:
+        if groups[-1] and max_shard_bytes is not None and used + t.nbytes > max_shard_bytes:
+            groups.append([])
+            used = 0
+        groups[-1].append(t)
+        used += t.nbytes
+    if len(groups) == 1:
+        return {SINGLE_FILE: groups[0]}
+    n = len(groups)
+    return {f"model-{i + 1:05d}-of-{n:05d}.safetensors": g for i, g in enumerate(groups)}
+
+
+class ShardedWriter:
+    """Write a known set of tensors into safetensors shards as they arrive, in any order."""
+
+    def __init__(
+        self,
+        folder: Path,
+        tensors: list[OutTensor],
+        max_shard_bytes: int | None = None,
+        assignment: dict[str, str] | None = None,
+        metadata: dict[str, str] | None = None,
+    ):
+        self.folder = Path(folder)
+        self.shards = plan_shards(tensors, max_shard_bytes, assignment)
+        self._where: dict[str, tuple[str, int, OutTensor]] = {}
+        self._files: dict[str, object] = {}
+        meta = {"format": "pt", **(metadata or {})}
+        for file, group in self.shards.items():
+            header: dict[str, object] = {"__metadata__": meta}
+            offset = 0
+            for t in group:
+                header[t.name] = {
+                    "dtype": DTYPE_NAMES[t.dtype],
+                    "shape": list(t.shape),
+                    "data_offsets": [offset, offset + t.nbytes],
+                }
+                offset += t.nbytes
+            raw = json.dumps(header, separators=(",", ":")).encode()
+            raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned
+            start = 8 + len(raw)
+            for t in group:
+                b = header[t.name]["data_offsets"][0]
+                self._where[t.name] = (file, start + b, t)
+            fh = open(self.folder / file, "wb")
+            fh.write(struct.pack("<Q", len(raw)) + raw)
+            fh.truncate(start + offset)
+            self._files[file] = fh
+        self._pending = set(self._where)
+
+    def write(self, name: str, tensor: torch.Tensor) -> None:
+        if name not in self._where:
+            raise ConfigError(
+                f"export produced tensor {name!r} that is not in the planned output; "
+                "the mapping table and the model disagree"
+            )
+        file, offset, t = self._where[name]
+        if tuple(tensor.shape) != t.shape or tensor.dtype != t.dtype:
+            raise ConfigError(
+                f"export of {name!r}: got {tensor.dtype}{list(tensor.shape)}, planned "
+                f"{t.dtype}{list(t.shape)}"
+            )
+        if name not in self._pending:
+            raise ConfigError(f"export produced tensor {name!r} twice")
+        data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+        fh = self._files[file]
+        fh.seek(offset)
+        fh.write(memoryview(data))
+        self._pending.discard(name)
+
+    def close(self) -> None:
+        for fh in self._files.values():
+            fh.close()
+        if self._pending:
+            raise ConfigError(
+                f"export ended without writing {sorted(self._pending)[:5]} "
+                f"({len(self._pending)} tensors); the model is missing parameters"
+            )
+        if len(self.shards) > 1:
+            total = sum(t.nbytes for g in self.shards.values() for t in g)
+            weight_map = {t.name: f for f, g in self.shards.items() for t in g}
+            index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+            (self.folder / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+
+    def abort(self) -> None:
+        for fh in self._files.values():
+            fh.close()

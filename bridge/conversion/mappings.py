@@ -1,0 +1,223 @@
+"""Mapping kinds: how one Megatron parameter is cut out of (and put back into) Hugging Face tensors.
+
+Every kind answers one question, `pieces(rank, size)`: which block of which HF tensor fills which block
+of the local (tensor-parallel rank `rank` of `size`) Megatron parameter. Import copies each piece from the
+memory-mapped safetensors file straight into the parameter; export gathers the local parameters of all
+ranks and copies each piece back. Using the same plan both ways makes the round trip exact by
+construction. Pure Python: slices only, no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bridge.errors import ConfigError
+
+Shape = tuple[int, ...]
+Index = tuple[slice, ...]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Copy `hf[src]` into `local[dst]`. `hf_name=None` means: fill `local[dst]` with zeros (vocab padding)."""
+
+    hf_name: str | None
+    src: Index
+    dst: Index
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """The model facts the kinds need; taken from the Megatron model's TransformerConfig and the HF config."""
+
+    num_attention_heads: int
+    num_query_groups: int
+    kv_channels: int
+    vocab_size: int  # the HF vocabulary (unpadded)
+    padded_vocab_size: int  # rows of the Megatron embedding / output layer over all TP ranks
+
+
+def _rows(start: int, stop: int, ndim: int) -> Index:
+    return (slice(start, stop),) + (slice(None),) * (ndim - 1)
+
+
+def _full(ndim: int) -> Index:
+    return (slice(None),) * ndim
+
+
+def _split(total: int, size: int, what: str) -> int:
+    if total % size:
+        raise ConfigError(
+            f"{what}={total} is not divisible by the tensor-parallel size {size}; "
+            f"choose a tensor-parallel size that divides {total}"
+        )
+    return total // size
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """One row of a family's mapping table, after resolution of {layer}/{expert} to numbers."""
+
+    megatron: str
+    hf: tuple[str, ...]
+
+    kind = "abstract"
+
+    def hf_shapes(self, local: Shape, size: int, dims: ModelDims) -> dict[str, Shape]:
+        """The full HF shapes this parameter implies (used to reject mismatching checkpoints)."""
+        raise NotImplementedError
+
+    def pieces(self, local: Shape, rank: int, size: int, dims: ModelDims) -> list[Piece]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Replicated(Mapping):
+    """Same tensor on every TP rank (norm weights, the MoE router)."""
+
+    kind = "replicated"
+
+    def hf_shapes(self, local, size, dims):
+        return {self.hf[0]: tuple(local)}
+
+    def pieces(self, local, rank, size, dims):
+        return [Piece(self.hf[0], _full(len(local)), _full(len(local)))]
+
+
+@dataclass(frozen=True)
+class ColumnParallel(Mapping):
+    """Split along dim 0 (output features)."""
+
+    kind = "column"
+
+    def hf_shapes(self, local, size, dims):
+        return {self.hf[0]: (local[0] * size, *local[1:])}
+
+    def pieces(self, local, rank, size, dims):
+        n = local[0]
+        return [Piece(self.hf[0], _rows(rank * n, (rank + 1) * n, len(local)), _full(len(local)))]
+
+
+@dataclass(frozen=True)
+class RowParallel(Mapping):
+    """Split along dim 1 (input features)."""
+
+    kind = "row"
+
+    def hf_shapes(self, local, size, dims):
+        return {self.hf[0]: (local[0], local[1] * size, *local[2:])}
+
+    def pieces(self, local, rank, size, dims):
+        n = local[1]
+        src = (slice(None), slice(rank * n, (rank + 1) * n)) + (slice(None),) * (len(local) - 2)
+        return [Piece(self.hf[0], src, _full(len(local)))]
+
+
+@dataclass(frozen=True)
+class VocabParallel(Mapping):
+    """Embedding / output layer: rows split over TP after padding the vocabulary.
+
+    Rows past the HF vocabulary are padding: zeros on import, never exported.
+    """
+
+    kind = "vocab"
+
+    def hf_shapes(self, local, size, dims):
+        if local[0] * size != dims.padded_vocab_size:
+            raise ConfigError(
+                f"{self.megatron}: {local[0]} rows x tensor-parallel {size} != padded vocab "
+                f"{dims.padded_vocab_size}; the model was built for another vocabulary"
+            )
+        return {self.hf[0]: (dims.vocab_size, *local[1:])}
+
+    def pieces(self, local, rank, size, dims):
+        n = local[0]
+        start, stop = rank * n, (rank + 1) * n
+        real = max(0, min(stop, dims.vocab_size) - start)
+        out = []
+        if real:
+            out.append(Piece(self.hf[0], _rows(start, start + real, len(local)), _rows(0, real, len(local))))
+        if real < n:
+            out.append(Piece(None, (), _rows(real, n, len(local))))
+        return out
+
+
+@dataclass(frozen=True)
+class FusedQKV(Mapping):
+    """q, k, v projections (weight or bias) fused in Megatron's grouped layout.
+
+    Per query group: the group's q heads, then its k head, then its v head. TP ranks own whole groups.
+    """
+
+    kind = "qkv"
+
+    def _layout(self, size: int, dims: ModelDims) -> tuple[int, int]:
+        groups = _split(dims.num_query_groups, size, "num_query_groups")
+        heads_per_group = dims.num_attention_heads // dims.num_query_groups
+        return groups, heads_per_group
+
+    def hf_shapes(self, local, size, dims):
+        d = dims.kv_channels
+        rest = tuple(local[1:])
+        return {
+            self.hf[0]: (dims.num_attention_heads * d, *rest),
+            self.hf[1]: (dims.num_query_groups * d, *rest),
+            self.hf[2]: (dims.num_query_groups * d, *rest),
+        }
+
+    def pieces(self, local, rank, size, dims):
+        groups, hpg = self._layout(size, dims)
+        d, nd = dims.kv_channels, len(local)
+        block = (hpg + 2) * d
+        if local[0] != groups * block:
+            raise ConfigError(
+                f"{self.megatron}: local rows {local[0]} != {groups} groups x {block}; "
+                "num_attention_heads / num_query_groups / kv_channels do not match the model"
+            )
+        out = []
+        for lg in range(groups):
+            g = rank * groups + lg
+            at = lg * block
+            out.append(
+                Piece(self.hf[0], _rows(g * hpg * d, (g + 1) * hpg * d, nd), _rows(at, at + hpg * d, nd))
+            )
+            at += hpg * d
+            out.append(Piece(self.hf[1], _rows(g * d, (g + 1) * d, nd), _rows(at, at + d, nd)))
+            at += d
+            out.append(Piece(self.hf[2], _rows(g * d, (g + 1) * d, nd), _rows(at, at + d, nd)))
+        return out
+
+
+@dataclass(frozen=True)
+class FusedGatedMLP(Mapping):
+    """gate and up projections fused as linear_fc1: each TP rank holds [its gate rows; its up rows]."""
+
+    kind = "gated_mlp"
+
+    def hf_shapes(self, local, size, dims):
+        if local[0] % 2:
+            raise ConfigError(f"{self.megatron}: {local[0]} rows cannot hold gate and up halves")
+        full = (local[0] // 2 * size, *local[1:])
+        return {self.hf[0]: full, self.hf[1]: full}
+
+    def pieces(self, local, rank, size, dims):
+        n, nd = local[0] // 2, len(local)
+        src = _rows(rank * n, (rank + 1) * n, nd)
+        return [Piece(self.hf[0], src, _rows(0, n, nd)), Piece(self.hf[1], src, _rows(n, 2 * n, nd))]
+
+
+KINDS: dict[str, type[Mapping]] = {
+    k.kind: k for k in (Replicated, ColumnParallel, RowParallel, VocabParallel, FusedQKV, FusedGatedMLP)
+}
+# How many HF tensors each kind takes (the family tables are checked against it at load).
+HF_ARITY = {"replicated": 1, "column": 1, "row": 1, "vocab": 1, "qkv": 3, "gated_mlp": 2}
+
+
+def make_mapping(kind: str, megatron: str, hf: tuple[str, ...]) -> Mapping:
+    if kind not in KINDS:
+        raise ConfigError(f"mapping kind {kind!r} for {megatron} is unknown; use one of {sorted(KINDS)}")
+    if len(hf) != HF_ARITY[kind]:
+        raise ConfigError(
+            f"mapping kind {kind!r} for {megatron} takes {HF_ARITY[kind]} HF names, got {len(hf)}"
+        )
+    return KINDS[kind](megatron, tuple(hf))

@@ -1,0 +1,164 @@
+"""The parameters of this rank's Megatron model chunks, named globally and matched to the mapping table.
+
+Megatron names are local: `decoder.layers.0` is the first layer *of this pipeline stage*, and
+`local_experts.0` the first expert *of this expert-parallel rank*. Here every parameter gets its
+canonical name (global layer and expert numbers, local-spec module names) and its mapping, with the
+tensor-parallel rank and size that cut it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from bridge.conversion.mappings import Mapping, ModelDims, Piece
+from bridge.conversion.registry import Family, Rule
+from bridge.errors import ConfigError
+
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
+_LOCAL_EXPERT = re.compile(r"\.mlp\.experts\.local_experts\.(\d+)\.")
+_TE_GROUPED_EXPERT = re.compile(r"\.mlp\.experts\.(linear_fc[12])\.(weight|bias)(\d+)$")
+# Transformer Engine fuses the norms into the next linear; the tables use the local spec's names.
+_TE_ALIASES = (
+    (".self_attention.linear_qkv.layer_norm_weight", ".input_layernorm.weight"),
+    (".mlp.linear_fc1.layer_norm_weight", ".pre_mlp_layernorm.weight"),
+)
+EMBEDDING = "embedding.word_embeddings.weight"
+OUTPUT = "output_layer.weight"
+
+
+def unwrap(chunk: torch.nn.Module) -> torch.nn.Module:
+    """GPTModel under DDP / Float16Module wrappers."""
+    while hasattr(chunk, "module"):
+        chunk = chunk.module
+    return chunk
+
+
+@dataclass
+class LocalParam:
+    name: str  # canonical
+    param: torch.nn.Parameter
+    rule: Rule
+    mapping: Mapping
+    rank: int  # TP (or expert-TP) rank and size that cut this parameter
+    size: int
+    dims: ModelDims
+
+    @property
+    def local_shape(self) -> tuple[int, ...]:
+        return tuple(self.param.shape)
+
+    def hf_shapes(self) -> dict[str, tuple[int, ...]]:
+        return self.mapping.hf_shapes(self.local_shape, self.size, self.dims)
+
+    def pieces(self, rank: int | None = None) -> list[Piece]:
+        return self.mapping.pieces(
+            self.local_shape, self.rank if rank is None else rank, self.size, self.dims
+        )
+
+
+@dataclass(frozen=True)
+class Ranks:
+    tp: int
+    tp_size: int
+    etp: int
+    etp_size: int
+    ep: int
+    ep_size: int
+
+
+def current_ranks() -> Ranks:
+    from megatron.core import parallel_state as ps
+
+    if not ps.model_parallel_is_initialized():
+        return Ranks(0, 1, 0, 1, 0, 1)
+    return Ranks(
+        ps.get_tensor_model_parallel_rank(),
+        ps.get_tensor_model_parallel_world_size(),
+        ps.get_expert_tensor_parallel_rank(),
+        ps.get_expert_tensor_parallel_world_size(),
+        ps.get_expert_model_parallel_rank(),
+        ps.get_expert_model_parallel_world_size(),
+    )
+
+
+def model_dims(model: torch.nn.Module, hf_vocab_size: int) -> ModelDims:
+    cfg = model.config
+    return ModelDims(
+        num_attention_heads=cfg.num_attention_heads,
+        num_query_groups=cfg.num_query_groups or cfg.num_attention_heads,
+        kv_channels=cfg.kv_channels,
+        vocab_size=hf_vocab_size,
+        padded_vocab_size=model.vocab_size,
+    )
+
+
+def canonical_name(model: torch.nn.Module, name: str, ranks: Ranks) -> str:
+    m = _LAYER.match(name)
+    if m:
+        layer = model.decoder.layers[int(m.group(1))].layer_number - 1  # global, 1-based in Megatron
+        name = f"decoder.layers.{layer}.{name[m.end() :]}"
+    for te, local in _TE_ALIASES:
+        if name.endswith(te):
+            name = name[: -len(te)] + local
+    experts = model.config.num_moe_experts or 0
+    local_count = experts // ranks.ep_size if experts else 0
+    m = _LOCAL_EXPERT.search(name)
+    if m:
+        e = ranks.ep * local_count + int(m.group(1))
+        name = f"{name[: m.start()]}.mlp.experts.local_experts.{e}.{name[m.end() :]}"
+    m = _TE_GROUPED_EXPERT.search(name)
+    if m:
+        e = ranks.ep * local_count + int(m.group(3))
+        name = f"{name[: m.start()]}.mlp.experts.local_experts.{e}.{m.group(1)}.{m.group(2)}"
+    return name
+
+
+_SPLIT_DIM = {"column": 0, "vocab": 0, "qkv": 0, "gated_mlp": 0, "row": 1}
+
+
+def _check_split(lp: LocalParam) -> None:
+    # The table's kind must agree with how Megatron-Core actually split the parameter.
+    if lp.size == 1:
+        return
+    split = getattr(lp.param, "tensor_model_parallel", False)
+    dim = getattr(lp.param, "partition_dim", -1)
+    want = _SPLIT_DIM.get(lp.mapping.kind)
+    if (want is None and split) or (want is not None and (not split or dim != want)):
+        raise ConfigError(
+            f"{lp.name}: the mapping kind {lp.mapping.kind!r} does not match how Megatron-Core "
+            f"splits it (tensor_model_parallel={split}, partition_dim={dim}); fix the family's mapping table"
+        )
+
+
+def local_params(chunks: list[torch.nn.Module], family: Family, hf_vocab_size: int) -> Iterator[LocalParam]:
+    """Every parameter of this rank's chunks with its mapping (raises ConfigError for unmapped ones)."""
+    ranks = current_ranks()
+    for chunk in chunks:
+        model = unwrap(chunk)
+        dims = model_dims(model, hf_vocab_size)
+        tied = getattr(model, "share_embeddings_and_output_weights", False)
+        for raw, param in model.named_parameters():
+            name = canonical_name(model, raw, ranks)
+            # A tied output layer (last stage when PP > 1) holds the input embedding.
+            lookup = EMBEDDING if tied and name == OUTPUT else name
+            found = family.resolve(lookup)
+            if found is None:
+                raise ConfigError(
+                    f"Megatron parameter {raw!r} (canonical {name!r}) has no row in the {family.name} mapping "
+                    "table; the model was built with modules the family does not describe (e.g. a different "
+                    "layer spec or legacy grouped GEMM): build it from this bridge's provider"
+                )
+            rule, mapping = found
+            expert = rule.is_expert
+            rank, size = (ranks.etp, ranks.etp_size) if expert else (ranks.tp, ranks.tp_size)
+            if mapping.kind == "replicated":
+                rank, size = 0, 1
+            if lookup != name:
+                mapping = type(mapping)(name, mapping.hf)
+            lp = LocalParam(name, param, rule, mapping, rank, size, dims)
+            _check_split(lp)
+            yield lp

@@ -1,0 +1,111 @@
+"""Which Hugging Face architectures convert, and the family module (mapping table) of each."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from types import ModuleType
+
+from bridge.conversion.mappings import Mapping, make_mapping
+from bridge.errors import ConfigError
+
+# Family modules, imported explicitly (the family folders' __init__ belongs to the models layer).
+FAMILY_MODULES = (
+    "bridge.models.llama.mapping",
+    "bridge.models.mistral.mapping",
+    "bridge.models.qwen2.mapping",
+    "bridge.models.qwen3.mapping",
+    "bridge.models.mixtral.mapping",
+    "bridge.models.qwen3_moe.mapping",
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A mapping table row compiled for matching canonical Megatron names."""
+
+    kind: str
+    megatron: str
+    hf: tuple[str, ...]
+    pattern: re.Pattern
+
+    @property
+    def is_expert(self) -> bool:
+        return "{expert}" in self.megatron
+
+    def resolve(self, name: str) -> Mapping | None:
+        m = self.pattern.fullmatch(name)
+        if m is None:
+            return None
+        values = m.groupdict()
+        return make_mapping(self.kind, name, tuple(h.format(**values) for h in self.hf))
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    architectures: tuple[str, ...]
+    provider_fields: dict
+    rules: tuple[Rule, ...]
+
+    def resolve(self, name: str) -> tuple[Rule, Mapping] | None:
+        for rule in self.rules:
+            mapping = rule.resolve(name)
+            if mapping is not None:
+                return rule, mapping
+        return None
+
+
+def _compile(row: tuple) -> Rule:
+    kind, megatron, hf = row
+    hf = (hf,) if isinstance(hf, str) else tuple(hf)
+    regex = (
+        re.escape(megatron)
+        .replace(r"\{layer\}", r"(?P<layer>\d+)")
+        .replace(r"\{expert\}", r"(?P<expert>\d+)")
+    )
+    make_mapping(kind, megatron, hf)  # validates kind and arity once, at load
+    return Rule(kind, megatron, hf, re.compile(regex))
+
+
+def _load(module_name: str) -> Family:
+    module: ModuleType = importlib.import_module(module_name)
+    return Family(
+        name=module_name.split(".")[-2],
+        architectures=tuple(module.ARCHITECTURES),
+        provider_fields=dict(module.PROVIDER_FIELDS),
+        rules=tuple(_compile(row) for row in module.MAPPINGS),
+    )
+
+
+_FAMILIES: dict[str, Family] | None = None
+
+
+def families() -> dict[str, Family]:
+    """Architecture name (HF `architectures[0]`) -> Family."""
+    global _FAMILIES
+    if _FAMILIES is None:
+        table = {}
+        for module_name in FAMILY_MODULES:
+            family = _load(module_name)
+            for arch in family.architectures:
+                table[arch] = family
+        _FAMILIES = table
+    return _FAMILIES
+
+
+def supported_architectures() -> list[str]:
+    return sorted(families())
+
+
+def family_for(architectures: list[str] | None) -> Family:
+    table = families()
+    for arch in architectures or ():
+        if arch in table:
+            return table[arch]
+    raise ConfigError(
+        f"architectures={architectures!r}: no conversion is registered for it; supported architectures "
+        f"are {', '.join(supported_architectures())}. Fix: convert a checkpoint of one of those, or add "
+        "a family mapping under bridge/models/<family>/mapping.py and register it in bridge.conversion.registry"
+    )

@@ -1,0 +1,7 @@
+"""Mistral: the Llama parameter layout under another architecture name."""
+
+from bridge.models.llama.mapping import MAPPINGS as _LLAMA
+
+ARCHITECTURES = ("MistralForCausalLM",)
+PROVIDER_FIELDS: dict = {}
+MAPPINGS = _LLAMA

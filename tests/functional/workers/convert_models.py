@@ -1,0 +1,157 @@
+"""Tiny random Hugging Face models of every supported family, and checks shared by the conversion tests.
+
+The models come from transformers' own classes; every weight (norms and biases included) is drawn at
+random so that a mapping mistake anywhere changes the logits.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root, for `import bridge`
+
+import torch  # noqa: E402
+
+VOCAB = 250  # not a multiple of 128: the Megatron embedding has padding rows
+SEQ = 16
+BATCH = 2
+
+_COMMON = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    rms_norm_eps=1e-5,
+)
+
+# family -> (config class, model class, config fields)
+FAMILIES: dict[str, tuple[str, str, dict]] = {
+    # Llama 3.2 style: tied embeddings, llama3 RoPE scaling with non-default frequency bounds.
+    "llama": (
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        dict(
+            tie_word_embeddings=True,
+            rope_theta=500000.0,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 32.0,
+                "low_freq_factor": 2.0,
+                "high_freq_factor": 8.0,
+                "original_max_position_embeddings": 32,
+            },
+        ),
+    ),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(tie_word_embeddings=False, rope_theta=1000000.0)),
+    # head_dim differs from hidden_size / heads, as in the published Qwen3 configs.
+    "qwen3": (
+        "Qwen3Config",
+        "Qwen3ForCausalLM",
+        dict(tie_word_embeddings=False, head_dim=32, rms_norm_eps=1e-6),
+    ),
+    # a window shorter than the test sequence, so that the sliding window matters.
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(tie_word_embeddings=False, sliding_window=6)),
+    "mixtral": (
+        "MixtralConfig",
+        "MixtralForCausalLM",
+        dict(tie_word_embeddings=False, num_local_experts=4, num_experts_per_tok=2, sliding_window=None),
+    ),
+    # norm_topk_prob=False: the top-k probabilities are not renormalised (Mixtral's are).
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            norm_topk_prob=False,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+        ),
+    ),
+}
+
+
+def make_hf_model(family: str, seed: int = 0, **overrides) -> torch.nn.Module:
+    import transformers
+
+    config_cls, model_cls, fields = FAMILIES[family]
+    config = getattr(transformers, config_cls)(**{**_COMMON, **fields, **overrides})
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_cls)(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 1 and "norm" in name:
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            else:
+                p.copy_(0.1 * torch.randn_like(p))
+    return model
+
+
+def save_hf_model(
+    family: str,
+    folder: str | Path,
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+    with_tokenizer: bool = True,
+    **overrides,
+) -> torch.nn.Module:
+    model = make_hf_model(family, seed, **overrides).to(dtype)
+    model.save_pretrained(str(folder))
+    if with_tokenizer:
+        from tokenizers import Tokenizer
+        from tokenizers.models import WordLevel
+        from transformers import PreTrainedTokenizerFast
+
+        vocab = {f"w{i}": i for i in range(VOCAB - 1)} | {"<unk>": VOCAB - 1}
+        tok = PreTrainedTokenizerFast(
+            tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="<unk>")), unk_token="<unk>"
+        )
+        tok.save_pretrained(str(folder))
+    return model
+
+
+def tokens(seed: int = 1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+
+
+def hf_logits(model: torch.nn.Module, toks: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(toks).logits.float()
+
+
+def megatron_logits(chunk: torch.nn.Module, toks: torch.Tensor) -> torch.Tensor:
+    """Logits of a whole (PP=1) GPTModel, the padded vocabulary rows cut off."""
+    pos = torch.arange(toks.shape[1]).unsqueeze(0).expand_as(toks)
+    with torch.no_grad():
+        out = chunk(toks, pos, attention_mask=None)
+    return out[..., :VOCAB].float()
+
+
+def read_tensors(folder: str | Path) -> dict[str, torch.Tensor]:
+    """Every tensor of an HF folder (single file or sharded), by name."""
+    from safetensors.torch import load_file
+
+    out = {}
+    for f in sorted(Path(folder).glob("*.safetensors")):
+        out.update(load_file(str(f)))
+    return out
+
+
+def bit_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> str | None:
+    """None when both hold the same names, dtypes, shapes and bytes; else what differs."""
+    if set(a) != set(b):
+        return f"names differ: only in first {sorted(set(a) - set(b))[:4]}, only in second {sorted(set(b) - set(a))[:4]}"
+    for k in a:
+        if a[k].dtype != b[k].dtype or a[k].shape != b[k].shape:
+            return f"{k}: {a[k].dtype}{list(a[k].shape)} vs {b[k].dtype}{list(b[k].shape)}"
+        if not torch.equal(a[k].view(torch.uint8), b[k].view(torch.uint8)):
+            return f"{k}: bytes differ"
+    return None

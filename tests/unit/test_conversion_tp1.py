@@ -1,0 +1,222 @@
+"""AutoBridge in one process (TP=1) against Hugging Face's own model classes, for every family."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+
+import pytest
+import torch
+
+from bridge.errors import ConfigError
+from tests.functional.workers.convert_models import (
+    FAMILIES,
+    bit_identical,
+    hf_logits,
+    megatron_logits,
+    read_tensors,
+    save_hf_model,
+    tokens,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _single_process_groups():
+    yield
+    from bridge.parallel import runtime
+
+    runtime.destroy_distributed()
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    """family -> (folder, HF model) saved with save_pretrained in fp32."""
+    root = tmp_path_factory.mktemp("hf")
+    return {f: (root / f, save_hf_model(f, root / f)) for f in FAMILIES}
+
+
+def _import(folder):
+    from bridge import AutoBridge
+
+    bridge = AutoBridge.from_hf_pretrained(folder)
+    provider = bridge.to_megatron_provider(load_weights=True)
+    return bridge, provider, provider.provide_distributed_model(wrap_with_ddp=False)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_logits_match_hf_and_export_is_bit_identical(family, sources, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    folder, hf = sources[family]
+    bridge, _, chunks = _import(folder)
+    toks = tokens()
+    ref = hf_logits(hf, toks)
+    diff = (megatron_logits(chunks[0], toks) - ref).abs().max().item()
+    assert diff <= 1e-5, f"{family}: max |logits - HF| = {diff}"
+
+    out = tmp_path / "export"
+    bridge.save_hf_pretrained(chunks, out)
+    assert bit_identical(read_tensors(folder), read_tensors(out)) is None
+    # config, generation config and tokenizer files come over unchanged
+    for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+        assert (out / name).read_bytes() == (folder / name).read_bytes(), name
+    reloaded = AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager").eval()
+    assert torch.equal(hf_logits(reloaded, toks), ref)
+
+
+def test_provider_fields_follow_the_hf_config(sources):
+    from bridge import AutoBridge
+
+    p = AutoBridge.from_hf_pretrained(sources["llama"][0]).to_megatron_provider(load_weights=False)
+    assert (p.rotary_base, p.rope_scaling, p.rope_scaling_factor) == (500000.0, True, 32.0)
+    assert (p.rope_scaling_low_freq_factor, p.rope_scaling_high_freq_factor) == (2.0, 8.0)
+    assert p.rope_scaling_original_max_position_embeddings == 32
+    assert p.share_embeddings_and_output_weights and p.num_query_groups == 2 and p.vocab_size == 250
+    q = AutoBridge.from_hf_pretrained(sources["qwen3_moe"][0]).to_megatron_provider(load_weights=False)
+    assert q.qk_layernorm and q.kv_channels == 16 and q.num_moe_experts == 4 and q.moe_router_topk == 2
+    assert q.moe_router_pre_softmax and q.moe_ffn_hidden_size == 32 and q.layernorm_epsilon == 1e-5
+    m = AutoBridge.from_hf_pretrained(sources["mistral"][0]).to_megatron_provider(load_weights=False)
+    assert m.window_size == [5, 0]
+
+
+def test_bf16_checkpoint_keeps_its_dtype_and_sharding(tmp_path):
+
+    src = tmp_path / "src"
+    hf = save_hf_model("qwen2", src, dtype=torch.bfloat16)
+    # re-save sharded: several files and an index
+    shutil.rmtree(src)
+    hf.save_pretrained(src, max_shard_size="40KB")
+    index = json.loads((src / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 1
+
+    from bridge.conversion.model_params import unwrap
+
+    bridge, provider, chunks = _import(src)
+    assert provider.params_dtype == "bf16"
+    assert unwrap(chunks[0]).embedding.word_embeddings.weight.dtype == torch.bfloat16
+    out = tmp_path / "out"
+    bridge.save_hf_pretrained(chunks, out)
+    assert bit_identical(read_tensors(src), read_tensors(out)) is None
+    assert json.loads((out / "model.safetensors.index.json").read_text())["weight_map"] == index["weight_map"]
+
+    resharded = tmp_path / "resharded"
+    bridge.save_hf_pretrained(chunks, resharded, max_shard_size=100_000)
+    files = sorted(p.name for p in resharded.glob("*.safetensors"))
+    assert len(files) > 1 and files[0].startswith("model-00001-of-")
+    assert bit_identical(read_tensors(src), read_tensors(resharded)) is None
+
+
+def test_import_ckpt_export_ckpt_round_trip(sources, tmp_path):
+    from bridge import AutoBridge
+
+    folder, _ = sources["qwen3_moe"]
+    megatron = tmp_path / "megatron"
+    AutoBridge.import_ckpt(folder, megatron)
+    assert (megatron / "latest_checkpointed_iteration.txt").read_text().strip() == "0"
+    assert not list(tmp_path.glob(".*partial"))
+    out = tmp_path / "hf_again"
+    AutoBridge.from_megatron_checkpoint(megatron).export_ckpt(megatron, out)
+    assert bit_identical(read_tensors(folder), read_tensors(out)) is None
+    assert (out / "tokenizer.json").read_bytes() == (folder / "tokenizer.json").read_bytes()
+
+
+# ---- errors: each raised before anything is written ------------------------------------------------
+
+
+def _rewrite_without(folder, drop=None, add=None, replace=None):
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    tensors = load_file(str(path))
+    if drop:
+        del tensors[drop]
+    tensors.update(add or {})
+    tensors.update(replace or {})
+    save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+@pytest.fixture
+def llama_copy(sources, tmp_path):
+    folder = tmp_path / "llama"
+    shutil.copytree(sources["llama"][0], folder)
+    return folder
+
+
+def _assert_import_fails(folder, tmp_path, match):
+    from bridge import AutoBridge
+
+    target = tmp_path / "never_written"
+    with pytest.raises(ConfigError, match=match):
+        AutoBridge.import_ckpt(folder, target)
+    assert not target.exists() and not list(tmp_path.glob(".never_written*"))
+
+
+def test_missing_tensor(llama_copy, tmp_path):
+    _rewrite_without(llama_copy, drop="model.layers.1.self_attn.k_proj.weight")
+    _assert_import_fails(
+        llama_copy, tmp_path, r"missing tensor 'model\.layers\.1\.self_attn\.k_proj\.weight'"
+    )
+
+
+def test_unexpected_tensor(llama_copy, tmp_path):
+    _rewrite_without(llama_copy, add={"model.layers.0.extra.weight": torch.zeros(3)})
+    _assert_import_fails(llama_copy, tmp_path, r"does not use: model\.layers\.0\.extra\.weight")
+
+
+def test_shape_mismatch(llama_copy, tmp_path):
+    _rewrite_without(llama_copy, replace={"model.layers.0.mlp.up_proj.weight": torch.zeros(95, 64)})
+    _assert_import_fails(llama_copy, tmp_path, r"up_proj\.weight'.*shape \[95, 64\].*needs \[96, 64\]")
+
+
+def test_truncated_file(llama_copy, tmp_path):
+    path = llama_copy / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(data[:-100])
+    _assert_import_fails(llama_copy, tmp_path, "truncated or corrupt")
+
+
+def test_corrupt_header(llama_copy, tmp_path):
+    path = llama_copy / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    assert struct.unpack("<Q", data[:8])[0] > 4  # the header is where we scribble
+    data[8:12] = b"\xff\xfe{["
+    path.write_bytes(bytes(data))
+    _assert_import_fails(llama_copy, tmp_path, "header is not valid JSON")
+
+
+def test_unsupported_architecture(sources, tmp_path):
+    from bridge import AutoBridge
+
+    config = json.loads((sources["llama"][0] / "config.json").read_text())
+    config["architectures"] = ["GPT2LMHeadModel"]
+    assert not AutoBridge.supports(config)
+    with pytest.raises(ConfigError, match="GPT2LMHeadModel.*LlamaForCausalLM.*Qwen3MoeForCausalLM"):
+        AutoBridge.from_hf_config(config)
+    assert AutoBridge.list_supported_models() == sorted(
+        [
+            "LlamaForCausalLM",
+            "MistralForCausalLM",
+            "MixtralForCausalLM",
+            "Qwen2ForCausalLM",
+            "Qwen3ForCausalLM",
+            "Qwen3MoeForCausalLM",
+        ]
+    )
+
+
+def test_non_empty_target(sources, tmp_path):
+    from bridge import AutoBridge
+
+    folder, _ = sources["qwen2"]
+    bridge, _, chunks = _import(folder)
+    target = tmp_path / "taken"
+    target.mkdir()
+    (target / "notes.txt").write_text("keep me")
+    with pytest.raises(ConfigError, match="exists and is not an empty folder"):
+        bridge.save_hf_pretrained(chunks, target)
+    with pytest.raises(ConfigError, match="megatron_path=.*exists and is not an empty folder"):
+        AutoBridge.import_ckpt(folder, target)
+    assert [p.name for p in target.iterdir()] == ["notes.txt"] and not list(tmp_path.glob(".taken*"))
