@@ -92,7 +92,9 @@ def pretrain_config(
             clip_grad=1.0,
             use_distributed_optimizer=True,
         ),
-        scheduler=SchedulerConfig(lr_decay_style="cosine", lr_warmup_iters=lr_warmup_iters, lr_decay_iters=None),
+        scheduler=SchedulerConfig(
+            lr_decay_style="cosine", lr_warmup_iters=lr_warmup_iters, lr_decay_iters=None
+        ),
         dataset=DatasetConfig(
             kind=data_kind if data_paths else "mock",
             data_paths=list(data_paths or []),

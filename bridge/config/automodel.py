@@ -60,10 +60,20 @@ SECTION_KEYS = {
 FSDP2_ONLY_DISTRIBUTED = {"defer_fsdp_grad_sync"}
 FSDP2_ONLY_PIPELINE = {"scale_grads_in_schedule", "patch_inner_model", "patch_causal_lm_model"}
 MOE_KEYS = {
-    "reshard_after_forward", "ignore_router_for_ac", "wrap_outer_model", "lm_head_precision",
-    "mp_policy", "offload_policy", "activation_checkpointing", "activation_checkpointing_modules",
+    "reshard_after_forward",
+    "ignore_router_for_ac",
+    "wrap_outer_model",
+    "lm_head_precision",
+    "mp_policy",
+    "offload_policy",
+    "activation_checkpointing",
+    "activation_checkpointing_modules",
 }
-SCHEDULE_NAMES = {"1f1b": "1f1b", "interleaved1f1b": "interleaved_1f1b", "interleaved_1f1b": "interleaved_1f1b"}
+SCHEDULE_NAMES = {
+    "1f1b": "1f1b",
+    "interleaved1f1b": "interleaved_1f1b",
+    "interleaved_1f1b": "interleaved_1f1b",
+}
 AUTOMODEL_ONLY_SCHEDULES = ("gpipe", "looped_bfs", "dfs", "v_schedule", "zero_bubble")
 # The seeds write `dp_size: none`; YAML reads that as the string "none", which means "unset" here.
 _NONE_STRINGS = ("none", "None")
@@ -81,10 +91,14 @@ def automodel_keys() -> list[str]:
 def is_automodel_form(data: dict) -> bool:
     dist = data.get("distributed")
     automodel_keys = set(DISTRIBUTED_KEYS) | FSDP2_ONLY_DISTRIBUTED | {"pipeline", "moe"}
-    return (isinstance(dist, dict) and bool(automodel_keys & set(dist))) or bool(set(SECTION_KEYS) & set(data))
+    return (isinstance(dist, dict) and bool(automodel_keys & set(dist))) or bool(
+        set(SECTION_KEYS) & set(data)
+    )
 
 
-def translate_automodel(data: dict[str, Any], base: Any, source: str = "config file") -> tuple[dict, list[str]]:
+def translate_automodel(
+    data: dict[str, Any], base: Any, source: str = "config file"
+) -> tuple[dict, list[str]]:
     """Map the AutoModel keys of `data` onto ConfigContainer keys; returns (dict in the container's shape,
     warnings). `base` is the tree the result will be merged into (for the model depth, the parallel sizes
     and the strategy where the file does not set them). Data without AutoModel keys comes back unchanged."""
@@ -195,7 +209,11 @@ class _Translation:
             if name == "pp_schedule":
                 normalized = SCHEDULE_NAMES.get(str(value).lower())
                 if normalized is None:
-                    extra = " (a torch.distributed.pipelining schedule)" if value in AUTOMODEL_ONLY_SCHEDULES else ""
+                    extra = (
+                        " (a torch.distributed.pipelining schedule)"
+                        if value in AUTOMODEL_ONLY_SCHEDULES
+                        else ""
+                    )
                     raise ConfigError(
                         f"{self.source}: {origin}={value!r}{extra} is not available in Megatron-Core. Fix: use "
                         "1f1b or interleaved1f1b (interleaving also needs virtual stages: "

@@ -17,7 +17,9 @@ from bridge.errors import ConfigError
 T = TypeVar("T")
 
 
-def compose(base: T, *, config_file: str | Path | None = None, overrides: Sequence[str] = ()) -> tuple[T, list[str]]:
+def compose(
+    base: T, *, config_file: str | Path | None = None, overrides: Sequence[str] = ()
+) -> tuple[T, list[str]]:
     """Returns (resolved config, warnings from the config file's translation)."""
     warnings: list[str] = []
     cfg = base
@@ -26,7 +28,9 @@ def compose(base: T, *, config_file: str | Path | None = None, overrides: Sequen
         try:
             text = path.read_text()
         except OSError as e:
-            raise ConfigError(f"--config-file {str(path)!r}: cannot read it ({e.strerror}). Fix: give a YAML file path.") from None
+            raise ConfigError(
+                f"--config-file {str(path)!r}: cannot read it ({e.strerror}). Fix: give a YAML file path."
+            ) from None
         cfg, warnings = merge_yaml(cfg, text, source=f"--config-file {path}")
     cfg = apply_overrides(cfg, overrides)
     resolve = getattr(cfg, "resolve", None)

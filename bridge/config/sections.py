@@ -62,7 +62,8 @@ class SchedulerConfig:
     lr_warmup_iters: int = 2000
     lr_warmup_init: float = 0.0  # lr at iteration 0 of the warmup
     lr_decay_iters: int | None = None  # None = train.train_iters
-    override_opt_param_scheduler: bool = True  # on resume, take lr settings from this config, not the checkpoint
+    # on resume, take the lr settings from this config rather than from the checkpoint
+    override_opt_param_scheduler: bool = True
 
 
 @dataclass
@@ -133,7 +134,8 @@ class DistributedConfig:
     grad_reduce_in_fp32: bool = True
     average_in_collective: bool = True
     check_for_nan_in_grad: bool = True
-    pp_schedule: str | None = None  # None = 1f1b, or interleaved_1f1b when model.virtual_pipeline_model_parallel_size is set
+    # None = 1f1b, or interleaved_1f1b when model.virtual_pipeline_model_parallel_size is set
+    pp_schedule: str | None = None
     timeout_minutes: int = 10
     gpus_per_node: int = 8
     # Full recompute of every transformer layer (Megatron-Core recompute_granularity="full",

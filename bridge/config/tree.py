@@ -36,7 +36,9 @@ def structured(obj: Any) -> DictConfig:
     try:
         return OmegaConf.structured(obj)
     except OmegaConfBaseException as e:  # a field value that does not fit its declared type
-        raise ConfigError(f"{_full_key(e)}: {_first_line(e)}. Fix: give a value of the declared type.") from None
+        raise ConfigError(
+            f"{_full_key(e)}: {_first_line(e)}. Fix: give a value of the declared type."
+        ) from None
 
 
 def to_object(node: DictConfig) -> Any:
@@ -129,7 +131,7 @@ def _field_type(node: DictConfig, key: str) -> str:
     text = getattr(hint, "__name__", None) if isinstance(hint, type) else None
     text = text or str(hint).replace("typing.", "").replace("NoneType", "None")
     if text.startswith("Optional[") and text.endswith("]"):
-        text = f"{text[len('Optional['):-1]} | None"
+        text = f"{text[len('Optional[') : -1]} | None"
     return text
 
 
@@ -169,7 +171,10 @@ def add_key(node: DictConfig, key: str, value: Any, known: list[str], source: st
     parent = _get(node, parent_key)
     if parent is _ABSENT or _is_section(parent):
         raise _unknown_key(
-            node, key, known, source,
+            node,
+            key,
+            known,
+            source,
             "Only dict-typed fields take new keys; sections have a fixed set of fields.",
         )
     if parent is None:  # an unset Any / Optional[dict] field: it becomes a dict holding this key
@@ -199,7 +204,9 @@ def delete_key(node: DictConfig, key: str, value: Any, known: list[str], source:
         elif f.default_factory is not dataclasses.MISSING:
             default = f.default_factory()
         else:
-            raise ConfigError(f"{source}: cannot delete {key}: it is required and has no default. Fix: set it.")
+            raise ConfigError(
+                f"{source}: cannot delete {key}: it is required and has no default. Fix: set it."
+            )
         _assign(node, key, default, source, merge=False)
     else:
         del parent[leaf]

@@ -32,17 +32,23 @@ def _positive(field: str, value, *, zero_ok: bool = False, none_ok: bool = False
         return
     low = 0 if zero_ok else 1
     if value is None or value < low:
-        raise fail(field, value, f"must be >= {low}" + (" or null" if none_ok else ""), f"give a number >= {low}")
+        raise fail(
+            field, value, f"must be >= {low}" + (" or null" if none_ok else ""), f"give a number >= {low}"
+        )
 
 
 def validate_config(cfg: ConfigContainer, world_size: int) -> list[str]:
     """Raise ConfigError on the first broken rule; return the warnings."""
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise fail("world_size", world_size, "must be a positive integer", "pass --world-size N (or WORLD_SIZE)")
+        raise fail(
+            "world_size", world_size, "must be a positive integer", "pass --world-size N (or WORLD_SIZE)"
+        )
     cfg.resolve()
     if cfg.peft is not None:
         raise fail(
-            "peft", cfg.peft, "no PEFT method is implemented yet (full-parameter training only)",
+            "peft",
+            cfg.peft,
+            "no PEFT method is implemented yet (full-parameter training only)",
             "remove it (peft=null or ~peft)",
         )
     _one_of("distributed.strategy", cfg.distributed.strategy, S.STRATEGIES)
@@ -73,7 +79,8 @@ def _train(cfg: ConfigContainer, layout: ParallelLayout) -> None:
     per_step = t.micro_batch_size * layout.dp
     if t.global_batch_size % per_step:
         raise fail(
-            "train.global_batch_size", t.global_batch_size,
+            "train.global_batch_size",
+            t.global_batch_size,
             f"must be a multiple of train.micro_batch_size ({t.micro_batch_size}) x data-parallel size "
             f"({layout.dp}) = {per_step}",
             f"use a multiple of {per_step} (e.g. {max(per_step, t.global_batch_size // per_step * per_step)}), "
@@ -87,14 +94,18 @@ def _validation(cfg: ConfigContainer) -> None:
     _positive("validation.eval_iters", v.eval_iters, zero_ok=True)
     if v.eval_interval and v.eval_iters == 0:
         raise fail(
-            "validation.eval_iters", 0, f"evaluation runs every {v.eval_interval} iterations but on no batches",
+            "validation.eval_iters",
+            0,
+            f"evaluation runs every {v.eval_interval} iterations but on no batches",
             "set validation.eval_iters > 0, or validation.eval_interval=0 to never evaluate",
         )
     if v.eval_interval and v.eval_iters and cfg.dataset.kind != "mock":
         weights = _split_weights(cfg.dataset.split)
         if len(weights) < 2 or weights[1] == 0:
             raise fail(
-                "dataset.split", cfg.dataset.split, "evaluation is on but the split gives no validation data",
+                "dataset.split",
+                cfg.dataset.split,
+                "evaluation is on but the split gives no validation data",
                 "give the validation part a weight (e.g. 969,30,1), or set validation.eval_interval=0",
             )
 
@@ -119,8 +130,11 @@ def _optimizer(cfg: ConfigContainer) -> list[str]:
     strategy = cfg.distributed.strategy
     if strategy == "megatron_fsdp" and not o.use_distributed_optimizer:
         raise fail(
-            "optimizer.use_distributed_optimizer", False, "strategy megatron_fsdp shards optimizer state through "
-            "Megatron-Core's distributed optimizer and needs it", "set optimizer.use_distributed_optimizer=true",
+            "optimizer.use_distributed_optimizer",
+            False,
+            "strategy megatron_fsdp shards optimizer state through "
+            "Megatron-Core's distributed optimizer and needs it",
+            "set optimizer.use_distributed_optimizer=true",
         )
     if strategy in ("fsdp2", "ddp") and o.use_distributed_optimizer:
         return [
@@ -136,15 +150,23 @@ def _scheduler(cfg: ConfigContainer) -> None:
     _positive("scheduler.lr_warmup_iters", s.lr_warmup_iters, zero_ok=True)
     _positive("scheduler.lr_decay_iters", s.lr_decay_iters, none_ok=True)
     decay = s.lr_decay_iters if s.lr_decay_iters is not None else cfg.train.train_iters
-    source = "scheduler.lr_decay_iters" if s.lr_decay_iters is not None else "train.train_iters (lr_decay_iters=null)"
+    source = (
+        "scheduler.lr_decay_iters"
+        if s.lr_decay_iters is not None
+        else "train.train_iters (lr_decay_iters=null)"
+    )
     if s.lr_warmup_iters > decay:
         raise fail(
-            "scheduler.lr_warmup_iters", s.lr_warmup_iters, f"warmup must not be longer than the decay: {source} = {decay}",
+            "scheduler.lr_warmup_iters",
+            s.lr_warmup_iters,
+            f"warmup must not be longer than the decay: {source} = {decay}",
             f"set scheduler.lr_warmup_iters <= {decay} (e.g. scheduler.lr_warmup_iters=0 for short runs)",
         )
     if not 0 <= s.lr_warmup_init <= cfg.optimizer.lr:
         raise fail(
-            "scheduler.lr_warmup_init", s.lr_warmup_init, f"must be between 0 and optimizer.lr ({cfg.optimizer.lr})",
+            "scheduler.lr_warmup_init",
+            s.lr_warmup_init,
+            f"must be between 0 and optimizer.lr ({cfg.optimizer.lr})",
             "use 0.0",
         )
 
@@ -156,7 +178,9 @@ def _split_weights(split: str) -> list[float]:
         weights = []
     if not 1 <= len(weights) <= 3 or any(w < 0 for w in weights) or sum(weights) <= 0:
         raise fail(
-            "dataset.split", split, "must be 1 to 3 comma-separated non-negative weights (train,valid,test)",
+            "dataset.split",
+            split,
+            "must be 1 to 3 comma-separated non-negative weights (train,valid,test)",
             "use e.g. '969,30,1' (quote it on the command line: 'dataset.split=\"969,30,1\"')",
         )
     return weights
@@ -179,8 +203,10 @@ def blend_paths(data_paths: list[str]) -> tuple[list[str], list[float] | None]:
         return values[1::2], weights
     if any(number(v) is not None for v in values):
         raise fail(
-            "dataset.data_paths", data_paths, "mixes weights and paths: give either paths only, or a weight "
-            "before every path", "write [p1, p2] or ['0.3', p1, '0.7', p2]",
+            "dataset.data_paths",
+            data_paths,
+            "mixes weights and paths: give either paths only, or a weight before every path",
+            "write [p1, p2] or ['0.3', p1, '0.7', p2]",
         )
     return values, None
 
@@ -194,13 +220,17 @@ def _dataset(cfg: ConfigContainer) -> None:
     _positive("dataset.packed_sequence_size", d.packed_sequence_size, zero_ok=True)
     if d.kind == "mock" and d.data_paths:
         raise fail(
-            "dataset.data_paths", d.data_paths, "dataset.kind is mock, which generates random tokens and reads no files",
+            "dataset.data_paths",
+            d.data_paths,
+            "dataset.kind is mock, which generates random tokens and reads no files",
             "set dataset.kind=indexed (Megatron .bin/.idx) or jsonl, or drop the paths (~dataset.data_paths)",
         )
     if d.kind != "mock":
         if not d.data_paths:
             raise fail(
-                "dataset.data_paths", d.data_paths, f"dataset.kind={d.kind} needs data files",
+                "dataset.data_paths",
+                d.data_paths,
+                f"dataset.kind={d.kind} needs data files",
                 "give dataset.data_paths=[prefix_or_file, ...], or use dataset.kind=mock",
             )
         paths, _ = blend_paths(d.data_paths)
@@ -208,21 +238,29 @@ def _dataset(cfg: ConfigContainer) -> None:
             needed = [path + ".bin", path + ".idx"] if d.kind == "indexed" else [path]
             missing = [p for p in needed if not os.path.isfile(p)]
             if missing:
-                what = "an indexed dataset prefix (path without .bin/.idx)" if d.kind == "indexed" else "a JSONL file"
+                what = (
+                    "an indexed dataset prefix (path without .bin/.idx)"
+                    if d.kind == "indexed"
+                    else "a JSONL file"
+                )
                 raise fail(
-                    "dataset.data_paths", path, f"{', '.join(missing)} not found; each entry must be {what}",
+                    "dataset.data_paths",
+                    path,
+                    f"{', '.join(missing)} not found; each entry must be {what}",
                     "fix the path (scripts/data/preprocess_data.py writes .bin/.idx from JSONL)",
                 )
     if d.packed_sequence_size:
         if cfg.train.micro_batch_size != 1:
             raise fail(
-                "train.micro_batch_size", cfg.train.micro_batch_size,
+                "train.micro_batch_size",
+                cfg.train.micro_batch_size,
                 "must be 1 with sequence packing: each packed sample is already a batch of sequences",
                 "set train.micro_batch_size=1 (raise global_batch_size instead)",
             )
         if d.packed_sequence_size != cfg.model.seq_length:
             raise fail(
-                "dataset.packed_sequence_size", d.packed_sequence_size,
+                "dataset.packed_sequence_size",
+                d.packed_sequence_size,
                 f"a packed sample is one model sequence, but model.seq_length = {cfg.model.seq_length}",
                 "set dataset.packed_sequence_size equal to model.seq_length",
             )
@@ -234,26 +272,34 @@ def _tokenizer(cfg: ConfigContainer) -> None:
     if t.tokenizer_type == "HuggingFaceTokenizer":
         if not t.tokenizer_model:
             raise fail(
-                "tokenizer.tokenizer_model", t.tokenizer_model, "HuggingFaceTokenizer needs a tokenizer",
+                "tokenizer.tokenizer_model",
+                t.tokenizer_model,
+                "HuggingFaceTokenizer needs a tokenizer",
                 "give a local tokenizer directory (or hub name if the cache has it)",
             )
         if t.vocab_size is not None:
             raise fail(
-                "tokenizer.vocab_size", t.vocab_size, "is only for NullTokenizer (a HF tokenizer knows its size)",
+                "tokenizer.vocab_size",
+                t.vocab_size,
+                "is only for NullTokenizer (a HF tokenizer knows its size)",
                 "remove it (tokenizer.vocab_size=null)",
             )
         return
     if cfg.model.vocab_size is None:
         raise fail(
-            "model.vocab_size", None, "the NullTokenizer needs a vocabulary size",
+            "model.vocab_size",
+            None,
+            "the NullTokenizer needs a vocabulary size",
             "set model.vocab_size (or tokenizer.vocab_size; each follows the other)",
         )
     _positive("tokenizer.vocab_size", t.vocab_size)
     if t.vocab_size + 1 > cfg.model.vocab_size:
         raise fail(
-            "tokenizer.vocab_size", t.vocab_size,
+            "tokenizer.vocab_size",
+            t.vocab_size,
             f"the NullTokenizer emits ids up to vocab_size (its EOD id), which must fit model.vocab_size = "
-            f"{cfg.model.vocab_size}", f"use at most {cfg.model.vocab_size - 1}, or null to follow the model",
+            f"{cfg.model.vocab_size}",
+            f"use at most {cfg.model.vocab_size - 1}, or null to follow the model",
         )
 
 
@@ -263,23 +309,31 @@ def _checkpoint(cfg: ConfigContainer) -> None:
     _positive("checkpoint.save_interval", c.save_interval, zero_ok=True, none_ok=True)
     if c.save_interval and not c.save:
         raise fail(
-            "checkpoint.save_interval", c.save_interval, "periodic saves need a directory, but checkpoint.save is not set",
+            "checkpoint.save_interval",
+            c.save_interval,
+            "periodic saves need a directory, but checkpoint.save is not set",
             "set checkpoint.save=/path/to/dir, or checkpoint.save_interval=0 to not save",
         )
     if c.save and os.path.exists(c.save) and not os.path.isdir(c.save):
         raise fail("checkpoint.save", c.save, "exists and is not a directory", "give a directory path")
     if c.load and not os.path.isdir(c.load):
         raise fail(
-            "checkpoint.load", c.load, "directory does not exist",
+            "checkpoint.load",
+            c.load,
+            "directory does not exist",
             "give an existing checkpoint directory, or checkpoint.load=null to start from scratch",
         )
     if c.pretrained_checkpoint and not os.path.exists(c.pretrained_checkpoint):
         raise fail(
-            "checkpoint.pretrained_checkpoint", c.pretrained_checkpoint, "does not exist",
+            "checkpoint.pretrained_checkpoint",
+            c.pretrained_checkpoint,
+            "does not exist",
             "give an existing checkpoint (e.g. one written by scripts/conversion/convert_checkpoint.py)",
         )
     if c.most_recent_k != -1 and c.most_recent_k < 1:
-        raise fail("checkpoint.most_recent_k", c.most_recent_k, "must be -1 (keep all) or >= 1", "use -1 or a count")
+        raise fail(
+            "checkpoint.most_recent_k", c.most_recent_k, "must be -1 (keep all) or >= 1", "use -1 or a count"
+        )
 
 
 def _logger(cfg: ConfigContainer) -> None:
@@ -289,7 +343,9 @@ def _logger(cfg: ConfigContainer) -> None:
         for name in ("wandb_entity", "wandb_exp_name"):
             if getattr(lg, name):
                 raise fail(
-                    f"logger.{name}", getattr(lg, name), "W&B logging is on only when logger.wandb_project is set",
+                    f"logger.{name}",
+                    getattr(lg, name),
+                    "W&B logging is on only when logger.wandb_project is set",
                     "set logger.wandb_project too, or remove it",
                 )
 
@@ -300,7 +356,8 @@ def _distributed(cfg: ConfigContainer, layout: ParallelLayout) -> list[str]:
     _positive("distributed.timeout_minutes", d.timeout_minutes)
     if d.dp_size is not None and d.dp_size != layout.dp:
         raise fail(
-            "distributed.dp_size", d.dp_size,
+            "distributed.dp_size",
+            d.dp_size,
             f"the data-parallel size is derived as world / (tp * pp * cp) = {layout.world_size} / "
             f"({layout.tp} * {layout.pp} * {layout.cp}) = {layout.dp}",
             "leave distributed.dp_size unset (null), or change the world size or the model-parallel sizes",
@@ -312,31 +369,46 @@ def _distributed(cfg: ConfigContainer, layout: ParallelLayout) -> list[str]:
             warnings.append(f"distributed.pp_schedule={d.pp_schedule} has no effect with pipeline size 1.")
         elif d.pp_schedule == "interleaved_1f1b" and vpp is None:
             raise fail(
-                "distributed.pp_schedule", d.pp_schedule, "interleaving needs virtual pipeline stages",
+                "distributed.pp_schedule",
+                d.pp_schedule,
+                "interleaving needs virtual pipeline stages",
                 "set model.virtual_pipeline_model_parallel_size (>= 2), or use pp_schedule 1f1b",
             )
         elif d.pp_schedule == "1f1b" and vpp is not None:
             raise fail(
-                "distributed.pp_schedule", d.pp_schedule,
+                "distributed.pp_schedule",
+                d.pp_schedule,
                 f"model.virtual_pipeline_model_parallel_size = {vpp} makes Megatron-Core run the interleaved schedule",
                 "use pp_schedule interleaved_1f1b (or null), or unset model.virtual_pipeline_model_parallel_size",
             )
     if d.activation_checkpointing and m.recompute_granularity is not None:
         raise fail(
-            "distributed.activation_checkpointing", True,
+            "distributed.activation_checkpointing",
+            True,
             f"model.recompute_granularity = {m.recompute_granularity!r} already chooses what to recompute",
             "set one of them: distributed.activation_checkpointing (full recompute) or model.recompute_*",
         )
     megatron_ddp = d.strategy in ("megatron", "megatron_fsdp")
     if d.strategy == "megatron" and d.overlap_param_gather and not cfg.optimizer.use_distributed_optimizer:
         raise fail(
-            "distributed.overlap_param_gather", True, "overlapping the parameter all-gather needs the "
+            "distributed.overlap_param_gather",
+            True,
+            "overlapping the parameter all-gather needs the "
             "distributed optimizer (there is no gather without it)",
             "set distributed.overlap_param_gather=false, or optimizer.use_distributed_optimizer=true",
         )
     if not megatron_ddp:
-        knobs = [k for k in ("overlap_grad_reduce", "overlap_param_gather", "grad_reduce_in_fp32",
-                             "average_in_collective", "check_for_nan_in_grad") if getattr(d, k)]
+        knobs = [
+            k
+            for k in (
+                "overlap_grad_reduce",
+                "overlap_param_gather",
+                "grad_reduce_in_fp32",
+                "average_in_collective",
+                "check_for_nan_in_grad",
+            )
+            if getattr(d, k)
+        ]
         if knobs:
             warnings.append(
                 f"distributed.{', distributed.'.join(knobs)} are Megatron-Core DDP settings that strategy "
@@ -351,17 +423,24 @@ def _precision(cfg: ConfigContainer) -> list[str]:
     for flag, wanted in (("bf16", "bf16_mixed"), ("fp16", "fp16_mixed")):
         if getattr(m, flag) and p.precision != wanted:
             raise fail(
-                f"model.{flag}", True, f"mixed_precision.precision = {p.precision!r} is the one source of the "
-                "training dtype", f"set mixed_precision.precision={wanted}, or model.{flag}=false",
+                f"model.{flag}",
+                True,
+                f"mixed_precision.precision = {p.precision!r} is the one source of the training dtype",
+                f"set mixed_precision.precision={wanted}, or model.{flag}=false",
             )
     if p.loss_scale is not None and p.loss_scale <= 0:
         raise fail("mixed_precision.loss_scale", p.loss_scale, "must be > 0 or null (dynamic)", "use null")
     if p.initial_loss_scale <= 0 or p.min_loss_scale <= 0:
         raise fail(
-            "mixed_precision.initial_loss_scale", p.initial_loss_scale, "loss scales must be > 0", "use 2**32 and 1.0",
+            "mixed_precision.initial_loss_scale",
+            p.initial_loss_scale,
+            "loss scales must be > 0",
+            "use 2**32 and 1.0",
         )
     _positive("mixed_precision.loss_scale_window", p.loss_scale_window)
     _positive("mixed_precision.hysteresis", p.hysteresis)
     if p.loss_scale is not None and p.precision != "fp16_mixed":
-        return [f"mixed_precision.loss_scale={p.loss_scale} has no effect with precision {p.precision} (fp16 only)."]
+        return [
+            f"mixed_precision.loss_scale={p.loss_scale} has no effect with precision {p.precision} (fp16 only)."
+        ]
     return []

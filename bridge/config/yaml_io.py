@@ -36,7 +36,9 @@ def load_yaml_text(text: str, source: str = "YAML") -> dict[str, Any]:
     except Exception as e:
         raise ConfigError(f"{source}: not valid YAML ({type(e).__name__}: {tree._first_line(e)}).") from None
     if not OmegaConf.is_dict(data):
-        raise ConfigError(f"{source}: the top level must be a mapping of section names, not a list or a scalar.")
+        raise ConfigError(
+            f"{source}: the top level must be a mapping of section names, not a list or a scalar."
+        )
     return OmegaConf.to_container(data, resolve=False)
 
 

@@ -33,10 +33,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--recipe", help="recipe name (see --list-recipes)")
     parser.add_argument("--list-recipes", action="store_true", help="print the recipes and exit")
-    parser.add_argument("--config-file", help="YAML merged before the overrides (own shape or AutoModel form)")
+    parser.add_argument(
+        "--config-file", help="YAML merged before the overrides (own shape or AutoModel form)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="validate and print the config; do not train")
     parser.add_argument(
-        "--world-size", type=int, default=None,
+        "--world-size",
+        type=int,
+        default=None,
         help="number of ranks to validate for (default: WORLD_SIZE or 1)",
     )
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.train_iters=10")
@@ -51,7 +55,9 @@ def env_world_size() -> int:
     try:
         return int(value)
     except ValueError:
-        raise ConfigError(f"WORLD_SIZE = {value!r}: must be an integer. Fix: unset it or launch with torchrun.") from None
+        raise ConfigError(
+            f"WORLD_SIZE = {value!r}: must be an integer. Fix: unset it or launch with torchrun."
+        ) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,7 +83,12 @@ def run(argv: list[str] | None = None) -> int:
     from bridge.config.compose import compose
 
     world_size = args.world_size if args.world_size is not None else env_world_size()
-    if not args.dry_run and args.world_size is not None and "WORLD_SIZE" in os.environ and world_size != env_world_size():
+    if (
+        not args.dry_run
+        and args.world_size is not None
+        and "WORLD_SIZE" in os.environ
+        and world_size != env_world_size()
+    ):
         raise ConfigError(
             f"--world-size {world_size} differs from WORLD_SIZE={env_world_size()} of this launch. "
             "Fix: drop --world-size (it is for dry runs) or launch that many ranks."

@@ -18,8 +18,14 @@ from bridge.config.container import ConfigContainer
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "scripts" / "training" / "run_recipe.py"
 DONE_WHEN = [
-    "--recipe", "llama32_1b_pretrain_config", "--dry-run", "--world-size", "4",
-    "model.tensor_model_parallel_size=2", "model.pipeline_model_parallel_size=2", "model.sequence_parallel=True",
+    "--recipe",
+    "llama32_1b_pretrain_config",
+    "--dry-run",
+    "--world-size",
+    "4",
+    "model.tensor_model_parallel_size=2",
+    "model.pipeline_model_parallel_size=2",
+    "model.sequence_parallel=True",
 ]
 
 
@@ -48,21 +54,38 @@ def test_done_when_command_prints_config_and_layout_without_torch(tmp_path):
     assert (cfg.model.tensor_model_parallel_size, cfg.model.pipeline_model_parallel_size) == (2, 2)
     assert cfg.model.sequence_parallel is True and cfg.dataset.seq_length == 8192
     # -X importtime lists every imported module on stderr: neither torch nor megatron.core is there.
-    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }
     assert "bridge.config.container" in imported
     assert not {m for m in imported if m.split(".")[0] == "torch" or m.startswith("megatron.core")}
 
 
 def test_invalid_input_exits_2_with_message_and_no_traceback():
-    proc = run_script(str(SCRIPT), "--recipe", "llama32_1b_pretrain_config", "--dry-run", "--world-size", "4",
-                      "model.sequence_parallel=True")
+    proc = run_script(
+        str(SCRIPT),
+        "--recipe",
+        "llama32_1b_pretrain_config",
+        "--dry-run",
+        "--world-size",
+        "4",
+        "model.sequence_parallel=True",
+    )
     assert proc.returncode == 2
-    assert proc.stderr.startswith("error: ") and "model.sequence_parallel" in proc.stderr and "Fix:" in proc.stderr
+    assert (
+        proc.stderr.startswith("error: ")
+        and "model.sequence_parallel" in proc.stderr
+        and "Fix:" in proc.stderr
+    )
     assert "Traceback" not in proc.stderr and proc.stdout == ""
 
 
 def test_world_size_defaults_to_env_and_list_recipes():
-    proc = run_script(str(SCRIPT), "--recipe", "qwen3_30b_a3b_pretrain_config", "--dry-run", env={"WORLD_SIZE": "16"})
+    proc = run_script(
+        str(SCRIPT), "--recipe", "qwen3_30b_a3b_pretrain_config", "--dry-run", env={"WORLD_SIZE": "16"}
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.rstrip().endswith("layout: TP=4 PP=2 CP=1 EP=4 ETP=1 DP=2 EDP=2 world=16")
     proc = run_script(str(SCRIPT), "--list-recipes")
@@ -75,36 +98,90 @@ def test_world_size_defaults_to_env_and_list_recipes():
     "args, field, fix",
     [
         # seed 001, pitfall 3: SP without TP
-        (["--world-size", "2", "model.sequence_parallel=True"], "model.sequence_parallel", "raise tp above 1"),
+        (
+            ["--world-size", "2", "model.sequence_parallel=True"],
+            "model.sequence_parallel",
+            "raise tp above 1",
+        ),
         # seed 001, pitfall 4: CP needs seq_length % (2 cp) == 0
-        (["--world-size", "4", "model.context_parallel_size=2", "model.seq_length=8190"], "model.seq_length", "multiple of 4"),
+        (
+            ["--world-size", "4", "model.context_parallel_size=2", "model.seq_length=8190"],
+            "model.seq_length",
+            "multiple of 4",
+        ),
         # seed 001, pitfall 5: EP on a dense model
-        (["--world-size", "4", "model.expert_model_parallel_size=2"], "model.expert_model_parallel_size", "ep=1"),
+        (
+            ["--world-size", "4", "model.expert_model_parallel_size=2"],
+            "model.expert_model_parallel_size",
+            "ep=1",
+        ),
         # seed 000, pitfall 7: megatron_fsdp has no PP / EP / SP
-        (["--world-size", "4", "distributed.strategy=megatron_fsdp", "model.pipeline_model_parallel_size=2"],
-         "model.pipeline_model_parallel_size", "pp=1"),
-        (["--world-size", "4", "distributed.strategy=megatron_fsdp", "model.tensor_model_parallel_size=2",
-          "model.sequence_parallel=True"], "model.sequence_parallel", "sequence_parallel=False"),
+        (
+            [
+                "--world-size",
+                "4",
+                "distributed.strategy=megatron_fsdp",
+                "model.pipeline_model_parallel_size=2",
+            ],
+            "model.pipeline_model_parallel_size",
+            "pp=1",
+        ),
+        (
+            [
+                "--world-size",
+                "4",
+                "distributed.strategy=megatron_fsdp",
+                "model.tensor_model_parallel_size=2",
+                "model.sequence_parallel=True",
+            ],
+            "model.sequence_parallel",
+            "sequence_parallel=False",
+        ),
         # seed 000, pitfall 8: ddp is data parallel only
-        (["--world-size", "4", "distributed.strategy=ddp", "model.tensor_model_parallel_size=2"],
-         "model.tensor_model_parallel_size", "tp=1"),
+        (
+            ["--world-size", "4", "distributed.strategy=ddp", "model.tensor_model_parallel_size=2"],
+            "model.tensor_model_parallel_size",
+            "tp=1",
+        ),
         # seed 000, pitfall 12: dp_replicate_size is FSDP2 only; and it must be < dp
-        (["--world-size", "4", "distributed.strategy=ddp", "distributed.dp_replicate_size=2"],
-         "distributed.dp_replicate_size", "distributed.strategy=fsdp2"),
-        (["--world-size", "4", "distributed.strategy=fsdp2", "distributed.dp_replicate_size=4"],
-         "distributed.dp_replicate_size", "smaller"),
+        (
+            ["--world-size", "4", "distributed.strategy=ddp", "distributed.dp_replicate_size=2"],
+            "distributed.dp_replicate_size",
+            "distributed.strategy=fsdp2",
+        ),
+        (
+            ["--world-size", "4", "distributed.strategy=fsdp2", "distributed.dp_replicate_size=4"],
+            "distributed.dp_replicate_size",
+            "smaller",
+        ),
         # seed 000, pitfall 11: packed_sequence_size % cp
-        (["--world-size", "4", "model.context_parallel_size=4", "dataset.packed_sequence_size=8190"],
-         "dataset.packed_sequence_size", "Fix:"),
+        (
+            ["--world-size", "4", "model.context_parallel_size=4", "dataset.packed_sequence_size=8190"],
+            "dataset.packed_sequence_size",
+            "Fix:",
+        ),
         # seed 000: packed sequences need local (micro) batch 1
-        (["--world-size", "4", "dataset.packed_sequence_size=8192", "train.micro_batch_size=2",
-          "train.global_batch_size=8"], "train.micro_batch_size", "train.micro_batch_size=1"),
+        (
+            [
+                "--world-size",
+                "4",
+                "dataset.packed_sequence_size=8192",
+                "train.micro_batch_size=2",
+                "train.global_batch_size=8",
+            ],
+            "train.micro_batch_size",
+            "train.micro_batch_size=1",
+        ),
         # seed 001: min_gpus = PP * max(TP*CP, EP*ETP), and world must divide into dp
         (["--world-size", "6", "model.tensor_model_parallel_size=4"], "world_size", "Fix:"),
         # global batch % (micro * dp)
         (["--world-size", "3", "train.global_batch_size=8"], "train.global_batch_size", "multiple of 3"),
         # head / group divisibility by TP
-        (["--world-size", "16", "model.tensor_model_parallel_size=16"], "model.tensor_model_parallel_size", "Fix:"),
+        (
+            ["--world-size", "16", "model.tensor_model_parallel_size=16"],
+            "model.tensor_model_parallel_size",
+            "Fix:",
+        ),
         # strict overrides
         (["model.num_layer=4"], "model.num_layers", "Did you mean"),
         (["model.num_layers=two"], "model.num_layers", "Fix: give int"),
@@ -121,8 +198,9 @@ def test_seed_invalid_combinations_exit_2(args, field, fix, capsys):
 def test_moe_seed_on_fsdp2_is_refused_with_the_reason(capsys, tmp_path):
     # Seed 000's MoE example, as an AutoModel config file, on the Qwen3-30B-A3B recipe.
     path = tmp_path / "moe.yaml"
-    path.write_text(textwrap.dedent(
-        """
+    path.write_text(
+        textwrap.dedent(
+            """
         distributed:
           strategy: fsdp2
           tp_size: 1
@@ -132,15 +210,35 @@ def test_moe_seed_on_fsdp2_is_refused_with_the_reason(capsys, tmp_path):
           sequence_parallel: false
           activation_checkpointing: true
         """
-    ))
+        )
+    )
     script = load_script()
-    code = script.main(["--recipe", "qwen3_30b_a3b_pretrain_config", "--dry-run", "--world-size", "8",
-                        "--config-file", str(path)])
+    code = script.main(
+        [
+            "--recipe",
+            "qwen3_30b_a3b_pretrain_config",
+            "--dry-run",
+            "--world-size",
+            "8",
+            "--config-file",
+            str(path),
+        ]
+    )
     _, err = capsys.readouterr()
     # Megatron-Core 0.16.1's FSDP2 wrapper has no expert parallelism: the layout rules say so.
     assert code == 2 and "model.expert_model_parallel_size" in err and "distributed.strategy=megatron" in err
-    code = script.main(["--recipe", "qwen3_30b_a3b_pretrain_config", "--dry-run", "--world-size", "8",
-                        "--config-file", str(path), "distributed.strategy=megatron"])
+    code = script.main(
+        [
+            "--recipe",
+            "qwen3_30b_a3b_pretrain_config",
+            "--dry-run",
+            "--world-size",
+            "8",
+            "--config-file",
+            str(path),
+            "distributed.strategy=megatron",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     assert out.rstrip().endswith("layout: TP=1 PP=1 CP=1 EP=8 ETP=1 DP=8 EDP=1 world=8")
@@ -151,18 +249,50 @@ def test_automodel_config_file_with_dp_size_and_warnings(capsys, tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("distributed:\n  tp_size: 2\n  dp_size: 2\n  pipeline: {pp_microbatch_size: 1}\n")
     script = load_script()
-    assert script.main(["--recipe", "llama32_1b_pretrain_config", "--dry-run", "--world-size", "4",
-                        "--config-file", str(path)]) == 0
+    assert (
+        script.main(
+            [
+                "--recipe",
+                "llama32_1b_pretrain_config",
+                "--dry-run",
+                "--world-size",
+                "4",
+                "--config-file",
+                str(path),
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.rstrip().endswith("DP=2 EDP=4 world=4")
-    assert script.main(["--recipe", "llama32_1b_pretrain_config", "--dry-run", "--world-size", "8",
-                        "--config-file", str(path)]) == 2
+    assert (
+        script.main(
+            [
+                "--recipe",
+                "llama32_1b_pretrain_config",
+                "--dry-run",
+                "--world-size",
+                "8",
+                "--config-file",
+                str(path),
+            ]
+        )
+        == 2
+    )
     assert "distributed.dp_size = 2" in capsys.readouterr().err
 
 
 def test_layout_warnings_are_printed(capsys):
     script = load_script()
-    code = script.main(["--recipe", "llama32_1b_pretrain_config", "--dry-run", "--world-size", "4",
-                        "model.pipeline_model_parallel_size=4"])
+    code = script.main(
+        [
+            "--recipe",
+            "llama32_1b_pretrain_config",
+            "--dry-run",
+            "--world-size",
+            "4",
+            "model.pipeline_model_parallel_size=4",
+        ]
+    )
     out, _ = capsys.readouterr()
     assert code == 0 and any(line.startswith("warning: ") for line in out.splitlines())
 

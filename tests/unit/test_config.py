@@ -18,8 +18,14 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def tiny(**model_fields) -> ConfigContainer:
-    fields = dict(num_layers=4, hidden_size=64, num_attention_heads=4, num_query_groups=2, vocab_size=1024,
-                  seq_length=128)
+    fields = dict(
+        num_layers=4,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_query_groups=2,
+        vocab_size=1024,
+        seq_length=128,
+    )
     fields.update(model_fields)
     cfg = ConfigContainer(model=GPTModelProvider(**fields))
     cfg.train.global_batch_size = 8
@@ -40,7 +46,10 @@ def test_dataset_seq_length_mismatch_names_the_field_to_set():
     with pytest.raises(ConfigError) as err:
         compose(tiny(), overrides=["dataset.seq_length=256"])
     msg = str(err.value)
-    assert "dataset.seq_length=256 differs from model.seq_length=128" in msg and "Set model.seq_length only" in msg
+    assert (
+        "dataset.seq_length=256 differs from model.seq_length=128" in msg
+        and "Set model.seq_length only" in msg
+    )
 
 
 def test_dataset_seq_length_equal_explicit_value_is_fine():
@@ -62,10 +71,20 @@ def test_null_tokenizer_vocab_follows_model_and_model_follows_tokenizer():
 def test_yaml_round_trip_is_lossless():
     cfg = apply_overrides(
         tiny(),
-        ["model.tensor_model_parallel_size=2", "model.sequence_parallel=True", "optimizer.lr=3e-4",
-         "optimizer.adam_eps=1e-8", "dataset.kind=indexed", "dataset.data_paths=['0.3',a,'0.7',b]",
-         "checkpoint.save=/tmp/x", "model.recompute_modules=[core_attn]", "mixed_precision.loss_scale=1024.5",
-         "model.rope_scaling_factor=32.0", 'dataset.split="98,1,1"', "logger.wandb_project=yes"],
+        [
+            "model.tensor_model_parallel_size=2",
+            "model.sequence_parallel=True",
+            "optimizer.lr=3e-4",
+            "optimizer.adam_eps=1e-8",
+            "dataset.kind=indexed",
+            "dataset.data_paths=['0.3',a,'0.7',b]",
+            "checkpoint.save=/tmp/x",
+            "model.recompute_modules=[core_attn]",
+            "mixed_precision.loss_scale=1024.5",
+            "model.rope_scaling_factor=32.0",
+            'dataset.split="98,1,1"',
+            "logger.wandb_project=yes",
+        ],
     ).resolve()
     text = cfg.to_yaml()
     back = ConfigContainer.from_yaml(text)
@@ -75,7 +94,9 @@ def test_yaml_round_trip_is_lossless():
 
 
 def test_from_yaml_partial_keeps_defaults_and_rejects_unknown_keys():
-    cfg = ConfigContainer.from_yaml("model: {num_layers: 2, hidden_size: 32, num_attention_heads: 2}\ntrain: {train_iters: 7}\n")
+    cfg = ConfigContainer.from_yaml(
+        "model: {num_layers: 2, hidden_size: 32, num_attention_heads: 2}\ntrain: {train_iters: 7}\n"
+    )
     assert cfg.model.num_layers == 2 and cfg.train.train_iters == 7 and cfg.train.micro_batch_size == 1
     with pytest.raises(ConfigError, match=r"unknown key train.train_iter\b.*Did you mean train.train_iters"):
         ConfigContainer.from_yaml("model: {num_layers: 2}\ntrain: {train_iter: 7}\n")
@@ -115,39 +136,131 @@ def test_valid_config_gives_layout_and_no_warnings():
 @pytest.mark.parametrize(
     "overrides, world, expected",
     [
-        (["train.global_batch_size=6"], 4, r"train.global_batch_size = 6: must be a multiple of train.micro_batch_size \(1\) x data-parallel size \(4\) = 4"),
+        (
+            ["train.global_batch_size=6"],
+            4,
+            r"train.global_batch_size = 6: must be a multiple of train.micro_batch_size \(1\) x data-parallel size \(4\) = 4",
+        ),
         (["train.micro_batch_size=3"], 2, r"train.micro_batch_size \(3\) x data-parallel size \(2\) = 6"),
         (["+peft.method=lora"], 1, r"peft = .*no PEFT method is implemented yet.*Fix: remove it"),
-        (["mixed_precision.precision=bf16"], 1, r"mixed_precision.precision = 'bf16': must be one of bf16_mixed, fp16_mixed, fp32"),
-        (["model.bf16=True", "mixed_precision.precision=fp32"], 1, r"model.bf16 = True: mixed_precision.precision = 'fp32' is the one source"),
-        (["scheduler.lr_warmup_iters=20"], 1, r"scheduler.lr_warmup_iters = 20: warmup must not be longer than the decay: train.train_iters \(lr_decay_iters=null\) = 10"),
+        (
+            ["mixed_precision.precision=bf16"],
+            1,
+            r"mixed_precision.precision = 'bf16': must be one of bf16_mixed, fp16_mixed, fp32",
+        ),
+        (
+            ["model.bf16=True", "mixed_precision.precision=fp32"],
+            1,
+            r"model.bf16 = True: mixed_precision.precision = 'fp32' is the one source",
+        ),
+        (
+            ["scheduler.lr_warmup_iters=20"],
+            1,
+            r"scheduler.lr_warmup_iters = 20: warmup must not be longer than the decay: train.train_iters \(lr_decay_iters=null\) = 10",
+        ),
         (["scheduler.lr_decay_iters=5", "scheduler.lr_warmup_iters=6"], 1, r"scheduler.lr_decay_iters = 5"),
-        (["scheduler.lr_decay_style=wsd"], 1, r"scheduler.lr_decay_style = 'wsd': must be one of cosine, linear, constant"),
+        (
+            ["scheduler.lr_decay_style=wsd"],
+            1,
+            r"scheduler.lr_decay_style = 'wsd': must be one of cosine, linear, constant",
+        ),
         (["optimizer.min_lr=1.0"], 1, r"optimizer.min_lr = 1.0: must be between 0 and optimizer.lr"),
         (["optimizer.optimizer=lion"], 1, r"optimizer.optimizer = 'lion'"),
-        (["checkpoint.save_interval=100"], 1, r"checkpoint.save_interval = 100: periodic saves need a directory.*Fix: set checkpoint.save="),
-        (["checkpoint.load=/does/not/exist"], 1, r"checkpoint.load = '/does/not/exist': directory does not exist"),
-        (["checkpoint.pretrained_checkpoint=/does/not/exist"], 1, r"checkpoint.pretrained_checkpoint = '/does/not/exist': does not exist"),
+        (
+            ["checkpoint.save_interval=100"],
+            1,
+            r"checkpoint.save_interval = 100: periodic saves need a directory.*Fix: set checkpoint.save=",
+        ),
+        (
+            ["checkpoint.load=/does/not/exist"],
+            1,
+            r"checkpoint.load = '/does/not/exist': directory does not exist",
+        ),
+        (
+            ["checkpoint.pretrained_checkpoint=/does/not/exist"],
+            1,
+            r"checkpoint.pretrained_checkpoint = '/does/not/exist': does not exist",
+        ),
         (["checkpoint.ckpt_format=zarr"], 1, r"checkpoint.ckpt_format = 'zarr'"),
-        (["validation.eval_interval=5", "validation.eval_iters=0"], 1, r"validation.eval_iters = 0: evaluation runs every 5 iterations but on no batches"),
+        (
+            ["validation.eval_interval=5", "validation.eval_iters=0"],
+            1,
+            r"validation.eval_iters = 0: evaluation runs every 5 iterations but on no batches",
+        ),
         (["dataset.data_paths=[a]"], 1, r"dataset.data_paths = \['a'\]: dataset.kind is mock"),
         (["dataset.kind=indexed"], 1, r"dataset.data_paths = \[\]: dataset.kind=indexed needs data files"),
         (["dataset.kind=indexed", "dataset.data_paths=[/nope/x]"], 1, r"/nope/x.bin, /nope/x.idx not found"),
         (["dataset.kind=jsonl", "dataset.data_paths=['0.5',a,b]"], 1, r"mixes weights and paths"),
         (['dataset.split="1,2,3,4"'], 1, r"dataset.split = '1,2,3,4': must be 1 to 3 comma-separated"),
-        (["dataset.packed_sequence_size=64"], 1, r"dataset.packed_sequence_size = 64: a packed sample is one model sequence, but model.seq_length = 128"),
-        (["dataset.packed_sequence_size=128", "train.micro_batch_size=2"], 1, r"train.micro_batch_size = 2: must be 1 with sequence packing"),
-        (["tokenizer.vocab_size=1024"], 1, r"tokenizer.vocab_size = 1024: the NullTokenizer emits ids up to vocab_size.*use at most 1023"),
-        (["tokenizer.tokenizer_type=HuggingFaceTokenizer"], 1, r"tokenizer.tokenizer_model = None: HuggingFaceTokenizer needs a tokenizer"),
-        (["logger.wandb_entity=me"], 1, r"logger.wandb_entity = 'me': W&B logging is on only when logger.wandb_project is set"),
-        (["distributed.strategy=horovod"], 1, r"distributed.strategy = 'horovod': must be one of megatron, fsdp2, megatron_fsdp, ddp"),
-        (["distributed.dp_size=4"], 2, r"distributed.dp_size = 4: the data-parallel size is derived as world / \(tp \* pp \* cp\) = 2 / \(1 \* 1 \* 1\) = 2"),
-        (["distributed.pp_schedule=interleaved_1f1b", "model.pipeline_model_parallel_size=2"], 2, r"distributed.pp_schedule = 'interleaved_1f1b': interleaving needs virtual pipeline stages"),
-        (["distributed.pp_schedule=1f1b", "model.pipeline_model_parallel_size=2", "model.virtual_pipeline_model_parallel_size=2"], 2, r"makes Megatron-Core run the interleaved schedule"),
-        (["distributed.pp_schedule=gpipe"], 1, r"distributed.pp_schedule = 'gpipe': must be one of 1f1b, interleaved_1f1b"),
-        (["distributed.activation_checkpointing=True", "model.recompute_granularity=full"], 1, r"set one of them"),
-        (["optimizer.use_distributed_optimizer=False"], 1, r"distributed.overlap_param_gather = True: overlapping the parameter all-gather needs the distributed optimizer"),
-        (["distributed.strategy=megatron_fsdp", "optimizer.use_distributed_optimizer=False"], 1, r"optimizer.use_distributed_optimizer = False: strategy megatron_fsdp"),
+        (
+            ["dataset.packed_sequence_size=64"],
+            1,
+            r"dataset.packed_sequence_size = 64: a packed sample is one model sequence, but model.seq_length = 128",
+        ),
+        (
+            ["dataset.packed_sequence_size=128", "train.micro_batch_size=2"],
+            1,
+            r"train.micro_batch_size = 2: must be 1 with sequence packing",
+        ),
+        (
+            ["tokenizer.vocab_size=1024"],
+            1,
+            r"tokenizer.vocab_size = 1024: the NullTokenizer emits ids up to vocab_size.*use at most 1023",
+        ),
+        (
+            ["tokenizer.tokenizer_type=HuggingFaceTokenizer"],
+            1,
+            r"tokenizer.tokenizer_model = None: HuggingFaceTokenizer needs a tokenizer",
+        ),
+        (
+            ["logger.wandb_entity=me"],
+            1,
+            r"logger.wandb_entity = 'me': W&B logging is on only when logger.wandb_project is set",
+        ),
+        (
+            ["distributed.strategy=horovod"],
+            1,
+            r"distributed.strategy = 'horovod': must be one of megatron, fsdp2, megatron_fsdp, ddp",
+        ),
+        (
+            ["distributed.dp_size=4"],
+            2,
+            r"distributed.dp_size = 4: the data-parallel size is derived as world / \(tp \* pp \* cp\) = 2 / \(1 \* 1 \* 1\) = 2",
+        ),
+        (
+            ["distributed.pp_schedule=interleaved_1f1b", "model.pipeline_model_parallel_size=2"],
+            2,
+            r"distributed.pp_schedule = 'interleaved_1f1b': interleaving needs virtual pipeline stages",
+        ),
+        (
+            [
+                "distributed.pp_schedule=1f1b",
+                "model.pipeline_model_parallel_size=2",
+                "model.virtual_pipeline_model_parallel_size=2",
+            ],
+            2,
+            r"makes Megatron-Core run the interleaved schedule",
+        ),
+        (
+            ["distributed.pp_schedule=gpipe"],
+            1,
+            r"distributed.pp_schedule = 'gpipe': must be one of 1f1b, interleaved_1f1b",
+        ),
+        (
+            ["distributed.activation_checkpointing=True", "model.recompute_granularity=full"],
+            1,
+            r"set one of them",
+        ),
+        (
+            ["optimizer.use_distributed_optimizer=False"],
+            1,
+            r"distributed.overlap_param_gather = True: overlapping the parameter all-gather needs the distributed optimizer",
+        ),
+        (
+            ["distributed.strategy=megatron_fsdp", "optimizer.use_distributed_optimizer=False"],
+            1,
+            r"optimizer.use_distributed_optimizer = False: strategy megatron_fsdp",
+        ),
         (["model.sequence_parallel=True"], 1, r"model.sequence_parallel\) = True: .*needs tp > 1"),
         (["model.tensor_model_parallel_size=2"], 3, r"world_size .* = 3: must be divisible by tp\*pp\*cp"),
         (["model.hidden_size=66"], 1, r"model.hidden_size=66: must be divisible by num_attention_heads=4"),
@@ -166,8 +279,14 @@ def test_existing_paths_pass(tmp_path):
     (tmp_path / "ckpt").mkdir()
     prefix = str(tmp_path / "d")
     cfg = apply_overrides(
-        tiny(), ["dataset.kind=indexed", f"dataset.data_paths=['0.5',{prefix},'0.5',{prefix}]",
-                 f"checkpoint.load={tmp_path / 'ckpt'}", f"checkpoint.save={tmp_path / 'ckpt'}", "checkpoint.save_interval=5"],
+        tiny(),
+        [
+            "dataset.kind=indexed",
+            f"dataset.data_paths=['0.5',{prefix},'0.5',{prefix}]",
+            f"checkpoint.load={tmp_path / 'ckpt'}",
+            f"checkpoint.save={tmp_path / 'ckpt'}",
+            "checkpoint.save_interval=5",
+        ],
     )
     assert cfg.validate(1) == []
 
@@ -175,8 +294,12 @@ def test_existing_paths_pass(tmp_path):
 def test_warnings_for_settings_the_strategy_ignores():
     cfg = apply_overrides(tiny(), ["distributed.strategy=fsdp2", "mixed_precision.loss_scale=128.0"])
     warnings = cfg.validate(2)
-    assert any("optimizer.use_distributed_optimizer=true has no effect with strategy fsdp2" in w for w in warnings)
-    assert any("distributed.overlap_grad_reduce" in w and "strategy fsdp2 does not use" in w for w in warnings)
+    assert any(
+        "optimizer.use_distributed_optimizer=true has no effect with strategy fsdp2" in w for w in warnings
+    )
+    assert any(
+        "distributed.overlap_grad_reduce" in w and "strategy fsdp2 does not use" in w for w in warnings
+    )
     assert any("loss_scale=128.0 has no effect with precision bf16_mixed" in w for w in warnings)
 
 

@@ -13,8 +13,14 @@ from bridge.models.gpt_provider import GPTModelProvider
 
 
 def base(**model_fields) -> ConfigContainer:
-    fields = dict(num_layers=8, hidden_size=64, num_attention_heads=8, num_query_groups=8, vocab_size=1024,
-                  seq_length=128)
+    fields = dict(
+        num_layers=8,
+        hidden_size=64,
+        num_attention_heads=8,
+        num_query_groups=8,
+        vocab_size=1024,
+        seq_length=128,
+    )
     fields.update(model_fields)
     cfg = ConfigContainer(model=GPTModelProvider(**fields))
     cfg.train.global_batch_size = 64
@@ -48,11 +54,21 @@ def test_seed_structure_maps_onto_fields():
     )
     assert warnings == []
     m = cfg.model
-    assert (m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.context_parallel_size,
-            m.expert_model_parallel_size, m.sequence_parallel) == (2, 2, 1, 1, True)
+    assert (
+        m.tensor_model_parallel_size,
+        m.pipeline_model_parallel_size,
+        m.context_parallel_size,
+        m.expert_model_parallel_size,
+        m.sequence_parallel,
+    ) == (2, 2, 1, 1, True)
     d = cfg.distributed
     assert (d.strategy, d.dp_size, d.dp_replicate_size, d.activation_checkpointing, d.pp_schedule) == (
-        "megatron", None, None, True, "1f1b")
+        "megatron",
+        None,
+        None,
+        True,
+        "1f1b",
+    )
     assert cfg.train.micro_batch_size == 2
     assert cfg.validate(8) == []
     assert cfg.layout(8).describe() == "TP=2 PP=2 CP=1 EP=1 ETP=1 DP=2 EDP=4 world=8"
@@ -74,7 +90,9 @@ def test_seed_tp_pp_example_interleaved_needs_virtual_stages():
         """
     )
     assert cfg.distributed.pp_schedule == "interleaved_1f1b"
-    with pytest.raises(ConfigError, match=r"interleaving needs virtual pipeline stages.*virtual_pipeline_model_parallel_size"):
+    with pytest.raises(
+        ConfigError, match=r"interleaving needs virtual pipeline stages.*virtual_pipeline_model_parallel_size"
+    ):
         cfg.validate(32)
 
 
@@ -109,7 +127,11 @@ def test_hsdp_and_step_scheduler_and_packing():
     )
     assert (cfg.distributed.strategy, cfg.distributed.dp_replicate_size) == ("fsdp2", 2)
     assert (cfg.train.global_batch_size, cfg.train.micro_batch_size, cfg.train.train_iters) == (32, 1, 100)
-    assert (cfg.checkpoint.save_interval, cfg.validation.eval_interval, cfg.dataset.packed_sequence_size) == (0, 0, 128)
+    assert (cfg.checkpoint.save_interval, cfg.validation.eval_interval, cfg.dataset.packed_sequence_size) == (
+        0,
+        0,
+        128,
+    )
     # The mapping is right; Megatron-Core 0.16.1's FSDP2 wrapper has no HSDP, which the layout rules say.
     with pytest.raises(ConfigError, match=r"distributed.dp_replicate_size\) = 2"):
         cfg.validate(8)
@@ -121,15 +143,26 @@ def test_same_size_given_both_ways_must_agree():
     with pytest.raises(ConfigError) as err:
         merge("distributed: {tp_size: 2}\nmodel: {tensor_model_parallel_size: 4}\n")
     msg = str(err.value)
-    assert "distributed.tp_size=2" in msg and "model.tensor_model_parallel_size=4" in msg and "Fix: give it once" in msg
-    with pytest.raises(ConfigError, match=r"distributed.pipeline.pp_microbatch_size=2 and step_scheduler.local_batch_size=1"):
+    assert (
+        "distributed.tp_size=2" in msg
+        and "model.tensor_model_parallel_size=4" in msg
+        and "Fix: give it once" in msg
+    )
+    with pytest.raises(
+        ConfigError, match=r"distributed.pipeline.pp_microbatch_size=2 and step_scheduler.local_batch_size=1"
+    ):
         merge("distributed: {pipeline: {pp_microbatch_size: 2}}\nstep_scheduler: {local_batch_size: 1}\n")
-    with pytest.raises(ConfigError, match=r"distributed.pipeline.pp_schedule='1f1b' and distributed.pp_schedule='interleaved_1f1b'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"distributed.pipeline.pp_schedule='1f1b' and distributed.pp_schedule='interleaved_1f1b'",
+    ):
         merge("distributed: {pp_schedule: interleaved_1f1b, pipeline: {pp_schedule: 1f1b}}")
 
 
 def test_unknown_keys_fail_with_suggestions():
-    with pytest.raises(ConfigError, match=r"unknown key distributed.tp_sise.*Did you mean distributed.tp_size"):
+    with pytest.raises(
+        ConfigError, match=r"unknown key distributed.tp_sise.*Did you mean distributed.tp_size"
+    ):
         merge("distributed: {tp_size: 1, tp_sise: 2}")
     with pytest.raises(ConfigError, match=r"unknown key distributed.pipeline.pp_shedule.*pp_schedule"):
         merge("distributed: {pp_size: 2, pipeline: {pp_shedule: 1f1b}}")
@@ -138,35 +171,53 @@ def test_unknown_keys_fail_with_suggestions():
 
 
 def test_autmodel_only_schedules_are_rejected():
-    with pytest.raises(ConfigError, match=r"pp_schedule='gpipe' \(a torch.distributed.pipelining schedule\) is not available in Megatron-Core"):
+    with pytest.raises(
+        ConfigError,
+        match=r"pp_schedule='gpipe' \(a torch.distributed.pipelining schedule\) is not available in Megatron-Core",
+    ):
         merge("distributed: {pp_size: 2, pipeline: {pp_schedule: gpipe}}")
 
 
 def test_fsdp2_only_keys_warn_with_fsdp2_and_fail_otherwise():
-    _, warnings = merge("distributed: {strategy: fsdp2, defer_fsdp_grad_sync: true, pipeline: {scale_grads_in_schedule: false}}")
+    _, warnings = merge(
+        "distributed: {strategy: fsdp2, defer_fsdp_grad_sync: true, pipeline: {scale_grads_in_schedule: false}}"
+    )
     assert warnings == [
         "distributed.defer_fsdp_grad_sync has no Megatron-Core equivalent and is ignored (accepted for strategy fsdp2).",
         "distributed.pipeline.scale_grads_in_schedule has no Megatron-Core equivalent and is ignored (accepted for strategy fsdp2).",
     ]
-    with pytest.raises(ConfigError, match=r"defer_fsdp_grad_sync is an FSDP2 setting of NeMo AutoModel and strategy is 'megatron'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"defer_fsdp_grad_sync is an FSDP2 setting of NeMo AutoModel and strategy is 'megatron'",
+    ):
         merge("distributed: {defer_fsdp_grad_sync: true}")
-    with pytest.raises(ConfigError, match=r"defer_fsdp_grad_sync=False: Megatron-Core's wrappers always reduce"):
+    with pytest.raises(
+        ConfigError, match=r"defer_fsdp_grad_sync=False: Megatron-Core's wrappers always reduce"
+    ):
         merge("distributed: {strategy: fsdp2, defer_fsdp_grad_sync: false}")
 
 
 def test_moe_sub_config_rules():
     moe_base = base(num_moe_experts=8, moe_router_topk=2)
-    cfg, warnings = merge("distributed: {strategy: fsdp2, ep_size: 8, moe: {reshard_after_forward: false}}", moe_base)
+    cfg, warnings = merge(
+        "distributed: {strategy: fsdp2, ep_size: 8, moe: {reshard_after_forward: false}}", moe_base
+    )
     assert cfg.model.expert_model_parallel_size == 8
-    assert warnings == ["distributed.moe.reshard_after_forward has no Megatron-Core equivalent and is ignored (accepted for strategy fsdp2)."]
+    assert warnings == [
+        "distributed.moe.reshard_after_forward has no Megatron-Core equivalent and is ignored (accepted for strategy fsdp2)."
+    ]
     with pytest.raises(ConfigError, match=r"distributed.moe is given but ep_size=1"):
         merge("distributed: {strategy: fsdp2, moe: {reshard_after_forward: false}}", moe_base)
-    with pytest.raises(ConfigError, match=r"unknown key distributed.moe.reshard_after_fwd.*reshard_after_forward"):
+    with pytest.raises(
+        ConfigError, match=r"unknown key distributed.moe.reshard_after_fwd.*reshard_after_forward"
+    ):
         merge("distributed: {strategy: fsdp2, ep_size: 8, moe: {reshard_after_fwd: false}}", moe_base)
     with pytest.raises(ConfigError, match=r"distributed.moe.reshard_after_forward is an FSDP2 setting"):
         merge("distributed: {strategy: megatron, ep_size: 8, moe: {reshard_after_forward: false}}", moe_base)
 
 
 def test_own_shape_file_passes_through_unchanged():
-    cfg, warnings = merge("distributed: {strategy: megatron, overlap_grad_reduce: false}\ntrain: {train_iters: 3}\n")
+    cfg, warnings = merge(
+        "distributed: {strategy: megatron, overlap_grad_reduce: false}\ntrain: {train_iters: 3}\n"
+    )
     assert (cfg.distributed.overlap_grad_reduce, cfg.train.train_iters, warnings) == (False, 3, [])

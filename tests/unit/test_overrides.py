@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +31,9 @@ class Tree:
 
 
 def tiny_container() -> ConfigContainer:
-    model = GPTModelProvider(num_layers=4, hidden_size=64, num_attention_heads=4, vocab_size=1000, seq_length=128)
+    model = GPTModelProvider(
+        num_layers=4, hidden_size=64, num_attention_heads=4, vocab_size=1000, seq_length=128
+    )
     return ConfigContainer(model=model)
 
 
@@ -42,10 +43,18 @@ def tiny_container() -> ConfigContainer:
 def test_set_values_of_every_kind():
     t = apply_overrides(
         Tree(),
-        ["inner.num_layers=4", "inner.lr=1", "inner.name=run-1", "inner.paths=[a,b]", "inner.flag=True",
-         "inner.extra={x: 1, y: [2, 3]}"],
+        [
+            "inner.num_layers=4",
+            "inner.lr=1",
+            "inner.name=run-1",
+            "inner.paths=[a,b]",
+            "inner.flag=True",
+            "inner.extra={x: 1, y: [2, 3]}",
+        ],
     )
-    assert t.inner == Inner(num_layers=4, lr=1.0, name="run-1", paths=["a", "b"], extra={"x": 1, "y": [2, 3]}, flag=True)
+    assert t.inner == Inner(
+        num_layers=4, lr=1.0, name="run-1", paths=["a", "b"], extra={"x": 1, "y": [2, 3]}, flag=True
+    )
     assert isinstance(t.inner.lr, float)  # an int given for a float field becomes a float
 
 
@@ -73,8 +82,14 @@ def test_quoted_string_with_commas():
 def test_real_container_overrides_and_later_wins():
     cfg = apply_overrides(
         tiny_container(),
-        ["model.tensor_model_parallel_size=2", "model.sequence_parallel=True", "train.train_iters=3",
-         "train.train_iters=5", "optimizer.lr=1e-4", "checkpoint.save=/tmp/ckpt"],
+        [
+            "model.tensor_model_parallel_size=2",
+            "model.sequence_parallel=True",
+            "train.train_iters=3",
+            "train.train_iters=5",
+            "optimizer.lr=1e-4",
+            "checkpoint.save=/tmp/ckpt",
+        ],
     )
     assert cfg.model.tensor_model_parallel_size == 2 and cfg.model.sequence_parallel is True
     assert cfg.train.train_iters == 5
@@ -93,7 +108,9 @@ def test_add_key_to_dict_field_and_to_unset_any_field():
 
 
 def test_add_existing_key_fails_and_force_add_sets():
-    with pytest.raises(ConfigError, match=r"cannot add inner.num_layers: it already exists.*use inner.num_layers="):
+    with pytest.raises(
+        ConfigError, match=r"cannot add inner.num_layers: it already exists.*use inner.num_layers="
+    ):
         apply_overrides(Tree(), ["+inner.num_layers=3"])
     assert apply_overrides(Tree(), ["++inner.num_layers=3"]).inner.num_layers == 3
     assert apply_overrides(Tree(), ["++inner.extra.k=1"]).inner.extra == {"k": 1}
@@ -110,7 +127,9 @@ def test_set_new_key_in_dict_field_says_to_use_plus():
 
 
 def test_delete_resets_section_field_to_dataclass_default_and_drops_dict_key():
-    t = apply_overrides(Tree(), ["inner.num_layers=9", "inner.name=x", "+inner.extra.a=1", "+inner.extra.b=2"])
+    t = apply_overrides(
+        Tree(), ["inner.num_layers=9", "inner.name=x", "+inner.extra.a=1", "+inner.extra.b=2"]
+    )
     t = apply_overrides(t, ["~inner.num_layers", "~inner.name", "~inner.extra.a"])
     assert t.inner.num_layers == 2 and t.inner.name is None and t.inner.extra == {"b": 2}
 

@@ -45,18 +45,35 @@ def test_recipe_validates_at_its_default_world_size_with_published_values(name):
 
     tp, pp, vpp, cp, ep, sp, layers, hidden, experts, topk = PUBLISHED_LAYOUTS[name]
     m = cfg.model
-    assert (m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.virtual_pipeline_model_parallel_size,
-            m.context_parallel_size, m.expert_model_parallel_size, m.sequence_parallel) == (tp, pp, vpp, cp, ep, sp)
+    assert (
+        m.tensor_model_parallel_size,
+        m.pipeline_model_parallel_size,
+        m.virtual_pipeline_model_parallel_size,
+        m.context_parallel_size,
+        m.expert_model_parallel_size,
+        m.sequence_parallel,
+    ) == (tp, pp, vpp, cp, ep, sp)
     assert (m.num_layers, m.hidden_size, m.num_moe_experts) == (layers, hidden, experts)
     if topk is not None:
         assert m.moe_router_topk == topk
 
     # published pretraining values (issue 3)
     assert m.seq_length == 8192 and cfg.dataset.seq_length == 8192
-    assert (cfg.train.global_batch_size, cfg.train.micro_batch_size, cfg.train.train_iters) == (512, 1, 1_168_251)
+    assert (cfg.train.global_batch_size, cfg.train.micro_batch_size, cfg.train.train_iters) == (
+        512,
+        1,
+        1_168_251,
+    )
     o = cfg.optimizer
     assert (o.optimizer, o.lr, o.min_lr, o.weight_decay, o.adam_beta1, o.adam_beta2, o.clip_grad) == (
-        "adam", 3e-4, 3e-5, 0.1, 0.9, 0.95, 1.0)
+        "adam",
+        3e-4,
+        3e-5,
+        0.1,
+        0.9,
+        0.95,
+        1.0,
+    )
     assert o.use_distributed_optimizer is True
     s = cfg.scheduler
     assert (s.lr_decay_style, s.lr_warmup_iters, s.lr_decay_iters) == ("cosine", 2000, None)
@@ -85,9 +102,19 @@ def test_recipe_keyword_arguments(tmp_path):
     (tmp_path / "d.bin").write_bytes(b"")
     (tmp_path / "d.idx").write_bytes(b"")
     cfg = get_recipe("llama32_1b_pretrain_config")(
-        tensor_model_parallel_size=2, pipeline_model_parallel_size=2, sequence_parallel=True, seq_length=4096,
-        dir=str(tmp_path), name="run1", data_paths=[str(tmp_path / "d")], train_iters=100, global_batch_size=8,
-        micro_batch_size=2, lr=1e-4, min_lr=1e-5, lr_warmup_iters=10,
+        tensor_model_parallel_size=2,
+        pipeline_model_parallel_size=2,
+        sequence_parallel=True,
+        seq_length=4096,
+        dir=str(tmp_path),
+        name="run1",
+        data_paths=[str(tmp_path / "d")],
+        train_iters=100,
+        global_batch_size=8,
+        micro_batch_size=2,
+        lr=1e-4,
+        min_lr=1e-5,
+        lr_warmup_iters=10,
     )
     assert cfg.validate(8) == []
     assert cfg.layout(8).describe() == "TP=2 PP=2 CP=1 EP=1 ETP=1 DP=2 EDP=4 world=8"
@@ -109,9 +136,17 @@ def test_recipes_are_independent_objects():
 def test_seeds_verification_overrides_validate_on_four_ranks():
     # seed 001's verification command (the training functional test runs it for real)
     overrides = [
-        "model.tensor_model_parallel_size=2", "model.pipeline_model_parallel_size=2", "model.sequence_parallel=True",
-        "train.train_iters=3", "train.global_batch_size=8", "train.micro_batch_size=1", "scheduler.lr_warmup_iters=0",
-        "validation.eval_iters=0", "validation.eval_interval=0", "checkpoint.save_interval=0", "logger.log_interval=1",
+        "model.tensor_model_parallel_size=2",
+        "model.pipeline_model_parallel_size=2",
+        "model.sequence_parallel=True",
+        "train.train_iters=3",
+        "train.global_batch_size=8",
+        "train.micro_batch_size=1",
+        "scheduler.lr_warmup_iters=0",
+        "validation.eval_iters=0",
+        "validation.eval_interval=0",
+        "checkpoint.save_interval=0",
+        "logger.log_interval=1",
     ]
     cfg, _ = compose(get_recipe("llama32_1b_pretrain_config")(), overrides=overrides)
     assert cfg.validate(4) == []
