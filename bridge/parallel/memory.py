@@ -179,18 +179,23 @@ def estimate_memory(
         act = activation_memory(shape, flat, setup, 0, in_flight=1.0) / (layout.tp * layout.pp * layout.cp)
         return MemoryEstimate(params, grads, opt, act / GB, "seed")
 
+    return max(
+        (stage_memory(shape, layout, setup, stage) for stage in sorted({0, layout.pp - 1})),
+        key=lambda est: est.total,
+    )
+
+
+def stage_memory(
+    shape: ModelShape, layout: ParallelLayout, setup: TrainingSetup, stage: int
+) -> MemoryEstimate:
+    """The `megatron` accounting for one rank of pipeline stage `stage`."""
     mixed = setup.precision != "fp32"
     width = 2 if mixed else 4
     opt_bytes = 4 * OPTIMIZER_STATES[setup.optimizer] + (4 if mixed else 0)
-    best = None
-    for stage in sorted({0, layout.pp - 1}):
-        rank = params_per_rank(shape, layout, stage)
-        params = rank.total * width
-        grads = rank.total * 4
-        opt = rank.dense * opt_bytes / (layout.dp * layout.cp) + rank.expert * opt_bytes / layout.edp
-        in_flight = _in_flight_first_stage(layout, setup) if stage == 0 else 1.0
-        act = activation_memory(shape, layout, setup, stage, in_flight=in_flight)
-        est = MemoryEstimate(params / GB, grads / GB, opt / GB, act / GB, "megatron", stage)
-        if best is None or est.total > best.total:
-            best = est
-    return best
+    rank = params_per_rank(shape, layout, stage)
+    params = rank.total * width
+    grads = rank.total * 4
+    opt = rank.dense * opt_bytes / (layout.dp * layout.cp) + rank.expert * opt_bytes / layout.edp
+    in_flight = _in_flight_first_stage(layout, setup) if stage == 0 else 1.0
+    act = activation_memory(shape, layout, setup, stage, in_flight=in_flight)
+    return MemoryEstimate(params / GB, grads / GB, opt / GB, act / GB, "megatron", stage)
