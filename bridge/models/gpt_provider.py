@@ -315,12 +315,14 @@ class GPTModelProvider(TransformerFields):
         self, pre_process: bool | None = None, post_process: bool | None = None, vp_stage: int | None = None
     ):
         """Build one GPTModel stage for this rank; pre/post default to this rank's pipeline position."""
+        return self._build_stage(self.transformer_config(), pre_process, post_process, vp_stage)
+
+    def _build_stage(self, config, pre_process: bool | None, post_process: bool | None, vp_stage: int | None):
         from megatron.core import parallel_state
         from megatron.core.models.gpt import GPTModel
 
         from bridge.models.specs import gpt_block_spec, use_transformer_engine
 
-        config = self.transformer_config()
         if self.context_parallel_size > 1 and not use_transformer_engine():
             raise _fail(
                 "context_parallel_size",
@@ -328,6 +330,11 @@ class GPTModelProvider(TransformerFields):
                 "context parallelism needs Transformer Engine's attention (TEDotProductAttention) on CUDA; "
                 "Megatron-Core's local attention refuses it and Transformer Engine is not usable here",
                 "install transformer-engine on a CUDA machine, or set model.context_parallel_size=1",
+            )
+        if vp_stage is None and parallel_state.get_virtual_pipeline_model_parallel_world_size() is not None:
+            raise ValueError(
+                "provide(): vp_stage (0 .. virtual_pipeline_model_parallel_size-1) is required with virtual "
+                "pipeline parallelism; provide_distributed_model() builds every chunk of this rank"
             )
         if pre_process is None:
             pre_process = parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
@@ -388,7 +395,8 @@ class GPTModelProvider(TransformerFields):
 
         Initializes torch.distributed and the model-parallel groups for this provider's layout when
         they are not initialized yet (one process when not under torchrun). `ddp_config` is a
-        megatron.core DistributedDataParallelConfig or a dict of its fields.
+        megatron.core DistributedDataParallelConfig or a dict of its fields. `data_parallel_random_init`
+        broadcasts data-parallel rank 0's weights to the other replicas (as Megatron-LM's flag does).
         """
         import torch
         from megatron.core import parallel_state, tensor_parallel
@@ -401,17 +409,19 @@ class GPTModelProvider(TransformerFields):
             runtime.initialize_distributed(self.layout(runtime.world_size_from_env()), seed=seed)
         self._check_parallel_state(parallel_state)
 
+        # One TransformerConfig shared by all chunks, as Megatron-LM does: the training loop sets its
+        # hooks (no_sync_func, finalize_model_grads_func, ...) once and every chunk sees them.
+        config = self.transformer_config()
         vpp = self.virtual_pipeline_model_parallel_size
         if self.pipeline_model_parallel_size > 1 and vpp is not None:
-            chunks = [self.provide(vp_stage=stage) for stage in range(vpp)]
+            chunks = [self._build_stage(config, None, None, stage) for stage in range(vpp)]
         else:
-            chunks = [self.provide()]
+            chunks = [self._build_stage(config, None, None, None)]
         for chunk in chunks:
             for param in chunk.parameters():
                 tensor_parallel.set_defaults_if_not_set_tensor_model_parallel_attributes(param)
             if torch.cuda.is_available():
                 chunk.cuda(torch.cuda.current_device())
-        config = chunks[0].config
         if mixed_precision_wrapper and (self.fp16 or self.bf16):
             chunks = [Float16Module(config, chunk) for chunk in chunks]
         if wrap_with_ddp:
@@ -420,7 +430,7 @@ class GPTModelProvider(TransformerFields):
             elif isinstance(ddp_config, dict):
                 ddp_config = DistributedDataParallelConfig(**ddp_config)
             chunks = [
-                # Only the first chunk uses buckets, as in Megatron-LM (the others overlap with it).
+                # As Megatron-LM: no buckets after the first chunk (their comms overlap with compute anyway).
                 DistributedDataParallel(
                     config=config, ddp_config=ddp_config, module=chunk, disable_bucketing=i > 0
                 )
