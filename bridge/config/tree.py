@@ -49,8 +49,10 @@ def to_object(node: DictConfig) -> Any:
         raise ConfigError(f"{_full_key(e)} is required but not set. Fix: give it a value.") from None
     except ConfigError:
         raise
-    except OmegaConfBaseException as e:
-        raise ConfigError(f"{_full_key(e)}: {_first_line(e)}.") from None
+    except OmegaConfBaseException as e:  # e.g. a ${...} interpolation that points nowhere
+        raise ConfigError(
+            f"{_full_key(e)}: {_first_line(e)}. Fix: correct that value (or the ${{...}} reference in it)."
+        ) from None
 
 
 # ---- keys --------------------------------------------------------------------------------------

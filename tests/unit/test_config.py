@@ -112,6 +112,21 @@ def test_config_file_then_overrides(tmp_path):
     assert warnings == []
 
 
+def test_run_config_yaml_as_config_file_reproduces_the_run(tmp_path):
+    cfg, _ = compose(tiny(), overrides=["model.tensor_model_parallel_size=2", "train.train_iters=77"])
+    path = tmp_path / "run_config.yaml"
+    path.write_text(cfg.to_yaml())
+    again, warnings = compose(tiny(), config_file=path)
+    assert again == cfg and warnings == []
+
+
+def test_interpolation_in_override(tmp_path):
+    cfg = apply_overrides(tiny(), [f"checkpoint.save={tmp_path}", "logger.tensorboard_dir=${checkpoint.save}/tb"])
+    assert cfg.logger.tensorboard_dir == f"{tmp_path}/tb"
+    with pytest.raises(ConfigError, match=r"logger.tensorboard_dir: Interpolation key 'nope.x' not found. Fix:"):
+        apply_overrides(tiny(), ["logger.tensorboard_dir=${nope.x}"])
+
+
 def test_config_file_errors(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("train:\n  train_iters: lots\n")
