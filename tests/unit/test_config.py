@@ -121,9 +121,13 @@ def test_run_config_yaml_as_config_file_reproduces_the_run(tmp_path):
 
 
 def test_interpolation_in_override(tmp_path):
-    cfg = apply_overrides(tiny(), [f"checkpoint.save={tmp_path}", "logger.tensorboard_dir=${checkpoint.save}/tb"])
+    cfg = apply_overrides(
+        tiny(), [f"checkpoint.save={tmp_path}", "logger.tensorboard_dir=${checkpoint.save}/tb"]
+    )
     assert cfg.logger.tensorboard_dir == f"{tmp_path}/tb"
-    with pytest.raises(ConfigError, match=r"logger.tensorboard_dir: Interpolation key 'nope.x' not found. Fix:"):
+    with pytest.raises(
+        ConfigError, match=r"logger.tensorboard_dir: Interpolation key 'nope.x' not found. Fix:"
+    ):
         apply_overrides(tiny(), ["logger.tensorboard_dir=${nope.x}"])
 
 
