@@ -1,0 +1,48 @@
+"""`bridge plan --overrides` output applied to the recipe gives a config that validates to the planned layout."""
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from bridge.config import apply_overrides
+from bridge.plan import main as plan_main
+from recipes import get_recipe
+
+CASES = [
+    ("llama32_1b_pretrain_config", 8, []),
+    ("llama31_8b_pretrain_config", 16, []),
+    ("llama31_70b_pretrain_config", 64, []),
+    ("llama31_70b_pretrain_config", 64, ["--interconnect", "ethernet"]),
+    ("qwen3_30b_a3b_pretrain_config", 16, []),
+    ("mixtral_8x7b_pretrain_config", 64, ["--seq-length", "32768"]),
+]
+
+
+def _plan(*argv):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = plan_main(list(argv))
+    return code, out.getvalue()
+
+
+@pytest.mark.parametrize("recipe,gpus,extra", CASES, ids=[f"{r}-{g}-{'-'.join(e)}" for r, g, e in CASES])
+def test_overrides_apply_and_validate(recipe, gpus, extra):
+    args = ["--model", recipe, "--gpus", str(gpus), *extra]
+    code, out = _plan(*args, "--overrides")
+    assert code == 0, out
+    _, js = _plan(*args, "--json")
+    planned = json.loads(js)
+    cfg = apply_overrides(get_recipe(recipe)(), out.split())
+    cfg.validate(gpus)  # raises ConfigError on any cross-section rule
+    layout = cfg.layout(gpus)
+    got = {
+        "tensor_model_parallel_size": layout.tp, "pipeline_model_parallel_size": layout.pp,
+        "virtual_pipeline_model_parallel_size": layout.vpp, "context_parallel_size": layout.cp,
+        "expert_model_parallel_size": layout.ep, "expert_tensor_parallel_size": layout.etp,
+        "sequence_parallel": layout.sequence_parallel, "data_parallel_size": layout.dp,
+        "expert_data_parallel_size": layout.edp, "min_gpus": layout.min_gpus,
+    }  # fmt: skip
+    assert got == {k: planned[k] for k in got}
+    assert cfg.model.recompute_granularity == planned["recompute_granularity"]
