@@ -111,14 +111,12 @@ class _Translation:
     def __init__(self, data: dict, base: Any, source: str):
         self.data, self.base, self.source = data, base, source
         self.out = copy.deepcopy({k: v for k, v in data.items() if k not in SECTION_KEYS})
-        self.dist = dict(self.out.pop("distributed", None) or {})
+        self.dist = dict(self.mapping(self.out.pop("distributed", None), "distributed"))
         self.mapped: dict[str, tuple[Any, str]] = {}  # container key -> (value, where it came from)
         self.warnings: list[str] = []
         self.strategy = self.dist.get("strategy", _get(base, "distributed.strategy"))
 
     def run(self) -> tuple[dict, list[str]]:
-        if not isinstance(self.data.get("distributed", {}), (dict, type(None))):
-            raise ConfigError(f"{self.source}: distributed must be a mapping.")
         layers_per_stage = moe = None
         for name in list(self.dist):
             value, origin = self.dist[name], f"distributed.{name}"

@@ -218,10 +218,7 @@ def _assign(node: DictConfig, key: str, value: Any, source: str, merge: bool, ad
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = OmegaConf.structured(value)
     try:
-        if key == "":
-            node.merge_with(value)
-        else:
-            OmegaConf.update(node, key, value, merge=merge, force_add=add)
+        OmegaConf.update(node, key, value, merge=merge, force_add=add)
     except ConfigKeyError as e:  # a dict merged into a section with a key the section lacks
         bad = _full_key(e)
         raise _unknown_key(node, bad, dotted_keys(to_object_lenient(node)), source) from None
