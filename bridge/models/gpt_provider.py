@@ -153,6 +153,14 @@ class GPTModelProvider(TransformerFields):
         for name, known in checks:
             if getattr(self, name) not in known:
                 raise _fail(name, getattr(self, name), f"must be one of {list(known)}", "pick one of those")
+        if self.multi_latent_attention:
+            raise _fail(
+                "multi_latent_attention",
+                True,
+                "needs Megatron-Core's MLATransformerConfig (q_lora_rank, kv_lora_rank, v_head_dim, ...), "
+                "which GPTModelProvider does not build",
+                "set model.multi_latent_attention=False",
+            )
         if self.fp16 and self.bf16:
             raise _fail("fp16", True, "fp16 and bf16 are both set", "set only one of model.fp16 / model.bf16")
         if self.vocab_size is not None and self.vocab_size <= 0:

@@ -68,8 +68,9 @@ def _with_sequence_parallel_norms(block):
         }
         attention = subs.self_attention
         attn_subs = getattr(attention, "submodules", None)
-        if attn_subs is not None and hasattr(attn_subs, "q_layernorm"):
-            attn_changes = {name: swap(getattr(attn_subs, name)) for name in ("q_layernorm", "k_layernorm")}
+        attn_norms = ("q_layernorm", "k_layernorm", "kv_layernorm")  # kv_layernorm: multi-latent attention
+        attn_changes = {n: swap(getattr(attn_subs, n)) for n in attn_norms if hasattr(attn_subs, n)}
+        if attn_changes:
             attention = dataclasses.replace(
                 attention, submodules=dataclasses.replace(attn_subs, **attn_changes)
             )

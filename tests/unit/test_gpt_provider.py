@@ -100,6 +100,7 @@ def test_omegaconf_type_checks_values():
         (dict(num_moe_experts=0), "num_moe_experts"),
         (dict(num_moe_experts=4, moe_router_topk=5), "moe_router_topk"),
         (dict(attention_backend="magic"), "attention_backend"),
+        (dict(multi_latent_attention=True), "multi_latent_attention"),
     ],
 )
 def test_finalize_rejects_bad_fields_naming_field_and_fix(overrides, field):
