@@ -7,7 +7,6 @@ model is actually built.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import logging
 import math
@@ -110,6 +109,8 @@ class GPTModelProvider(TransformerFields):
     def __setattr__(self, name: str, value: Any) -> None:
         # A typo (provider.num_layer = 4) must fail, not create a new attribute nobody reads.
         if not name.startswith("_") and name not in _field_names(type(self)):
+            import difflib
+
             close = difflib.get_close_matches(name, _field_names(type(self)), n=3)
             hint = f"did you mean {', '.join(close)}?" if close else "see GPTModelProvider's fields"
             raise ConfigError(f"model.{name}: unknown GPTModelProvider field. Fix: {hint}")

@@ -317,3 +317,35 @@ def test_llama3_rope_scaling_matches_hugging_face(built, low, high, original):
     expected, _ = ROPE_INIT_FUNCTIONS["llama3"](hf, "cpu")
     (model,) = p.provide_distributed_model(wrap_with_ddp=False)
     torch.testing.assert_close(model.rotary_pos_emb.inv_freq, expected.float(), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("normalization", ["RMSNorm", "LayerNorm"])
+@pytest.mark.parametrize("zero_centered", [False, True])
+def test_sequence_parallel_norm_matches_torch_norms(normalization, zero_centered):
+    from types import SimpleNamespace
+
+    from bridge.models.norms import SequenceParallelNorm
+
+    config = SimpleNamespace(
+        normalization=normalization,
+        layernorm_zero_centered_gamma=zero_centered,
+        use_cpu_initialization=True,
+        params_dtype=torch.float32,
+        sequence_parallel=True,
+    )
+    ours = SequenceParallelNorm(config, hidden_size=32, eps=1e-6)
+    ref = (torch.nn.RMSNorm if normalization == "RMSNorm" else torch.nn.LayerNorm)(32, eps=1e-6)
+    gen = torch.Generator().manual_seed(0)
+    scale = torch.randn(32, generator=gen)
+    with torch.no_grad():
+        # Zero-centred storage holds (gamma - 1).
+        ours.weight.copy_(scale - 1 if zero_centered else scale)
+        ref.weight.copy_(scale)
+        if normalization == "LayerNorm":
+            bias = torch.randn(32, generator=gen)
+            ours.bias.copy_(bias)
+            ref.bias.copy_(bias)
+    x = torch.randn(5, 3, 32, generator=gen)
+    torch.testing.assert_close(ours(x), ref(x), rtol=1e-6, atol=1e-6)
+    assert all(p.sequence_parallel for p in ours.parameters())
+    assert len(list(ours.parameters())) == (1 if normalization == "RMSNorm" else 2)
