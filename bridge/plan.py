@@ -16,6 +16,7 @@ import difflib
 import importlib
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from bridge.errors import ConfigError
@@ -89,8 +90,10 @@ def resolve_model(name: str) -> tuple[ModelShape, dict]:
             {k: getattr(module, k) for k in dir(module) if not k.startswith("_") and k[0].islower()}
         )
         if name in presets and callable(presets[name]):
-            provider = presets[name]()
-            return provider.model_shape(), {"seq_length": getattr(provider, "seq_length", None)}
+            # a preset's seq_length is the model's context window (e.g. 131072), not a training length:
+            # plan for --seq-length, else 4096, as for a config.json
+            shape = presets[name]().model_shape()
+            return replace(shape, seq_length=None), {}
     close = difflib.get_close_matches(name, [*RECIPES, *presets], n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise ConfigError(

@@ -379,6 +379,7 @@ def test_cli_overrides_and_hf_config(tmp_path):
 def test_cli_nothing_fits_exits_1_with_advice():
     code, out = _run("--model", "llama31_70b", "--gpus", "8")
     assert code == 1 and "NOTHING FITS" in out and "more GPUs" in out
+    assert "seq 4096" in out  # a preset's context window (131072) is not taken as the training length
 
 
 def test_cli_unknown_model_suggests_close_names(capsys):
