@@ -46,24 +46,41 @@ HF_ASSETS_DIR = "hf_assets"
 SOURCE_TENSORS = "source_tensors.json"  # HF name -> [file, dtype] of the source checkpoint
 
 
+def _no_init(tensor):
+    return tensor
+
+
 class _HFWeightsProvider(GPTModelProvider):
     """A GPTModelProvider whose provide_distributed_model() loads the HF weights into the chunks.
 
-    Same fields as GPTModelProvider; the bridge rides in a private attribute. Random initialisation is
-    skipped while building (every parameter is overwritten by the load, which checks it covers all).
+    Same fields as GPTModelProvider; the bridge rides in a private attribute. While building, random
+    initialisation is skipped: every parameter is overwritten by the load (which checks it covers
+    all of them). It is skipped by giving Megatron-Core no-op init methods on its in-place path, not
+    with perform_initialization=False, which would also skip marking the tensor-parallel attributes
+    (tensor_model_parallel, partition_dim) that gradient clipping relies on.
     """
+
+    def transformer_config(self):
+        config = super().transformer_config()
+        if getattr(self, "_skip_random_init", False):
+            # The in-place path allocates each local shard directly; the CPU path would first build
+            # every full weight in fp32 (a model-sized transient) only to overwrite it.
+            config.use_cpu_initialization = False
+            for name in ("init_method", "output_layer_init_method", "embedding_init_method"):
+                if hasattr(config, name):
+                    setattr(config, name, _no_init)
+        return config
 
     def provide_distributed_model(self, *args: Any, **kwargs: Any) -> list:
         bridge: AutoBridge | None = getattr(self, "_hf_bridge", None)
-        if bridge is None:
-            return super().provide_distributed_model(*args, **kwargs)
-        init = self.perform_initialization
-        self.perform_initialization = False
+        skip = getattr(self, "_skip_random_init", False)
+        self._skip_random_init = skip or bridge is not None
         try:
             chunks = super().provide_distributed_model(*args, **kwargs)
         finally:
-            self.perform_initialization = init
-        bridge.load_hf_weights(chunks)
+            self._skip_random_init = skip
+        if bridge is not None:
+            bridge.load_hf_weights(chunks)
         return chunks
 
 
@@ -245,8 +262,8 @@ class AutoBridge:
 
         target = check_target_dir(hf_path, "hf_path")
         resolve_checkpoint(megatron_path)  # a missing / incomplete checkpoint fails before building
-        provider = self.to_megatron_provider(load_weights=False)
-        provider.perform_initialization = False  # every weight comes from the checkpoint (strict load)
+        provider = _HFWeightsProvider(**self._provider_fields)
+        provider._skip_random_init = True  # every weight comes from the checkpoint (strict load)
         for name, value in provider_fields.items():
             setattr(provider, name, value)
         chunks = provider.provide_distributed_model(wrap_with_ddp=False, mixed_precision_wrapper=False)
