@@ -1,0 +1,298 @@
+"""CPU compatibility layer: lets Megatron-Core run on a machine without CUDA (gloo backend).
+
+Megatron-Core assumes a GPU in a handful of places. `install()` patches exactly those, once per
+process, and only when `torch.cuda.is_available()` is False; with CUDA present it does nothing, so
+GPU behaviour can never change. `initialize_distributed` calls it; `import bridge` never does.
+
+Every patch (what fails on CPU, where in megatron-core 0.16.1, and the fix):
+
+| # | failure on CPU | call sites | fix |
+| - | --- | --- | --- |
+| 1 | `torch.cuda.current_device()` used as a device -> "Torch not compiled with CUDA" | RoPE `get_emb`, p2p shape/receive buffers, optimizer helpers | returns `"cpu"` |
+| 2 | hard-coded `device="cuda"`, `.cuda()`, `.to("cuda" / int)` | `total_num_tokens` in all three pipeline schedules, optimizer scalars, `get_default_causal_mask`, fully parallel checkpoint load (exchange_utils) | a `TorchFunctionMode`, pushed once, rewrites those devices to CPU |
+| 3 | `param.type()` must be `torch.cuda.FloatTensor` | distributed optimizer, FP32/Float16 optimizer wrappers | the same mode reports `torch.cuda.*` type strings for `Tensor.type()` |
+| 4 | pinned host memory needs an accelerator | `pin_memory()` / `pin_memory=True` (offload paths) | the same mode drops pinning (a speed feature only) |
+| 5 | `torch.cuda.current_stream/default_stream/Stream/Event/stream/set_stream`, `Tensor.record_stream` | DDP grad-sync finish (param_and_grad_buffer), MoE alltoall dispatcher D2H stream | no-op stream and event objects; `record_stream` ignored |
+| 6 | `torch.cuda.synchronize()` asserts | timers, p2p, DDP, dist_checkpointing (fully parallel, async writer) | no-op (CPU ops are synchronous) |
+| 7 | `torch.cuda.nvtx.*` raise "NVTX functions not installed" | pipeline utils, nvtx ranges when enabled | no-ops |
+| 8 | CUDA RNG tracker: `torch.cuda.get_rng_state` asserts, so `model_parallel_cuda_manual_seed` fails and DotProductAttention's `fork()` (every forward) fails | `tensor_parallel.random` | the tracker keeps CPU generator states and forks the CPU default generator; `_get/_set_cuda_rng_state` and `torch.cuda.get/set_rng_state` use the CPU generator (activation recompute restores it) |
+| 9 | MoE alltoall: `all_to_all_single(): incompatible function arguments` (split sizes stay tensors because `maybe_move_tensor_to_cpu` converts only CUDA tensors) | `moe_utils`, `token_dispatcher` | a version that also converts CPU tensors |
+| 10 | `NameError: te_general_gemm` on every MoE router forward without Transformer Engine (0.16.1 only) | `moe_utils.router_gating_linear` | define the name as `None` |
+
+The mode lives on this thread's torch-function-mode stack (pushed by `install()`); threads that
+Megatron-Core starts itself run only communication and file I/O, which need no rewriting.
+Not covered: Megatron-FSDP (builds `torch.device("cuda", current_device())`), CUDA graphs,
+Transformer Engine paths, and context parallelism (needs TE attention, a model-build error).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_installed: list[str] | None = None  # what install() changed; None = not installed
+_mode: Any = None  # the pushed TorchFunctionMode (kept alive for the whole process)
+
+
+def cuda_present() -> bool:
+    """The guard: the CPU backend is only for machines where torch sees no CUDA device."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def is_installed() -> bool:
+    return _installed is not None
+
+
+def installed_patches() -> list[str]:
+    """Short names of what install() changed (empty when not installed)."""
+    return list(_installed or [])
+
+
+def install() -> bool:
+    """Patch torch.cuda / Megatron-Core for CPU once per process.
+
+    Returns True when the CPU backend is active after the call, False when CUDA is present (nothing
+    is touched then). Calling it again is harmless.
+    """
+    global _installed
+    with _lock:
+        if _installed is not None:
+            return True
+        if cuda_present():
+            return False
+        import torch
+
+        changed = []
+        changed += _patch_torch_cuda(torch)
+        changed += _patch_rng_tracker(torch)
+        changed += _patch_moe(torch)
+        changed.append(_push_device_mode(torch))
+        _installed = changed
+    logger.info("CPU backend for Megatron-Core installed (no CUDA): %s", ", ".join(changed))
+    return True
+
+
+# -- 5, 6, 7: streams, events, synchronize, nvtx, current_device ---------------------------------
+
+
+class NoopEvent:
+    """Stands in for torch.cuda.Event: CPU work is already complete when the call returns."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def record(self, stream: Any = None) -> None:
+        pass
+
+    def wait(self, stream: Any = None) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, end_event: Any) -> float:
+        return 0.0
+
+
+def _stream_class(torch: Any) -> type:
+    """A torch.Stream on the CPU (so `Tensor.record_stream` accepts it) that never waits."""
+
+    class NoopStream(torch.Stream):
+        """Stands in for torch.cuda.Stream: one implicit stream, nothing to wait for."""
+
+        def __new__(cls, *args: Any, **kwargs: Any):
+            return super().__new__(cls, device="cpu")
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def wait_stream(self, stream: Any) -> None:
+            pass
+
+        def wait_event(self, event: Any) -> None:
+            pass
+
+        def record_event(self, event: Any = None) -> NoopEvent:
+            return event if event is not None else NoopEvent()
+
+        def synchronize(self) -> None:
+            pass
+
+        def query(self) -> bool:
+            return True
+
+        # All streams are the same CPU stream, so code asking "am I on a side stream?" gets "no".
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, NoopStream)
+
+        def __hash__(self) -> int:
+            return 0
+
+    return NoopStream
+
+
+def _noop(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def _patch_torch_cuda(torch: Any) -> list[str]:
+    cuda = torch.cuda
+    stream_cls = _stream_class(torch)
+    the_stream = stream_cls()
+    cuda.current_device = lambda: "cpu"
+    cuda.synchronize = _noop
+    cuda.Stream = stream_cls
+    cuda.Event = NoopEvent
+    cuda.current_stream = lambda device=None: the_stream
+    cuda.default_stream = lambda device=None: the_stream
+    cuda.stream = lambda stream=None: contextlib.nullcontext()
+    cuda.set_stream = _noop
+    cuda.nvtx.range_push = _noop
+    cuda.nvtx.range_pop = _noop
+    cuda.nvtx.mark = _noop
+    cuda.nvtx.range = lambda *args, **kwargs: contextlib.nullcontext()
+    cuda.get_rng_state = lambda device="cuda": torch.get_rng_state()
+    cuda.set_rng_state = lambda new_state, device="cuda": torch.set_rng_state(new_state)
+    return [
+        "torch.cuda.current_device->'cpu'",
+        "streams/events/synchronize/nvtx->no-ops",
+        "torch.cuda.get/set_rng_state->CPU generator",
+    ]
+
+
+# -- 8: the model-parallel RNG tracker on the CPU generator ---------------------------------------
+
+
+def _patch_rng_tracker(torch: Any) -> list[str]:
+    from megatron.core.tensor_parallel import random as mp_random
+
+    base = mp_random.CudaRNGStatesTracker
+
+    class CpuRNGStatesTracker(base):
+        """Megatron-Core's tracker, keeping CPU generator states (CPU ops draw from the CPU generator)."""
+
+        def add(self, name: str, seed: int) -> None:
+            self._is_initialized = True
+            if seed in self.seeds_:
+                raise Exception(f"seed {seed} already exists")
+            self.seeds_.add(seed)
+            if name in self.states_:
+                raise Exception(f"rng state {name} already exists")
+            self.states_[name] = torch.Generator().manual_seed(seed).get_state()
+
+        @contextlib.contextmanager
+        def fork(self, name: str = mp_random._MODEL_PARALLEL_RNG_TRACKER_NAME):
+            if name not in self.states_:
+                raise Exception(f"rng state {name} is not added")
+            outer_state, outer_name = torch.get_rng_state(), self._current_state_name
+            torch.set_rng_state(self.states_[name])
+            self._current_state_name = name
+            try:
+                yield
+            finally:
+                # Keep the advanced stream for the next fork, give the caller its own stream back.
+                # (Megatron's warning "CPU RNG state changed within GPU RNG context" does not
+                # apply: here the forked stream *is* the CPU generator.)
+                self.states_[name] = torch.get_rng_state()
+                torch.set_rng_state(outer_state)
+                self._current_state_name = outer_name
+
+    # initialize_rng_tracker() instantiates the module-level class name, so model_parallel_cuda_manual_seed
+    # (and isinstance checks in get_all_rng_states) pick up the CPU tracker.
+    mp_random.CudaRNGStatesTracker = CpuRNGStatesTracker
+    mp_random._get_cuda_rng_state = lambda *args, **kwargs: torch.get_rng_state()
+    mp_random._set_cuda_rng_state = lambda new_state, *args, **kwargs: torch.set_rng_state(new_state)
+    if mp_random._CUDA_RNG_STATE_TRACKER_INITIALIZED and not isinstance(
+        mp_random._CUDA_RNG_STATE_TRACKER, CpuRNGStatesTracker
+    ):
+        mp_random.initialize_rng_tracker(force_reset=True)
+    return ["CUDA RNG tracker->CPU generator"]
+
+
+# -- 9, 10: MoE dispatcher split sizes, te_general_gemm ------------------------------------------
+
+
+def _patch_moe(torch: Any) -> list[str]:
+    from megatron.core.transformer.moe import moe_utils, token_dispatcher
+
+    changed = []
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
+        changed.append("moe_utils.te_general_gemm=None")
+
+    def maybe_move_tensor_to_cpu(tensor: Any, as_numpy: bool = False, record_stream: bool = False) -> Any:
+        # all_to_all_single wants split sizes as a sequence of ints, not a (CPU) tensor.
+        if torch.is_tensor(tensor):
+            tensor = tensor.detach().cpu()
+            if as_numpy:
+                tensor = tensor.numpy()
+        return tensor
+
+    moe_utils.maybe_move_tensor_to_cpu = maybe_move_tensor_to_cpu
+    token_dispatcher.maybe_move_tensor_to_cpu = maybe_move_tensor_to_cpu
+    changed.append("MoE split sizes->host lists")
+    return changed
+
+
+# -- 2, 3, 4: the device-rewriting TorchFunctionMode ----------------------------------------------
+
+
+def _is_cuda_device(device: Any, torch: Any) -> bool:
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    if isinstance(device, str):
+        return device == "cuda" or device.startswith("cuda:")
+    # a bare int is a CUDA ordinal in torch's device arguments (bool is an int too: exclude it)
+    return isinstance(device, int) and not isinstance(device, bool)
+
+
+def _push_device_mode(torch: Any) -> str:
+    global _mode
+    from torch.overrides import TorchFunctionMode
+
+    tensor_cls = torch.Tensor
+    is_cuda = _is_cuda_device
+
+    def cpu_type_name(name: str) -> str:
+        # "torch.FloatTensor" -> "torch.cuda.FloatTensor" (what a GPU parameter reports)
+        return "torch.cuda." + name[len("torch.") :] if name.startswith("torch.") else name
+
+    class CpuDeviceMode(TorchFunctionMode):
+        """Runs "cuda" requests on the CPU and reports CUDA type strings."""
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if "device" in kwargs and is_cuda(kwargs["device"], torch):
+                kwargs = {**kwargs, "device": "cpu"}
+            if kwargs.get("pin_memory"):
+                kwargs = {**kwargs, "pin_memory": False}
+            if func is tensor_cls.cuda or func is tensor_cls.pin_memory:
+                return args[0]
+            if func is tensor_cls.record_stream:
+                return None
+            if func is tensor_cls.to and len(args) > 1 and is_cuda(args[1], torch):
+                args = (args[0], "cpu", *args[2:])
+            if func is tensor_cls.type:
+                if len(args) == 1 and "dtype" not in kwargs:
+                    return cpu_type_name(func(*args, **kwargs))
+                target = kwargs.pop("dtype", args[1] if len(args) > 1 else None)
+                if isinstance(target, type):
+                    target = f"{target.__module__}.{target.__name__}"
+                if isinstance(target, str):
+                    target = target.replace("torch.cuda.", "torch.", 1)
+                return func(args[0], target, *args[2:], **kwargs)
+            return func(*args, **kwargs)
+
+    _mode = CpuDeviceMode()
+    _mode.__enter__()  # never exited: the mode stays for the life of the process
+    return "device='cuda'/.cuda()/.to(cuda)->CPU, Tensor.type()->torch.cuda.*, pinning dropped"

@@ -1,0 +1,210 @@
+"""Process groups for a ParallelLayout: torch.distributed + Megatron-Core's model-parallel groups.
+
+torch and megatron.core are imported inside the functions, so importing this module stays cheap.
+Under torchrun the rendezvous comes from RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT;
+without it, a single process sets up a local rendezvous on a free port. With CUDA: NCCL and one
+device per local rank. Without: gloo and the CPU backend (bridge.parallel.cpu_backend).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from bridge.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bridge.parallel.layout import ParallelLayout
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Active:
+    layout: ParallelLayout
+    seed: int
+    created_process_group: bool
+
+
+_active: _Active | None = None
+_generation = 0  # process groups created by this process so far
+
+
+def _next_generation() -> int:
+    global _generation
+    _generation += 1
+    return _generation - 1
+
+
+def world_size_from_env() -> int:
+    """WORLD_SIZE as set by torchrun, or 1 for a plain `python` process."""
+    value = os.environ.get("WORLD_SIZE", "1")
+    try:
+        world = int(value)
+    except ValueError:
+        world = 0
+    if world < 1:
+        raise ConfigError(
+            f"WORLD_SIZE={value!r}: must be a positive integer (torchrun sets it); "
+            "unset it for a single process or launch with torchrun --nproc_per_node=N"
+        )
+    return world
+
+
+def is_initialized() -> bool:
+    """True while process groups made by initialize_distributed are alive."""
+    global _active
+    if _active is None:
+        return False
+    # Someone may have torn Megatron-Core's groups down directly: then we are not initialized.
+    if not _megatron_groups_alive():
+        _active = None
+        return False
+    return True
+
+
+def initialize_distributed(layout: ParallelLayout, *, seed: int = 1234, timeout_minutes: int = 10) -> None:
+    """Create torch.distributed and Megatron-Core's groups for `layout`, then seed every RNG.
+
+    Idempotent for the same layout and seed. A different layout or seed while initialized raises
+    ConfigError (call destroy_distributed() first).
+    """
+    global _active
+    if is_initialized():
+        _check_same(layout, seed)
+        return
+
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    world = world_size_from_env()
+    if dist.is_initialized():
+        world = dist.get_world_size()
+    if layout.world_size != world:
+        raise ConfigError(
+            f"layout.world_size={layout.world_size} but this run has {world} process(es): they must match; "
+            f"launch with torchrun --nproc_per_node={layout.world_size} (or build the layout for world_size={world})"
+        )
+
+    rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
+    if rank == 0:
+        _make_visible(logging.getLogger("bridge"))
+
+    use_cuda = torch.cuda.is_available()
+    if use_cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    else:
+        from bridge.parallel import cpu_backend
+
+        cpu_backend.install()
+
+    created = False
+    if not dist.is_initialized():
+        timeout = datetime.timedelta(minutes=timeout_minutes)
+        backend = "nccl" if use_cuda else "gloo"
+        if "RANK" in os.environ:
+            # torchrun's env:// rendezvous. Each initialization in this process gets its own key
+            # prefix: after destroy_distributed() the store still holds the previous group's
+            # addresses, and gloo would hang connecting to them.
+            store, _, _ = next(dist.rendezvous("env://", timeout=timeout))
+            store = dist.PrefixStore(f"bridge_init_{_next_generation()}", store)
+            dist.init_process_group(
+                backend=backend, store=store, rank=int(os.environ["RANK"]), world_size=world, timeout=timeout
+            )
+        else:
+            # A plain `python` process: a local rendezvous of one; port 0 lets the OS pick a free
+            # port at bind time (no race with other processes picking ports).
+            store = dist.TCPStore("127.0.0.1", 0, world_size=1, is_master=True, timeout=timeout)
+            dist.init_process_group(backend=backend, store=store, rank=0, world_size=1, timeout=timeout)
+        created = True
+
+    from megatron.core import parallel_state
+
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=layout.tp,
+        pipeline_model_parallel_size=layout.pp,
+        virtual_pipeline_model_parallel_size=layout.vpp,
+        context_parallel_size=layout.cp,
+        expert_model_parallel_size=layout.ep,
+        expert_tensor_parallel_size=layout.etp,
+        distributed_timeout_minutes=timeout_minutes,
+    )
+    _seed_everything(seed)
+    _active = _Active(layout=layout, seed=seed, created_process_group=created)
+
+    if rank == 0:
+        logger.info("parallel layout: %s", layout.describe())
+        for warning in layout.warnings:
+            logger.warning("parallel layout: %s", warning)
+
+
+def destroy_distributed() -> None:
+    """Tear down Megatron-Core's groups and the default process group (no-op when not initialized)."""
+    global _active
+    _active = None
+    if "torch" not in sys.modules:
+        return
+    import torch.distributed as dist
+
+    if "megatron.core.parallel_state" in sys.modules:
+        from megatron.core import parallel_state
+
+        parallel_state.destroy_model_parallel()
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _check_same(layout: ParallelLayout, seed: int) -> None:
+    assert _active is not None
+    if layout != _active.layout:
+        new, old = layout.describe(), _active.layout.describe()
+        if new == old:  # the difference is in a field the layout line does not show
+            new, old = repr(layout), repr(_active.layout)
+        raise ConfigError(
+            f"layout={new} but process groups already exist for {old}: one layout per "
+            "initialization; call bridge.parallel.runtime.destroy_distributed() first"
+        )
+    if seed != _active.seed:
+        raise ConfigError(
+            f"seed={seed} but the process groups were initialized with seed={_active.seed}: reseeding "
+            "would silently change the random streams; pass the same seed or call destroy_distributed() first"
+        )
+
+
+def _megatron_groups_alive() -> bool:
+    if "torch" not in sys.modules or "megatron.core.parallel_state" not in sys.modules:
+        return False
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    return dist.is_initialized() and parallel_state.model_parallel_is_initialized()
+
+
+def _seed_everything(seed: int) -> None:
+    """Python, numpy and torch get `seed`; Megatron-Core's tracker adds the per-TP/EP-rank streams."""
+    import random
+
+    import numpy as np
+    import torch
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    model_parallel_cuda_manual_seed(seed)
+
+
+def _make_visible(bridge_logger: logging.Logger) -> None:
+    """The layout line is a run's success signal: print INFO to stdout when no logging is configured."""
+    if bridge_logger.hasHandlers():
+        return  # the application configured logging: respect it
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("[bridge] %(message)s"))
+    bridge_logger.addHandler(handler)
+    if bridge_logger.level == logging.NOTSET or bridge_logger.level > logging.INFO:
+        bridge_logger.setLevel(logging.INFO)

@@ -1,0 +1,71 @@
+"""A plain `python` process (no torchrun): initialize_distributed, build a model, forward, and the
+runtime's rules (world-size check before any group exists, idempotence, teardown, re-init)."""
+
+from __future__ import annotations
+
+import os
+
+import runtime_common as rc
+import torch
+
+from bridge.errors import ConfigError
+from bridge.parallel import runtime
+
+
+def expect_config_error(fn, *words: str) -> None:
+    try:
+        fn()
+    except ConfigError as err:
+        for word in words:
+            rc.check(word in str(err), f"{word!r} not in: {err}")
+        return
+    raise AssertionError(f"no ConfigError (expected one mentioning {words})")
+
+
+def main() -> None:
+    rc.check("RANK" not in os.environ and "WORLD_SIZE" not in os.environ, "run without torchrun")
+    rc.check(runtime.world_size_from_env() == 1, "a plain process is a world of one")
+
+    # A layout for 2 processes in a world of one: refused before any process group exists.
+    expect_config_error(
+        lambda: runtime.initialize_distributed(rc.layout(2, tp=2)), "world_size=2", "torchrun"
+    )
+    rc.check(not torch.distributed.is_initialized(), "no process group after a refused layout")
+
+    one = rc.layout(1)
+    runtime.initialize_distributed(one, seed=11)
+    rc.check(
+        runtime.is_initialized() and torch.distributed.get_world_size() == 1, "initialized, world of one"
+    )
+    runtime.initialize_distributed(one, seed=11)  # idempotent
+    expect_config_error(
+        lambda: runtime.initialize_distributed(rc.layout(1, strategy="ddp")),
+        "strategy='ddp'",
+        "destroy_distributed",
+    )
+    expect_config_error(lambda: runtime.initialize_distributed(one, seed=12), "seed=12", "seed=11")
+
+    model = rc.build_model(rc.gpt_config())
+    batch = rc.batches(1)[0]
+    with torch.no_grad():
+        first = model(batch["tokens"], batch["position_ids"], attention_mask=None)
+    rc.check(first.shape == (rc.MICRO_BATCH, rc.SEQ, rc.VOCAB), f"logits shape {tuple(first.shape)}")
+    rc.check(bool(torch.isfinite(first).all()), "finite logits")
+    # Causal: the logits at position t cannot depend on tokens after t.
+    changed = batch["tokens"].clone()
+    changed[:, -1] = (changed[:, -1] + 1) % rc.VOCAB
+    with torch.no_grad():
+        second = model(changed, batch["position_ids"], attention_mask=None)
+    torch.testing.assert_close(second[:, :-1], first[:, :-1], rtol=0, atol=0)
+    rc.check(not torch.equal(second[:, -1], first[:, -1]), "the last position sees its own token")
+
+    runtime.destroy_distributed()
+    rc.check(not runtime.is_initialized() and not torch.distributed.is_initialized(), "torn down")
+    runtime.initialize_distributed(one, seed=12)  # a fresh start after teardown, any seed
+    rc.check(runtime.is_initialized(), "re-initialized")
+    runtime.destroy_distributed()
+    print("single process OK")
+
+
+if __name__ == "__main__":
+    main()
