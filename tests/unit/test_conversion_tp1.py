@@ -109,18 +109,31 @@ def test_bf16_checkpoint_keeps_its_dtype_and_sharding(tmp_path):
     assert bit_identical(read_tensors(src), read_tensors(resharded)) is None
 
 
-def test_import_ckpt_export_ckpt_round_trip(sources, tmp_path):
-    from bridge import AutoBridge
+def _cli():
+    import importlib.util
+    from pathlib import Path
 
+    path = Path(__file__).resolve().parents[2] / "scripts" / "conversion" / "convert_checkpoint.py"
+    spec = importlib.util.spec_from_file_location("convert_checkpoint", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def test_cli_import_then_export_round_trip(sources, tmp_path, capsys):
+    main = _cli()
     folder, _ = sources["qwen3_moe"]
     megatron = tmp_path / "megatron"
-    AutoBridge.import_ckpt(folder, megatron)
+    assert main(["import", "--hf-path", str(folder), "--megatron-path", str(megatron)]) == 0
     assert (megatron / "latest_checkpointed_iteration.txt").read_text().strip() == "0"
     assert not list(tmp_path.glob(".*partial"))
     out = tmp_path / "hf_again"
-    AutoBridge.from_megatron_checkpoint(megatron).export_ckpt(megatron, out)
+    assert main(["export", "--megatron-path", str(megatron), "--hf-path", str(out)]) == 0
     assert bit_identical(read_tensors(folder), read_tensors(out)) is None
     assert (out / "tokenizer.json").read_bytes() == (folder / "tokenizer.json").read_bytes()
+    # a second export onto the same folder is refused, with exit code 2 and the reason on stderr
+    assert main(["export", "--megatron-path", str(megatron), "--hf-path", str(out)]) == 2
+    assert "hf_path=" in capsys.readouterr().err
 
 
 # ---- errors: each raised before anything is written ------------------------------------------------

@@ -1,0 +1,100 @@
+"""Convert between Hugging Face folders and Megatron torch_dist checkpoints.
+
+    python scripts/conversion/convert_checkpoint.py import --hf-path HF --megatron-path OUT [--tp 2 --pp 1 --ep 1]
+    torchrun --nproc_per_node=2 scripts/conversion/convert_checkpoint.py export --megatron-path CKPT \
+        --hf-path OUT --pp 2
+
+--tp/--pp/--ep choose the layout the conversion runs with (their product times the data-parallel
+size is the number of processes); a torch_dist checkpoint loads under any layout afterwards. Export
+reads the HF config recorded by import (CKPT/hf_assets) unless --hf-config names another folder.
+Invalid input exits 2 with the error on stderr; nothing is written in that case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(_REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(_REPO_ROOT))
+
+from bridge.errors import ConfigError  # noqa: E402
+
+EXIT_INVALID = 2
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def shard_size(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).upper() not in _UNITS or float(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive size like 5GB, 500MB or 1000000")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a positive integer")
+    return int(text)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Hugging Face <-> Megatron torch_dist checkpoint conversion."
+    )
+    sub = parser.add_subparsers(dest="direction", required=True)
+    imp = sub.add_parser("import", help="HF folder -> Megatron torch_dist checkpoint")
+    exp = sub.add_parser("export", help="Megatron torch_dist checkpoint -> HF folder")
+    for p in (imp, exp):
+        p.add_argument("--hf-path", required=True, help="HF folder (read by import, written by export)")
+        p.add_argument(
+            "--megatron-path", required=True, help="checkpoint root (written by import, read by export)"
+        )
+        p.add_argument("--tp", type=positive, default=1, help="tensor-parallel size of the conversion")
+        p.add_argument("--pp", type=positive, default=1, help="pipeline-parallel size of the conversion")
+        p.add_argument("--ep", type=positive, default=1, help="expert-parallel size of the conversion")
+    exp.add_argument("--hf-config", help="HF folder with config.json (default: MEGATRON_PATH/hf_assets)")
+    exp.add_argument(
+        "--max-shard-size",
+        type=shard_size,
+        default=None,
+        help="bytes per safetensors file, e.g. 5GB (default: the source checkpoint's files)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    layout = dict(
+        tensor_model_parallel_size=args.tp,
+        pipeline_model_parallel_size=args.pp,
+        expert_model_parallel_size=args.ep,
+    )
+    start = time.perf_counter()
+    try:
+        from bridge.conversion.auto_bridge import AutoBridge
+
+        if args.direction == "import":
+            AutoBridge.import_ckpt(args.hf_path, args.megatron_path, **layout)
+        else:
+            if args.hf_config:
+                bridge = AutoBridge.from_hf_pretrained(args.hf_config)
+            else:
+                bridge = AutoBridge.from_megatron_checkpoint(args.megatron_path)
+            bridge.export_ckpt(args.megatron_path, args.hf_path, max_shard_size=args.max_shard_size, **layout)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_INVALID
+    from bridge.conversion.auto_bridge import _rank_world
+
+    if _rank_world()[0] == 0:
+        target = args.megatron_path if args.direction == "import" else args.hf_path
+        print(f"{args.direction}ed {target} in {time.perf_counter() - start:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

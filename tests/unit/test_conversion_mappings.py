@@ -1,0 +1,140 @@
+"""Mapping kinds against hand-built Megatron layouts, and the family tables."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bridge.conversion.mappings import ModelDims, make_mapping
+from bridge.conversion.registry import families, family_for
+from bridge.errors import ConfigError
+
+HEADS, GROUPS, D, H = 8, 4, 3, 5  # 2 q heads per group, head dim 3, hidden 5
+DIMS = ModelDims(
+    num_attention_heads=HEADS, num_query_groups=GROUPS, kv_channels=D, vocab_size=250, padded_vocab_size=256
+)
+
+
+def load(mapping, hf, local_shape, rank, size):
+    """What the loader does: fill a local parameter from its pieces."""
+    local = torch.full(local_shape, float("nan"))
+    for p in mapping.pieces(local_shape, rank, size, DIMS):
+        local[p.dst] = 0.0 if p.hf_name is None else hf[p.hf_name][p.src]
+    return local
+
+
+def export(mapping, shards, size):
+    """What the exporter does: put the rank shards back into HF tensors."""
+    shapes = mapping.hf_shapes(tuple(shards[0].shape), size, DIMS)
+    out = {n: torch.full(s, float("nan")) for n, s in shapes.items()}
+    for r, shard in enumerate(shards):
+        for p in mapping.pieces(tuple(shard.shape), r, size, DIMS):
+            if p.hf_name is not None:
+                out[p.hf_name][p.src] = shard[p.dst]
+    return out
+
+
+def numbered(*shape):
+    return torch.arange(torch.Size(shape).numel(), dtype=torch.float32).reshape(shape)
+
+
+@pytest.mark.parametrize("size", [1, 2, 4])
+@pytest.mark.parametrize("bias", [False, True])
+def test_fused_qkv_is_megatrons_grouped_layout(size, bias):
+    rest = () if bias else (H,)
+    q, k, v = (
+        numbered(HEADS * D, *rest),
+        1000 + numbered(GROUPS * D, *rest),
+        2000 + numbered(GROUPS * D, *rest),
+    )
+    hf = {"q": q, "k": k, "v": v}
+    # Megatron: per group, its q heads then its k head then its v head; TP ranks own whole groups.
+    hpg = HEADS // GROUPS
+    fused = torch.cat(
+        [
+            torch.cat([q[g * hpg * D : (g + 1) * hpg * D], k[g * D : (g + 1) * D], v[g * D : (g + 1) * D]])
+            for g in range(GROUPS)
+        ]
+    )
+    expected = fused.chunk(size)
+    m = make_mapping("qkv", "decoder.layers.0.self_attention.linear_qkv.weight", ("q", "k", "v"))
+    shards = [load(m, hf, tuple(expected[r].shape), r, size) for r in range(size)]
+    for r in range(size):
+        assert torch.equal(shards[r], expected[r])
+    back = export(m, shards, size)
+    assert all(torch.equal(back[n], hf[n]) for n in hf)
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_gated_mlp_splits_gate_and_up_per_rank(size):
+    gate, up = numbered(8, H), -numbered(8, H) - 1
+    hf = {"gate": gate, "up": up}
+    m = make_mapping("gated_mlp", "x", ("gate", "up"))
+    shards = [load(m, hf, (16 // size, H), r, size) for r in range(size)]
+    for r in range(size):
+        n = 8 // size
+        assert torch.equal(shards[r], torch.cat([gate[r * n : (r + 1) * n], up[r * n : (r + 1) * n]]))
+    back = export(m, shards, size)
+    assert torch.equal(back["gate"], gate) and torch.equal(back["up"], up)
+
+
+def test_column_row_and_replicated():
+    w = numbered(4, 6)
+    col = make_mapping("column", "c", ("w",))
+    row = make_mapping("row", "r", ("w",))
+    rep = make_mapping("replicated", "n", ("w",))
+    assert torch.equal(load(col, {"w": w}, (2, 6), 1, 2), w[2:])
+    assert torch.equal(load(row, {"w": w}, (4, 3), 1, 2), w[:, 3:])
+    assert torch.equal(load(rep, {"w": w}, (4, 6), 0, 1), w)
+    assert col.hf_shapes((2, 6), 2, DIMS) == {"w": (4, 6)} and row.hf_shapes((4, 3), 2, DIMS) == {"w": (4, 6)}
+
+
+def test_vocab_padding_is_zero_and_never_exported():
+    emb = numbered(250, H)
+    m = make_mapping("vocab", "embedding.word_embeddings.weight", ("e",))
+    shards = [load(m, {"e": emb}, (128, H), r, 2) for r in range(2)]
+    assert torch.equal(shards[0], emb[:128])
+    assert torch.equal(shards[1][:122], emb[128:]) and torch.equal(shards[1][122:], torch.zeros(6, H))
+    assert torch.equal(export(m, shards, 2)["e"], emb)
+    with pytest.raises(ConfigError, match="padded vocab 256"):
+        m.hf_shapes((100, H), 2, DIMS)
+
+
+def test_groups_must_divide_over_tp():
+    m = make_mapping("qkv", "w", ("q", "k", "v"))
+    with pytest.raises(
+        ConfigError, match="num_query_groups=4 is not divisible by the tensor-parallel size 8"
+    ):
+        m.pieces((3, H), 0, 8, DIMS)
+
+
+def test_table_rows_are_checked():
+    with pytest.raises(ConfigError, match="unknown"):
+        make_mapping("diagonal", "w", ("a",))
+    with pytest.raises(ConfigError, match="takes 3 HF names, got 2"):
+        make_mapping("qkv", "w", ("a", "b"))
+
+
+def test_family_tables_resolve_global_names():
+    mixtral = family_for(["MixtralForCausalLM"])
+    _, m = mixtral.resolve("decoder.layers.3.mlp.experts.local_experts.2.linear_fc1.weight")
+    assert m.kind == "gated_mlp"
+    assert m.hf == (
+        "model.layers.3.block_sparse_moe.experts.2.w1.weight",
+        "model.layers.3.block_sparse_moe.experts.2.w3.weight",
+    )
+    rule, m = family_for(["Qwen3MoeForCausalLM"]).resolve("decoder.layers.0.mlp.router.weight")
+    assert m.hf == ("model.layers.0.mlp.gate.weight",) and not rule.is_expert
+    _, m = family_for(["Qwen2ForCausalLM"]).resolve("decoder.layers.1.self_attention.linear_qkv.bias")
+    assert m.hf[2] == "model.layers.1.self_attn.v_proj.bias"
+    assert family_for(["LlamaForCausalLM"]).resolve("decoder.layers.1.self_attention.linear_qkv.bias") is None
+    _, m = family_for(["Qwen3ForCausalLM"]).resolve("decoder.layers.7.self_attention.k_layernorm.weight")
+    assert m.hf == ("model.layers.7.self_attn.k_norm.weight",)
+    assert set(families()) == {
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+        "Qwen2ForCausalLM",
+        "Qwen3ForCausalLM",
+        "MixtralForCausalLM",
+        "Qwen3MoeForCausalLM",
+    }
