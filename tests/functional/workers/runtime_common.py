@@ -14,6 +14,7 @@ import torch  # noqa: E402
 # A hung collective would otherwise sit until the launcher's timeout: dump every stack and exit.
 faulthandler.dump_traceback_later(45, exit=True)
 
+from bridge.models.gpt_provider import GPTModelProvider  # noqa: E402
 from bridge.parallel.layout import ParallelLayout  # noqa: E402
 
 VOCAB = 256  # a multiple of 128 * tp for tp <= 2: the padded vocab (and so the init draws) match
@@ -35,94 +36,41 @@ def rank() -> int:
     return torch.distributed.get_rank()
 
 
-def gpt_config(tp: int = 1, pp: int = 1, sp: bool = False, ep: int = 1, num_moe_experts: int | None = None):
-    """A Llama-style tiny model (RMSNorm, SwiGLU, RoPE, no biases) with CPU initialization.
+def gpt_provider(
+    tp: int = 1, pp: int = 1, sp: bool = False, ep: int = 1, num_moe_experts: int | None = None
+) -> GPTModelProvider:
+    """A Llama-style tiny model (RMSNorm, SwiGLU, RoPE, GQA, no biases).
 
-    use_cpu_initialization builds every full weight from the CPU generator and keeps this rank's
-    slice, so models built from the same seed at TP=1 and TP=2 hold the same weights.
+    Without CUDA the provider builds with use_cpu_initialization: Megatron-Core draws every full
+    weight from the CPU generator and keeps this rank's slice, so models built from the same seed
+    at TP=1 and TP=2 hold the same weights.
     """
-    from megatron.core.transformer import TransformerConfig
-
     moe = {}
     if num_moe_experts:
         moe = dict(
-            num_moe_experts=num_moe_experts,
-            moe_router_topk=2,
-            moe_token_dispatcher_type="alltoall",
-            moe_aux_loss_coeff=0.0,
-            moe_ffn_hidden_size=32,
-        )
-    return TransformerConfig(
-        num_layers=4,
-        hidden_size=32,
-        ffn_hidden_size=64,
-        num_attention_heads=4,
-        num_query_groups=2,
-        normalization="RMSNorm",
-        gated_linear_unit=True,
-        activation_func=torch.nn.functional.silu,
-        add_bias_linear=False,
-        bias_activation_fusion=False,
-        masked_softmax_fusion=False,
-        persist_layer_norm=False,
-        gradient_accumulation_fusion=False,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-        use_cpu_initialization=True,
-        tensor_model_parallel_size=tp,
-        pipeline_model_parallel_size=pp,
-        sequence_parallel=sp,
-        expert_model_parallel_size=ep,
-        pipeline_dtype=torch.float32,
-        **moe,
-    )
+            num_moe_experts=num_moe_experts, moe_router_topk=2, moe_token_dispatcher_type="alltoall",
+            moe_aux_loss_coeff=0.0, moe_ffn_hidden_size=32,
+        )  # fmt: skip
+    return GPTModelProvider(
+        num_layers=4, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4, num_query_groups=2,
+        vocab_size=VOCAB, seq_length=SEQ, normalization="RMSNorm", activation_func="silu",
+        gated_linear_unit=True, add_bias_linear=False, position_embedding_type="rope",
+        hidden_dropout=0.0, attention_dropout=0.0,
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, sequence_parallel=sp,
+        expert_model_parallel_size=ep, **moe,
+    )  # fmt: skip
 
 
-class _SequenceParallelRMSNorm(torch.nn.RMSNorm):
-    """Stand-in until bridge.models.specs lands: marks its weight so Megatron-Core all-reduces its grad."""
-
-    def __init__(self, config, hidden_size: int, eps: float = 1e-5, **kwargs):
-        super().__init__(hidden_size, eps=eps)
-        self.weight.sequence_parallel = config.sequence_parallel
-
-
-def build_model(config, *, wrap_ddp: bool = False, distributed_optimizer: bool = False):
-    """One GPTModel stage for this rank's pipeline stage, optionally wrapped in Megatron-Core DDP.
+def build_model(provider: GPTModelProvider, *, wrap_ddp: bool = False, distributed_optimizer: bool = False):
+    """This rank's single model chunk, optionally wrapped in Megatron-Core DDP.
 
     With distributed_optimizer, DDP reduce-scatters: each DP rank then holds only its shard of the
     synced gradients, so gradient comparisons use the all-reduce mode.
     """
-    from megatron.core import parallel_state
-    from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from megatron.core.transformer.transformer_block import (
-        TransformerBlockSubmodules,
-        get_num_layers_to_build,
-    )
-
-    layer = get_gpt_layer_local_spec(num_experts=config.num_moe_experts, normalization="RMSNorm")
-    layer.submodules.input_layernorm = _SequenceParallelRMSNorm
-    layer.submodules.pre_mlp_layernorm = _SequenceParallelRMSNorm
-    block = TransformerBlockSubmodules(
-        layer_specs=[layer] * get_num_layers_to_build(config), layer_norm=_SequenceParallelRMSNorm
-    )
-    model = GPTModel(
-        config=config,
-        transformer_layer_spec=block,
-        vocab_size=VOCAB,
-        max_sequence_length=SEQ,
-        pre_process=parallel_state.is_pipeline_first_stage(),
-        post_process=parallel_state.is_pipeline_last_stage(),
-        position_embedding_type="rope",
-    )
-    if not wrap_ddp:
-        return model
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
-
-    ddp_config = DistributedDataParallelConfig(
-        use_distributed_optimizer=distributed_optimizer, grad_reduce_in_fp32=True
-    )
-    return DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
+    ddp_config = dict(use_distributed_optimizer=distributed_optimizer, grad_reduce_in_fp32=True)
+    chunks = provider.provide_distributed_model(wrap_with_ddp=wrap_ddp, ddp_config=ddp_config)
+    check(len(chunks) == 1, f"one chunk without virtual pipeline stages, got {len(chunks)}")
+    return chunks[0]
 
 
 def batches(num_microbatches: int, seed: int = 0) -> list[dict]:
@@ -152,7 +100,7 @@ def _forward_step(data_iterator, model):
     return output, partial(_loss)
 
 
-def run_schedule(model_chunks: list, config, data: list[dict], *, forward_only: bool = False) -> list[float]:
+def run_schedule(model_chunks: list, data: list[dict], *, forward_only: bool = False) -> list[float]:
     """Megatron-Core's forward_backward_func for this layout; returns the per-microbatch losses (last stage)."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
@@ -168,10 +116,11 @@ def run_schedule(model_chunks: list, config, data: list[dict], *, forward_only: 
     return [float(item["lm loss"]) for item in losses]
 
 
-def attach_grad_finalization(config, model_chunks: list) -> None:
+def attach_grad_finalization(model_chunks: list) -> None:
     """What a training loop sets so the schedule syncs DDP grads (and SP norm grads over TP)."""
     from megatron.core.distributed import finalize_model_grads
 
+    config = model_chunks[0].config
     config.no_sync_func = model_chunks[0].no_sync
     config.grad_sync_func = None
     config.finalize_model_grads_func = finalize_model_grads

@@ -35,11 +35,11 @@ def main() -> None:
     data = rc.batches(MICROBATCHES)
 
     # Phase 1: the PP=1 reference (DP=2 replicas see the same batch, so DDP's average is the same gradient).
-    runtime.initialize_distributed(rc.layout(4, tp=2, sequence_parallel=True), seed=SEED)
-    config = rc.gpt_config(tp=2, sp=True)
-    model = rc.build_model(config, wrap_ddp=True)
-    rc.attach_grad_finalization(config, [model])
-    ref_losses = rc.run_schedule([model], config, data)
+    provider = rc.gpt_provider(tp=2, sp=True)
+    runtime.initialize_distributed(provider.layout(4), seed=SEED)
+    model = rc.build_model(provider, wrap_ddp=True)
+    rc.attach_grad_finalization([model])
+    ref_losses = rc.run_schedule([model], data)
     ref_state = {k: v.clone() for k, v in model.module.state_dict().items() if "_extra_state" not in k}
     ref_grads = rc.grads(model)
     rc.check(
@@ -48,19 +48,18 @@ def main() -> None:
     runtime.destroy_distributed()
 
     # Phase 2: TP=2 x PP=2 with sequence parallelism, same weights.
-    pp_layout = rc.layout(4, tp=2, pp=2, sequence_parallel=True)
-    runtime.initialize_distributed(pp_layout, seed=SEED)
-    runtime.initialize_distributed(pp_layout, seed=SEED)  # idempotent: no new groups, no second layout line
-    config = rc.gpt_config(tp=2, pp=2, sp=True)
-    model = rc.build_model(config, wrap_ddp=True)
-    offset = get_transformer_layer_offset(config)
+    provider = rc.gpt_provider(tp=2, pp=2, sp=True)
+    runtime.initialize_distributed(provider.layout(4), seed=SEED)
+    runtime.initialize_distributed(provider.layout(4), seed=SEED)  # idempotent: no new groups, no second line
+    model = rc.build_model(provider, wrap_ddp=True)
+    offset = get_transformer_layer_offset(model.config)
     stage_state = model.module.state_dict()
     with torch.no_grad():
         for name, tensor in stage_state.items():
             if "_extra_state" not in name:
                 tensor.copy_(ref_state[global_layer_name(name, offset)])
-    rc.attach_grad_finalization(config, [model])
-    losses = rc.run_schedule([model], config, data)
+    rc.attach_grad_finalization([model])
+    losses = rc.run_schedule([model], data)
 
     stage = parallel_state.get_pipeline_model_parallel_rank()
     if parallel_state.is_pipeline_last_stage():

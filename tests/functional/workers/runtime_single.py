@@ -32,7 +32,7 @@ def main() -> None:
     )
     rc.check(not torch.distributed.is_initialized(), "no process group after a refused layout")
 
-    one = rc.layout(1)
+    one = rc.gpt_provider().layout(1)
     runtime.initialize_distributed(one, seed=11)
     rc.check(
         runtime.is_initialized() and torch.distributed.get_world_size() == 1, "initialized, world of one"
@@ -45,7 +45,7 @@ def main() -> None:
     )
     expect_config_error(lambda: runtime.initialize_distributed(one, seed=12), "seed=12", "seed=11")
 
-    model = rc.build_model(rc.gpt_config())
+    model = rc.build_model(rc.gpt_provider())
     batch = rc.batches(1)[0]
     with torch.no_grad():
         first = model(batch["tokens"], batch["position_ids"], attention_mask=None)
@@ -61,8 +61,12 @@ def main() -> None:
 
     runtime.destroy_distributed()
     rc.check(not runtime.is_initialized() and not torch.distributed.is_initialized(), "torn down")
-    runtime.initialize_distributed(one, seed=12)  # a fresh start after teardown, any seed
-    rc.check(runtime.is_initialized(), "re-initialized")
+    # A fresh start after teardown: the provider initializes distributed itself (one process).
+    chunks = rc.gpt_provider().provide_distributed_model(wrap_with_ddp=False)
+    rc.check(runtime.is_initialized(), "provide_distributed_model initialized the runtime")
+    with torch.no_grad():
+        again = chunks[0](batch["tokens"], batch["position_ids"], attention_mask=None)
+    rc.check(bool(torch.isfinite(again).all()), "finite logits after re-initialization")
     runtime.destroy_distributed()
     print("single process OK")
 

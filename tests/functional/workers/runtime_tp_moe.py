@@ -14,7 +14,6 @@ import runtime_common as rc
 import torch
 
 from bridge.parallel import runtime
-from bridge.parallel.layout import ModelShape
 
 SEED = 4321
 
@@ -29,12 +28,14 @@ def check_tp_logits() -> None:
 
     batch = rc.batches(1)[0]
 
-    runtime.initialize_distributed(rc.layout(2), seed=SEED)
-    reference = logits(rc.build_model(rc.gpt_config(tp=1)), batch)
+    tp1 = rc.gpt_provider(tp=1)
+    runtime.initialize_distributed(tp1.layout(2), seed=SEED)
+    reference = logits(rc.build_model(tp1), batch)
     runtime.destroy_distributed()
 
-    runtime.initialize_distributed(rc.layout(2, tp=2), seed=SEED)
-    shard = logits(rc.build_model(rc.gpt_config(tp=2)), batch)
+    tp2 = rc.gpt_provider(tp=2)
+    runtime.initialize_distributed(tp2.layout(2), seed=SEED)
+    shard = logits(rc.build_model(tp2), batch)
     rc.check(shard.shape[-1] == rc.VOCAB // 2, f"vocab-parallel logits, got {tuple(shard.shape)}")
     full = gather_from_tensor_model_parallel_region(shard)
     rc.check(full.shape == reference.shape, f"{tuple(full.shape)} vs {tuple(reference.shape)}")
@@ -49,12 +50,10 @@ def check_moe_step() -> None:
     from megatron.core import parallel_state
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
-    experts = 4
-    shape = ModelShape(num_layers=4, num_attention_heads=4, num_query_groups=2, num_moe_experts=experts)
-    runtime.initialize_distributed(rc.layout(2, ep=2, model=shape), seed=SEED)
-    config = rc.gpt_config(ep=2, num_moe_experts=experts)
-    model = rc.build_model(config, wrap_ddp=True, distributed_optimizer=True)
-    rc.attach_grad_finalization(config, [model])
+    provider = rc.gpt_provider(ep=2, num_moe_experts=4)
+    runtime.initialize_distributed(provider.layout(2), seed=SEED)
+    model = rc.build_model(provider, wrap_ddp=True, distributed_optimizer=True)
+    rc.attach_grad_finalization([model])
     optimizer = get_megatron_optimizer(
         OptimizerConfig(optimizer="adam", lr=1e-2, use_distributed_optimizer=True, clip_grad=1.0), [model]
     )
@@ -65,7 +64,7 @@ def check_moe_step() -> None:
     data = rc.batches(2, seed=1)
     model.zero_grad_buffer()
     optimizer.zero_grad()
-    losses = rc.run_schedule([model], config, data)
+    losses = rc.run_schedule([model], data)
     updated, grad_norm, _ = optimizer.step()
     rc.check(all(map(math.isfinite, losses)), f"losses {losses}")
     rc.check(
@@ -84,7 +83,7 @@ def check_moe_step() -> None:
         if ".experts." not in name:
             rc.check(torch.equal(peers[0], peers[1]), f"replica drift in {name}")
 
-    after = rc.run_schedule([model], config, data, forward_only=True)
+    after = rc.run_schedule([model], data, forward_only=True)
     rc.check(
         sum(after) < sum(losses), f"one Adam step on the same batch lowers the loss: {losses} -> {after}"
     )
