@@ -18,9 +18,12 @@ Every patch (what fails on CPU, where in megatron-core 0.16.1, and the fix):
 | 8 | CUDA RNG tracker: `torch.cuda.get_rng_state` asserts, so `model_parallel_cuda_manual_seed` fails and DotProductAttention's `fork()` (every forward) fails | `tensor_parallel.random` | the tracker keeps CPU generator states and forks the CPU default generator; `_get/_set_cuda_rng_state` and `torch.cuda.get/set_rng_state` use the CPU generator (activation recompute restores it) |
 | 9 | MoE alltoall: `all_to_all_single(): incompatible function arguments` (split sizes stay tensors because `maybe_move_tensor_to_cpu` converts only CUDA tensors) | `moe_utils`, `token_dispatcher` | a version that also converts CPU tensors |
 | 10 | `NameError: te_general_gemm` on every MoE router forward without Transformer Engine (0.16.1 only) | `moe_utils.router_gating_linear` | define the name as `None` |
+| 11 | activation recompute reruns the forward inside backward, where the mode of #2 is off (torch pops a mode while it handles a call, and `torch.autograd.backward` is such a call): `get_default_causal_mask` asks for CUDA | `CheckpointFunction.backward`, `CheckpointWithoutOutput._recompute` | run them with the mode pushed again |
 
 The mode lives on this thread's torch-function-mode stack (pushed by `install()`); threads that
-Megatron-Core starts itself run only communication and file I/O, which need no rewriting.
+Megatron-Core starts itself run only communication and file I/O, which need no rewriting. Inside
+backward the mode is off (see #11): gradient hooks (DDP's grad sync) need no rewriting, and the one
+place that reruns model code there, activation recompute, gets the mode back.
 Not covered: Megatron-FSDP (builds `torch.device("cuda", current_device())`), CUDA graphs,
 Transformer Engine paths, and context parallelism (needs TE attention, a model-build error).
 """
@@ -28,6 +31,7 @@ Transformer Engine paths, and context parallelism (needs TE attention, a model-b
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 from typing import Any
@@ -74,6 +78,7 @@ def install() -> bool:
         changed += _patch_rng_tracker(torch)
         changed += _patch_moe(torch)
         changed.append(_push_device_mode(torch))
+        changed += _patch_recompute()
         _installed = changed
     logger.info("CPU backend for Megatron-Core installed (no CUDA): %s", ", ".join(changed))
     return True
@@ -242,6 +247,29 @@ def _patch_moe(torch: Any) -> list[str]:
     token_dispatcher.maybe_move_tensor_to_cpu = maybe_move_tensor_to_cpu
     changed.append("MoE split sizes->host lists")
     return changed
+
+
+# -- 11: activation recompute runs model code inside backward ------------------------------------
+
+
+def _patch_recompute() -> list[str]:
+    from megatron.core.tensor_parallel import random as mp_random
+
+    mode = _mode
+
+    def under_mode(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with mode:  # pushing it again is harmless where it is already on the stack
+                return fn(*args, **kwargs)
+
+        return wrapped
+
+    mp_random.CheckpointFunction.backward = staticmethod(under_mode(mp_random.CheckpointFunction.backward))
+    if hasattr(mp_random, "CheckpointWithoutOutput"):
+        cls = mp_random.CheckpointWithoutOutput
+        cls._recompute = under_mode(cls._recompute)
+    return ["activation recompute->under the device mode"]
 
 
 # -- 2, 3, 4: the device-rewriting TorchFunctionMode ----------------------------------------------

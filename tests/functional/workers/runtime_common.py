@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root, f
 import torch  # noqa: E402
 
 # A hung collective would otherwise sit until the launcher's timeout: dump every stack and exit.
-faulthandler.dump_traceback_later(45, exit=True)
+faulthandler.dump_traceback_later(180, exit=True)
 
 from bridge.models.gpt_provider import GPTModelProvider  # noqa: E402
 from bridge.parallel.layout import ParallelLayout  # noqa: E402
