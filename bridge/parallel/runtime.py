@@ -69,8 +69,10 @@ def is_initialized() -> bool:
 def initialize_distributed(layout: ParallelLayout, *, seed: int = 1234, timeout_minutes: int = 10) -> None:
     """Create torch.distributed and Megatron-Core's groups for `layout`, then seed every RNG.
 
-    Idempotent for the same layout and seed. A different layout or seed while initialized raises
-    ConfigError (call destroy_distributed() first).
+    Idempotent: while initialized, a layout with the same process-group sizes (GROUP_FIELDS) and the
+    same seed is a no-op; other sizes or another seed raise ConfigError (call destroy_distributed()
+    first). If only Megatron-Core's groups were destroyed, a new layout is built on the existing
+    torch.distributed process group.
     """
     global _active
     if is_initialized():
@@ -159,16 +161,21 @@ def destroy_distributed() -> None:
         dist.destroy_process_group()
 
 
+# The layout fields that decide the process groups; the others (strategy, sequence_parallel, model
+# shape, packing, gpus_per_node) do not, so a layout differing only there reuses the groups.
+GROUP_FIELDS = ("world_size", "tp", "pp", "vpp", "cp", "ep", "etp")
+
+
 def _check_same(layout: ParallelLayout, seed: int) -> None:
     assert _active is not None
-    if layout != _active.layout:
-        new, old = layout.describe(), _active.layout.describe()
-        if new == old:  # the difference is in a field the layout line does not show
-            new, old = repr(layout), repr(_active.layout)
-        raise ConfigError(
-            f"layout={new} but process groups already exist for {old}: one layout per "
-            "initialization; call bridge.parallel.runtime.destroy_distributed() first"
-        )
+    built = _active.layout
+    for field in GROUP_FIELDS:
+        if getattr(layout, field) != getattr(built, field):
+            raise ConfigError(
+                f"layout.{field}={getattr(layout, field)!r} but the process groups were built with "
+                f"{field}={getattr(built, field)!r} ({built.describe()}): one layout per initialization; "
+                "call bridge.parallel.runtime.destroy_distributed() first, or use the same sizes"
+            )
     if seed != _active.seed:
         raise ConfigError(
             f"seed={seed} but the process groups were initialized with seed={_active.seed}: reseeding "

@@ -54,4 +54,6 @@ def test_single_process_without_torchrun():
     )
     out = assert_ok(proc)
     assert "single process OK" in out
-    assert out.count("parallel layout: TP=1 PP=1 CP=1 EP=1 ETP=1 DP=1 EDP=1 world=1") == 2, out[-3000:]
+    # Three initializations (the idempotent calls in between log nothing).
+    assert out.count("parallel layout: TP=1 PP=1 CP=1 EP=1 ETP=1 DP=1 EDP=1 world=1") == 3, out[-3000:]
+    assert out.count("parallel layout: demo warning from the layout") == 1, out[-3000:]

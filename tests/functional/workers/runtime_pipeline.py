@@ -14,6 +14,7 @@ import math
 import runtime_common as rc
 import torch
 
+from bridge.errors import ConfigError
 from bridge.parallel import runtime
 
 SEED = 1234
@@ -51,6 +52,11 @@ def main() -> None:
     provider = rc.gpt_provider(tp=2, pp=2, sp=True)
     runtime.initialize_distributed(provider.layout(4), seed=SEED)
     runtime.initialize_distributed(provider.layout(4), seed=SEED)  # idempotent: no new groups, no second line
+    try:
+        runtime.initialize_distributed(rc.layout(4, tp=4), seed=SEED)
+        raise AssertionError("other process-group sizes while initialized must raise")
+    except ConfigError as err:
+        rc.check("layout.tp=4" in str(err) and "destroy_distributed" in str(err), str(err))
     model = rc.build_model(provider, wrap_ddp=True)
     offset = get_transformer_layer_offset(model.config)
     stage_state = model.module.state_dict()

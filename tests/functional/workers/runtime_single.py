@@ -10,6 +10,7 @@ import torch
 
 from bridge.errors import ConfigError
 from bridge.parallel import runtime
+from bridge.parallel.layout import ParallelLayout
 
 
 def expect_config_error(fn, *words: str) -> None:
@@ -60,11 +61,8 @@ def main() -> None:
         runtime.is_initialized() and torch.distributed.get_world_size() == 1, "initialized, world of one"
     )
     runtime.initialize_distributed(one, seed=11)  # idempotent
-    expect_config_error(
-        lambda: runtime.initialize_distributed(rc.layout(1, strategy="ddp")),
-        "strategy='ddp'",
-        "destroy_distributed",
-    )
+    # Same process-group sizes, other non-group fields (no model shape, strategy): the same groups.
+    runtime.initialize_distributed(rc.layout(1, strategy="ddp", gpus_per_node=4), seed=11)
     expect_config_error(lambda: runtime.initialize_distributed(one, seed=12), "seed=12", "seed=11")
 
     model = rc.build_model(rc.gpt_provider())
@@ -90,6 +88,15 @@ def main() -> None:
     with torch.no_grad():
         again = chunks[0](batch["tokens"], batch["position_ids"], attention_mask=None)
     rc.check(bool(torch.isfinite(again).all()), "finite logits after re-initialization")
+    runtime.destroy_distributed()
+
+    # Layout warnings are logged with the layout line (a layout of one has none, so add one).
+    class WarnedLayout(ParallelLayout):
+        @property
+        def warnings(self) -> list[str]:
+            return ["demo warning from the layout"]
+
+    runtime.initialize_distributed(WarnedLayout(world_size=1), seed=11)
     runtime.destroy_distributed()
     print("single process OK")
 
