@@ -26,7 +26,6 @@ logger = logging.getLogger(__name__)
 class _Active:
     layout: ParallelLayout
     seed: int
-    created_process_group: bool
 
 
 _active: _Active | None = None
@@ -105,7 +104,6 @@ def initialize_distributed(layout: ParallelLayout, *, seed: int = 1234, timeout_
 
         cpu_backend.install()
 
-    created = False
     if not dist.is_initialized():
         timeout = datetime.timedelta(minutes=timeout_minutes)
         backend = "nccl" if use_cuda else "gloo"
@@ -123,7 +121,6 @@ def initialize_distributed(layout: ParallelLayout, *, seed: int = 1234, timeout_
             # port at bind time (no race with other processes picking ports).
             store = dist.TCPStore("127.0.0.1", 0, world_size=1, is_master=True, timeout=timeout)
             dist.init_process_group(backend=backend, store=store, rank=0, world_size=1, timeout=timeout)
-        created = True
 
     from megatron.core import parallel_state
 
@@ -137,7 +134,7 @@ def initialize_distributed(layout: ParallelLayout, *, seed: int = 1234, timeout_
         distributed_timeout_minutes=timeout_minutes,
     )
     _seed_everything(seed)
-    _active = _Active(layout=layout, seed=seed, created_process_group=created)
+    _active = _Active(layout=layout, seed=seed)
 
     if rank == 0:
         logger.info("parallel layout: %s", layout.describe())
@@ -193,13 +190,19 @@ def _megatron_groups_alive() -> bool:
 
 
 def _seed_everything(seed: int) -> None:
-    """Python, numpy and torch get `seed`; Megatron-Core's tracker adds the per-TP/EP-rank streams."""
+    """Seed Python, numpy, torch and Megatron-Core's tracker (which adds per-TP/EP-rank streams).
+
+    Each pipeline stage gets seed + 100 * pp_rank, as Megatron-LM and Megatron-Bridge do: with one
+    seed, every stage would draw the same initial weights for its layers.
+    """
     import random
 
     import numpy as np
     import torch
+    from megatron.core import parallel_state
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
+    seed = seed + 100 * parallel_state.get_pipeline_model_parallel_rank()
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

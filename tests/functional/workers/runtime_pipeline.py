@@ -68,6 +68,8 @@ def main() -> None:
     losses = rc.run_schedule([model], data)
 
     stage = parallel_state.get_pipeline_model_parallel_rank()
+    # Megatron-LM's convention: each stage its own seed, so stages do not draw identical layers.
+    rc.check(torch.initial_seed() == SEED + 100 * stage, f"stage {stage} seed {torch.initial_seed()}")
     if parallel_state.is_pipeline_last_stage():
         rc.check(len(losses) == MICROBATCHES, f"{len(losses)} losses on the last stage")
         for got, want in zip(losses, ref_losses, strict=True):
