@@ -295,31 +295,41 @@ def _push_device_mode(torch: Any) -> str:
         # "torch.FloatTensor" -> "torch.cuda.FloatTensor" (what a GPU parameter reports)
         return "torch.cuda." + name[len("torch.") :] if name.startswith("torch.") else name
 
+    special = frozenset(
+        {tensor_cls.cuda, tensor_cls.pin_memory, tensor_cls.record_stream, tensor_cls.to, tensor_cls.type}
+    )
+
     class CpuDeviceMode(TorchFunctionMode):
         """Runs "cuda" requests on the CPU and reports CUDA type strings."""
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            if "device" in kwargs and is_cuda(kwargs["device"], torch):
-                kwargs = {**kwargs, "device": "cpu"}
-            if kwargs.get("pin_memory"):
-                kwargs = {**kwargs, "pin_memory": False}
+            if kwargs:
+                if "device" in kwargs and is_cuda(kwargs["device"], torch):
+                    kwargs = {**kwargs, "device": "cpu"}
+                if kwargs.get("pin_memory"):
+                    kwargs = {**kwargs, "pin_memory": False}
+            else:
+                kwargs = {}
+            if func not in special:  # the common case: one set lookup
+                return func(*args, **kwargs)
             if func is tensor_cls.cuda or func is tensor_cls.pin_memory:
                 return args[0]
             if func is tensor_cls.record_stream:
                 return None
-            if func is tensor_cls.to and len(args) > 1 and is_cuda(args[1], torch):
-                args = (args[0], "cpu", *args[2:])
-            if func is tensor_cls.type:
-                if len(args) == 1 and "dtype" not in kwargs:
-                    return cpu_type_name(func(*args, **kwargs))
-                target = kwargs.pop("dtype", args[1] if len(args) > 1 else None)
-                if isinstance(target, type):
-                    target = f"{target.__module__}.{target.__name__}"
-                if isinstance(target, str):
-                    target = target.replace("torch.cuda.", "torch.", 1)
-                return func(args[0], target, *args[2:], **kwargs)
-            return func(*args, **kwargs)
+            if func is tensor_cls.to:
+                if len(args) > 1 and is_cuda(args[1], torch):
+                    args = (args[0], "cpu", *args[2:])
+                return func(*args, **kwargs)
+            # Tensor.type
+            if len(args) == 1 and "dtype" not in kwargs:
+                return cpu_type_name(func(*args, **kwargs))
+            kwargs = dict(kwargs)
+            target = kwargs.pop("dtype", args[1] if len(args) > 1 else None)
+            if isinstance(target, type):
+                target = f"{target.__module__}.{target.__name__}"
+            if isinstance(target, str):
+                target = target.replace("torch.cuda.", "torch.", 1)
+            return func(args[0], target, *args[2:], **kwargs)
 
     _mode = CpuDeviceMode()
     _mode.__enter__()  # never exited: the mode stays for the life of the process

@@ -11,6 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from bridge.errors import ConfigError
+from bridge.parallel import runtime
 from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
 
 WORKERS = Path(__file__).parent / "workers"
@@ -57,3 +61,14 @@ def test_single_process_without_torchrun():
     # Three initializations (the idempotent calls in between log nothing).
     assert out.count("parallel layout: TP=1 PP=1 CP=1 EP=1 ETP=1 DP=1 EDP=1 world=1") == 3, out[-3000:]
     assert out.count("parallel layout: demo warning from the layout") == 1, out[-3000:]
+
+
+def test_world_size_from_env(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert runtime.world_size_from_env() == 1
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert runtime.world_size_from_env() == 4
+    for bad in ("0", "-2", "four"):
+        monkeypatch.setenv("WORLD_SIZE", bad)
+        with pytest.raises(ConfigError, match=f"WORLD_SIZE='{bad}'.*torchrun"):
+            runtime.world_size_from_env()
