@@ -49,7 +49,8 @@ def gpt_provider(
     if num_moe_experts:
         moe = dict(
             num_moe_experts=num_moe_experts, moe_router_topk=2, moe_token_dispatcher_type="alltoall",
-            moe_aux_loss_coeff=0.0, moe_ffn_hidden_size=32,
+            moe_ffn_hidden_size=32,
+            moe_aux_loss_coeff=1e-2,  # exercises the aux-loss tracker (device="cuda") and its backward
         )  # fmt: skip
     return GPTModelProvider(
         num_layers=4, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4, num_query_groups=2,
