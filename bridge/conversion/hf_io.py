@@ -109,7 +109,7 @@ def read_header(path: Path) -> dict[str, TensorInfo]:
 class HFCheckpoint:
     """The safetensors weights of a Hugging Face folder (single file or sharded with an index)."""
 
-    def __init__(self, folder: str | os.PathLike, remap_bytes: int = 1 << 30):
+    def __init__(self, folder: str | os.PathLike, remap_bytes: int = 256 << 20):
         self.folder = Path(folder)
         self.remap_bytes = remap_bytes
         index, single = self.folder / INDEX_FILE, self.folder / SINGLE_FILE
@@ -285,7 +285,6 @@ class ShardedWriter:
                 self._where[t.name] = (file, start + b, t)
             fh = open(self.folder / file, "wb")
             fh.write(struct.pack("<Q", len(raw)) + raw)
-            fh.truncate(start + offset)
             self._files[file] = fh
         self._pending = set(self._where)
 
@@ -305,7 +304,8 @@ class ShardedWriter:
             raise ConfigError(f"export produced tensor {name!r} twice")
         data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
         fh = self._files[file]
-        fh.seek(offset)
+        if fh.tell() != offset:  # tensors usually arrive in file order: then the file just grows
+            fh.seek(offset)
         fh.write(memoryview(data))
         self._pending.discard(name)
 

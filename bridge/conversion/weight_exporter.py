@@ -61,6 +61,8 @@ class Exporter:
                 (n, tuple(s), DTYPE_NAMES[dtype_for(n, lp.param.dtype)]) for n, s in lp.hf_shapes().items()
             )
             mine.append((name, hf))
+        # Receive buffers live where the parameters do (NCCL moves CUDA tensors only).
+        self.device = next(iter(self.local.values())).param.device if self.local else torch.device("cpu")
         dist = _dist()
         self.rank = dist.get_rank() if dist else 0
         self.world = dist.get_world_size() if dist else 1
@@ -102,7 +104,7 @@ class Exporter:
             if view is not None and tuple(view.shape) == shape:
                 out[name] = view.to(target)  # no copy when the dtype already matches
                 continue
-            full = torch.empty(shape, dtype=target)
+            full = torch.empty(shape, dtype=target, device=local.device)
             for shard, piece in parts:
                 full[piece.src].copy_(shard[piece.dst])
             out[name] = full
@@ -120,25 +122,23 @@ class Exporter:
                 yield from tensors.items()
                 continue
             for name, shape, dtype in unit.hf:
-                wanted = dst is None or self.rank == dst
                 if dst is None and len(unit.holders) < self.world:
-                    buf = (
-                        tensors[name].contiguous()
-                        if tensors is not None
-                        else torch.empty(shape, dtype=DTYPES[dtype])
-                    )
+                    # Other holders (data-parallel replicas) receive into a scratch buffer, never
+                    # into a view of their own parameter.
+                    if self.rank == unit.owner:
+                        buf = tensors[name].contiguous()
+                    else:
+                        buf = torch.empty(shape, dtype=DTYPES[dtype], device=self.device)
                     _broadcast(dist, buf, unit.owner)
-                    yield name, buf
-                    continue
-                if dst is not None and unit.owner != dst and dst not in unit.holders:
+                    yield name, (tensors[name] if tensors is not None else buf)
+                elif dst is not None and dst not in unit.holders:
                     if self.rank == unit.owner:
                         _send(dist, tensors[name].contiguous(), dst)
                     elif self.rank == dst:
-                        buf = torch.empty(shape, dtype=DTYPES[dtype])
+                        buf = torch.empty(shape, dtype=DTYPES[dtype], device=self.device)
                         _recv(dist, buf, unit.owner)
                         yield name, buf
-                    continue
-                if wanted and tensors is not None:
+                elif tensors is not None and (dst is None or self.rank == dst):
                     yield name, tensors[name]
 
 
