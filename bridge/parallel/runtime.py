@@ -209,11 +209,19 @@ def _seed_everything(seed: int) -> None:
     model_parallel_cuda_manual_seed(seed)
 
 
+class _FallbackHandler(logging.StreamHandler):
+    """Prints bridge's records only while the application has configured no logging of its own."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not logging.getLogger().handlers:
+            super().emit(record)
+
+
 def _make_visible(bridge_logger: logging.Logger) -> None:
     """The layout line is a run's success signal: print INFO to stdout when no logging is configured."""
     if bridge_logger.hasHandlers():
-        return  # the application configured logging: respect it
-    handler = logging.StreamHandler(sys.stdout)
+        return  # the application configured logging (or this ran before): respect it
+    handler = _FallbackHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("[bridge] %(message)s"))
     bridge_logger.addHandler(handler)
     if bridge_logger.level == logging.NOTSET or bridge_logger.level > logging.INFO:
