@@ -103,7 +103,7 @@ def test_split_parsing():
 
 def test_tokenizer_checks(tmp_path):
     assert build_tokenizer(None, 128).vocab_size == 128
-    assert NullTokenizer(10).eod == 9
+    assert NullTokenizer(10).eod == 10 and NullTokenizer(10).vocab_size == 11
     with pytest.raises(ConfigError, match="model.vocab_size"):
         build_tokenizer(type("T", (), {"tokenizer_type": "NullTokenizer", "vocab_size": 300})(), 256)
     with pytest.raises(ConfigError, match="tokenizer.tokenizer_type"):
@@ -115,9 +115,20 @@ def test_preprocess_then_indexed_dataset_reproduces_the_text(tmp_path):
     docs = _make_jsonl(tmp_path / "c.jsonl", 40)
     prefix = tmp_path / "out" / "corpus"
     proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts/data/preprocess_data.py"), "--input", str(tmp_path / "c.jsonl"),
-         "--tokenizer", str(tok_dir), "--output-prefix", str(prefix), "--append-eod"],
-        capture_output=True, text=True, cwd=REPO,
+        [
+            sys.executable,
+            str(REPO / "scripts/data/preprocess_data.py"),
+            "--input",
+            str(tmp_path / "c.jsonl"),
+            "--tokenizer",
+            str(tok_dir),
+            "--output-prefix",
+            str(prefix),
+            "--append-eod",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr
     from megatron.core.datasets.indexed_dataset import IndexedDataset
@@ -132,7 +143,12 @@ def test_preprocess_then_indexed_dataset_reproduces_the_text(tmp_path):
     from bridge.training.data.indexed import build_indexed_datasets, parse_blend
 
     train, valid, test = build_indexed_datasets(
-        [str(prefix) + "_text_document"], "9,1,0", [30, 4, 0], seq_length=8, seed=5, tokenizer=tok,
+        [str(prefix) + "_text_document"],
+        "9,1,0",
+        [30, 4, 0],
+        seq_length=8,
+        seed=5,
+        tokenizer=tok,
         cache_dir=str(tmp_path / "cache"),
     )
     assert test is None and len(train) >= 30 and len(valid) >= 4
@@ -140,7 +156,7 @@ def test_preprocess_then_indexed_dataset_reproduces_the_text(tmp_path):
     s = train[0]
     # every sample is a contiguous window of the document stream, labels shifted by one
     window = s["tokens"].tolist() + [s["labels"][-1].item()]
-    assert any(stream[j:j + 9] == window for j in range(len(stream) - 8))
+    assert any(stream[j : j + 9] == window for j in range(len(stream) - 8))
     assert torch.equal(s["labels"][:-1], s["tokens"][1:])
     # weights/prefix pairs and bad blends
     assert parse_blend([0.3, str(prefix) + "_text_document"]) == ([str(prefix) + "_text_document"], [0.3])

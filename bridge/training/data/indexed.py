@@ -12,8 +12,10 @@ def parse_blend(data_paths: list) -> tuple[list[str], list[float] | None]:
     """["p1", "p2"] or Megatron's flattened ["w1", "p1", "w2", "p2"] -> (prefixes, weights or None)."""
     items = [str(x).strip() for x in data_paths or []]
     if not items:
-        raise ConfigError("dataset.data_paths is empty: dataset.kind=indexed needs .bin/.idx prefixes, "
-                          "e.g. dataset.data_paths=[/data/corpus_text_document]")
+        raise ConfigError(
+            "dataset.data_paths is empty: dataset.kind=indexed needs .bin/.idx prefixes, "
+            "e.g. dataset.data_paths=[/data/corpus_text_document]"
+        )
 
     def is_number(s: str) -> bool:
         try:
@@ -25,7 +27,9 @@ def parse_blend(data_paths: list) -> tuple[list[str], list[float] | None]:
     if len(items) % 2 == 0 and all(is_number(w) for w in items[0::2]):
         prefixes, weights = items[1::2], [float(w) for w in items[0::2]]
         if any(w < 0 for w in weights) or sum(weights) <= 0:
-            raise ConfigError(f"dataset.data_paths={data_paths}: blend weights must be >= 0 with a positive sum")
+            raise ConfigError(
+                f"dataset.data_paths={data_paths}: blend weights must be >= 0 with a positive sum"
+            )
     elif any(is_number(s) for s in items):
         raise ConfigError(
             f"dataset.data_paths={data_paths} mixes weights and paths unevenly: give either only prefixes "
@@ -42,9 +46,18 @@ def parse_blend(data_paths: list) -> tuple[list[str], list[float] | None]:
     return prefixes, weights
 
 
-def build_indexed_datasets(data_paths: list, split: str, sizes: list[int], seq_length: int, seed: int,
-                           tokenizer, cache_dir: str | None = None, reset_position_ids: bool = False,
-                           reset_attention_mask: bool = False, eod_mask_loss: bool = False) -> list:
+def build_indexed_datasets(
+    data_paths: list,
+    split: str,
+    sizes: list[int],
+    seq_length: int,
+    seed: int,
+    tokenizer,
+    cache_dir: str | None = None,
+    reset_position_ids: bool = False,
+    reset_attention_mask: bool = False,
+    eod_mask_loss: bool = False,
+) -> list:
     """Train / valid / test GPTDatasets (or BlendedDatasets); None for an empty split. Call on all ranks."""
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
@@ -64,5 +77,5 @@ def build_indexed_datasets(data_paths: list, split: str, sizes: list[int], seq_l
         create_attention_mask=reset_attention_mask,
     )
     # A split with ratio 0 must get size None-or-0; the builder skips it.
-    sizes = [s if r > 0 else 0 for s, r in zip(sizes, ratios)]
+    sizes = [s if r > 0 else 0 for s, r in zip(sizes, ratios, strict=True)]
     return BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config).build()

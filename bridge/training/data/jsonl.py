@@ -22,7 +22,9 @@ def read_jsonl_documents(paths: list[str], text_key: str = "text") -> list[str]:
     for path in paths:
         p = Path(path)
         if not p.is_file():
-            raise ConfigError(f"dataset.data_paths entry {path!r} is not a file: give JSONL files for dataset.kind=jsonl")
+            raise ConfigError(
+                f"dataset.data_paths entry {path!r} is not a file: give JSONL files for dataset.kind=jsonl"
+            )
         with p.open(encoding="utf-8") as f:
             for lineno, line in enumerate(f, 1):
                 if not line.strip():
@@ -39,8 +41,15 @@ def read_jsonl_documents(paths: list[str], text_key: str = "text") -> list[str]:
 
 
 class JsonlDataset(torch.utils.data.Dataset):
-    def __init__(self, token_stream: np.ndarray, num_samples: int, seq_length: int, seed: int, eod: int,
-                 eod_mask_loss: bool = False):
+    def __init__(
+        self,
+        token_stream: np.ndarray,
+        num_samples: int,
+        seq_length: int,
+        seed: int,
+        eod: int,
+        eod_mask_loss: bool = False,
+    ):
         self.stream = token_stream
         self.seq_length = int(seq_length)
         self.windows_per_epoch = (len(token_stream) - 1) // self.seq_length
@@ -70,15 +79,24 @@ class JsonlDataset(torch.utils.data.Dataset):
         if not 0 <= idx < self.num_samples:
             raise IndexError(idx)
         start = self._window(idx) * self.seq_length
-        return sample_from_text(self.stream[start:start + self.seq_length + 1], self.eod, self.eod_mask_loss)
+        return sample_from_text(
+            self.stream[start : start + self.seq_length + 1], self.eod, self.eod_mask_loss
+        )
 
 
-def build_jsonl_datasets(paths: list[str], split: str, sizes: list[int], seq_length: int, seed: int,
-                         tokenizer, eod_mask_loss: bool = False) -> list[JsonlDataset | None]:
+def build_jsonl_datasets(
+    paths: list[str],
+    split: str,
+    sizes: list[int],
+    seq_length: int,
+    seed: int,
+    tokenizer,
+    eod_mask_loss: bool = False,
+) -> list[JsonlDataset | None]:
     """One dataset per split (train, valid, test); None where the split is empty or not needed."""
     docs = read_jsonl_documents(paths)
     out: list[JsonlDataset | None] = []
-    for (begin, end), size in zip(split_ranges(len(docs), split), sizes):
+    for (begin, end), size in zip(split_ranges(len(docs), split), sizes, strict=True):
         if end <= begin or not size:
             out.append(None)
             continue
@@ -86,5 +104,9 @@ def build_jsonl_datasets(paths: list[str], split: str, sizes: list[int], seq_len
         for doc in docs[begin:end]:
             ids.extend(tokenizer.tokenize(doc))
             ids.append(tokenizer.eod)
-        out.append(JsonlDataset(np.asarray(ids, dtype=np.int64), size, seq_length, seed, tokenizer.eod, eod_mask_loss))
+        out.append(
+            JsonlDataset(
+                np.asarray(ids, dtype=np.int64), size, seq_length, seed, tokenizer.eod, eod_mask_loss
+            )
+        )
     return out

@@ -10,8 +10,9 @@ from bridge.training.data.mock import MockDataset
 from bridge.training.data.samplers import DataParallelSampler
 
 
-def split_sample_counts(train_iters: int, global_batch_size: int, eval_interval: int | None,
-                        eval_iters: int) -> list[int]:
+def split_sample_counts(
+    train_iters: int, global_batch_size: int, eval_interval: int | None, eval_iters: int
+) -> list[int]:
     """Samples each split must provide over the whole run (Megatron's formula)."""
     train = train_iters * global_batch_size
     if eval_interval and eval_iters:
@@ -29,13 +30,20 @@ def build_datasets(dataset_cfg: Any, tokenizer, seq_length: int, sizes: list[int
     paths = list(getattr(dataset_cfg, "data_paths", None) or [])
     eod_mask_loss = bool(getattr(dataset_cfg, "eod_mask_loss", False))
     if kind == "mock":
-        return [MockDataset(n, seq_length, tokenizer.vocab_size, seed, split_offset=i) if n else None
-                for i, n in enumerate(sizes)]
+        return [
+            MockDataset(n, seq_length, tokenizer.vocab_size, seed, split_offset=i) if n else None
+            for i, n in enumerate(sizes)
+        ]
     if kind == "indexed":
         from bridge.training.data.indexed import build_indexed_datasets
 
         return build_indexed_datasets(
-            paths, split, sizes, seq_length, seed, tokenizer,
+            paths,
+            split,
+            sizes,
+            seq_length,
+            seed,
+            tokenizer,
             cache_dir=getattr(dataset_cfg, "cache_dir", None),
             reset_position_ids=bool(getattr(dataset_cfg, "reset_position_ids", False)),
             reset_attention_mask=bool(getattr(dataset_cfg, "reset_attention_mask", False)),
@@ -45,13 +53,16 @@ def build_datasets(dataset_cfg: Any, tokenizer, seq_length: int, sizes: list[int
         from bridge.training.data.jsonl import build_jsonl_datasets
 
         if not paths:
-            raise ConfigError("dataset.data_paths is empty: dataset.kind=jsonl needs JSONL files with a 'text' field")
+            raise ConfigError(
+                "dataset.data_paths is empty: dataset.kind=jsonl needs JSONL files with a 'text' field"
+            )
         return build_jsonl_datasets(paths, split, sizes, seq_length, seed, tokenizer, eod_mask_loss)
     raise ConfigError(f"dataset.kind={kind!r} is not supported: use mock, indexed or jsonl")
 
 
-def build_iterator(dataset, consumed_samples: int, micro_batch_size: int, dp_rank: int, dp_size: int,
-                   num_workers: int = 0) -> Iterator[dict] | None:
+def build_iterator(
+    dataset, consumed_samples: int, micro_batch_size: int, dp_rank: int, dp_size: int, num_workers: int = 0
+) -> Iterator[dict] | None:
     """Batches of micro_batch_size samples for this data-parallel rank, starting after consumed_samples."""
     import torch
 
@@ -59,7 +70,10 @@ def build_iterator(dataset, consumed_samples: int, micro_batch_size: int, dp_ran
         return None
     sampler = DataParallelSampler(len(dataset), consumed_samples, micro_batch_size, dp_rank, dp_size)
     loader = torch.utils.data.DataLoader(
-        dataset, batch_sampler=sampler, num_workers=num_workers, pin_memory=False,
+        dataset,
+        batch_sampler=sampler,
+        num_workers=num_workers,
+        pin_memory=False,
         persistent_workers=num_workers > 0,
     )
     return iter(loader)

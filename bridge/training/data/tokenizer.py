@@ -15,13 +15,17 @@ from bridge.errors import ConfigError
 
 @dataclass
 class NullTokenizer:
-    """Token ids in [0, vocab_size); the last id is the end-of-document token. No text support."""
+    """Megatron-Core's meaning: ids 0..num_ids-1 plus an end-of-document id equal to num_ids."""
 
-    vocab_size: int
+    num_ids: int
+
+    @property
+    def vocab_size(self) -> int:
+        return self.num_ids + 1
 
     @property
     def eod(self) -> int:
-        return self.vocab_size - 1
+        return self.num_ids
 
     eos = eod
 
@@ -31,7 +35,7 @@ class NullTokenizer:
 
     @property
     def unique_identifiers(self) -> OrderedDict:
-        return OrderedDict(cls="NullTokenizer", vocab_size=self.vocab_size)
+        return OrderedDict(cls="NullTokenizer", vocab_size=self.num_ids)
 
     def tokenize(self, text: str) -> list[int]:
         return [int(x) for x in text.split()]
@@ -79,9 +83,14 @@ class HFTokenizer:
 
 def build_tokenizer(tokenizer_cfg: Any, model_vocab_size: int) -> NullTokenizer | HFTokenizer:
     """Build the tokenizer named by the `tokenizer` config section; ids must fit the model's vocabulary."""
-    kind = getattr(tokenizer_cfg, "tokenizer_type", "NullTokenizer") if tokenizer_cfg is not None else "NullTokenizer"
+    kind = (
+        getattr(tokenizer_cfg, "tokenizer_type", "NullTokenizer")
+        if tokenizer_cfg is not None
+        else "NullTokenizer"
+    )
     if kind == "NullTokenizer":
-        vocab = getattr(tokenizer_cfg, "vocab_size", None) or model_vocab_size
+        # None follows the model: model_vocab_size - 1 ids plus eod fill the embedding exactly.
+        vocab = getattr(tokenizer_cfg, "vocab_size", None) or model_vocab_size - 1
         tok: NullTokenizer | HFTokenizer = NullTokenizer(int(vocab))
     elif kind == "HuggingFaceTokenizer":
         path = getattr(tokenizer_cfg, "tokenizer_model", None)

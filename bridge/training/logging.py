@@ -1,0 +1,130 @@
+"""Training log lines in Megatron's format (existing parsers read them), plus TensorBoard / W&B.
+
+    iteration        3/       3 | consumed samples: 24 | elapsed time per iteration (ms): 812.3 |
+    learning rate: 3.000000E-04 | global batch size:     8 | lm loss: 1.003808E+01 | grad norm: 2.345 |
+    tokens per second: 1234 | ...
+(one line). Printed on the last pipeline stage's first rank, which holds the loss.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge.errors import ConfigError
+
+logger = logging.getLogger("bridge.training")
+
+
+def ensure_console_logging() -> None:
+    """Make bridge.training's INFO lines visible on stdout when the application configured no logging."""
+    if not logging.getLogger().handlers and not logger.handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+    if logger.level == logging.NOTSET or logger.level > logging.INFO:
+        logger.setLevel(logging.INFO)
+
+
+@dataclass
+class IterationStats:
+    iteration: int
+    train_iters: int
+    consumed_samples: int
+    elapsed_ms: float
+    learning_rate: float
+    global_batch_size: int
+    losses: dict[str, float]
+    grad_norm: float | None = None
+    loss_scale: float | None = None
+    tokens_per_second: float | None = None
+    tflops_per_gpu: float | None = None
+    skipped_iterations: int = 0
+    nan_iterations: int = 0
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def format_iteration_line(s: IterationStats) -> str:
+    parts = [
+        f" iteration {s.iteration:8d}/{s.train_iters:8d}",
+        f" consumed samples: {s.consumed_samples}",
+        f" elapsed time per iteration (ms): {s.elapsed_ms:.1f}",
+        f" learning rate: {s.learning_rate:.6E}",
+        f" global batch size: {s.global_batch_size:5d}",
+    ]
+    parts += [f" {key}: {value:.6E}" for key, value in s.losses.items()]
+    if s.loss_scale is not None:
+        parts.append(f" loss scale: {s.loss_scale:.1f}")
+    if s.grad_norm is not None:
+        parts.append(f" grad norm: {s.grad_norm:.3f}")
+    if s.tokens_per_second is not None:
+        parts.append(f" tokens per second: {s.tokens_per_second:.0f}")
+    if s.tflops_per_gpu is not None:
+        value = f"{s.tflops_per_gpu:.1f}" if s.tflops_per_gpu >= 1 else f"{s.tflops_per_gpu:.3g}"
+        parts.append(f" throughput per GPU (TFLOP/s/GPU): {value}")
+    parts.append(f" number of skipped iterations: {s.skipped_iterations:3d}")
+    parts.append(f" number of nan iterations: {s.nan_iterations:3d}")
+    parts += [f" {k}: {v}" for k, v in s.extra.items()]
+    return " |".join(parts) + " |"
+
+
+def format_validation_line(iteration: int, losses: dict[str, float]) -> str:
+    import math
+
+    body = " | ".join(
+        f"{k} value: {v:.6E} | {k} PPL: {math.exp(min(20.0, v)):.6E}" for k, v in losses.items()
+    )
+    return f" validation loss at iteration {iteration} | {body} |"
+
+
+class MetricWriters:
+    """TensorBoard and W&B, each only when configured; both optional packages."""
+
+    def __init__(self, logger_cfg: Any, run_config: dict | None = None):
+        self.tb = None
+        self.wandb = None
+        tb_dir = getattr(logger_cfg, "tensorboard_dir", None)
+        if tb_dir:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                # Recipes set a tensorboard_dir by default; a missing optional package must not stop a run.
+                logger.warning(
+                    "logger.tensorboard_dir=%s is set but the tensorboard package is not installed: "
+                    "TensorBoard logging is off (pip install tensorboard to enable it)",
+                    tb_dir,
+                )
+            else:
+                self.tb = SummaryWriter(log_dir=tb_dir)
+        project = getattr(logger_cfg, "wandb_project", None)
+        if project:
+            try:
+                import wandb
+            except ImportError as err:
+                raise ConfigError(
+                    f"logger.wandb_project={project!r} needs the wandb package, which is not installed: "
+                    "pip install wandb, or unset logger.wandb_project"
+                ) from err
+            self.wandb = wandb.init(
+                project=project,
+                entity=getattr(logger_cfg, "wandb_entity", None),
+                name=getattr(logger_cfg, "wandb_exp_name", None),
+                config=run_config,
+            )
+
+    def write(self, iteration: int, scalars: dict[str, float]) -> None:
+        if self.tb is not None:
+            for key, value in scalars.items():
+                self.tb.add_scalar(key, value, iteration)
+            self.tb.flush()
+        if self.wandb is not None:
+            self.wandb.log(scalars, step=iteration)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()

@@ -1,0 +1,40 @@
+"""What a run carries from iteration to iteration (and into checkpoints)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class TrainState:
+    iteration: int = 0
+    consumed_train_samples: int = 0
+    consumed_valid_samples: int = 0
+    skipped_iterations: int = 0
+    layout: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainState:
+        names = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class TrainResult:
+    """Returned by pretrain() on every rank: per-iteration lm loss and grad norm (broadcast to all)."""
+
+    iteration: int
+    losses: dict[int, float] = field(default_factory=dict)
+    grad_norms: dict[int, float | None] = field(default_factory=dict)
+    learning_rates: dict[int, float] = field(default_factory=dict)
+    validation_losses: dict[int, float] = field(default_factory=dict)
+    skipped_iterations: int = 0
+    last_checkpoint: str | None = None
+    tokens_per_second: float | None = None
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss (or gradient norm) became NaN/inf: the run stops without saving over good checkpoints."""

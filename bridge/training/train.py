@@ -1,0 +1,285 @@
+"""One training step, evaluation, and the iteration loop, on Megatron-Core's pipeline schedules."""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from bridge.training import checkpointing
+from bridge.training.logging import (
+    IterationStats,
+    MetricWriters,
+    format_iteration_line,
+    format_validation_line,
+    logger,
+)
+from bridge.training.state import NonFiniteLossError, TrainResult, TrainState
+
+
+@dataclass
+class TrainingContext:
+    """Everything the loop needs, built by pretrain()."""
+
+    cfg: Any
+    model: list
+    optimizer: Any
+    scheduler: Any
+    forward_step_func: Callable
+    train_iterators: list
+    valid_iterators: list | None
+    state: TrainState
+    num_microbatches: int
+    seq_length: int
+    megatron_ddp: bool
+    overlap_param_gather: bool
+    flops_per_token: float
+    writers: MetricWriters
+    run_config_yaml: str | None
+    precision: Any = None
+
+
+def _log_rank() -> int:
+    return torch.distributed.get_world_size() - 1  # a last-pipeline-stage rank (pp is the outer dim)
+
+
+def _reduce_losses(losses_reduced: list[dict]) -> dict[str, torch.Tensor]:
+    """Sum [loss_sum, tokens] over microbatches and data-parallel ranks (last stage only)."""
+    from megatron.core import parallel_state
+
+    totals: dict[str, torch.Tensor] = {}
+    if parallel_state.is_pipeline_last_stage(ignore_virtual=True):
+        for micro in losses_reduced:
+            for key, value in micro.items():
+                totals[key] = totals.get(key, 0) + value.detach().float()
+        for value in totals.values():
+            torch.distributed.all_reduce(
+                value, group=parallel_state.get_data_parallel_group(with_context_parallel=True)
+            )
+    return totals
+
+
+def _broadcast_loss(totals: dict[str, torch.Tensor]) -> float:
+    """lm loss from the logging rank to every rank, so all ranks take the same decisions."""
+    device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
+    value = torch.zeros(1, dtype=torch.float64, device=device)
+    if "lm loss" in totals:
+        s, n = totals["lm loss"].tolist()
+        value[0] = s / max(n, 1.0)
+    torch.distributed.broadcast(value, src=_log_rank())
+    return float(value.item())
+
+
+def _forward_backward(ctx: TrainingContext, iterators: list, forward_only: bool) -> list[dict]:
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    return get_forward_backward_func()(
+        forward_step_func=ctx.forward_step_func,
+        data_iterator=iterators,
+        model=ctx.model,
+        num_microbatches=ctx.num_microbatches,
+        seq_length=ctx.seq_length,
+        micro_batch_size=ctx.cfg.train.micro_batch_size,
+        decoder_seq_length=ctx.seq_length,
+        forward_only=forward_only,
+    )
+
+
+def train_step(ctx: TrainingContext) -> tuple[float, float | None, bool]:
+    """One global batch: forward/backward over all microbatches, then (if finite) the optimizer step."""
+    if ctx.megatron_ddp:
+        for chunk in ctx.model:
+            chunk.zero_grad_buffer()
+    ctx.optimizer.zero_grad()
+    losses_reduced = _forward_backward(ctx, ctx.train_iterators, forward_only=False)
+    loss = _broadcast_loss(_reduce_losses(losses_reduced))
+    iteration = ctx.state.iteration + 1
+    if not math.isfinite(loss):
+        raise NonFiniteLossError(_non_finite_message("lm loss", loss, iteration, ctx))
+    update_successful, grad_norm, _ = ctx.optimizer.step()
+    if update_successful:
+        ctx.scheduler.step(increment=ctx.cfg.train.global_batch_size)
+    elif grad_norm is None:
+        pass  # the fp16 loss scaler found inf/nan gradients: Megatron-Core skips this step
+    if grad_norm is not None and not math.isfinite(grad_norm):
+        raise NonFiniteLossError(_non_finite_message("grad norm", grad_norm, iteration, ctx))
+    return loss, grad_norm, bool(update_successful)
+
+
+def _non_finite_message(what: str, value: float, iteration: int, ctx: TrainingContext) -> str:
+    save_dir = ctx.cfg.checkpoint.save
+    last = checkpointing.latest_iteration(save_dir) if save_dir else None
+    where = (
+        f"the last good checkpoint (iteration {last} in {save_dir}) is untouched"
+        if last is not None
+        else "no checkpoint was written by this run"
+    )
+    return (
+        f"{what} is {value} at iteration {iteration}: training stopped before the optimizer step "
+        f"could corrupt the weights; {where}. Lower optimizer.lr, check the data, or enable "
+        "gradient clipping (optimizer.clip_grad), then resume from the last checkpoint."
+    )
+
+
+def evaluate(ctx: TrainingContext) -> float:
+    """Mean lm loss over validation.eval_iters global batches (forward only)."""
+    for chunk in ctx.model:
+        chunk.eval()
+    sums: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for _ in range(ctx.cfg.validation.eval_iters):
+            totals = _reduce_losses(_forward_backward(ctx, ctx.valid_iterators, forward_only=True))
+            for k, v in totals.items():
+                sums[k] = sums.get(k, 0) + v
+            ctx.state.consumed_valid_samples += ctx.cfg.train.global_batch_size
+    for chunk in ctx.model:
+        chunk.train()
+    return _broadcast_loss(sums)
+
+
+def _sync_params_for(ctx: TrainingContext):
+    """With overlapped param all-gather, params are current only after the next forward's hooks run:
+    force the gather before saving or evaluating, and re-arm the hooks afterwards."""
+
+    class _Sync:
+        def __enter__(self):
+            if ctx.overlap_param_gather:
+                for chunk in ctx.model:
+                    chunk.disable_forward_pre_hook(param_sync=True)
+
+        def __exit__(self, *exc):
+            if ctx.overlap_param_gather:
+                for chunk in ctx.model:
+                    chunk.enable_forward_pre_hook()
+
+    return _Sync()
+
+
+def save(ctx: TrainingContext) -> str:
+    cfg = ctx.cfg.checkpoint
+    with _sync_params_for(ctx):
+        path = checkpointing.save_checkpoint(
+            cfg.save,
+            ctx.state.iteration,
+            ctx.model,
+            optimizer=ctx.optimizer if cfg.save_optim else None,
+            scheduler=ctx.scheduler,
+            train_state=ctx.state.to_dict(),
+            run_config_yaml=ctx.run_config_yaml,
+            save_rng=cfg.save_rng,
+            most_recent_k=cfg.most_recent_k,
+        )
+    if torch.distributed.get_rank() == _log_rank():
+        logger.info("saved checkpoint at iteration %d to %s", ctx.state.iteration, path)
+    return str(path)
+
+
+def _memory_note() -> str:
+    if torch.cuda.is_available():
+        return f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB"
+    import resource
+
+    return f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB (max RSS)"
+
+
+def train(ctx: TrainingContext) -> TrainResult:
+    cfg = ctx.cfg
+    state = ctx.state
+    result = TrainResult(iteration=state.iteration, skipped_iterations=state.skipped_iterations)
+    is_log_rank = torch.distributed.get_rank() == _log_rank()
+    train_iters = cfg.train.train_iters
+    gbs = cfg.train.global_batch_size
+    log_interval = max(1, cfg.logger.log_interval or 1)
+    eval_interval = cfg.validation.eval_interval or 0
+    save_interval = cfg.checkpoint.save_interval or 0
+    exit_interval = cfg.train.exit_interval or 0
+    world = torch.distributed.get_world_size()
+    if cfg.train.manual_gc:
+        gc.disable()
+        gc.collect()
+
+    window_loss, window_n, window_time, window_skipped = 0.0, 0, 0.0, 0
+    total_time, total_iters = 0.0, 0
+    saved_at = None
+    for chunk in ctx.model:
+        chunk.train()
+    while state.iteration < train_iters:
+        start = time.perf_counter()
+        loss, grad_norm, ok = train_step(ctx)
+        elapsed = time.perf_counter() - start
+        state.iteration += 1
+        state.consumed_train_samples += gbs
+        if not ok:
+            state.skipped_iterations += 1
+            window_skipped += 1
+        it = state.iteration
+        lr = ctx.optimizer.param_groups[0]["lr"]
+        result.losses[it], result.grad_norms[it], result.learning_rates[it] = loss, grad_norm, lr
+        window_loss, window_n, window_time = window_loss + loss, window_n + 1, window_time + elapsed
+        if total_iters or it > 1 or train_iters == 1:  # the first step includes warm-up: keep it out
+            total_time, total_iters = total_time + elapsed, total_iters + 1
+
+        if it % log_interval == 0:
+            per_iter = window_time / window_n
+            tokens_per_s = gbs * ctx.seq_length / per_iter
+            stats = IterationStats(
+                iteration=it,
+                train_iters=train_iters,
+                consumed_samples=state.consumed_train_samples,
+                elapsed_ms=per_iter * 1000.0,
+                learning_rate=lr,
+                global_batch_size=gbs,
+                losses={"lm loss": window_loss / window_n},
+                grad_norm=grad_norm,
+                loss_scale=float(ctx.optimizer.get_loss_scale().item()) if ctx.precision.fp16 else None,
+                tokens_per_second=tokens_per_s if cfg.logger.log_throughput else None,
+                tflops_per_gpu=ctx.flops_per_token * tokens_per_s / world / 1e12
+                if cfg.logger.log_throughput
+                else None,
+                skipped_iterations=window_skipped,
+                extra={"max memory": _memory_note()} if cfg.logger.log_memory else {},
+            )
+            if is_log_rank:
+                logger.info(format_iteration_line(stats))
+                scalars = {
+                    "lm loss": stats.losses["lm loss"],
+                    "learning-rate": lr,
+                    "iteration-time": per_iter,
+                    "tokens-per-second": tokens_per_s,
+                }
+                if grad_norm is not None:
+                    scalars["grad-norm"] = grad_norm
+                ctx.writers.write(it, scalars)
+            window_loss, window_n, window_time, window_skipped = 0.0, 0, 0.0, 0
+
+        if eval_interval and cfg.validation.eval_iters and ctx.valid_iterators and it % eval_interval == 0:
+            with _sync_params_for(ctx):
+                val = evaluate(ctx)
+            result.validation_losses[it] = val
+            if is_log_rank:
+                logger.info(format_validation_line(it, {"lm loss": val}))
+                ctx.writers.write(it, {"validation lm loss": val})
+
+        if cfg.checkpoint.save and save_interval and it % save_interval == 0:
+            result.last_checkpoint, saved_at = save(ctx), it
+        if cfg.train.manual_gc and cfg.train.manual_gc_interval and it % cfg.train.manual_gc_interval == 0:
+            gc.collect()
+        if exit_interval and it % exit_interval == 0:
+            if is_log_rank:
+                logger.info("exiting at iteration %d (train.exit_interval=%d)", it, exit_interval)
+            break
+
+    if cfg.checkpoint.save and state.iteration > 0 and saved_at != state.iteration:
+        result.last_checkpoint = save(ctx)
+    if cfg.train.manual_gc:
+        gc.enable()
+    result.iteration = state.iteration
+    result.skipped_iterations = state.skipped_iterations
+    if total_iters:
+        result.tokens_per_second = total_iters * gbs * ctx.seq_length / total_time
+    return result

@@ -1,0 +1,57 @@
+"""Training on 4 gloo ranks: loss falls on learnable data, and TP2+SP / PP2 / TP2xPP2xVPP2 / ddp
+reproduce the TP1/PP1 losses from the same weights (loaded by resharding one TP1/PP1 checkpoint)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
+
+WORKER = REPO_ROOT / "tests/functional/workers/train_equivalence.py"
+
+
+def _records(out: str, tag: str) -> list:
+    return [json.loads(line.split(" ", 1)[1]) for line in out.splitlines() if line.startswith(f"@@{tag} ")]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = assert_ok(torchrun(WORKER, 4, str(tmp_path_factory.mktemp("equivalence")), timeout=600))
+    losses = {r["run"]: {int(k): v for k, v in r["losses"].items()} for r in _records(out, "losses")}
+    return out, losses
+
+
+def test_loss_goes_down_on_learnable_data(run):
+    _, losses = run
+    ref = losses["tp1pp1"]
+    assert sorted(ref) == list(range(1, 31))
+    first, last = sum(ref[i] for i in range(1, 6)) / 5, sum(ref[i] for i in range(26, 31)) / 5
+    assert last < first - 0.5, (first, last)
+
+
+@pytest.mark.parametrize("layout", ["tp2_sp", "pp2", "tp2pp2vpp2", "ddp"])
+def test_layouts_and_ddp_reproduce_tp1_pp1(run, layout):
+    _, losses = run
+    ref, got = losses["tp1pp1"], losses[layout]
+    assert sorted(got) == [1, 2, 3, 4, 5]
+    for it in got:
+        assert got[it] == pytest.approx(ref[it], rel=1e-4), (layout, it, got[it], ref[it])
+
+
+def test_fsdp2_on_cpu_is_a_clear_config_error(run):
+    out, _ = run
+    (record,) = _records(out, "fsdp2")
+    assert record["ok"] is False
+    assert "distributed.strategy=fsdp2" in record["error"] and "needs CUDA" in record["error"]
+
+
+def test_log_lines_use_megatron_format(run):
+    out, _ = run
+    lines = [line for line in out.splitlines() if line.startswith(" iteration ")]
+    assert any("iteration       30/      30 | consumed samples: 240 |" in line for line in lines)
+    assert all(
+        "| lm loss: " in line and "| learning rate: " in line and "tokens per second:" in line
+        for line in lines
+    )

@@ -1,0 +1,71 @@
+"""Helpers for the training workers: a tiny Llama config on the llama32_1b recipe, learnable data."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+TINY_MODEL = [
+    "model.num_layers=4",
+    "model.hidden_size=64",
+    "model.ffn_hidden_size=128",
+    "model.num_attention_heads=4",
+    "model.num_query_groups=2",
+    "model.seq_length=32",
+    "model.vocab_size=256",
+]
+SHORT_RUN = [
+    "train.global_batch_size=8",
+    "train.micro_batch_size=1",
+    "scheduler.lr_warmup_iters=1",
+    "validation.eval_iters=0",
+    "validation.eval_interval=0",
+    "checkpoint.save=null",
+    "checkpoint.save_interval=0",
+    "logger.log_interval=1",
+    "logger.tensorboard_dir=null",
+    "dataset.num_workers=0",
+]
+
+
+def tiny_config(*overrides: str):
+    from bridge.config.overrides import apply_overrides
+    from recipes.llama import llama32_1b_pretrain_config
+
+    return apply_overrides(llama32_1b_pretrain_config(), [*TINY_MODEL, *SHORT_RUN, *overrides])
+
+
+def write_learnable_indexed_data(prefix: str | Path, n_docs: int = 400, seed: int = 0) -> str:
+    """Documents that count upward from a random start (next id = id + 1 mod 200): easy to learn."""
+    import numpy as np
+    import torch
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    rng = np.random.default_rng(seed)
+    prefix = str(prefix)
+    Path(prefix).parent.mkdir(parents=True, exist_ok=True)
+    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16)
+    for _ in range(n_docs):
+        start, length = int(rng.integers(0, 200)), int(rng.integers(20, 60))
+        doc = (start + np.arange(length)) % 200
+        builder.add_document(torch.from_numpy(np.append(doc, 255).astype(np.int64)), [length + 1])
+    builder.finalize(prefix + ".idx")
+    return prefix
+
+
+def reset_parallel_state() -> None:
+    """Drop Megatron-Core's model-parallel groups (keep the default group) between runs of one worker."""
+    from megatron.core import parallel_state
+
+    parallel_state.destroy_model_parallel()
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def emit(tag: str, payload) -> None:
+    """One machine-readable line for the test to parse (rank 0 only)."""
+    if rank() == 0:
+        print(f"@@{tag} {json.dumps(payload)}", flush=True)

@@ -1,0 +1,84 @@
+"""4 ranks: one initial checkpoint, then the same 5 iterations under several layouts and strategies.
+
+TP1/PP1 (DP=4) is the reference and trains 30 iterations (loss must fall on learnable data); TP2+SP,
+PP2, TP2xPP2xVPP2 and the `ddp` strategy load the same weights (resharded from the TP1/PP1 checkpoint)
+and stop after 5 iterations of the same 30-iteration schedule.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from train_common import emit, reset_parallel_state, tiny_config, write_learnable_indexed_data
+
+
+def main(workdir: str) -> None:
+    import torch
+
+    from bridge.errors import ConfigError
+    from bridge.training import pretrain
+    from bridge.training.checkpointing import save_checkpoint
+
+    data = f"{workdir}/data/count"
+    common = [
+        "dataset.kind=indexed",
+        f"dataset.data_paths=[{data}]",
+        'dataset.split="1,0,0"',
+        f"dataset.cache_dir={workdir}/cache",
+        "train.train_iters=30",
+        "optimizer.lr=0.003",
+        "optimizer.min_lr=0.0003",
+        f"checkpoint.pretrained_checkpoint={workdir}/init",
+    ]
+
+    # The initial weights, saved through the model-only checkpoint path from a TP1/PP1 model.
+    cfg = tiny_config(*common)
+    from bridge.parallel import runtime
+
+    runtime.initialize_distributed(cfg.layout(4), seed=cfg.rng.seed)
+    if torch.distributed.get_rank() == 0:
+        write_learnable_indexed_data(data)
+    torch.distributed.barrier()
+    chunks = cfg.model.provide_distributed_model(wrap_with_ddp=False)
+    save_checkpoint(f"{workdir}/init", 0, chunks, save_rng=False)
+    del chunks
+    reset_parallel_state()
+
+    runs = {
+        "tp1pp1": [],
+        "tp2_sp": [
+            "model.tensor_model_parallel_size=2",
+            "model.sequence_parallel=True",
+            "train.exit_interval=5",
+        ],
+        "pp2": ["model.pipeline_model_parallel_size=2", "train.exit_interval=5"],
+        "tp2pp2vpp2": [
+            "model.tensor_model_parallel_size=2",
+            "model.pipeline_model_parallel_size=2",
+            "model.virtual_pipeline_model_parallel_size=2",
+            "model.sequence_parallel=True",
+            "train.exit_interval=5",
+        ],
+        "ddp": ["distributed.strategy=ddp", "train.exit_interval=5"],
+    }
+    for name, extra in runs.items():
+        result = pretrain(tiny_config(*common, *extra))
+        emit("losses", {"run": name, "losses": result.losses})
+        reset_parallel_state()
+    try:
+        pretrain(
+            tiny_config(
+                *common,
+                "distributed.strategy=fsdp2",
+                "train.exit_interval=5",
+                "model.share_embeddings_and_output_weights=False",
+                "optimizer.use_distributed_optimizer=False",
+            )
+        )
+        emit("fsdp2", {"ok": True})
+    except ConfigError as err:
+        emit("fsdp2", {"ok": False, "error": str(err)})
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

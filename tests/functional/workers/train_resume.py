@@ -1,0 +1,101 @@
+"""2 ranks (DP=2, distributed optimizer): resume after a crash, save/resume == uninterrupted, and a
+non-finite loss stops the run without touching the last good checkpoint."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+from train_common import emit, reset_parallel_state, tiny_config
+
+RUN = ["train.train_iters=6"]  # extended by command-line overrides
+
+
+def nan_forward_step(bad_iteration: int, num_microbatches: int):
+    """The default forward step, with the loss poisoned on every microbatch of `bad_iteration`."""
+    from bridge.training.forward_step import forward_step
+
+    calls = {"n": 0}
+
+    def step(data_iterator, model):
+        output, loss_func = forward_step(data_iterator, model)
+        calls["n"] += 1
+        if (calls["n"] - 1) // num_microbatches + 1 != bad_iteration:
+            return output, loss_func
+
+        def poisoned(output_tensor):
+            loss, tokens, report = loss_func(output_tensor)
+            return loss * math.nan, tokens, {k: v * math.nan for k, v in report.items()}
+
+        return output, poisoned
+
+    return step
+
+
+def main(workdir: str) -> None:
+    from bridge.training import checkpointing, pretrain
+    from bridge.training.state import NonFiniteLossError
+
+    w = Path(workdir)
+    # 1. The crashed run left iter_0000004 on disk, but the tracker still names iteration 2.
+    emit(
+        "after_crash",
+        {
+            "latest": checkpointing.latest_iteration(w / "crash"),
+            "partial_exists": (w / "crash" / "iter_0000004").exists(),
+        },
+    )
+    crashed = pretrain(
+        tiny_config(
+            *RUN,
+            f"checkpoint.load={w}/crash",
+            f"checkpoint.save={w}/crash",
+            "checkpoint.save_interval=2",
+            "train.exit_interval=4",
+        )
+    )
+    emit("crash_resumed", {"losses": crashed.losses, "latest": checkpointing.latest_iteration(w / "crash")})
+    reset_parallel_state()
+
+    # 2. Uninterrupted reference.
+    full = pretrain(tiny_config(*RUN))
+    emit("uninterrupted", {"losses": full.losses, "grad_norms": full.grad_norms})
+    reset_parallel_state()
+
+    # 3. Stop at 3 (saving), resume to 6.
+    pretrain(tiny_config(*RUN, f"checkpoint.save={w}/a", "train.exit_interval=3"))
+    reset_parallel_state()
+    resumed = pretrain(tiny_config(*RUN, f"checkpoint.load={w}/a", f"checkpoint.save={w}/a"))
+    emit(
+        "resumed",
+        {
+            "losses": resumed.losses,
+            "grad_norms": resumed.grad_norms,
+            "latest": checkpointing.latest_iteration(w / "a"),
+        },
+    )
+    reset_parallel_state()
+
+    # 4. NaN loss at iteration 3: stop, keep the checkpoint of iteration 2 as it was.
+    cfg = tiny_config(*RUN, f"checkpoint.save={w}/n", "checkpoint.save_interval=2")
+    good = w / "n" / "iter_0000002" / "metadata.json"
+    try:
+        pretrain(cfg, forward_step_func=nan_forward_step(3, num_microbatches=4))
+        emit("nan", {"raised": False})
+    except NonFiniteLossError as err:
+        emit(
+            "nan",
+            {
+                "raised": True,
+                "message": str(err),
+                "latest": checkpointing.latest_iteration(w / "n"),
+                "iter3_exists": (w / "n" / "iter_0000003").exists(),
+                "good_mtime": good.stat().st_mtime_ns,
+            },
+        )
+
+
+if __name__ == "__main__":
+    RUN += sys.argv[2:]
+    main(sys.argv[1])
