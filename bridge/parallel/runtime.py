@@ -92,6 +92,16 @@ def initialize_distributed(layout: ParallelLayout, *, seed: int = 1234, timeout_
             f"launch with torchrun --nproc_per_node={layout.world_size} (or build the layout for world_size={world})"
         )
 
+    if "megatron.core.parallel_state" in sys.modules:
+        from megatron.core import parallel_state
+
+        if parallel_state.model_parallel_is_initialized():
+            raise ConfigError(
+                f"layout={layout.describe()} but Megatron-Core's model-parallel groups already exist, made "
+                "outside bridge.parallel.runtime: call bridge.parallel.runtime.destroy_distributed() "
+                "(or parallel_state.destroy_model_parallel()) first"
+            )
+
     rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
     if rank == 0:
         _make_visible(logging.getLogger("bridge"))

@@ -90,6 +90,17 @@ def main() -> None:
     rc.check(bool(torch.isfinite(again).all()), "finite logits after re-initialization")
     runtime.destroy_distributed()
 
+    # Groups made behind the runtime's back: a clear error, not Megatron-Core's assertion.
+    from megatron.core import parallel_state
+
+    torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
+    parallel_state.initialize_model_parallel()
+    expect_config_error(
+        lambda: runtime.initialize_distributed(one, seed=11), "already exist", "destroy_distributed"
+    )
+    runtime.destroy_distributed()
+    rc.check(not torch.distributed.is_initialized(), "destroy_distributed tears down groups it did not make")
+
     # Layout warnings are logged with the layout line (a layout of one has none, so add one).
     class WarnedLayout(ParallelLayout):
         @property
