@@ -9,7 +9,7 @@ ROOT/out/<phase>/<family>. Prints `RESULT <phase> <family> <max abs diff>` on ra
 
 Phases: tp2 (TP=2; MoE with sequence parallel), pp2 (PP=2, 1 layer per stage), ep2 (EP=2, MoE
 families; also checks export_hf_weights on every rank), ckpt_import_tp2 / ckpt_export_pp2
-(import_ckpt at TP=2, export_ckpt at PP=2 of ROOT/hf/llama_bf16).
+(scripts/conversion/convert_checkpoint.py import --tp 2, then export --pp 2, of ROOT/hf/llama_bf16).
 """
 
 from __future__ import annotations
@@ -110,19 +110,28 @@ def check_streamed_export(bridge, chunks, source: Path) -> None:
     check(seen == set(expected), f"rank {dist.get_rank()}: streamed {len(seen)} of {len(expected)} tensors")
 
 
-def ckpt_import(root: Path) -> None:
-    from bridge import AutoBridge
+def cli_main():
+    """scripts/conversion/convert_checkpoint.py's main(), run inside this torchrun worker."""
+    import importlib.util
 
-    AutoBridge.import_ckpt(root / "hf" / "llama_bf16", root / "megatron", tensor_model_parallel_size=2)
+    path = Path(__file__).resolve().parents[3] / "scripts" / "conversion" / "convert_checkpoint.py"
+    spec = importlib.util.spec_from_file_location("convert_checkpoint", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def ckpt_import(root: Path) -> None:
+    args = ["import", "--hf-path", str(root / "hf" / "llama_bf16"), "--megatron-path", str(root / "megatron")]
+    check(cli_main()(args + ["--tp", "2"]) == 0, "convert_checkpoint.py import failed")
     if dist.get_rank() == 0:
         print("RESULT ckpt_import_tp2 llama_bf16 done", flush=True)
 
 
 def ckpt_export(root: Path) -> None:
-    from bridge import AutoBridge
-
-    bridge = AutoBridge.from_megatron_checkpoint(root / "megatron")
-    bridge.export_ckpt(root / "megatron", root / "out" / "ckpt_export_pp2", pipeline_model_parallel_size=2)
+    out = root / "out" / "ckpt_export_pp2"
+    args = ["export", "--megatron-path", str(root / "megatron"), "--hf-path", str(out), "--pp", "2"]
+    check(cli_main()(args) == 0, "convert_checkpoint.py export failed")
     if dist.get_rank() == 0:
         print("RESULT ckpt_export_pp2 llama_bf16 done", flush=True)
 
