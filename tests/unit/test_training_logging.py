@@ -1,0 +1,89 @@
+"""Megatron's log line format, the FLOPs estimate, and the checkpoint tracker file."""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from bridge.errors import ConfigError
+from bridge.training.checkpointing import (
+    TRACKER_FILENAME,
+    _write_tracker,
+    latest_iteration,
+    resolve_checkpoint,
+)
+from bridge.training.flops import training_flops_per_token
+from bridge.training.logging import IterationStats, format_iteration_line, format_validation_line
+
+
+def test_iteration_line_is_megatrons_format():
+    line = format_iteration_line(
+        IterationStats(
+            iteration=3,
+            train_iters=3,
+            consumed_samples=24,
+            elapsed_ms=812.34,
+            learning_rate=3e-4,
+            global_batch_size=8,
+            losses={"lm loss": 10.03808},
+            grad_norm=2.3451,
+            tokens_per_second=1234.4,
+        )
+    )
+    # the issue's example line, then the counters Megatron-LM always appends
+    assert line.startswith(
+        " iteration        3/       3 | consumed samples: 24 | elapsed time per iteration (ms): 812.3 |"
+        " learning rate: 3.000000E-04 | global batch size:     8 | lm loss: 1.003808E+01 | grad norm: 2.345 |"
+        " tokens per second: 1234 |"
+    )
+    assert line.endswith(" number of skipped iterations:   0 | number of nan iterations:   0 |")
+    assert "\n" not in line
+
+
+def test_validation_line():
+    assert format_validation_line(5, {"lm loss": 2.0}) == (
+        " validation loss at iteration 5 | lm loss value: 2.000000E+00 | lm loss PPL: 7.389056E+00 |"
+    )
+
+
+def test_flops_per_token_hand_computed():
+    # 1 layer, h=4, 2 heads of 2, MHA, ffn 8 non-gated, vocab 10, seq 6
+    m = SimpleNamespace(
+        num_layers=1,
+        hidden_size=4,
+        num_attention_heads=2,
+        num_query_groups=None,
+        kv_channels=None,
+        ffn_hidden_size=8,
+        gated_linear_unit=False,
+        vocab_size=10,
+    )
+    attn_proj = 4 * 4 + 2 * 4 * 4 + 4 * 4  # q, k+v, out
+    mlp = 2 * 4 * 8
+    scores = 6 * 4  # causal half of 2 * s * heads * d
+    assert training_flops_per_token(m, 6) == 6 * (attn_proj + mlp + scores + 4 * 10)
+
+
+def test_tracker_is_replaced_atomically(tmp_path):
+    assert latest_iteration(tmp_path) is None
+    _write_tracker(tmp_path, 5)
+    _write_tracker(tmp_path, 10)
+    assert latest_iteration(tmp_path) == 10
+    assert sorted(os.listdir(tmp_path)) == [TRACKER_FILENAME]  # no temp file left behind
+    (tmp_path / TRACKER_FILENAME).write_text("garbage")
+    with pytest.raises(ConfigError, match="not an iteration number"):
+        latest_iteration(tmp_path)
+
+
+def test_resolve_checkpoint_refuses_incomplete_or_missing(tmp_path):
+    with pytest.raises(ConfigError, match="holds no complete checkpoint"):
+        resolve_checkpoint(tmp_path)
+    _write_tracker(tmp_path, 2)
+    (tmp_path / "iter_0000002").mkdir()
+    with pytest.raises(ConfigError, match="incomplete"):
+        resolve_checkpoint(tmp_path)
+    (tmp_path / "iter_0000002" / "metadata.json").write_text("{}")
+    assert resolve_checkpoint(tmp_path) == (tmp_path / "iter_0000002", 2)
+    assert resolve_checkpoint(tmp_path / "iter_0000002") == (tmp_path / "iter_0000002", 2)
