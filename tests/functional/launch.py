@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -26,11 +27,18 @@ def torchrun(script: str | Path, nproc: int, *args: str, timeout: float = 240, e
     ]
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
-    proc = subprocess.run(
+    # A session of its own, so a timeout can kill torchrun *and* its worker processes.
+    proc = subprocess.Popen(
         cmd, cwd=REPO_ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, timeout=timeout,
+        text=True, start_new_session=True,
     )
-    return proc
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f"torchrun {script} timed out after {timeout} s\n{(out or '')[-6000:]}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
 
 
 def assert_ok(proc) -> str:
