@@ -55,6 +55,13 @@ def test_resume_matches_uninterrupted_exactly(runs):
     assert got["latest"] == 6
 
 
+def test_evaluation_runs_and_leaves_training_untouched(runs):
+    validation = _ints(runs["uninterrupted"]["validation"])
+    assert sorted(validation) == [3, 6]
+    assert all(5.0 < v < 6.5 for v in validation.values())  # about ln(256) = 5.55 on random tokens
+    # the resumed run did not evaluate, yet matches the evaluating run exactly (previous test)
+
+
 def test_non_finite_loss_stops_without_overwriting(runs):
     nan = runs["nan"]
     assert nan["raised"] is True

@@ -10,6 +10,7 @@ import pytest
 from bridge.errors import ConfigError
 from bridge.training.checkpointing import (
     TRACKER_FILENAME,
+    _remove_old_checkpoints,
     _write_tracker,
     latest_iteration,
     resolve_checkpoint,
@@ -87,3 +88,10 @@ def test_resolve_checkpoint_refuses_incomplete_or_missing(tmp_path):
     (tmp_path / "iter_0000002" / "metadata.json").write_text("{}")
     assert resolve_checkpoint(tmp_path) == (tmp_path / "iter_0000002", 2)
     assert resolve_checkpoint(tmp_path / "iter_0000002") == (tmp_path / "iter_0000002", 2)
+
+
+def test_most_recent_k_keeps_the_newest(tmp_path):
+    for it in (2, 4, 6, 10):
+        (tmp_path / f"iter_{it:07d}").mkdir()
+    _remove_old_checkpoints(tmp_path, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_0000006", "iter_0000010"]

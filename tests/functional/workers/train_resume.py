@@ -59,8 +59,12 @@ def main(workdir: str) -> None:
     reset_parallel_state()
 
     # 2. Uninterrupted reference.
-    full = pretrain(tiny_config(*RUN))
-    emit("uninterrupted", {"losses": full.losses, "grad_norms": full.grad_norms})
+    # (it also evaluates every 3 iterations: evaluation must not disturb training)
+    full = pretrain(tiny_config(*RUN, "validation.eval_interval=3", "validation.eval_iters=2"))
+    emit(
+        "uninterrupted",
+        {"losses": full.losses, "grad_norms": full.grad_norms, "validation": full.validation_losses},
+    )
     reset_parallel_state()
 
     # 3. Stop at 3 (saving), resume to 6.

@@ -1,0 +1,102 @@
+"""Training throughput: bridge's pretrain() vs a plain Hugging Face LlamaForCausalLM + AdamW loop.
+
+Same model (4 layers, hidden 256, ffn 688, 8 heads / 4 KV groups, vocab 32000, untied), same batch
+(8 x 512 random tokens from the mock dataset), fp32, Adam(W) lr 3e-4 / betas 0.9,0.95 / wd 0.1, grad clip 1.0,
+one process, in the same run. The first iteration of each is warm-up and not counted. The HF loop runs
+before and after pretrain() and the ratio uses their mean, so load drifting on a shared machine shows up
+as a spread between the two HF numbers instead of skewing the ratio.
+
+    OMP_NUM_THREADS=2 python benchmarks/train_throughput.py [--iters 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+LAYERS, HIDDEN, FFN, HEADS, GROUPS, VOCAB, SEQ, BATCH = 4, 256, 688, 8, 4, 32000, 512, 8
+LR, BETAS, WD, EPS, CLIP = 3e-4, (0.9, 0.95), 0.1, 1e-5, 1.0
+
+
+def bridge_tokens_per_second(iters: int) -> float:
+    from bridge.config.overrides import apply_overrides
+    from bridge.training import pretrain
+    from recipes.llama import llama32_1b_pretrain_config
+
+    cfg = apply_overrides(llama32_1b_pretrain_config(), [
+        f"model.num_layers={LAYERS}", f"model.hidden_size={HIDDEN}", f"model.ffn_hidden_size={FFN}",
+        f"model.num_attention_heads={HEADS}", f"model.num_query_groups={GROUPS}", f"model.vocab_size={VOCAB}",
+        f"model.seq_length={SEQ}", "model.share_embeddings_and_output_weights=False",
+        "mixed_precision.precision=fp32", f"train.train_iters={iters}", f"train.global_batch_size={BATCH}",
+        f"train.micro_batch_size={BATCH}", "scheduler.lr_warmup_iters=0", f"optimizer.lr={LR}",
+        f"optimizer.clip_grad={CLIP}", "validation.eval_interval=0", "validation.eval_iters=0",
+        "checkpoint.save=null", "checkpoint.save_interval=0", "logger.tensorboard_dir=null",
+        "logger.log_interval=1", "dataset.num_workers=0",
+    ])  # fmt: skip
+    return pretrain(cfg).tokens_per_second
+
+
+def hf_tokens_per_second(iters: int) -> float:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from bridge.training.data.loaders import build_iterator
+    from bridge.training.data.mock import MockDataset
+
+    torch.manual_seed(1234)
+    config = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=GROUPS, max_position_embeddings=SEQ,
+        rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False, attn_implementation="sdpa",
+    )  # fmt: skip
+    model = LlamaForCausalLM(config).train()
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=LR, betas=BETAS, eps=EPS)  # fmt: skip
+    data = build_iterator(MockDataset(iters * BATCH, SEQ, VOCAB, seed=1234), 0, BATCH, 0, 1)
+    times = []
+    for _ in range(iters):
+        batch = next(data)
+        start = time.perf_counter()
+        logits = model(input_ids=batch["tokens"], position_ids=batch["position_ids"]).logits
+        # Megatron-Core takes already-shifted labels: the same 512 predictions per sequence here.
+        loss = torch.nn.functional.cross_entropy(logits.view(-1, VOCAB), batch["labels"].view(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - start)
+    return BATCH * SEQ / statistics.mean(times[1:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--iters", type=int, default=6, help="iterations per side, the first is warm-up")
+    args = parser.parse_args()
+    import torch
+
+    hf_before = hf_tokens_per_second(args.iters)
+    ours = bridge_tokens_per_second(args.iters)
+    hf_after = hf_tokens_per_second(args.iters)
+    hf = (hf_before + hf_after) / 2
+    print(
+        f"\nthreads: {torch.get_num_threads()}, batch {BATCH} x {SEQ}, fp32, {args.iters - 1} timed iterations each"
+    )
+    print(f"| {'loop':<42} | {'tokens/s':>9} |")
+    print(f"| {'-' * 42} | {'-' * 9} |")
+    print(f"| {'Hugging Face LlamaForCausalLM + AdamW (before)':<42} | {hf_before:>9.0f} |")
+    print(f"| {'Hugging Face LlamaForCausalLM + AdamW (after)':<42} | {hf_after:>9.0f} |")
+    print(f"| {'bridge pretrain() (Megatron-Core)':<42} | {ours:>9.0f} |")
+    print(f"| {'ratio bridge / mean HF':<42} | {ours / hf:>8.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
