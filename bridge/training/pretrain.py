@@ -14,16 +14,15 @@ from bridge.errors import ConfigError
 from bridge.training.state import TrainResult, TrainState
 
 
-def _apply_precision(provider, precision):
-    """The model section with the run's precision (Megatron-Bridge's bf16_mixed / fp16_mixed / fp32)."""
-    name = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}[precision.name]
-    return dataclasses.replace(
-        provider,
-        bf16=precision.bf16,
-        fp16=precision.fp16,
-        params_dtype=name,
-        pipeline_dtype=name if name != "fp32" else None,
-    )
+def _model_for_run(provider, precision, dist_cfg):
+    """The model section with the run's precision (Megatron-Bridge's bf16_mixed / fp16_mixed / fp32) and
+    distributed.activation_checkpointing (full recompute of every layer, as the section documents)."""
+    name = precision.name
+    changes = dict(bf16=precision.bf16, fp16=precision.fp16, params_dtype=name,
+                   pipeline_dtype=name if name != "fp32" else None)  # fmt: skip
+    if dist_cfg.activation_checkpointing:
+        changes.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    return dataclasses.replace(provider, **changes)
 
 
 def _gloo_safe_p2p(provider, cuda_available: bool):
@@ -144,7 +143,7 @@ def pretrain(config: Any, forward_step_func: Callable | None = None) -> TrainRes
     check_strategy_available(cfg.distributed.strategy, cuda)
     ensure_console_logging()
     precision = resolve_precision(cfg.mixed_precision.precision, cuda)
-    provider = _gloo_safe_p2p(_apply_precision(cfg.model, precision), cuda)
+    provider = _gloo_safe_p2p(_model_for_run(cfg.model, precision, cfg.distributed), cuda)
     layout = cfg.layout(world)
     runtime.initialize_distributed(layout, seed=cfg.rng.seed, timeout_minutes=cfg.distributed.timeout_minutes)
     for w in warnings:

@@ -1,4 +1,4 @@
-"""Training on 4 gloo ranks: loss falls on learnable data, and TP2+SP / PP2 / TP2xPP2xVPP2 / ddp
+"""Training on 4 gloo ranks: loss falls on learnable data, and TP2+SP / PP2+recompute / TP2xPP2xVPP2 / ddp
 reproduce the TP1/PP1 losses from the same weights (loaded by resharding one TP1/PP1 checkpoint)."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def test_loss_goes_down_on_learnable_data(run):
     assert last < first - 0.5, (first, last)
 
 
-@pytest.mark.parametrize("layout", ["tp2_sp", "pp2", "tp2pp2vpp2", "ddp"])
+@pytest.mark.parametrize("layout", ["tp2_sp", "pp2_recompute", "tp2pp2vpp2", "ddp"])
 def test_layouts_and_ddp_reproduce_tp1_pp1(run, layout):
     _, losses = run
     ref, got = losses["tp1pp1"], losses[layout]

@@ -162,3 +162,30 @@ def test_preprocess_then_indexed_dataset_reproduces_the_text(tmp_path):
     assert parse_blend([0.3, str(prefix) + "_text_document"]) == ([str(prefix) + "_text_document"], [0.3])
     with pytest.raises(ConfigError, match="not found"):
         parse_blend([str(tmp_path / "missing")])
+
+
+def test_jsonl_through_build_datasets_with_document_masking(tmp_path):
+    from types import SimpleNamespace
+
+    from bridge.training.data.loaders import build_datasets
+
+    # NullTokenizer reads whitespace-separated ids; eod (= 50) ends every document
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": " ".join(map(str, range(i, i + 5)))}) + "\n"
+                                              for i in range(0, 40, 5)))  # fmt: skip
+    cfg = SimpleNamespace(kind="jsonl", data_paths=[str(tmp_path / "d.jsonl")], split="1", seed=0,
+                          reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True)  # fmt: skip
+    train, valid, test = build_datasets(cfg, NullTokenizer(50), seq_length=8, sizes=[6, 0, 0])
+    assert valid is None and test is None and len(train) == 6
+    stream = [t for i in range(0, 40, 5) for t in [*range(i, i + 5), 50]]
+    for idx in range(6):
+        s = train[idx]
+        start = stream.index(int(s["tokens"][0]))
+        assert s["tokens"].tolist() == stream[start : start + 8]
+        eods = [j for j, t in enumerate(s["tokens"].tolist()) if t == 50]
+        for j in eods:
+            assert s["loss_mask"][j] == 0  # eod_mask_loss
+            if j + 1 < 8:
+                assert s["position_ids"][j + 1] == 0  # positions restart after a document
+                assert bool(s["attention_mask"][0, j + 1, j])  # True = masked: no attention across documents
+    with pytest.raises(ConfigError, match="dataset.packed_sequence_size=64"):
+        build_datasets(SimpleNamespace(kind="mock", packed_sequence_size=64), NullTokenizer(50), 8, [1, 0, 0])

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from bridge.errors import ConfigError
-from bridge.training.data.sample import sample_from_text
+from bridge.training.data.sample import NO_MASKING, DocumentMasking, sample_from_text
 from bridge.training.data.splits import split_ranges
 
 
@@ -48,7 +48,7 @@ class JsonlDataset(torch.utils.data.Dataset):
         seq_length: int,
         seed: int,
         eod: int,
-        eod_mask_loss: bool = False,
+        masking: DocumentMasking = NO_MASKING,
     ):
         self.stream = token_stream
         self.seq_length = int(seq_length)
@@ -61,7 +61,7 @@ class JsonlDataset(torch.utils.data.Dataset):
         self.num_samples = int(num_samples)
         self.seed = int(seed)
         self.eod = eod
-        self.eod_mask_loss = eod_mask_loss
+        self.masking = masking
         self._perm_epoch = -1
         self._perm: np.ndarray | None = None
 
@@ -79,9 +79,7 @@ class JsonlDataset(torch.utils.data.Dataset):
         if not 0 <= idx < self.num_samples:
             raise IndexError(idx)
         start = self._window(idx) * self.seq_length
-        return sample_from_text(
-            self.stream[start : start + self.seq_length + 1], self.eod, self.eod_mask_loss
-        )
+        return sample_from_text(self.stream[start : start + self.seq_length + 1], self.eod, self.masking)
 
 
 def build_jsonl_datasets(
@@ -91,7 +89,7 @@ def build_jsonl_datasets(
     seq_length: int,
     seed: int,
     tokenizer,
-    eod_mask_loss: bool = False,
+    masking: DocumentMasking = NO_MASKING,
 ) -> list[JsonlDataset | None]:
     """One dataset per split (train, valid, test); None where the split is empty or not needed."""
     docs = read_jsonl_documents(paths)
@@ -105,8 +103,6 @@ def build_jsonl_datasets(
             ids.extend(tokenizer.tokenize(doc))
             ids.append(tokenizer.eod)
         out.append(
-            JsonlDataset(
-                np.asarray(ids, dtype=np.int64), size, seq_length, seed, tokenizer.eod, eod_mask_loss
-            )
+            JsonlDataset(np.asarray(ids, dtype=np.int64), size, seq_length, seed, tokenizer.eod, masking)
         )
     return out

@@ -7,6 +7,7 @@ from typing import Any
 
 from bridge.errors import ConfigError
 from bridge.training.data.mock import MockDataset
+from bridge.training.data.sample import DocumentMasking
 from bridge.training.data.samplers import DataParallelSampler
 
 
@@ -28,27 +29,32 @@ def build_datasets(dataset_cfg: Any, tokenizer, seq_length: int, sizes: list[int
     seed = int(getattr(dataset_cfg, "seed", 1234))
     split = getattr(dataset_cfg, "split", "969,30,1") or "969,30,1"
     paths = list(getattr(dataset_cfg, "data_paths", None) or [])
-    eod_mask_loss = bool(getattr(dataset_cfg, "eod_mask_loss", False))
+    masking = DocumentMasking(
+        reset_position_ids=bool(getattr(dataset_cfg, "reset_position_ids", False)),
+        reset_attention_mask=bool(getattr(dataset_cfg, "reset_attention_mask", False)),
+        eod_mask_loss=bool(getattr(dataset_cfg, "eod_mask_loss", False)),
+    )
+    packed = getattr(dataset_cfg, "packed_sequence_size", 0) or 0
+    if packed:
+        raise ConfigError(
+            f"dataset.packed_sequence_size={packed}: sequence packing is for finetuning datasets; "
+            "pretraining data is already packed into seq_length windows. Set dataset.packed_sequence_size=0"
+        )
     if kind == "mock":
         return [
-            MockDataset(n, seq_length, tokenizer.vocab_size, seed, split_offset=i) if n else None
+            MockDataset(n, seq_length, tokenizer.vocab_size, seed, i, tokenizer.eod, masking) if n else None
             for i, n in enumerate(sizes)
         ]
     if kind == "indexed":
         from bridge.training.data.indexed import build_indexed_datasets
 
         return build_indexed_datasets(
-            paths,
-            split,
-            sizes,
-            seq_length,
-            seed,
-            tokenizer,
+            paths, split, sizes, seq_length, seed, tokenizer,
             cache_dir=getattr(dataset_cfg, "cache_dir", None),
-            reset_position_ids=bool(getattr(dataset_cfg, "reset_position_ids", False)),
-            reset_attention_mask=bool(getattr(dataset_cfg, "reset_attention_mask", False)),
-            eod_mask_loss=eod_mask_loss,
-        )
+            reset_position_ids=masking.reset_position_ids,
+            reset_attention_mask=masking.reset_attention_mask,
+            eod_mask_loss=masking.eod_mask_loss,
+        )  # fmt: skip
     if kind == "jsonl":
         from bridge.training.data.jsonl import build_jsonl_datasets
 
@@ -56,7 +62,7 @@ def build_datasets(dataset_cfg: Any, tokenizer, seq_length: int, sizes: list[int
             raise ConfigError(
                 "dataset.data_paths is empty: dataset.kind=jsonl needs JSONL files with a 'text' field"
             )
-        return build_jsonl_datasets(paths, split, sizes, seq_length, seed, tokenizer, eod_mask_loss)
+        return build_jsonl_datasets(paths, split, sizes, seq_length, seed, tokenizer, masking)
     raise ConfigError(f"dataset.kind={kind!r} is not supported: use mock, indexed or jsonl")
 
 

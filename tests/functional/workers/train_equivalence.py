@@ -1,7 +1,7 @@
 """4 ranks: one initial checkpoint, then the same 5 iterations under several layouts and strategies.
 
 TP1/PP1 (DP=4) is the reference and trains 30 iterations (loss must fall on learnable data); TP2+SP,
-PP2, TP2xPP2xVPP2 and the `ddp` strategy load the same weights (resharded from the TP1/PP1 checkpoint)
+PP2 with full activation recompute, TP2xPP2xVPP2 and the `ddp` strategy load the same weights (resharded from the TP1/PP1 checkpoint)
 and stop after 5 iterations of the same 30-iteration schedule.
 """
 
@@ -51,7 +51,11 @@ def main(workdir: str) -> None:
             "model.sequence_parallel=True",
             "train.exit_interval=5",
         ],
-        "pp2": ["model.pipeline_model_parallel_size=2", "train.exit_interval=5"],
+        "pp2_recompute": [
+            "model.pipeline_model_parallel_size=2",
+            "distributed.activation_checkpointing=True",
+            "train.exit_interval=5",
+        ],
         "tp2pp2vpp2": [
             "model.tensor_model_parallel_size=2",
             "model.pipeline_model_parallel_size=2",
