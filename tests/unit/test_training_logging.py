@@ -95,3 +95,42 @@ def test_most_recent_k_keeps_the_newest(tmp_path):
         (tmp_path / f"iter_{it:07d}").mkdir()
     _remove_old_checkpoints(tmp_path, keep=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_0000006", "iter_0000010"]
+
+
+def test_tensorboard_scalars_are_written(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from bridge.training.logging import MetricWriters
+
+    writers = MetricWriters(SimpleNamespace(tensorboard_dir=str(tmp_path), wandb_project=None))
+    writers.write(1, {"lm loss": 5.5, "learning-rate": 3e-4})
+    writers.write(2, {"lm loss": 5.25, "learning-rate": 2e-4})
+    writers.close()
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("lm loss")] == [(1, 5.5), (2, 5.25)]
+
+
+def test_missing_tensorboard_is_one_warning_not_a_failure(tmp_path, monkeypatch, caplog):
+    import builtins
+    import importlib.util
+
+    from bridge.training.logging import MetricWriters, logger
+
+    monkeypatch.setattr(logger, "propagate", True)  # caplog listens on the root logger
+    real_import = builtins.__import__
+
+    def no_tensorboard(name, *args, **kwargs):
+        if name.startswith("torch.utils.tensorboard"):
+            raise ImportError("No module named 'tensorboard'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tensorboard)
+    with caplog.at_level("WARNING"):
+        writers = MetricWriters(SimpleNamespace(tensorboard_dir=str(tmp_path), wandb_project=None))
+    assert writers.tb is None
+    assert any("tensorboard package is not installed" in r.message for r in caplog.records)
+    if importlib.util.find_spec("wandb") is None:  # an explicit W&B request without wandb is an error
+        with pytest.raises(ConfigError, match="logger.wandb_project='p'"):
+            MetricWriters(SimpleNamespace(tensorboard_dir=None, wandb_project="p"))
