@@ -136,6 +136,15 @@ class AutoBridge:
         return cls(config)
 
     @classmethod
+    def from_provider(cls, provider: GPTModelProvider, architecture: str) -> AutoBridge:
+        """For a model trained from scratch: the config.json of `provider` as `architecture`.
+
+        Raises ConfigError when the architecture cannot express a math field of the provider.
+        """
+        config = hfc.hf_config_dict(provider, registry.family_for([architecture]), architecture)
+        return cls(config)
+
+    @classmethod
     def supports(cls, config: Any) -> bool:
         archs = _config_get(config, "architectures") or ()
         return any(a in registry.families() for a in archs)

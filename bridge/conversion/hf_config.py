@@ -1,8 +1,9 @@
-"""Hugging Face config -> GPTModelProvider fields: every value that changes the math, or a ConfigError.
+"""Hugging Face config <-> GPTModelProvider fields: every value that changes the math, or a ConfigError.
 
 Reads both transformers 5 (`rope_parameters`) and 4.x (`rope_theta` + `rope_scaling`) configs. A setting
 the provider cannot express (e.g. a rope type other than default/llama3, biases on the output
-projection) is refused rather than dropped.
+projection) is refused rather than dropped. The reverse, `hf_config_dict`, writes the config.json of a
+provider (a model trained from scratch) and checks that reading it back gives the same fields.
 """
 
 from __future__ import annotations
@@ -159,3 +160,89 @@ def provider_fields(cfg: Any, family: Family) -> dict[str, Any]:
     fields.update(_moe_fields(cfg))
     fields.update(family.provider_fields)
     return fields
+
+
+_DTYPE_TO_HF = {v: k for k, v in HF_DTYPES.items()}
+# Provider fields a config.json does not need to reproduce: training choices, not the model's function.
+_NOT_MATH = frozenset(
+    {
+        "seq_length",
+        "make_vocab_size_divisible_by",
+        "hidden_dropout",
+        "attention_dropout",
+        "init_method_std",
+        "params_dtype",
+        "bf16",
+        "fp16",
+        "moe_token_dispatcher_type",
+        "moe_grouped_gemm",
+        "moe_router_load_balancing_type",
+        "moe_aux_loss_coeff",
+        "moe_input_jitter_eps",
+    }
+)
+
+
+def hf_config_dict(provider: Any, family: Family, architecture: str) -> dict[str, Any]:
+    """config.json content for `provider` as `architecture`; ConfigError if the family cannot express it."""
+    p = provider
+    heads = p.num_attention_heads
+    out: dict[str, Any] = {
+        "architectures": [architecture],
+        "model_type": family.model_type,
+        "hidden_size": p.hidden_size,
+        "intermediate_size": p.ffn_hidden_size,
+        "num_hidden_layers": p.num_layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": p.num_query_groups or heads,
+        "head_dim": p.kv_channels or p.hidden_size // heads,
+        "max_position_embeddings": p.seq_length,
+        "vocab_size": p.vocab_size,
+        "rms_norm_eps": p.layernorm_epsilon,
+        "hidden_act": p.activation_func,
+        "tie_word_embeddings": p.share_embeddings_and_output_weights,
+        "initializer_range": p.init_method_std,
+        "attention_dropout": p.attention_dropout,
+        "torch_dtype": _DTYPE_TO_HF[p.params_dtype],
+        "rope_theta": p.rotary_base,
+    }
+    if p.rotary_percent != 1.0:
+        out["partial_rotary_factor"] = p.rotary_percent
+    if p.rope_scaling:
+        out["rope_scaling"] = {
+            "rope_type": "llama3",
+            "factor": p.rope_scaling_factor,
+            "low_freq_factor": p.rope_scaling_low_freq_factor,
+            "high_freq_factor": p.rope_scaling_high_freq_factor,
+            "original_max_position_embeddings": p.rope_scaling_original_max_position_embeddings,
+        }
+    if family.model_type in ("mistral", "mixtral"):
+        out["sliding_window"] = p.window_size[0] + 1 if p.window_size else None
+    if family.model_type in ("qwen2", "qwen3", "qwen3_moe"):
+        out["use_sliding_window"] = False
+    if p.num_moe_experts:
+        out["num_experts_per_tok"] = p.moe_router_topk
+        out["router_aux_loss_coef"] = p.moe_aux_loss_coeff
+        if family.model_type == "mixtral":
+            out |= {
+                "num_local_experts": p.num_moe_experts,
+                "intermediate_size": p.moe_ffn_hidden_size,
+                "router_jitter_noise": p.moe_input_jitter_eps or 0.0,
+            }
+        else:
+            out |= {
+                "num_experts": p.num_moe_experts,
+                "moe_intermediate_size": p.moe_ffn_hidden_size,
+                "norm_topk_prob": not p.moe_router_pre_softmax,
+                "decoder_sparse_step": 1,
+                "mlp_only_layers": [],
+            }
+    # Whatever the family cannot express shows up as a math field that does not come back.
+    for name, value in provider_fields(out, family).items():
+        have = getattr(p, name)
+        if name not in _NOT_MATH and have != value:
+            raise ConfigError(
+                f"model.{name}={have!r}: a {architecture} checkpoint cannot express it (it would read back "
+                f"as {value!r}). Fix: set model.{name}={value!r} or export as another architecture"
+            )
+    return out

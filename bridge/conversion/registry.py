@@ -46,6 +46,7 @@ class Rule:
 class Family:
     name: str
     architectures: tuple[str, ...]
+    model_type: str
     provider_fields: dict
     rules: tuple[Rule, ...]
 
@@ -74,6 +75,7 @@ def _load(module_name: str) -> Family:
     return Family(
         name=module_name.split(".")[-2],
         architectures=tuple(module.ARCHITECTURES),
+        model_type=module.HF_MODEL_TYPE,
         provider_fields=dict(module.PROVIDER_FIELDS),
         rules=tuple(_compile(row) for row in module.MAPPINGS),
     )

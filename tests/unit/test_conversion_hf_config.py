@@ -138,3 +138,35 @@ def test_partially_dense_moe_is_refused():
 
     with pytest.raises(ConfigError, match="mlp_only_layers"):
         fields_of(Qwen3MoeConfig(architectures=["Qwen3MoeForCausalLM"], mlp_only_layers=[0]))
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe"])
+def test_provider_to_config_json_and_back(family):
+    import transformers
+
+    from bridge.conversion.hf_config import hf_config_dict
+    from bridge.models.gpt_provider import GPTModelProvider
+    from tests.functional.workers.convert_models import make_hf_config
+
+    hf = make_hf_config(family)
+    fam = family_for(hf.architectures)
+    fields = provider_fields(hf, fam)
+    provider = GPTModelProvider(**fields)
+    written = hf_config_dict(provider, fam, hf.architectures[0])
+    # transformers reads what we wrote, and it translates back to the same provider
+    reread = getattr(transformers, type(hf).__name__)(**written)
+    assert provider_fields(reread, fam) == fields
+
+
+def test_provider_the_architecture_cannot_express_is_refused():
+    from bridge.conversion.hf_config import hf_config_dict
+    from bridge.models.gpt_provider import GPTModelProvider
+    from tests.functional.workers.convert_models import make_hf_config
+
+    hf = make_hf_config("llama")
+    fam = family_for(hf.architectures)
+    provider = GPTModelProvider(**{**provider_fields(hf, fam), "qk_layernorm": True})
+    with pytest.raises(
+        ConfigError, match="model.qk_layernorm=True: a LlamaForCausalLM checkpoint cannot express it"
+    ):
+        hf_config_dict(provider, fam, "LlamaForCausalLM")

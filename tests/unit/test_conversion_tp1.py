@@ -233,3 +233,19 @@ def test_non_empty_target(sources, tmp_path):
     with pytest.raises(ConfigError, match="megatron_path=.*exists and is not an empty folder"):
         AutoBridge.import_ckpt(folder, target)
     assert [p.name for p in target.iterdir()] == ["notes.txt"] and not list(tmp_path.glob(".taken*"))
+
+
+def test_export_of_a_provider_without_hf_source(sources, tmp_path):
+    """A model with no HF folder behind it (e.g. trained from scratch): config.json from the provider."""
+    from transformers import AutoModelForCausalLM
+
+    from bridge import AutoBridge
+
+    folder, hf = sources["qwen3"]
+    _, provider, chunks = _import(folder)
+    out = tmp_path / "from_provider"
+    AutoBridge.from_provider(provider, "Qwen3ForCausalLM").save_hf_pretrained(chunks, out)
+    assert not (out / "tokenizer.json").exists()  # nothing to copy from
+    assert bit_identical(read_tensors(folder), read_tensors(out)) is None
+    reloaded = AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager").eval()
+    assert torch.equal(hf_logits(reloaded, tokens()), hf_logits(hf, tokens()))

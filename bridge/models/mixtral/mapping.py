@@ -3,6 +3,7 @@
 from bridge.models.llama.mapping import ATTENTION, EMBEDDINGS, L, M
 
 ARCHITECTURES = ("MixtralForCausalLM",)
+HF_MODEL_TYPE = "mixtral"  # config.json "model_type"
 PROVIDER_FIELDS: dict = {}
 
 E = f"{M}.mlp.experts.local_experts.{{expert}}"

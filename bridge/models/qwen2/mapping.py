@@ -4,6 +4,7 @@ from bridge.models.llama.mapping import MAPPINGS as _LLAMA
 from bridge.models.llama.mapping import L, M
 
 ARCHITECTURES = ("Qwen2ForCausalLM",)
+HF_MODEL_TYPE = "qwen2"  # config.json "model_type"
 PROVIDER_FIELDS = {"add_qkv_bias": True}
 
 QKV_BIAS = (

@@ -4,6 +4,7 @@ from bridge.models.llama.mapping import MAPPINGS as _LLAMA
 from bridge.models.llama.mapping import L, M
 
 ARCHITECTURES = ("Qwen3ForCausalLM",)
+HF_MODEL_TYPE = "qwen3"  # config.json "model_type"
 PROVIDER_FIELDS = {"qk_layernorm": True}
 
 QK_NORM = (

@@ -4,6 +4,7 @@ from bridge.models.llama.mapping import ATTENTION, EMBEDDINGS, L, M
 from bridge.models.qwen3.mapping import QK_NORM
 
 ARCHITECTURES = ("Qwen3MoeForCausalLM",)
+HF_MODEL_TYPE = "qwen3_moe"  # config.json "model_type"
 PROVIDER_FIELDS = {"qk_layernorm": True}
 
 E = f"{M}.mlp.experts.local_experts.{{expert}}"

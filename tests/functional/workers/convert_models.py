@@ -77,14 +77,20 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
 }
 
 
-def make_hf_model(family: str, seed: int = 0, **overrides) -> torch.nn.Module:
+def make_hf_config(family: str, **overrides):
     import transformers
 
     config_cls, model_cls, fields = FAMILIES[family]
-    config = getattr(transformers, config_cls)(**{**_COMMON, **fields, **overrides})
+    return getattr(transformers, config_cls)(architectures=[model_cls], **{**_COMMON, **fields, **overrides})
+
+
+def make_hf_model(family: str, seed: int = 0, **overrides) -> torch.nn.Module:
+    import transformers
+
+    config = make_hf_config(family, **overrides)
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
-    model = getattr(transformers, model_cls)(config).eval()
+    model = getattr(transformers, FAMILIES[family][1])(config).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.ndim == 1 and "norm" in name:
