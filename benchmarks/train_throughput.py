@@ -90,12 +90,12 @@ def main() -> None:
     print(
         f"\nthreads: {torch.get_num_threads()}, batch {BATCH} x {SEQ}, fp32, {args.iters - 1} timed iterations each"
     )
-    print(f"| {'loop':<42} | {'tokens/s':>9} |")
-    print(f"| {'-' * 42} | {'-' * 9} |")
-    print(f"| {'Hugging Face LlamaForCausalLM + AdamW (before)':<42} | {hf_before:>9.0f} |")
-    print(f"| {'Hugging Face LlamaForCausalLM + AdamW (after)':<42} | {hf_after:>9.0f} |")
-    print(f"| {'bridge pretrain() (Megatron-Core)':<42} | {ours:>9.0f} |")
-    print(f"| {'ratio bridge / mean HF':<42} | {ours / hf:>8.2f}x |")
+    print(f"| {'loop':<48} | {'tokens/s':>9} |")
+    print(f"| {'-' * 48} | {'-' * 9} |")
+    print(f"| {'Hugging Face LlamaForCausalLM + AdamW (before)':<48} | {hf_before:>9.0f} |")
+    print(f"| {'Hugging Face LlamaForCausalLM + AdamW (after)':<48} | {hf_after:>9.0f} |")
+    print(f"| {'bridge pretrain() (Megatron-Core)':<48} | {ours:>9.0f} |")
+    print(f"| {'ratio bridge / mean HF':<48} | {ours / hf:>8.2f}x |")
 
 
 if __name__ == "__main__":
