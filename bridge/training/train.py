@@ -119,10 +119,13 @@ def _non_finite_message(what: str, value: float, iteration: int, ctx: TrainingCo
         if last is not None
         else "no checkpoint was written by this run"
     )
+    if what == "lm loss":
+        stopped = "training stopped before the optimizer step could corrupt the weights"
+    else:  # Megatron-Core computes the norm inside optimizer.step(): this step was already applied
+        stopped = "training stopped; the weights in memory are no longer trusted and are not saved"
     return (
-        f"{what} is {value} at iteration {iteration}: training stopped before the optimizer step "
-        f"could corrupt the weights; {where}. Lower optimizer.lr, check the data, or enable "
-        "gradient clipping (optimizer.clip_grad), then resume from the last checkpoint."
+        f"{what} is {value} at iteration {iteration}: {stopped}; {where}. Lower optimizer.lr, check "
+        "the data, or enable gradient clipping (optimizer.clip_grad), then resume from the last checkpoint."
     )
 
 
@@ -258,8 +261,12 @@ def train(ctx: TrainingContext) -> TrainResult:
             window_loss, window_n, window_time, window_skipped = 0.0, 0, 0.0, 0
 
         if eval_interval and cfg.validation.eval_iters and ctx.valid_iterators and it % eval_interval == 0:
+            if cfg.train.manual_gc and cfg.train.manual_gc_eval:
+                gc.collect()
             with _sync_params_for(ctx):
                 val = evaluate(ctx)
+            if cfg.train.manual_gc and cfg.train.manual_gc_eval:
+                gc.collect()
             result.validation_losses[it] = val
             if is_log_rank:
                 logger.info(format_validation_line(it, {"lm loss": val}))
