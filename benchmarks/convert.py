@@ -249,54 +249,56 @@ def main() -> None:
 
 
 def print_table(runs: dict[str, list[dict]], repeats: int) -> None:
-    def med(work: str, key: str) -> float:
-        return statistics.median(r[key] for r in runs[work])
+    def stat(work: str, key: str, scale: float = 1.0) -> tuple[float, float, float]:
+        values = [r[key] / scale for r in runs[work]]
+        return statistics.median(values), min(values), max(values)
 
     gb = 1e9
     rows = [
         (
             "HF -> Megatron model holding the weights (s)",
-            med("floor_import", "work_s"),
-            med("bridge_import", "work_s"),
+            stat("floor_import", "work_s"),
+            stat("bridge_import", "work_s"),
         ),
         (
             "Megatron -> HF export, save_hf_pretrained (s)",
-            med("floor_export", "work_s"),
-            med("bridge_export", "work_s"),
+            stat("floor_export", "work_s"),
+            stat("bridge_export", "work_s"),
         ),
         (
             "  same, floor writing tensors already in memory (clone, then save_file) (s)",
-            med("floor_export_mem", "work_s"),
-            med("bridge_export", "work_s"),
+            stat("floor_export_mem", "work_s"),
+            stat("bridge_export", "work_s"),
         ),
         (
             "peak RSS during import (GB)",
-            med("floor_import", "peak_rss") / gb,
-            med("bridge_import", "peak_rss") / gb,
+            stat("floor_import", "peak_rss", gb),
+            stat("bridge_import", "peak_rss", gb),
         ),
         (
             "peak RSS during export (GB)",
-            med("floor_export", "peak_rss") / gb,
-            med("bridge_export", "peak_rss") / gb,
+            stat("floor_export", "peak_rss", gb),
+            stat("bridge_export", "peak_rss", gb),
         ),
         (
             "RSS after imports, baseline (GB)",
-            med("floor_import", "baseline_rss") / gb,
-            med("bridge_import", "baseline_rss") / gb,
+            stat("floor_import", "baseline_rss", gb),
+            stat("bridge_import", "baseline_rss", gb),
         ),
-        ("imports (s)", med("floor_import", "imports_s"), med("bridge_import", "imports_s")),
-        ("whole import process, wall (s)", med("floor_import", "wall_s"), med("bridge_import", "wall_s")),
+        ("imports (s)", stat("floor_import", "imports_s"), stat("bridge_import", "imports_s")),
+        ("whole import process, wall (s)", stat("floor_import", "wall_s"), stat("bridge_import", "wall_s")),
         (
             "whole export process, wall (s; bridge imports first)",
-            med("floor_export", "wall_s"),
-            med("bridge_export", "wall_s"),
+            stat("floor_export", "wall_s"),
+            stat("bridge_export", "wall_s"),
         ),
     ]
-    print(f"\nmedians of {repeats} fresh processes each (OMP_NUM_THREADS=1)\n")
-    print("| work | floor | bridge | ratio |")
+    print(f"\nmedian [min-max] of {repeats} fresh processes each (OMP_NUM_THREADS=1)\n")
+    print("| work | floor | bridge | ratio of medians |")
     print("| --- | --- | --- | --- |")
     for name, floor, ours in rows:
-        print(f"| {name} | {floor:.2f} | {ours:.2f} | {ours / floor:.2f}x |")
+        cell = "{:.2f} [{:.2f}-{:.2f}]"
+        print(f"| {name} | {cell.format(*floor)} | {cell.format(*ours)} | {ours[0] / floor[0]:.2f}x |")
 
 
 if __name__ == "__main__":
