@@ -46,7 +46,8 @@ def _gloo_safe_p2p(provider, cuda_available: bool):
 
 
 def _resume(cfg: Any, model: list, optimizer, scheduler, layout_line: str) -> TrainState:
-    """checkpoint.load resumes everything; else checkpoint.pretrained_checkpoint loads weights only."""
+    """checkpoint.load resumes everything when it holds a checkpoint; otherwise
+    checkpoint.pretrained_checkpoint (if set) loads weights only, as in Megatron-Bridge."""
     from bridge.training import checkpointing
     from bridge.training.logging import logger
 
@@ -109,7 +110,6 @@ def pretrain(config: Any, forward_step_func: Callable | None = None) -> TrainRes
     import torch
 
     from bridge.parallel import runtime
-    from bridge.training.checkpointing import RUN_CONFIG_FILENAME  # noqa: F401  (import checks psutil early)
     from bridge.training.data.loaders import build_datasets, build_iterator, split_sample_counts
     from bridge.training.data.tokenizer import build_tokenizer
     from bridge.training.flops import training_flops_per_token
@@ -138,8 +138,6 @@ def pretrain(config: Any, forward_step_func: Callable | None = None) -> TrainRes
         raise ConfigError(
             f"checkpoint.ckpt_format={cfg.checkpoint.ckpt_format!r}: only torch_dist is supported"
         )
-    if cfg.checkpoint.load and cfg.checkpoint.pretrained_checkpoint:
-        pass  # a resumable checkpoint wins; pretrained weights are for the first start (Megatron-Bridge)
     check_strategy_available(cfg.distributed.strategy, cuda)
     ensure_console_logging()
     precision = resolve_precision(cfg.mixed_precision.precision, cuda)
@@ -184,18 +182,20 @@ def pretrain(config: Any, forward_step_func: Callable | None = None) -> TrainRes
         cfg.train.train_iters, gbs, cfg.validation.eval_interval, cfg.validation.eval_iters
     )
     train_ds, valid_ds, _ = build_datasets(cfg.dataset, tokenizer, seq_length, sizes)
-    workers = int(cfg.dataset.num_workers or 0) if cuda else 0  # CPU: workers would steal the compute cores
+    workers = int(cfg.dataset.num_workers or 0)
+    if workers and not cuda:
+        # Worker processes would compete with the training threads for the same few cores.
+        if torch.distributed.get_rank() == 0:
+            logger.warning("dataset.num_workers=%d: on CPU the data is read in the training process", workers)
+        workers = 0
 
     def iterators(ds, consumed):
         if ds is None:
             return None
         return [build_iterator(ds, consumed, mbs, dp_rank, dp, workers) for _ in model]
 
-    writers = (
-        MetricWriters(cfg.logger)
-        if torch.distributed.get_rank() == torch.distributed.get_world_size() - 1
-        else MetricWriters(None)
-    )
+    is_log_rank = torch.distributed.get_rank() == torch.distributed.get_world_size() - 1
+    writers = MetricWriters(cfg.logger if is_log_rank else None)  # TensorBoard / W&B on the logging rank
     ctx = TrainingContext(
         cfg=cfg,
         model=model,

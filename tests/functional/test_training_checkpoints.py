@@ -55,6 +55,13 @@ def test_resume_matches_uninterrupted_exactly(runs):
     assert got["latest"] == 6
 
 
+def test_resume_under_another_layout_reshards_weights_only(runs):
+    assert "checkpoint.load_optim=False" in runs["reshard_error"] and "TP=1" in runs["reshard_error"]
+    tp1, tp2 = _ints(runs["resharded"]["tp1"]), _ints(runs["resharded"]["tp2"])
+    assert sorted(tp1) == sorted(tp2) == [7]
+    assert tp2[7] == pytest.approx(tp1[7], rel=1e-5)
+
+
 def test_evaluation_runs_and_leaves_training_untouched(runs):
     validation = _ints(runs["uninterrupted"]["validation"])
     assert sorted(validation) == [3, 6]

@@ -81,7 +81,25 @@ def main(workdir: str) -> None:
     )
     reset_parallel_state()
 
-    # 4. NaN loss at iteration 3: stop, keep the checkpoint of iteration 2 as it was.
+    # 4. Resume the 6-iteration checkpoint under TP=2: optimizer/RNG state cannot follow (ConfigError
+    #    unless dropped); the weights reshard, so iteration 7 matches the same resume under TP=1.
+    from bridge.errors import ConfigError
+
+    tp2 = ["model.tensor_model_parallel_size=2", "model.sequence_parallel=True"]
+    try:
+        pretrain(tiny_config("train.train_iters=7", f"checkpoint.load={w}/a", *tp2))
+        emit("reshard_error", "none")
+    except ConfigError as err:
+        emit("reshard_error", str(err))
+    fresh = ["train.train_iters=7", f"checkpoint.load={w}/a", "checkpoint.load_optim=False",
+             "checkpoint.load_rng=False"]  # fmt: skip
+    on_tp2 = pretrain(tiny_config(*fresh, *tp2))
+    reset_parallel_state()
+    on_tp1 = pretrain(tiny_config(*fresh))
+    emit("resharded", {"tp2": on_tp2.losses, "tp1": on_tp1.losses})
+    reset_parallel_state()
+
+    # 5. NaN loss at iteration 3: stop, keep the checkpoint of iteration 2 as it was.
     cfg = tiny_config(*RUN, f"checkpoint.save={w}/n", "checkpoint.save_interval=2")
     good = w / "n" / "iter_0000002" / "metadata.json"
     try:
