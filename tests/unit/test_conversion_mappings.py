@@ -138,3 +138,27 @@ def test_family_tables_resolve_global_names():
         "MixtralForCausalLM",
         "Qwen3MoeForCausalLM",
     }
+
+
+def test_canonical_names_are_global_and_local_spec():
+    """Pipeline-local layer numbers, EP-local expert numbers and TE's names all map to one canonical name."""
+    from types import SimpleNamespace
+
+    from bridge.conversion.model_params import Ranks, canonical_name
+
+    # a stage holding global layers 4 and 5 of a 4-expert model, on EP rank 1 of 2
+    model = SimpleNamespace(
+        decoder=SimpleNamespace(layers=[SimpleNamespace(layer_number=5), SimpleNamespace(layer_number=6)]),
+        config=SimpleNamespace(num_moe_experts=4),
+    )
+    ranks = Ranks(tp=0, tp_size=1, etp=0, etp_size=1, ep=1, ep_size=2)
+    cases = {
+        "decoder.layers.1.mlp.experts.local_experts.0.linear_fc2.weight": "decoder.layers.5.mlp.experts.local_experts.2.linear_fc2.weight",
+        "decoder.layers.0.mlp.experts.linear_fc1.weight1":  # TEGroupedMLP
+        "decoder.layers.4.mlp.experts.local_experts.3.linear_fc1.weight",
+        "decoder.layers.0.self_attention.linear_qkv.layer_norm_weight": "decoder.layers.4.input_layernorm.weight",
+        "decoder.layers.1.mlp.linear_fc1.layer_norm_weight": "decoder.layers.5.pre_mlp_layernorm.weight",
+        "output_layer.weight": "output_layer.weight",
+    }
+    for local, canonical in cases.items():
+        assert canonical_name(model, local, ranks) == canonical

@@ -184,6 +184,17 @@ def test_shape_mismatch(llama_copy, tmp_path):
     _assert_import_fails(llama_copy, tmp_path, r"up_proj\.weight'.*shape \[95, 64\].*needs \[96, 64\]")
 
 
+def test_tied_checkpoint_may_carry_lm_head(llama_copy, sources):
+    # some tied checkpoints store lm_head too (a copy of the embedding): accepted, the embedding is used
+    from safetensors.torch import load_file
+
+    emb = load_file(str(llama_copy / "model.safetensors"))["model.embed_tokens.weight"]
+    _rewrite_without(llama_copy, add={"lm_head.weight": emb.clone()})
+    _, _, chunks = _import(llama_copy)
+    ref = hf_logits(sources["llama"][1], tokens())
+    assert (megatron_logits(chunks[0], tokens()) - ref).abs().max().item() <= 1e-5
+
+
 def test_truncated_file(llama_copy, tmp_path):
     path = llama_copy / "model.safetensors"
     data = path.read_bytes()
