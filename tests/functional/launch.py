@@ -25,7 +25,10 @@ def torchrun(script: str | Path, nproc: int, *args: str, timeout: float = 240, e
         f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1", f"--master_port={free_port()}",
         str(script), *args,
     ]
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
+    # Not PYTHONUNBUFFERED: unbuffered, print() writes the text and its newline separately, so lines of
+    # different ranks can interleave; workers print with flush=True (one write per line) instead.
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    full_env.pop("PYTHONUNBUFFERED", None)
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
     # A session of its own, so a timeout can kill torchrun *and* its worker processes.
     proc = subprocess.Popen(

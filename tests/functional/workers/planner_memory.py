@@ -84,7 +84,13 @@ def check(name: str, fields: dict) -> dict:
 
 def main() -> None:
     for name, fields in MODELS.items():
-        print("RESULT " + json.dumps(check(name, fields)), flush=True)
+        result = check(name, fields)
+        # Rank 0 prints every rank's result: lines printed by several ranks at once can interleave.
+        results = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(results, result)
+        if torch.distributed.get_rank() == 0:
+            for r in results:
+                print("RESULT " + json.dumps(r), flush=True)
     from bridge.parallel import runtime
 
     runtime.destroy_distributed()
