@@ -19,6 +19,7 @@ Every patch (what fails on CPU, where in megatron-core 0.16.1, and the fix):
 | 9 | MoE alltoall: `all_to_all_single(): incompatible function arguments` (split sizes stay tensors because `maybe_move_tensor_to_cpu` converts only CUDA tensors) | `moe_utils`, `token_dispatcher` | a version that also converts CPU tensors |
 | 10 | `NameError: te_general_gemm` on every MoE router forward without Transformer Engine (0.16.1 only) | `moe_utils.router_gating_linear` | define the name as `None` |
 | 11 | activation recompute reruns the forward inside backward, where the mode of #2 is off (torch pops a mode while it handles a call, and `torch.autograd.backward` is such a call): `get_default_causal_mask` asks for CUDA | `CheckpointFunction.backward`, `CheckpointWithoutOutput._recompute` | run them with the mode pushed again |
+| 12 | interleaved 1F1B with PP=2 and `batch_p2p_comm=True`: activations and gradients land in each other's buffers (wrong losses from the 3rd microbatch; with `variable_seq_lengths` the exchanged shapes swap too). With PP=2 the previous and next stage are one rank, and `[send_prev, recv_prev, send_next, recv_next]` go to it untagged, so gloo pairs them in posting order: send_prev (a gradient) meets recv_prev (an activation) | `p2p_communication._batched_p2p_ops`, `P2PCommunicator._communicate_shapes` | the same ops, one batch, tagged by direction (forward: send_next/recv_prev, backward: send_prev/recv_next); gloo matches tags, so order no longer matters |
 
 The mode lives on this thread's torch-function-mode stack (pushed by `install()`); threads that
 Megatron-Core starts itself run only communication and file I/O, which need no rewriting. Inside
@@ -79,6 +80,7 @@ def install() -> bool:
         changed += _patch_moe(torch)
         changed.append(_push_device_mode(torch))
         changed += _patch_recompute()
+        changed += _patch_pipeline_p2p(torch)
         _installed = changed
     logger.info("CPU backend for Megatron-Core installed (no CUDA): %s", ", ".join(changed))
     return True
@@ -270,6 +272,67 @@ def _patch_recompute() -> list[str]:
         cls = mp_random.CheckpointWithoutOutput
         cls._recompute = under_mode(cls._recompute)
     return ["activation recompute->under the device mode"]
+
+
+# -- 12: batched pipeline p2p pairs messages by direction, not by posting order ------------------
+
+# gloo matches a send with the receive of the same (peer, tag); collectives use their own slots.
+P2P_TAG_FORWARD = 0x5F01  # activations: send_next -> the next stage's recv_prev
+P2P_TAG_BACKWARD = 0x5F02  # gradients: send_prev -> the previous stage's recv_next
+
+
+def _patch_pipeline_p2p(torch: Any) -> list[str]:
+    from megatron.core.pipeline_parallel import p2p_communication as p2p
+
+    dist = torch.distributed
+
+    def batched_p2p_ops(
+        *, tensor_send_prev, tensor_recv_prev, tensor_send_next, tensor_recv_next, group,
+        prev_pipeline_rank, next_pipeline_rank,
+    ) -> list:  # fmt: skip
+        # Megatron-Core's op list, with tags: at PP=2 prev == next, and untagged the peer's
+        # send_prev (a gradient) would fill this rank's recv_prev (an activation).
+        ops = [
+            dist.P2POp(op, tensor, peer, group, tag)
+            for op, tensor, peer, tag in (
+                (dist.isend, tensor_send_prev, prev_pipeline_rank, P2P_TAG_BACKWARD),
+                (dist.irecv, tensor_recv_prev, prev_pipeline_rank, P2P_TAG_FORWARD),
+                (dist.isend, tensor_send_next, next_pipeline_rank, P2P_TAG_FORWARD),
+                (dist.irecv, tensor_recv_next, next_pipeline_rank, P2P_TAG_BACKWARD),
+            )
+            if tensor is not None
+        ]
+        return dist.batch_isend_irecv(ops) if ops else []
+
+    ring_exchange_shapes = p2p.P2PCommunicator._communicate_shapes
+
+    def communicate_shapes(self, tensor_send_next, tensor_send_prev, recv_prev, recv_next):
+        # Megatron-Core's shape exchange (variable_seq_lengths) posts the same untagged batch,
+        # whatever batch_p2p_comm says.
+        if self.config.use_ring_exchange_p2p:
+            return ring_exchange_shapes(self, tensor_send_next, tensor_send_prev, recv_prev, recv_next)
+
+        def shape_of(tensor):
+            return None if tensor is None else torch.tensor(tensor.size(), dtype=torch.int64)
+
+        recv_prev_shape = torch.empty((3,), dtype=torch.int64) if recv_prev else None
+        recv_next_shape = torch.empty((3,), dtype=torch.int64) if recv_next else None
+        reqs = batched_p2p_ops(
+            tensor_send_prev=shape_of(tensor_send_prev), tensor_recv_prev=recv_prev_shape,
+            tensor_send_next=shape_of(tensor_send_next), tensor_recv_next=recv_next_shape,
+            group=self.pp_group, prev_pipeline_rank=self.prev_rank, next_pipeline_rank=self.next_rank,
+        )  # fmt: skip
+        for req in reqs:
+            req.wait()
+        return (
+            [0, 0, 0] if recv_prev_shape is None else recv_prev_shape.tolist(),
+            [0, 0, 0] if recv_next_shape is None else recv_next_shape.tolist(),
+        )
+
+    # _communicate looks the function up in the module at call time.
+    p2p._batched_p2p_ops = batched_p2p_ops
+    p2p.P2PCommunicator._communicate_shapes = communicate_shapes
+    return ["batched pipeline p2p->tagged by direction"]
 
 
 # -- 2, 3, 4: the device-rewriting TorchFunctionMode ----------------------------------------------

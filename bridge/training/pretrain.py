@@ -25,26 +25,6 @@ def _model_for_run(provider, precision, dist_cfg):
     return dataclasses.replace(provider, **changes)
 
 
-def _gloo_safe_p2p(provider, cuda_available: bool):
-    """Interleaved 1F1B on gloo with PP=2 needs unbatched p2p.
-
-    With batch_p2p_comm=True, Megatron-Core posts [send_prev, recv_prev, send_next, recv_next] in one
-    batch_isend_irecv; when PP=2 the previous and next stage are the same rank, and gloo matches
-    messages between two ranks in posting order, so activations arrive in the gradient buffer and
-    vice versa (measured: losses diverge from the 3rd microbatch). The unbatched path orders the ops
-    by rank parity, which pairs them correctly. NCCL is unaffected.
-    """
-    if cuda_available or provider.virtual_pipeline_model_parallel_size is None or not provider.batch_p2p_comm:
-        return provider
-    from bridge.training.logging import logger
-
-    logger.warning(
-        "model.batch_p2p_comm=True with interleaved pipelining on gloo pairs the wrong "
-        "messages; using batch_p2p_comm=False on this CPU run"
-    )
-    return dataclasses.replace(provider, batch_p2p_comm=False)
-
-
 def _resume(cfg: Any, model: list, optimizer, scheduler, layout_line: str) -> TrainState:
     """checkpoint.load resumes everything when it holds a checkpoint; otherwise
     checkpoint.pretrained_checkpoint (if set) loads weights only, as in Megatron-Bridge."""
@@ -141,7 +121,7 @@ def pretrain(config: Any, forward_step_func: Callable | None = None) -> TrainRes
     check_strategy_available(cfg.distributed.strategy, cuda)
     ensure_console_logging()
     precision = resolve_precision(cfg.mixed_precision.precision, cuda)
-    provider = _gloo_safe_p2p(_model_for_run(cfg.model, precision, cfg.distributed), cuda)
+    provider = _model_for_run(cfg.model, precision, cfg.distributed)
     layout = cfg.layout(world)
     runtime.initialize_distributed(layout, seed=cfg.rng.seed, timeout_minutes=cfg.distributed.timeout_minutes)
     for w in warnings:

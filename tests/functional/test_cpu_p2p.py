@@ -1,0 +1,31 @@
+"""The CPU backend's pipeline p2p on gloo: batch_p2p_comm=True is as correct as False at PP=2 + VPP."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
+
+WORKER = REPO_ROOT / "tests/functional/workers/cpu_p2p.py"
+
+
+@pytest.fixture(scope="module")
+def out() -> str:
+    return assert_ok(torchrun(WORKER, 2, timeout=180))
+
+
+def test_batched_p2p_gives_the_unbatched_losses_and_grads(out):
+    records = [json.loads(line.split(" ", 1)[1]) for line in out.splitlines() if line.startswith("@@losses ")]
+    assert sorted(r["rank"] for r in records) == [0, 1], out[-3000:]
+    last = next(r for r in records if r["rank"] == 1)  # the last pipeline stage holds the losses
+    assert len(last["unbatched"]) == 8 and len(set(last["unbatched"])) == 8, last
+    assert last["batched"] == pytest.approx(last["unbatched"], rel=1e-6, abs=0), last
+    for r in records:
+        assert r["max_grad_diff"] <= 1e-6, r
+
+
+def test_variable_seq_length_shapes_reach_the_right_buffer(out):
+    for rank in (0, 1):
+        assert f"@@shapes rank {rank} OK" in out, out[-3000:]
