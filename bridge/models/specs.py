@@ -3,6 +3,12 @@
 The local spec gets bridge's SequenceParallelNorm in place of Megatron-Core's torch-norm wrapper (which
 refuses sequence parallelism), in the layers and as the final norm, so `sequence_parallel=True` works
 without Transformer Engine (e.g. on CPU).
+
+Its core attention follows `attention_backend` (the TE spec lets Transformer Engine read it instead):
+"auto" (the default), "flash" and "fused" get bridge's SDPAttention (torch's scaled_dot_product_attention,
+a fused kernel on CPU too); "unfused" and "local" keep Megatron-Core's DotProductAttention. Configs sdpa
+cannot run (sliding windows, softmax_type other than vanilla; see attention.unsupported_reason) keep
+DotProductAttention whatever the backend, with a log line saying so.
 """
 
 from __future__ import annotations
@@ -10,6 +16,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import logging
+
+logger = logging.getLogger(__name__)
+
+# attention_backend names for which the local spec uses SDPAttention.
+SDPA_BACKENDS = ("auto", "flash", "fused")
 
 
 @functools.cache
@@ -42,7 +54,44 @@ def gpt_block_spec(config, vp_stage: int | None = None):
     )
     if te:
         return block
-    return _with_sequence_parallel_norms(block)
+    block = _with_sequence_parallel_norms(block)
+    attention = local_core_attention(config)
+    if attention is None:
+        return block
+    return _with_core_attention(block, attention)
+
+
+def local_core_attention(config):
+    """The core-attention class for the local spec: SDPAttention, or None to keep DotProductAttention."""
+    from bridge.models.attention import SDPAttention, unsupported_reason
+
+    backend = config.attention_backend.name
+    if backend not in SDPA_BACKENDS:
+        return None
+    reason = unsupported_reason(config)
+    if reason is not None:
+        logger.info("attention_backend=%s: using Megatron-Core's DotProductAttention (%s)", backend, reason)
+        return None
+    return SDPAttention
+
+
+def _with_core_attention(block, core_attention):
+    swapped = {}  # one spec object per distinct layer kind
+    for spec in block.layer_specs:
+        if id(spec) in swapped:
+            continue
+        attention = spec.submodules.self_attention
+        attn_subs = getattr(attention, "submodules", None)
+        if attn_subs is None or not hasattr(attn_subs, "core_attention"):
+            swapped[id(spec)] = spec
+            continue
+        attention = dataclasses.replace(
+            attention, submodules=dataclasses.replace(attn_subs, core_attention=core_attention)
+        )
+        swapped[id(spec)] = dataclasses.replace(
+            spec, submodules=dataclasses.replace(spec.submodules, self_attention=attention)
+        )
+    return dataclasses.replace(block, layer_specs=[swapped[id(spec)] for spec in block.layer_specs])
 
 
 def _with_sequence_parallel_norms(block):
