@@ -34,7 +34,9 @@ def root(tmp_path_factory):
 
 
 def _results(stdout: str) -> dict[tuple[str, str], str]:
-    return {(m[1], m[2]): m[3] for m in re.finditer(r"^RESULT (\S+) (\S+) (\S+)$", stdout, re.M)}
+    return {
+        (m[1], m[2]): m[3] for m in re.finditer(r"^RESULT (\S+) (\S+) (\S+) \(at [\d.]+ s\)$", stdout, re.M)
+    }
 
 
 def test_tp2_pp2_ep2_and_torch_dist_round_trip(root):

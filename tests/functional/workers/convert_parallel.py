@@ -5,7 +5,7 @@
 ROOT holds hf/<family>/ (save_pretrained folders) and refs/<family>.pt (HF logits for
 convert_models.tokens()). Each phase sets up one layout, then per family: import (to_megatron_provider
 + provide_distributed_model), compare logits with HF, export with save_hf_pretrained into
-ROOT/out/<phase>/<family>. Prints `RESULT <phase> <family> <max abs diff>` on rank 0.
+ROOT/out/<phase>/<family>. Prints `RESULT <phase> <family> <max abs diff> (at <seconds since start>)` on rank 0.
 
 Phases: tp2 (TP=2; MoE with sequence parallel), pp2 (PP=2, 1 layer per stage), ep2 (EP=2, MoE
 families; also checks export_hf_weights on every rank), ckpt_import_tp2 / ckpt_export_pp2
@@ -15,8 +15,11 @@ families; also checks export_hf_weights on every rank), ckpt_import_tp2 / ckpt_e
 from __future__ import annotations
 
 import sys
+import time
 import warnings
 from pathlib import Path
+
+START = time.perf_counter()
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 warnings.filterwarnings("ignore")
@@ -95,7 +98,9 @@ def run_family(root: Path, phase: str, family: str) -> None:
     if phase == "ep2":
         check_streamed_export(bridge, chunks, root / "hf" / family)
     if dist.get_rank() == 0:
-        print(f"RESULT {phase} {family} {diff.item():.3e}", flush=True)
+        print(
+            f"RESULT {phase} {family} {diff.item():.3e} (at {time.perf_counter() - START:.1f} s)", flush=True
+        )
 
 
 def check_streamed_export(bridge, chunks, source: Path) -> None:
@@ -125,7 +130,7 @@ def ckpt_import(root: Path) -> None:
     args = ["import", "--hf-path", str(root / "hf" / "llama_bf16"), "--megatron-path", str(root / "megatron")]
     check(cli_main()(args + ["--tp", "2"]) == 0, "convert_checkpoint.py import failed")
     if dist.get_rank() == 0:
-        print("RESULT ckpt_import_tp2 llama_bf16 done", flush=True)
+        print(f"RESULT ckpt_import_tp2 llama_bf16 done (at {time.perf_counter() - START:.1f} s)", flush=True)
 
 
 def ckpt_export(root: Path) -> None:
@@ -133,7 +138,7 @@ def ckpt_export(root: Path) -> None:
     args = ["export", "--megatron-path", str(root / "megatron"), "--hf-path", str(out), "--pp", "2"]
     check(cli_main()(args) == 0, "convert_checkpoint.py export failed")
     if dist.get_rank() == 0:
-        print("RESULT ckpt_export_pp2 llama_bf16 done", flush=True)
+        print(f"RESULT ckpt_export_pp2 llama_bf16 done (at {time.perf_counter() - START:.1f} s)", flush=True)
 
 
 def main() -> None:
