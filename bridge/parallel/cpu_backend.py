@@ -21,6 +21,10 @@ Every patch (what fails on CPU, where in megatron-core 0.16.1, and the fix):
 | 11 | activation recompute reruns the forward inside backward, where the mode of #2 is off (torch pops a mode while it handles a call, and `torch.autograd.backward` is such a call): `get_default_causal_mask` asks for CUDA | `CheckpointFunction.backward`, `CheckpointWithoutOutput._recompute` | run them with the mode pushed again |
 | 12 | interleaved 1F1B with PP=2 and `batch_p2p_comm=True`: activations and gradients land in each other's buffers (wrong losses from the 3rd microbatch; with `variable_seq_lengths` the exchanged shapes swap too). With PP=2 the previous and next stage are one rank, and `[send_prev, recv_prev, send_next, recv_next]` go to it untagged, so gloo pairs them in posting order: send_prev (a gradient) meets recv_prev (an activation) | `p2p_communication._batched_p2p_ops`, `P2PCommunicator._communicate_shapes` | the same ops, one batch, tagged by direction (forward: send_next/recv_prev, backward: send_prev/recv_next); gloo matches tags, so order no longer matters |
 
+The mode forwards every torch call from its own frame; for the one C++ warning that names the
+reader (a non-leaf tensor's `.grad`), it re-issues the warning from the caller's frame, so the
+location and warning filters name the code that read it, not this module.
+
 The mode lives on this thread's torch-function-mode stack (pushed by `install()`); threads that
 Megatron-Core starts itself run only communication and file I/O, which need no rewriting. Inside
 backward the mode is off (see #11): gradient hooks (DDP's grad sync) need no rewriting, and the one
@@ -35,6 +39,7 @@ import contextlib
 import functools
 import logging
 import threading
+import warnings
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -358,9 +363,30 @@ def _push_device_mode(torch: Any) -> str:
         # "torch.FloatTensor" -> "torch.cuda.FloatTensor" (what a GPU parameter reports)
         return "torch.cuda." + name[len("torch.") :] if name.startswith("torch.") else name
 
+    grad_get = tensor_cls.grad.__get__  # a new method-wrapper per lookup: compare with ==, not `is`
     special = frozenset(
-        {tensor_cls.cuda, tensor_cls.pin_memory, tensor_cls.record_stream, tensor_cls.to, tensor_cls.type}
+        {
+            tensor_cls.cuda,
+            tensor_cls.pin_memory,
+            tensor_cls.record_stream,
+            tensor_cls.to,
+            tensor_cls.type,
+            grad_get,
+        }
     )
+
+    def reattributed_grad(getter: Any, tensor: Any) -> Any:
+        # torch warns about reading a non-leaf's .grad from the innermost Python frame, which would be
+        # __torch_function__ below: warn from the frame that read it, as without the mode, so the
+        # message and warning filters (bridge.parallel.quiet_warnings) see the real module.
+        if tensor.is_leaf:
+            return getter(tensor)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            value = getter(tensor)
+        for w in caught:
+            warnings.warn(w.message, w.category, stacklevel=3)  # 1: here, 2: __torch_function__, 3: reader
+        return value
 
     class CpuDeviceMode(TorchFunctionMode):
         """Runs "cuda" requests on the CPU and reports CUDA type strings."""
@@ -379,6 +405,8 @@ def _push_device_mode(torch: Any) -> str:
                 return args[0]
             if func is tensor_cls.record_stream:
                 return None
+            if func == grad_get:
+                return reattributed_grad(func, args[0])
             if func is tensor_cls.to:
                 if len(args) > 1 and is_cuda(args[1], torch):
                     args = (args[0], "cpu", *args[2:])

@@ -65,6 +65,45 @@ def is_initialized() -> bool:
     return True
 
 
+def quiet_known_warnings() -> None:
+    """Hide the third-party warnings listed in bridge.parallel.quiet_warnings (CPU-only ones without
+    CUDA). Call before Megatron-Core is imported: some of them fire at import time. Idempotent."""
+    import torch
+
+    from bridge.parallel import quiet_warnings
+
+    quiet_warnings.install(cpu=not torch.cuda.is_available())
+
+
+def global_rank() -> int:
+    """This process's rank: torch.distributed's once initialized, torchrun's RANK before that."""
+    if "torch" in sys.modules:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank()
+    return int(os.environ.get("RANK", "0"))
+
+
+class RankZeroFilter(logging.Filter):
+    """A handler filter: every rank computes the same informational lines, so only rank 0 prints them
+    (as Megatron's print_rank_0); errors show from any rank. Loggers in `own_rank` choose their rank
+    themselves (the training loop prints iteration lines on the last pipeline stage) and pass."""
+
+    def __init__(self, own_rank: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.own_rank = own_rank
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR or record.name in self.own_rank or global_rank() == 0
+
+
+def log_on_rank_zero(handler: logging.Handler, own_rank: tuple[str, ...] = ()) -> None:
+    """Add a RankZeroFilter to `handler` (once)."""
+    if not any(isinstance(f, RankZeroFilter) for f in handler.filters):
+        handler.addFilter(RankZeroFilter(own_rank))
+
+
 def initialize_distributed(layout: ParallelLayout, *, seed: int = 1234, timeout_minutes: int = 10) -> None:
     """Create torch.distributed and Megatron-Core's groups for `layout`, then seed every RNG.
 
@@ -102,10 +141,11 @@ def initialize_distributed(layout: ParallelLayout, *, seed: int = 1234, timeout_
                 "(or parallel_state.destroy_model_parallel()) first"
             )
 
-    rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
+    rank = global_rank()
     if rank == 0:
         _make_visible(logging.getLogger("bridge"))
 
+    quiet_known_warnings()  # before cpu_backend.install() and parallel_state import Megatron-Core
     use_cuda = torch.cuda.is_available()
     if use_cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))

@@ -90,6 +90,8 @@ def pretrain(config: Any, forward_step_func: Callable | None = None) -> TrainRes
     import torch
 
     from bridge.parallel import runtime
+
+    runtime.quiet_known_warnings()  # before the imports below pull in Megatron-Core (some warn on import)
     from bridge.training.data.loaders import build_datasets, build_iterator, split_sample_counts
     from bridge.training.data.tokenizer import build_tokenizer
     from bridge.training.flops import training_flops_per_token
@@ -120,6 +122,8 @@ def pretrain(config: Any, forward_step_func: Callable | None = None) -> TrainRes
         )
     check_strategy_available(cfg.distributed.strategy, cuda)
     ensure_console_logging()
+    for handler in logger.handlers:  # bridge's own console handler (none when the application set up logging)
+        runtime.log_on_rank_zero(handler, own_rank=(logger.name,))  # the loop picks its log rank itself
     precision = resolve_precision(cfg.mixed_precision.precision, cuda)
     provider = _model_for_run(cfg.model, precision, cfg.distributed)
     layout = cfg.layout(world)

@@ -34,7 +34,9 @@ def run_interleaved(chunks: list, data: list[dict], batch_p2p_comm: bool) -> tup
         seq_length=rc.SEQ,
         micro_batch_size=rc.MICRO_BATCH,
     )
-    grads = {f"{i}.{n}": p.grad.detach().clone() for i, c in enumerate(chunks) for n, p in c.named_parameters()}
+    grads = {
+        f"{i}.{n}": p.grad.detach().clone() for i, c in enumerate(chunks) for n, p in c.named_parameters()
+    }
     return [float(item["lm loss"]) for item in out], grads
 
 
@@ -57,9 +59,16 @@ def check_shape_exchange(batch_p2p_comm: bool) -> None:
         return torch.full((3 + rank + 2 * direction, 1, 8), float(10 * rank + direction))
 
     recv_prev, recv_next = comm.send_forward_backward_recv_forward_backward(
-        tensor(me, 0), tensor(me, 1), recv_prev=True, recv_next=True, tensor_shape=(1, 1, 8)  # overridden by the exchanged shapes
+        tensor(me, 0),
+        tensor(me, 1),
+        recv_prev=True,
+        recv_next=True,
+        tensor_shape=(1, 1, 8),  # overridden by the exchanged shapes
     )
-    for got, want, what in ((recv_prev, tensor(peer, 0), "activation"), (recv_next, tensor(peer, 1), "gradient")):
+    for got, want, what in (
+        (recv_prev, tensor(peer, 0), "activation"),
+        (recv_next, tensor(peer, 1), "gradient"),
+    ):
         rc.check(
             got.shape == want.shape and torch.equal(got.detach(), want),
             f"batch_p2p_comm={batch_p2p_comm}: rank {me} {what} from rank {peer}: got shape "

@@ -1,0 +1,96 @@
+"""Warning filters for third-party messages that tell a bridge user nothing.
+
+Each entry names the exact message (a regex on its start), its category and the module that issues
+it, and says why it is noise. Anything else, including the same text from another module, still
+shows. `install()` is called by bridge.parallel.runtime before Megatron-Core is imported (some of
+these fire at import time); no torch or megatron import happens here.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class KnownWarning:
+    message: str  # regex matched against the start of the message (case-insensitive, as warnings does)
+    category: type[Warning]
+    module: str  # regex for the whole name of the module whose code issues the warning
+    why: str
+    cpu_only: bool = False  # says something on a GPU machine, nothing on CPU
+
+
+KNOWN_WARNINGS: tuple[KnownWarning, ...] = (
+    KnownWarning(
+        r"Apex is not installed\. Falling back to Torch Norm",
+        UserWarning,
+        r"megatron\.core\.models\.(backends|gpt\.gpt_layer_specs)",
+        "bridge's specs never use Apex's norm (local spec: bridge.models.norms; GPU: Transformer Engine)",
+    ),
+    KnownWarning(
+        r"Transformer Engine and Apex are not installed\. Falling back to ",
+        UserWarning,
+        r"megatron\.core\.(optimizer(\.\w+)*|distributed\.fsdp\.src\.megatron_fsdp\.mixed_precision)"
+        r"|megatron_fsdp\.mixed_precision",
+        "neither runs without CUDA: the torch implementations are the only ones on CPU",
+        cpu_only=True,
+    ),
+    KnownWarning(
+        r"The \.grad attribute of a Tensor that is not a leaf Tensor is being accessed",
+        UserWarning,
+        r"megatron\.core\.optimizer\.optimizer",
+        "the distributed optimizer's zero_grad reads .grad of its shard views (marked in Megatron-Core's source)",
+    ),
+    KnownWarning(
+        r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated",
+        FutureWarning,
+        r"torch\.distributed\.c10d_logger",
+        "Megatron-Core's collectives use the old names; nothing for a user to change",
+    ),
+    KnownWarning(
+        r"When using sequence parallelism it is recommended to set the environment variable "
+        r"CUDA_DEVICE_MAX_CONNECTIONS",
+        UserWarning,
+        r"megatron\.core\.tensor_parallel\.layers",
+        "a CUDA stream setting: meaningless without CUDA",
+        cpu_only=True,
+    ),
+    KnownWarning(
+        r"full scope is deprecated\. Use empty cuda_graph_scope",
+        UserWarning,
+        r"megatron\.core\.transformer\.transformer_config",
+        "raised for Megatron-Core's own cuda_graph_scope default ('full')",
+    ),
+    KnownWarning(
+        r"Please use DTensor instead and we are deprecating ShardedTensor",
+        FutureWarning,
+        r"(torch\.distributed|megatron\.core)(\.\w+)*",
+        "torch_dist checkpoints go through torch.distributed.checkpoint's own ShardedTensor support",
+    ),
+)
+
+_lock = threading.Lock()
+_installed: set[bool] = set()  # the `cpu` values installed so far
+
+
+def filters_for(cpu: bool) -> list[KnownWarning]:
+    return [w for w in KNOWN_WARNINGS if cpu or not w.cpu_only]
+
+
+def add_filters(cpu: bool) -> None:
+    """Put an "ignore" filter for each known warning (the CPU-only ones when `cpu`) in front of the
+    existing filters; filters added later (a user's "error", say) still win."""
+    for known in filters_for(cpu):
+        warnings.filterwarnings(
+            "ignore", message=known.message, category=known.category, module=known.module + r"\Z"
+        )
+
+
+def install(cpu: bool) -> None:
+    """add_filters(cpu), once per process (a second call would move them back in front)."""
+    with _lock:
+        if cpu not in _installed:
+            add_filters(cpu)
+            _installed.add(cpu)
