@@ -10,6 +10,10 @@ softmax_scale and apply_query_key_layer_scaling as DotProductAttention applies t
 (refused, see `unsupported_reason`): context parallelism, sliding windows, softmax_type other than
 "vanilla", packed sequences and attention bias. `bridge.models.specs` keeps DotProductAttention for
 those configs.
+
+One difference: a query row whose keys are all masked out gets zeros from sdpa, where
+DotProductAttention (masking with -10000) averages every value; such rows carry no loss in GPT
+training (padding), so the losses and gradients that matter are the same.
 """
 
 from __future__ import annotations
