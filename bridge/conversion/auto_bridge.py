@@ -24,6 +24,7 @@ from typing import Any
 from bridge.conversion import hf_config as hfc
 from bridge.conversion import registry
 from bridge.conversion.hf_io import DTYPES, HFCheckpoint, check_target_dir
+from bridge.conversion.progress import progress_bar
 from bridge.errors import ConfigError
 from bridge.models.gpt_provider import GPTModelProvider
 
@@ -218,7 +219,7 @@ class AutoBridge:
         tensors = [OutTensor(n, s, d) for n, s, d in exporter.hf_tensors()]
         assignment = {n: f for n, (f, _) in self._source_tensors().items()} or None
         max_bytes = max_shard_size if max_shard_size is not None else 5 * 1024**3
-        bar = _progress(len(tensors), progress, "writing HF weights")
+        bar = progress_bar(len(tensors), "writing HF weights", "tensor", enabled=progress)
         with atomic_dir(target, "path") as staging:
             writer = ShardedWriter(
                 staging, tensors, max_bytes, assignment if max_shard_size is None else None
@@ -344,22 +345,6 @@ class AutoBridge:
 
 def _as_list(model: Any) -> list:
     return list(model) if isinstance(model, (list, tuple)) else [model]
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _progress(total: int, enabled: bool, desc: str):
-    if not enabled:
-        return _NoBar()
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="tensor", leave=False)
 
 
 class _shared_staging:

@@ -12,6 +12,7 @@ import torch
 
 from bridge.conversion.hf_io import HFCheckpoint
 from bridge.conversion.model_params import EMBEDDING, OUTPUT, LocalParam, local_params
+from bridge.conversion.progress import progress_bar
 from bridge.conversion.registry import Family
 from bridge.errors import ConfigError
 
@@ -82,7 +83,7 @@ def load_hf_weights(
         )
 
     rank, _ = _world()
-    bar = _progress(len(params), progress and rank == 0)
+    bar = progress_bar(len(params), "loading HF weights", "param", enabled=progress and rank == 0)
     with torch.no_grad():
         for lp in params:
             data = lp.param.data
@@ -108,19 +109,3 @@ def _tied_lm_head(chunks, family: Family) -> set[str]:
     if out is None or emb is None:
         return set()
     return set(out[1].hf) - set(emb[1].hf)
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _progress(total: int, enabled: bool):
-    if not enabled:
-        return _NoBar()
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc="loading HF weights", unit="param", leave=False)
