@@ -131,7 +131,9 @@ class SDPAttention(MegatronModule):
         else:
             context = F.scaled_dot_product_attention(q, k, v, **kwargs)
         # [b, np, sq, hn] -> [sq, b, np * hn]
-        return context.permute(2, 0, 1, 3).reshape(query.size(0), query.size(1), self.hidden_size_per_partition)
+        return context.permute(2, 0, 1, 3).reshape(
+            query.size(0), query.size(1), self.hidden_size_per_partition
+        )
 
     def _sdpa_mask(
         self, attention_mask: torch.Tensor | None, sq: int, sk: int

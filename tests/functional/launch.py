@@ -21,9 +21,14 @@ def free_port() -> int:
 def torchrun(script: str | Path, nproc: int, *args: str, timeout: float = 240, env: dict | None = None):
     """Launch `script` on `nproc` local ranks; returns the CompletedProcess (stdout and stderr merged)."""
     cmd = [
-        sys.executable, "-m", "torch.distributed.run",
-        f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1", f"--master_port={free_port()}",
-        str(script), *args,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        str(script),
+        *args,
     ]
     # Not PYTHONUNBUFFERED: unbuffered, print() writes the text and its newline separately, so lines of
     # different ranks can interleave; workers print with flush=True (one write per line) instead.
@@ -32,15 +37,22 @@ def torchrun(script: str | Path, nproc: int, *args: str, timeout: float = 240, e
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
     # A session of its own, so a timeout can kill torchrun *and* its worker processes.
     proc = subprocess.Popen(
-        cmd, cwd=REPO_ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, start_new_session=True,
+        cmd,
+        cwd=REPO_ROOT,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
-        raise AssertionError(f"torchrun {script} timed out after {timeout} s\n{(out or '')[-6000:]}") from None
+        raise AssertionError(
+            f"torchrun {script} timed out after {timeout} s\n{(out or '')[-6000:]}"
+        ) from None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
 
 

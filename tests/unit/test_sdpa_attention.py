@@ -68,7 +68,9 @@ def _pair(config, mask_type=AttnMaskType.causal, tp=1, layer_number=2, **kwargs)
         pgs = ProcessGroupCollection()
         pgs.tp = _FakeTPGroup(tp)
     args = (config, layer_number, mask_type, "self")
-    return DotProductAttention(*args, pg_collection=pgs, **kwargs), SDPAttention(*args, pg_collection=pgs, **kwargs)
+    return DotProductAttention(*args, pg_collection=pgs, **kwargs), SDPAttention(
+        *args, pg_collection=pgs, **kwargs
+    )
 
 
 def _qkv(heads, groups, seed=0):
@@ -99,8 +101,8 @@ def _assert_same_outputs_and_grads(reference, ours, heads, groups, mask):
     (ref_out, ref_grads), (out, grads) = results
     assert out.shape == (SEQ, BATCH, heads * HEAD_DIM)
     torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
-    for name, grad, ref in zip("qkv", grads, ref_grads):
-        torch.testing.assert_close(grad, ref, rtol=1e-5, atol=1e-5, msg=lambda m: f"d{name}: {m}")
+    for name, grad, ref in zip("qkv", grads, ref_grads, strict=True):
+        torch.testing.assert_close(grad, ref, rtol=1e-5, atol=1e-5, msg=lambda m, name=name: f"d{name}: {m}")
 
 
 @pytest.mark.parametrize("heads,groups", [(4, 4), (4, 2), (6, 1)], ids=["mha", "gqa", "mqa"])
@@ -207,17 +209,21 @@ def test_attention_backend_selects_core_attention(backend, window, expected, mon
 def test_gpt_model_logits_and_grads_equal_with_both_attentions(monkeypatch):
     sdpa = _provide(tiny(qk_layernorm=True), monkeypatch)
     dpa = _provide(tiny(qk_layernorm=True, attention_backend="unfused"), monkeypatch)
-    assert _core_attention_types(sdpa) == {"SDPAttention"} and _core_attention_types(dpa) == {"DotProductAttention"}
+    assert _core_attention_types(sdpa) == {"SDPAttention"} and _core_attention_types(dpa) == {
+        "DotProductAttention"
+    }
     dpa.load_state_dict(sdpa.state_dict())
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(0, 100, (2, SEQ), generator=gen)
     pos = torch.arange(SEQ).expand(2, SEQ)
     losses = [model(ids, pos, None, labels=ids).mean() for model in (sdpa, dpa)]
     torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-5)
-    for model, loss in zip((sdpa, dpa), losses):
+    for loss in losses:
         loss.backward()
     with torch.no_grad():
         logits = [model(ids, pos, None) for model in (sdpa, dpa)]
     torch.testing.assert_close(logits[0], logits[1], rtol=1e-5, atol=1e-5)
-    for (name, p), q in zip(sdpa.named_parameters(), dpa.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}")
+    for (name, p), q in zip(sdpa.named_parameters(), dpa.parameters(), strict=True):
+        torch.testing.assert_close(
+            p.grad, q.grad, rtol=1e-5, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}"
+        )
