@@ -14,35 +14,8 @@ from bridge.parallel.memory import TrainingSetup, activation_memory, estimate_me
 from bridge.parallel.param_count import count_parameters
 from bridge.parallel.planner import USABLE_FRACTION, PlanRequest, plan
 from bridge.plan import main as plan_main
+from tests.unit.published_shapes import LLAMA31_8B, LLAMA31_70B, LLAMA32_1B, MIXTRAL_8X7B, QWEN3_30B_A3B
 
-LLAMA32_1B = ModelShape(
-    16,
-    32,
-    8,
-    8192,
-    hidden_size=2048,
-    vocab_size=128256,
-    kv_channels=64,
-    share_embeddings_and_output_weights=True,
-)
-LLAMA31_8B = ModelShape(32, 32, 8, 14336, hidden_size=4096, vocab_size=128256)
-LLAMA31_70B = ModelShape(80, 64, 8, 28672, hidden_size=8192, vocab_size=128256, seq_length=8192)
-QWEN3_30B_A3B = ModelShape(
-    48,
-    32,
-    4,
-    6144,
-    num_moe_experts=128,
-    moe_router_topk=8,
-    moe_ffn_hidden_size=768,
-    hidden_size=2048,
-    vocab_size=151936,
-    kv_channels=128,
-    qk_layernorm=True,
-)
-MIXTRAL_8X7B = ModelShape(
-    32, 32, 8, 14336, num_moe_experts=8, moe_router_topk=2, hidden_size=4096, vocab_size=32000
-)
 # A DeepSeek-V3-sized MoE (671.6B total, 38.1B active; MLA approximated by plain attention).
 MOE_671B = ModelShape(
     64,

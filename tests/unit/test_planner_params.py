@@ -5,9 +5,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from bridge.parallel.layout import ModelShape, ParallelLayout  # noqa: E402
+from bridge.parallel.layout import ParallelLayout  # noqa: E402
 from bridge.parallel.param_count import count_parameters, padded_vocab_size, params_per_rank  # noqa: E402
 from bridge.plan import shape_from_hf_config  # noqa: E402
+from tests.unit.published_shapes import LLAMA31_8B, LLAMA32_1B, MIXTRAL_8X7B, QWEN3_30B_A3B  # noqa: E402
 
 # Published Hugging Face config values.
 CONFIGS = {
@@ -82,33 +83,10 @@ CONFIGS = {
 }
 # The same models written as ModelShapes by hand (Megatron field names).
 SHAPES = {
-    "llama32_1b": ModelShape(
-        16,
-        32,
-        8,
-        8192,
-        hidden_size=2048,
-        vocab_size=128256,
-        kv_channels=64,
-        share_embeddings_and_output_weights=True,
-    ),
-    "llama31_8b": ModelShape(32, 32, 8, 14336, hidden_size=4096, vocab_size=128256),
-    "qwen3_30b_a3b": ModelShape(
-        48,
-        32,
-        4,
-        6144,
-        num_moe_experts=128,
-        moe_router_topk=8,
-        moe_ffn_hidden_size=768,
-        hidden_size=2048,
-        vocab_size=151936,
-        kv_channels=128,
-        qk_layernorm=True,
-    ),
-    "mixtral_8x7b": ModelShape(
-        32, 32, 8, 14336, num_moe_experts=8, moe_router_topk=2, hidden_size=4096, vocab_size=32000
-    ),
+    "llama32_1b": LLAMA32_1B,
+    "llama31_8b": LLAMA31_8B,
+    "qwen3_30b_a3b": QWEN3_30B_A3B,
+    "mixtral_8x7b": MIXTRAL_8X7B,
 }
 
 
