@@ -8,13 +8,25 @@ model is actually built.
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import math
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from bridge.errors import ConfigError
-from bridge.models.transformer_fields import FIELD_CHOICES, TransformerFields
+from bridge.models.transformer_fields import (
+    AVAILABLE_FIELDS,
+    BY_NAME_FIELDS,
+    FIELD_CHOICES,
+    INSTALLED_RELEASE,
+    SNAPSHOT,
+    TESTED_RELEASES,
+    UNAVAILABLE_FIELDS,
+    TransformerFields,
+    field_default,
+    unavailable_field_error,
+)
 
 if TYPE_CHECKING:
     from bridge.parallel.layout import ModelShape, ParallelLayout
@@ -33,9 +45,6 @@ ACTIVATIONS = {
     "quick_gelu": ("megatron.core.activations", "quick_gelu"),
     "fast_gelu": ("megatron.core.activations", "fast_gelu"),
 }
-
-# Names of megatron.core.transformer.enums.AttnBackend (a unit test keeps them in step).
-ATTENTION_BACKENDS = ("flash", "fused", "unfused", "local", "auto")
 
 # GPTModel position embeddings the provider can build ("yarn" and "mrope" need settings
 # TransformerConfig does not carry in this release).
@@ -63,10 +72,19 @@ def _field_names(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in fields(cls))
 
 
-@functools.cache
 def transformer_field_names() -> tuple[str, ...]:
     """The provider fields that are passed to TransformerConfig (in TransformerConfig's order)."""
-    return tuple(f.name for f in fields(TransformerFields))
+    return AVAILABLE_FIELDS
+
+
+@functools.cache
+def _warn_untested_release() -> None:
+    logger.warning(
+        "megatron-core %s is outside the tested releases (%s); using the field snapshot of %s",
+        INSTALLED_RELEASE,
+        ", ".join(TESTED_RELEASES),
+        SNAPSHOT.RELEASE,
+    )
 
 
 def _fail(field: str, value: Any, rule: str, fix: str) -> ConfigError:
@@ -77,9 +95,11 @@ def _fail(field: str, value: Any, rule: str, fix: str) -> ConfigError:
 class GPTModelProvider(TransformerFields):
     """A GPT model by Megatron-Core's own field names.
 
-    Every TransformerConfig field of the installed Megatron-Core is a field here (see
-    transformer_fields.py), with dtypes (`params_dtype`, `pipeline_dtype`, `autocast_dtype`: "fp32" |
-    "bf16" | "fp16"), `activation_func` ("silu", "gelu", ...) and `attention_backend` given by name.
+    Every TransformerConfig field of the installed Megatron-Core is a field here, with that release's
+    default (see transformer_fields/), with dtypes (`params_dtype`, `pipeline_dtype`, `autocast_dtype`:
+    "fp32" | "bf16" | "fp16"), `activation_func` ("silu", "gelu", ...) and enums (`attention_backend`)
+    given by name. Fields of other supported releases are here too, at their default: setting one the
+    installed release lacks is a ConfigError.
     `pipeline_dtype=None` means the training dtype (bf16/fp16 when set, else params_dtype), as in
     Megatron-LM. Below: the GPTModel constructor arguments that TransformerConfig does not hold.
     """
@@ -120,6 +140,10 @@ class GPTModelProvider(TransformerFields):
 
     def finalize(self) -> None:
         """Check the model fields (layout rules are checked by `layout()`); raise ConfigError."""
+        for name in UNAVAILABLE_FIELDS:
+            value = getattr(self, name)
+            if value != field_default(name):
+                raise ConfigError(unavailable_field_error(name, value))
         for name in ("num_layers", "hidden_size", "num_attention_heads", "seq_length"):
             if getattr(self, name) <= 0:
                 raise _fail(name, getattr(self, name), "must be a positive integer", f"set model.{name}")
@@ -142,13 +166,12 @@ class GPTModelProvider(TransformerFields):
             value = getattr(self, name)
             if value is not None and value not in choices:
                 raise _fail(name, value, f"must be one of {list(choices)}", "pick one of those")
-        for name in ("params_dtype", "pipeline_dtype", "autocast_dtype"):
+        for name, kind in BY_NAME_FIELDS.items():
             value = getattr(self, name)
-            if value is not None and value not in DTYPES:
+            if kind == "dtype" and value is not None and value not in DTYPES:
                 raise _fail(name, value, f"must be one of {list(DTYPES)}", "give the dtype by name")
         checks = (
             ("activation_func", ACTIVATIONS),
-            ("attention_backend", ATTENTION_BACKENDS),
             ("position_embedding_type", POSITION_EMBEDDINGS),
         )
         for name, known in checks:
@@ -281,21 +304,19 @@ class GPTModelProvider(TransformerFields):
     def megatron_value(self, name: str) -> Any:
         """The value TransformerConfig gets for field `name` (names mapped to dtypes/callables)."""
         value = getattr(self, name)
-        if name in ("params_dtype", "pipeline_dtype", "autocast_dtype"):
+        kind = BY_NAME_FIELDS.get(name)
+        if kind == "dtype":
             import torch
 
             if name == "pipeline_dtype" and value is None:
                 value = "bf16" if self.bf16 else "fp16" if self.fp16 else self.params_dtype
             return None if value is None else getattr(torch, DTYPES[value])
-        if name == "activation_func":
-            import importlib
-
+        if kind == "activation":
             module, attr = ACTIVATIONS[value]
             return getattr(importlib.import_module(module), attr)
-        if name == "attention_backend":
-            from megatron.core.transformer.enums import AttnBackend
-
-            return AttnBackend[value]
+        if kind is not None and value is not None:  # "enum:<module>.<class>"
+            module, _, cls = kind.removeprefix("enum:").rpartition(".")
+            return getattr(importlib.import_module(module), cls)[value]
         if name == "window_size" and value is not None:
             return tuple(value)
         if isinstance(value, list):
@@ -308,7 +329,11 @@ class GPTModelProvider(TransformerFields):
         from megatron.core.transformer import TransformerConfig
 
         self.finalize()
-        kwargs = {name: self.megatron_value(name) for name in transformer_field_names()}
+        declared = {f.name for f in fields(TransformerConfig)}
+        if SNAPSHOT.RELEASE.split(".")[:2] != (INSTALLED_RELEASE or "").split(".")[:2]:
+            _warn_untested_release()
+        # Only what the live TransformerConfig declares (a patch release may differ from its snapshot).
+        kwargs = {name: self.megatron_value(name) for name in transformer_field_names() if name in declared}
         if not torch.cuda.is_available():
             # Without CUDA there is no other device to initialize weights on.
             kwargs["use_cpu_initialization"] = True

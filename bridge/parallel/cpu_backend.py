@@ -4,7 +4,10 @@ Megatron-Core assumes a GPU in a handful of places. `install()` patches exactly 
 process, and only when `torch.cuda.is_available()` is False; with CUDA present it does nothing, so
 GPU behaviour can never change. `initialize_distributed` calls it; `import bridge` never does.
 
-Every patch (what fails on CPU, where in megatron-core 0.16.1, and the fix):
+Every patch (what fails on CPU, where in megatron-core 0.16.1 and 0.19.2, and the fix). Each patch
+first checks that the Megatron-Core names it replaces exist in the installed release (`_require`):
+a missing call site is an error naming the patch and the name, never a patch silently applied to
+nothing.
 
 | # | failure on CPU | call sites | fix |
 | - | --- | --- | --- |
@@ -43,6 +46,25 @@ import warnings
 from typing import Any
 
 logger = logging.getLogger(__name__)
+
+
+class CpuBackendError(RuntimeError):
+    """A call site the CPU backend patches is not in the installed Megatron-Core release."""
+
+
+def _require(owner: Any, *names: str, patch: str) -> None:
+    missing = [name for name in names if not hasattr(owner, name)]
+    if missing:
+        from importlib.metadata import version
+
+        where = getattr(owner, "__module__", None) if isinstance(owner, type) else None
+        prefix = f"{where}.{owner.__qualname__}" if where else getattr(owner, "__name__", repr(owner))
+        raise CpuBackendError(
+            f"CPU backend patch {patch}: megatron-core {version('megatron-core')} has no "
+            f"{', '.join(f'{prefix}.{n}' for n in missing)}, the call site this patch replaces. "
+            "Fix: use a megatron-core release the CPU backend supports (0.16.1, 0.19.2), or run with CUDA"
+        )
+
 
 _lock = threading.Lock()
 _installed: list[str] | None = None  # what install() changed; None = not installed
@@ -188,6 +210,17 @@ def _patch_torch_cuda(torch: Any) -> list[str]:
 def _patch_rng_tracker(torch: Any) -> list[str]:
     from megatron.core.tensor_parallel import random as mp_random
 
+    _require(
+        mp_random,
+        "CudaRNGStatesTracker",
+        "_get_cuda_rng_state",
+        "_set_cuda_rng_state",
+        "_CUDA_RNG_STATE_TRACKER",
+        "_CUDA_RNG_STATE_TRACKER_INITIALIZED",
+        "_MODEL_PARALLEL_RNG_TRACKER_NAME",
+        "initialize_rng_tracker",
+        patch="#8 (RNG tracker)",
+    )
     base = mp_random.CudaRNGStatesTracker
 
     class CpuRNGStatesTracker(base):
@@ -237,8 +270,11 @@ def _patch_rng_tracker(torch: Any) -> list[str]:
 def _patch_moe(torch: Any) -> list[str]:
     from megatron.core.transformer.moe import moe_utils, token_dispatcher
 
+    _require(moe_utils, "maybe_move_tensor_to_cpu", patch="#9 (MoE split sizes)")
+    _require(token_dispatcher, "maybe_move_tensor_to_cpu", patch="#9 (MoE split sizes)")
+    _require(moe_utils, "router_gating_linear", patch="#10 (te_general_gemm)")
     changed = []
-    if not hasattr(moe_utils, "te_general_gemm"):
+    if not hasattr(moe_utils, "te_general_gemm"):  # 0.16.1 reads the name unguarded; 0.19 defines it
         moe_utils.te_general_gemm = None
         changed.append("moe_utils.te_general_gemm=None")
 
@@ -262,6 +298,9 @@ def _patch_moe(torch: Any) -> list[str]:
 def _patch_recompute() -> list[str]:
     from megatron.core.tensor_parallel import random as mp_random
 
+    _require(mp_random.CheckpointFunction, "backward", patch="#11 (activation recompute)")
+    _require(mp_random, "CheckpointWithoutOutput", patch="#11 (activation recompute)")
+    _require(mp_random.CheckpointWithoutOutput, "_recompute", patch="#11 (activation recompute)")
     mode = _mode
 
     def under_mode(fn: Any) -> Any:
@@ -273,9 +312,8 @@ def _patch_recompute() -> list[str]:
         return wrapped
 
     mp_random.CheckpointFunction.backward = staticmethod(under_mode(mp_random.CheckpointFunction.backward))
-    if hasattr(mp_random, "CheckpointWithoutOutput"):
-        cls = mp_random.CheckpointWithoutOutput
-        cls._recompute = under_mode(cls._recompute)
+    cls = mp_random.CheckpointWithoutOutput
+    cls._recompute = under_mode(cls._recompute)
     return ["activation recompute->under the device mode"]
 
 
@@ -289,6 +327,8 @@ P2P_TAG_BACKWARD = 0x5F02  # gradients: send_prev -> the previous stage's recv_n
 def _patch_pipeline_p2p(torch: Any) -> list[str]:
     from megatron.core.pipeline_parallel import p2p_communication as p2p
 
+    _require(p2p, "_batched_p2p_ops", "P2PCommunicator", patch="#12 (batched pipeline p2p)")
+    _require(p2p.P2PCommunicator, "_communicate_shapes", patch="#12 (batched pipeline p2p)")
     dist = torch.distributed
 
     def batched_p2p_ops(

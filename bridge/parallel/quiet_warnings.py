@@ -58,10 +58,10 @@ KNOWN_WARNINGS: tuple[KnownWarning, ...] = (
         cpu_only=True,
     ),
     KnownWarning(
-        r"full scope is deprecated\. Use empty cuda_graph_scope",
+        r"full scope is deprecated\. Use empty cuda_graph_(scope|modules)",  # 0.16 | 0.19 wording
         UserWarning,
         r"megatron\.core\.transformer\.transformer_config",
-        "raised for Megatron-Core's own cuda_graph_scope default ('full')",
+        "raised for Megatron-Core's own default ('full': cuda_graph_scope in 0.16, cuda_graph_modules in 0.19)",
     ),
     KnownWarning(
         r"Please use DTensor instead and we are deprecating ShardedTensor",

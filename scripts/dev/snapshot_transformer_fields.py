@@ -1,30 +1,36 @@
-"""Regenerate bridge/models/transformer_fields.py from the installed Megatron-Core.
+"""Regenerate the TransformerConfig field snapshot of the installed Megatron-Core release.
 
-    python scripts/dev/snapshot_transformer_fields.py            # rewrite the snapshot
-    python scripts/dev/snapshot_transformer_fields.py --check    # exit 1 if it is out of date
+    python scripts/dev/snapshot_transformer_fields.py            # write bridge/models/transformer_fields/mcore_X_Y.py
+    python scripts/dev/snapshot_transformer_fields.py --check    # exit 1 if that file is out of date
 
-The snapshot turns every `TransformerConfig` field into a YAML/OmegaConf-friendly dataclass field
-(int, float, bool, str, optional/list of those) so the provider stays pure data. Fields that cannot be
-written as data (callables, process hooks, objects) are listed with the reason they are left out.
-tests/unit/test_transformer_fields.py runs `render()` and compares it with the committed file.
+Run it once per supported release (each in an environment with that release installed); each release
+has its own generated module. The snapshot turns every `TransformerConfig` field into a
+YAML/OmegaConf-friendly field (int, float, bool, str, optional/list of those): torch dtypes, enums and
+the activation function are held by name and mapped back when the TransformerConfig is built. Fields
+that cannot be written as data (callables, process hooks, objects) are listed with the reason they are
+left out. tests/unit/test_transformer_fields.py runs `render()` and compares it with the committed file.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import enum
 import sys
 import types
 import typing
 from pathlib import Path
 
-SNAPSHOT = Path(__file__).resolve().parents[2] / "bridge" / "models" / "transformer_fields.py"
+PACKAGE = Path(__file__).resolve().parents[2] / "bridge" / "models" / "transformer_fields"
 
 # Fields that hold Python objects, not configuration values: the provider never carries them.
 EXCLUDED = {
     "timers": "runtime hook set by the training loop",
     "finalize_model_grads_func": "runtime hook set by the training loop",
     "grad_scale_func": "runtime hook set by the training loop",
+    "moe_grad_scale_func": "runtime hook set by the training loop",
+    "mtp_grad_scale_func": "runtime hook set by the training loop",
+    "experimental_attention_variant_loss_scale_func": "runtime hook set by the training loop",
     "no_sync_func": "runtime hook set by the training loop",
     "grad_sync_func": "runtime hook set by the training loop",
     "param_sync_func": "runtime hook set by the training loop",
@@ -35,15 +41,11 @@ EXCLUDED = {
     "quant_recipe": "a Megatron-Core RecipeConfig object, not data",
 }
 
-# Fields whose Megatron-Core value is an object: the provider holds a name, mapped back when the
-# TransformerConfig is built (GPTModelProvider._megatron_value).
-BY_NAME = {
-    "params_dtype": ("str", "fp32"),
-    "pipeline_dtype": ("str | None", None),
-    "autocast_dtype": ("str | None", None),
-    "activation_func": ("str", "gelu"),
-    "attention_backend": ("str", "auto"),
-}
+# The activation is a callable in Megatron-Core; the provider holds its name (gpt_provider.ACTIVATIONS).
+ACTIVATION_FIELDS = {"activation_func": "gelu"}
+
+# torch dtype -> the provider's name for it (gpt_provider.DTYPES).
+DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 class _Skip(Exception):
@@ -62,115 +64,157 @@ def _py(value) -> str:
     return repr(value)
 
 
-def _is_list(tp) -> bool:
-    return typing.get_origin(tp) is list
+def _is_torch_dtype(tp) -> bool:
+    return getattr(tp, "__module__", None) == "torch" and getattr(tp, "__name__", None) == "dtype"
 
 
-def _scalar_name(tp) -> str | None:
+def _is_enum(tp) -> bool:
+    return isinstance(tp, type) and issubclass(tp, enum.Enum)
+
+
+def _scalar(tp) -> tuple[str, tuple | None, str | None] | None:
+    """(annotation, choices, by-name kind) of a scalar type, or None when it is not one."""
     if tp in (int, float, bool, str):
-        return tp.__name__
+        return tp.__name__, None, None
     if typing.get_origin(tp) is typing.Literal:
-        return "str"
+        args = typing.get_args(tp)
+        kinds = {type(a) for a in args}
+        if kinds == {str}:
+            return "str", args, None
+        if kinds == {int}:
+            return "int", args, None
+        raise _Skip
+    if _is_torch_dtype(tp):
+        return "str", None, "dtype"
+    if _is_enum(tp):
+        return "str", tuple(m.name for m in tp), f"enum:{tp.__module__}.{tp.__qualname__}"
     return None
 
 
-def _yaml_type(tp) -> tuple[str, tuple | None, str | None]:
-    """(annotation, Literal choices or None, note on narrowing or None) for one field type."""
-    origin = typing.get_origin(tp)
-    if origin is typing.Literal:
-        return "str", typing.get_args(tp), None
-    scalar = _scalar_name(tp)
+def _yaml_type(tp) -> tuple[str, tuple | None, str | None, str | None]:
+    """(annotation, choices or None, by-name kind or None, note on narrowing or None) for one type."""
+    scalar = _scalar(tp)
     if scalar:
-        return scalar, None, None
-    if _is_list(tp):
+        return (*scalar, None)
+    origin = typing.get_origin(tp)
+    if origin is list:
         (item,) = typing.get_args(tp)
-        inner = _scalar_name(item)
-        if inner is None:
+        inner = _scalar(item)
+        if inner is None or inner[2] is not None:
             raise _Skip
-        return f"list[{inner}]", None, None
+        return f"list[{inner[0]}]", None, None, None
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
         optional = type(None) in args
         rest = [a for a in args if a is not type(None)]
+
+        def maybe_none(ann: str) -> str:
+            return f"{ann} | None" if optional else ann
+
         if len(rest) == 1 and typing.get_origin(rest[0]) is tuple:
-            inner = {_scalar_name(a) for a in typing.get_args(rest[0])}
+            inner = {_scalar(a) for a in typing.get_args(rest[0])}
             if len(inner) != 1 or None in inner:
                 raise _Skip
-            ann = f"list[{inner.pop()}]"
-            return (f"{ann} | None" if optional else ann), None, "a tuple in Megatron-Core; a list here"
+            ann = f"list[{inner.pop()[0]}]"
+            return maybe_none(ann), None, None, "a tuple in Megatron-Core; a list here"
         if len(rest) == 1:
-            ann, choices, note = _yaml_type(rest[0])
-            return (f"{ann} | None" if optional else ann), choices, note
-        # Union[X, List[X], ...]: OmegaConf has no Union; keep the scalar form.
-        scalars = [a for a in rest if _scalar_name(a)]
-        if not scalars:
+            ann, choices, kind, note = _yaml_type(rest[0])
+            return maybe_none(ann), choices, kind, note
+        # Union[str, SomeEnum, List[...], ...]: OmegaConf has no Union; keep the plain scalar form.
+        plain = [a for a in rest if a in (int, float, bool, str)]
+        if not plain:
             raise _Skip
-        ann, choices, _ = _yaml_type(scalars[0])
         note = "Union in Megatron-Core; only the scalar form here"
-        return (f"{ann} | None" if optional else ann), choices, note
+        return maybe_none(plain[0].__name__), None, None, note
     raise _Skip
 
 
+def _default(f: dataclasses.Field, kind: str | None):
+    if f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+        if type(value) not in (list, dict) or value:
+            raise SystemExit(f"{f.name}: default factory {f.default_factory} is not an empty list/dict")
+        return value
+    value = f.default
+    if value is None:
+        return None
+    if kind == "dtype":
+        return DTYPE_NAMES[str(value).removeprefix("torch.")]
+    if kind and kind.startswith("enum:"):
+        return value.name
+    return list(value) if isinstance(value, tuple) else value
+
+
+def module_name(version: str) -> str:
+    major, minor = version.split(".")[:2]
+    return f"mcore_{major}_{minor}"
+
+
+def installed_release() -> str:
+    # The distribution's version: megatron.core.__version__ appends the git hash of the current directory.
+    from importlib.metadata import version
+
+    return version("megatron-core")
+
+
 def render() -> str:
-    from megatron.core import __version__ as mcore_version
     from megatron.core.transformer import TransformerConfig
+
+    mcore_version = installed_release()
 
     lines: list[str] = []
     choices: dict[str, tuple] = {}
+    by_name: dict[str, str] = {}
     notes: dict[str, str] = {}
     excluded: dict[str, str] = {}
     for f in dataclasses.fields(TransformerConfig):
         if f.name in EXCLUDED:
             excluded[f.name] = EXCLUDED[f.name]
             continue
-        if f.name in BY_NAME:
-            ann, default = BY_NAME[f.name]
-            lines.append(f"    {f.name}: {ann} = {_py(default)}  # by name")
+        if f.name in ACTIVATION_FIELDS:
+            by_name[f.name] = "activation"
+            lines.append(f"    {_py(f.name)}: ({_py('str')}, {_py(ACTIVATION_FIELDS[f.name])}),")
             continue
         try:
-            ann, ch, note = _yaml_type(f.type)
+            ann, ch, kind, note = _yaml_type(f.type)
         except _Skip:
             raise SystemExit(
-                f"{f.name}: type {f.type} has no YAML form; add it to EXCLUDED or BY_NAME"
+                f"{f.name}: type {f.type} has no YAML form; add it to EXCLUDED or ACTIVATION_FIELDS"
             ) from None
         if ch:
             choices[f.name] = ch
+        if kind:
+            by_name[f.name] = kind
         if note:
             notes[f.name] = note
-        if f.default_factory is not dataclasses.MISSING:
-            value = f.default_factory()
-            factory = {list: "list", dict: "dict"}.get(type(value))
-            if factory is None or value:
-                raise SystemExit(f"{f.name}: default factory {f.default_factory} is not an empty list/dict")
-            lines.append(f"    {f.name}: {ann} = field(default_factory={factory})")
-        else:
-            default = f.default
-            if isinstance(default, tuple):
-                default = list(default)
-            lines.append(f"    {f.name}: {ann} = {_py(default)}")
+        default = _default(f, kind)
+        if default is None and not ann.endswith("| None"):
+            ann += " | None"  # declared without Optional, but defaults to None (pipeline_dtype)
+        lines.append(f"    {_py(f.name)}: ({_py(ann)}, {_py(default)}),")
 
     def fmt_dict(name: str, d: dict) -> str:
         body = "".join(f"    {_py(k)}: {_py(v)},\n" for k, v in d.items())
         return f"{name} = {{\n{body}}}\n"
 
     return (
-        '"""Every YAML-friendly field of Megatron-Core\'s TransformerConfig, with its default.\n\n'
-        "GENERATED by scripts/dev/snapshot_transformer_fields.py from the installed megatron-core; do not\n"
-        "edit by hand. tests/unit/test_transformer_fields.py fails when this file and the installed release\n"
+        f'"""TransformerConfig\'s fields in megatron-core {mcore_version}, as data.\n\n'
+        "GENERATED by scripts/dev/snapshot_transformer_fields.py with this release installed; do not edit\n"
+        "by hand. tests/unit/test_transformer_fields.py fails when this file and the installed release\n"
         "disagree. Pure data: importing this module imports neither torch nor megatron.core.\n"
         '"""\n\n'
-        "from dataclasses import dataclass, field\n\n"
-        f"MEGATRON_CORE_VERSION = {_py(mcore_version)}\n\n"
+        f"RELEASE = {_py(mcore_version)}\n\n"
         "# TransformerConfig fields that hold objects, not values; the provider leaves them to Megatron-Core.\n"
         + fmt_dict("EXCLUDED_FIELDS", excluded)
-        + "\n# Fields whose Megatron-Core type is a Literal: the allowed strings.\n"
+        + "\n# Fields whose Megatron-Core type is a Literal or an enum: the allowed values (enums by member name).\n"
         + fmt_dict("FIELD_CHOICES", choices)
+        + "\n# Fields held by name: 'dtype' (fp32/bf16/fp16), 'activation', or 'enum:<class path>'.\n"
+        + fmt_dict("BY_NAME_FIELDS", by_name)
         + "\n# Fields whose type had to be narrowed to be YAML-friendly.\n"
         + fmt_dict("NARROWED_FIELDS", notes)
-        + "\n\n@dataclass\nclass TransformerFields:\n"
-        '    """TransformerConfig\'s fields as data; dtypes, activation and attention backend by name."""\n\n'
+        + "\n# name: (annotation, default), in TransformerConfig's order.\n"
+        + "FIELDS = {\n"
         + "\n".join(lines)
-        + "\n"
+        + "\n}\n"
     )
 
 
@@ -179,14 +223,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when the snapshot is out of date")
     args = parser.parse_args(argv)
     text = render()
+    target = PACKAGE / f"{module_name(installed_release())}.py"
     if args.check:
-        current = SNAPSHOT.read_text() if SNAPSHOT.exists() else ""
+        current = target.read_text() if target.exists() else ""
         if current != text:
-            print(f"{SNAPSHOT} is out of date; run {Path(__file__).name}", file=sys.stderr)
+            print(f"{target} is out of date; run {Path(__file__).name}", file=sys.stderr)
             return 1
         return 0
-    SNAPSHOT.write_text(text)
-    print(f"wrote {SNAPSHOT}")
+    target.write_text(text)
+    print(f"wrote {target}")
     return 0
 
 

@@ -191,3 +191,22 @@ def test_import_is_light_and_installs_nothing(module):
         """
     )
     assert "HEAVY []" in out, out
+
+
+def test_a_missing_call_site_is_an_error_naming_the_patch():
+    # A release that moved a patched name must fail loudly, not get a patch applied to nothing.
+    import types
+
+    from bridge.parallel import cpu_backend
+
+    fake = types.ModuleType("megatron.core.pipeline_parallel.p2p_communication")
+    fake.P2PCommunicator = type("P2PCommunicator", (), {})
+    with pytest.raises(cpu_backend.CpuBackendError) as err:
+        cpu_backend._require(fake, "_batched_p2p_ops", "P2PCommunicator", patch="#12 (batched pipeline p2p)")
+    message = str(err.value)
+    assert "#12 (batched pipeline p2p)" in message
+    assert "megatron.core.pipeline_parallel.p2p_communication._batched_p2p_ops" in message
+    assert "P2PCommunicator," not in message  # only what is missing
+    with pytest.raises(cpu_backend.CpuBackendError, match=r"P2PCommunicator\._communicate_shapes"):
+        cpu_backend._require(fake.P2PCommunicator, "_communicate_shapes", patch="#12")
+    cpu_backend._require(fake, "P2PCommunicator", patch="#12")  # present: nothing raised

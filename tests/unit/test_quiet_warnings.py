@@ -51,8 +51,11 @@ SEEN = {
         "When using sequence parallelism it is recommended to set the environment variable "
         "CUDA_DEVICE_MAX_CONNECTIONS to 1 for maximum speedup", UserWarning,
         "megatron.core.tensor_parallel.layers"),
-    "full_scope": (
+    "full_scope": (  # megatron-core 0.16
         "full scope is deprecated. Use empty cuda_graph_scope to capture the whole layer.", UserWarning,
+        "megatron.core.transformer.transformer_config"),
+    "full_scope_modules": (  # megatron-core 0.19
+        "full scope is deprecated. Use empty cuda_graph_modules to capture the whole layer.", UserWarning,
         "megatron.core.transformer.transformer_config"),
     "sharded_tensor": (
         "Please use DTensor instead and we are deprecating ShardedTensor.", FutureWarning,
@@ -134,7 +137,7 @@ REAL_SOURCES = textwrap.dedent(
         if not first:  # import-time warnings: run the module code again
             for module in (backends, gpt_layer_specs, clip_grads):
                 importlib.reload(module)
-        TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=1, cuda_graph_scope="full")
+        TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=1)  # the default warns
         dist.all_gather_into_tensor(torch.zeros(2), torch.ones(2))
         _zero_grad_group_helper([y], set_to_none=False)  # reads y.grad, as the distributed optimizer does
         y.grad  # this script's own read of a non-leaf .grad
