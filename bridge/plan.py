@@ -28,18 +28,48 @@ from bridge.parallel.planner import INTERCONNECTS, SIZE_FLAGS, PlanRequest, plan
 PRESET_FAMILIES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral")
 
 
-def shape_from_hf_config(cfg: dict) -> ModelShape:
-    """ModelShape from a Hugging Face config.json (Llama, Mistral, Qwen2/3, Qwen MoE, Mixtral families)."""
-    try:
-        heads = cfg["num_attention_heads"]
-        hidden = cfg["hidden_size"]
-        layers = cfg["num_hidden_layers"]
-    except KeyError as err:
+def _positive_int(cfg: dict, key: str, source: str, *, required: bool = True) -> int | None:
+    value = cfg.get(key)
+    if value is None and not required:
+        return None
+    if value is None:
         raise ConfigError(
-            f"config.json: key {err} is missing. Fix: give a decoder-only LM's config.json."
-        ) from None
-    model_type = cfg.get("model_type", "")
+            f"{source}: key {key!r} is missing. Fix: give a decoder-only LM's config.json "
+            "(Llama, Mistral, Qwen2/3, Qwen3-MoE, Mixtral)."
+        )
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{source}: {key} = {value!r}: must be a positive integer. Fix: correct the file.")
+    return value
+
+
+def shape_from_hf_config(cfg: dict, source: str = "config.json") -> ModelShape:
+    """ModelShape from a Hugging Face config.json (Llama, Mistral, Qwen2/3, Qwen MoE, Mixtral families).
+
+    Raises ConfigError (naming `source`) when the JSON is not an object or lacks a key the planner needs.
+    """
+    if not isinstance(cfg, dict):
+        raise ConfigError(
+            f"{source}: holds a JSON {type(cfg).__name__}, not an object. Fix: give a model's config.json."
+        )
+    heads = _positive_int(cfg, "num_attention_heads", source)
+    hidden = _positive_int(cfg, "hidden_size", source)
+    layers = _positive_int(cfg, "num_hidden_layers", source)
+    _positive_int(cfg, "vocab_size", source)
     experts = cfg.get("num_local_experts") or cfg.get("num_experts") or None
+    if experts is not None:
+        _positive_int(cfg, "num_experts" if "num_experts" in cfg else "num_local_experts", source)
+        if cfg.get("moe_intermediate_size") is None:
+            _positive_int(cfg, "intermediate_size", source)
+    else:
+        _positive_int(cfg, "intermediate_size", source)
+    for key in (
+        "num_key_value_heads",
+        "head_dim",
+        "moe_intermediate_size",
+        "shared_expert_intermediate_size",
+    ):
+        _positive_int(cfg, key, source, required=False)
+    model_type = cfg.get("model_type", "")
     return ModelShape(
         num_layers=layers,
         num_attention_heads=heads,
@@ -69,7 +99,17 @@ def resolve_model(name: str) -> tuple[ModelShape, dict]:
             raise ConfigError(
                 f"--model {name!r}: no such file. Fix: give a config.json or a folder holding one."
             )
-        return shape_from_hf_config(json.loads(path.read_text())), {}
+        try:
+            cfg = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ConfigError(
+                f"--model {name!r}: {path} is not valid JSON ({err}). Fix: give a Hugging Face config.json."
+            ) from None
+        except OSError as err:
+            raise ConfigError(
+                f"--model {name!r}: cannot read {path} ({err.strerror}). Fix: check the path."
+            ) from None
+        return shape_from_hf_config(cfg, str(path)), {}
     from recipes import RECIPES, get_recipe  # lazily: bridge never imports recipes at module level
 
     if name in RECIPES:
@@ -94,11 +134,13 @@ def resolve_model(name: str) -> tuple[ModelShape, dict]:
             # plan for --seq-length, else 4096, as for a config.json
             shape = presets[name]().model_shape()
             return replace(shape, seq_length=None), {}
-    close = difflib.get_close_matches(name, [*RECIPES, *presets], n=3)
+    preset_names = sorted(k for k, v in presets.items() if callable(v))
+    close = difflib.get_close_matches(name, [*RECIPES, *preset_names], n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise ConfigError(
         f"--model {name!r}: not a recipe, a preset or a config.json. Fix: {hint}"
-        "run `python -c 'import recipes; print(recipes.list_recipes())'` for the recipe names."
+        "`python scripts/training/run_recipe.py --list-recipes` prints the recipe names; "
+        f"the preset names are {', '.join(preset_names)}; or give a config.json."
     )
 
 
@@ -127,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--memory-model",
         choices=MEMORY_MODELS,
         default="megatron",
-        help="seed: the seeds' accounting; megatron: mixed precision + distributed optimizer",
+        help="seed: 2+2+4 bytes per parameter; megatron: mixed precision + distributed optimizer",
     )
     for flag in SIZE_FLAGS:
         ap.add_argument(f"--{flag}", type=int, default=None, help=f"keep {flag} fixed and plan the rest")
@@ -156,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             gpu_memory_gb=args.gpu_memory_gb,
             seq_length=args.seq_length or defaults.get("seq_length"),
             global_batch_size=args.global_batch_size or defaults.get("global_batch_size"),
+            round_global_batch=args.global_batch_size is None,  # a recipe's default may be rounded
             micro_batch_size=args.micro_batch_size or defaults.get("micro_batch_size") or 1,
             precision=args.precision or "bf16",
             optimizer=args.optimizer or "adam",
@@ -164,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         result = plan(req)
     except ConfigError as err:
-        print(f"bridge plan: {err}", file=sys.stderr)
+        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)  # one line, as run_recipe.py
         return 2
     overrides = plan_overrides(result, explicit)
     if args.json:

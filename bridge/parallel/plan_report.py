@@ -26,14 +26,19 @@ def _layout_fields(layout: ParallelLayout | None) -> dict:
 
 
 def plan_to_json(p: Plan) -> dict:
-    """One JSON object: the layout by Megatron field names, parameter counts, memory, reasons, warnings."""
+    """One JSON object: the layout by Megatron field names, parameter counts, memory, reasons, warnings.
+
+    The layout keys, the derived sizes (data_parallel_size, expert_data_parallel_size, min_gpus) and
+    memory_gb are always those of `p.candidate`: the recommendation, or when nothing fits the closest
+    candidate (also under "closest"); whether it fits is the separate `fits` field."""
     req = p.request
-    out = _layout_fields(p.layout)
+    layout, recompute, mem = p.candidate or (None, "none", None)
+    out = _layout_fields(layout)
     out.update(
-        recompute_granularity=None if p.recompute == "none" else p.recompute,
+        recompute_granularity=None if recompute == "none" else recompute,
         params_total=p.params.total,
         params_active=p.params.active,
-        memory_gb=p.memory.as_dict() if p.memory else None,
+        memory_gb=mem.as_dict() if mem else None,
         reasons=list(p.reasons),
         warnings=p.warnings,
         fits=p.fits,
@@ -42,6 +47,7 @@ def plan_to_json(p: Plan) -> dict:
         usable_memory_gb=round(p.budget_gb, 3),
         memory_model=req.memory_model,
         seq_length=req.seq,
+        global_batch_size=p.global_batch_size,
     )
     if not p.fits:
         out["advice"] = list(p.advice)
@@ -86,7 +92,9 @@ def plan_overrides(p: Plan, explicit: dict[str, object] | None = None) -> list[s
         "optimizer": "optimizer.optimizer",
     }
     for key, dotted in names.items():
-        if explicit.get(key) is not None:
+        if key == "global_batch_size" and p.global_batch_size != p.request.global_batch_size:
+            out.append(f"{dotted}={p.global_batch_size}")  # the default, rounded to fit dp
+        elif explicit.get(key) is not None:
             out.append(f"{dotted}={explicit[key]}")
     precision = explicit.get("precision")
     if precision in ("bf16", "fp16"):
@@ -115,7 +123,7 @@ def format_table(p: Plan, model_name: str, overrides: list[str]) -> str:
     lines = [
         f"bridge plan: {model_name} on {req.gpus} GPUs ({req.gpus_per_node} per node, {req.link}), "
         f"{req.gpu_memory_gb:g} GB each",
-        f"  seq {req.seq}, micro batch {req.micro_batch_size}, global batch {req.global_batch_size or '-'}, "
+        f"  seq {req.seq}, micro batch {req.micro_batch_size}, global batch {p.global_batch_size or '-'}, "
         f"{req.precision}, {req.optimizer}",
         f"parameters: {_b(p.params.total)} total, {_b(p.params.active)} active per token",
         "",
@@ -140,8 +148,12 @@ def format_table(p: Plan, model_name: str, overrides: list[str]) -> str:
         if p.closest is not None:
             layout, recompute, mem = p.closest
             lines += [
-                f"closest  {layout.describe()} recompute={recompute}",
+                f"closest  {layout.describe()}",
+                f"         strategy={layout.strategy} vpp={layout.vpp} "
+                f"sequence_parallel={layout.sequence_parallel} recompute={recompute} min_gpus={layout.min_gpus}",
+                "",
                 *_memory_lines(mem, p.budget_gb, req.gpu_memory_gb),
+                f"  does not fit: {mem.total:.2f} GB > {p.budget_gb:.1f} GB usable per GPU",
             ]
         lines += ["", "what would fit", *(f"  - {a}" for a in p.advice)]
     return "\n".join(lines)

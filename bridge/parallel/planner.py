@@ -1,20 +1,23 @@
 """Recommend a parallel layout for a model on a cluster, with a per-GPU memory estimate. Pure Python.
 
-The search follows the seeds' sizing rules (shared/seeds/001, 000) and returns the first candidate, in
-their order of preference, that passes ParallelLayout validation and fits the memory budget:
+The search follows the sizing rules of docs/parallelism.md ("How `bridge plan` chooses a layout") and
+returns the first candidate, in their order of preference, that passes ParallelLayout validation and
+fits the memory budget:
 
 - cp: sequences of 8K tokens and more get context parallelism (about one CP rank per 16K tokens, at
-  least 2; up to 8x that when memory needs it); shorter sequences never.
+  least 2; up to 8x that when memory needs it); shorter sequences never. CP is a choice, never a
+  precondition: when no CP group divides the GPUs (or no layout with it fits) cp falls back to 1.
 - dense models: tp is sized by the active parameters and kept inside a node (<= gpus_per_node; <= 4 over
-  ethernet, as the seeds advise); pp is added for depth, across nodes, when TP alone does not fit; the
-  smallest model-parallel group that fits wins (the rest is data parallelism), larger tp first.
+  ethernet, too slow for more TP traffic); pp is added for depth, across nodes, when TP alone does not
+  fit; the smallest model-parallel group that fits wins (the rest is data parallelism), larger tp first.
 - MoE models: tp stays small (sized by the *active* parameters), ep is the main dimension (as many
   experts spread as the GPUs allow), pp handles depth across nodes; etp stays 1 (rarely useful).
 - pp > 1 is interleaved (vpp: about four layers per virtual stage) when the micro batches allow it.
 - sequence_parallel whenever tp > 1 (it shards the norm activations; MoE with tp > 1 requires it).
 - activation recomputation (full): for dense models only when no layout fits without it; for MoE
   models before raising tp (small TP is worth the recompute, as in the MoE recipes).
-dp and edp are implied: world / (tp*pp*cp) and world / (pp*ep*etp).
+dp and edp are implied: world / (tp*pp*cp) and world / (pp*ep*etp). A default global batch (a recipe's,
+round_global_batch) is rounded down to a multiple of micro_batch_size*dp rather than ruling a layout out.
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ class PlanRequest:
     seq_length: int | None = None  # None: the model's seq_length, else 4096
     global_batch_size: int | None = None
     micro_batch_size: int = 1
+    # True when global_batch_size is only a default (a recipe's): the planner may round it down to a
+    # multiple of micro_batch_size*dp (at least one) rather than rule a layout out; see Plan.global_batch_size
+    round_global_batch: bool = False
     precision: str = "bf16"
     optimizer: str = "adam"
     memory_model: str = "megatron"
@@ -114,6 +120,28 @@ class Plan:
     closest: tuple[ParallelLayout, str, MemoryEstimate] | None = None  # lowest-memory valid candidate
 
     @property
+    def candidate(self) -> tuple[ParallelLayout, str, MemoryEstimate] | None:
+        """(layout, recompute, memory) the plan reports: the recommendation, else the closest candidate.
+        Its derived sizes (dp, edp, min_gpus) are arithmetic and hold whether or not it fits."""
+        if self.layout is not None:
+            return self.layout, self.recompute, self.memory
+        return self.closest
+
+    @property
+    def global_batch_size(self) -> int | None:
+        """The global batch the candidate trains with (the request's unless round_global_batch rounds it)."""
+        cand = self.candidate
+        if cand is None:
+            return self.request.global_batch_size
+        return planned_global_batch(self.request, cand[0].dp)
+
+    def setup(self) -> TrainingSetup:
+        """The TrainingSetup the candidate's memory estimate uses."""
+        cand = self.candidate
+        setup = self.request.setup(cand[1] if cand else "none")
+        return replace(setup, global_batch_size=self.global_batch_size)
+
+    @property
     def warnings(self) -> list[str]:
         return list(self.layout.warnings) if self.layout is not None else []
 
@@ -130,7 +158,7 @@ def _divisors(n: int) -> list[int]:
 
 
 def _tp_start(active: int) -> int:
-    """Tensor parallelism by active parameters (the seeds' table; a starting point, memory decides)."""
+    """Tensor parallelism by active parameters (a starting table; memory decides)."""
     billions = active / 1e9
     if billions < 10:
         return 1
@@ -150,6 +178,17 @@ def _cp_start(seq: int) -> int:
     return cp
 
 
+def _cp_choices(seq: int, gpus: int) -> list[int]:
+    """CP sizes to try, in order: from _cp_start's size for this sequence up (at most 4 sizes), then the
+    smaller ones down to 1. CP is the planner's choice, never a precondition: a GPU count that no CP
+    group divides (1, 3, ...) or a layout that only fits without CP still gets a plan at cp=1."""
+    cp0 = _cp_start(seq)
+    powers = [c for c in _divisors(gpus) if (c & (c - 1)) == 0]
+    if cp0 == 1:
+        return [1]
+    return [c for c in powers if c >= cp0][:4] + sorted((c for c in powers if c < cp0), reverse=True)
+
+
 def _choose_vpp(shape: ModelShape, pp: int, setup: TrainingSetup, dp: int) -> int | None:
     if pp == 1:
         return None
@@ -164,22 +203,15 @@ def _choose_vpp(shape: ModelShape, pp: int, setup: TrainingSetup, dp: int) -> in
 
 
 def _candidates(req: PlanRequest, active: int):
-    """((tp, pp, cp, ep, etp), recompute) in the seeds' order of preference; the caller checks validity."""
+    """((tp, pp, cp, ep, etp), recompute) in order of preference; the caller checks validity."""
     shape, gpus, fixed = req.model, req.gpus, req.fixed
     tp_cap = min(req.gpus_per_node, 4 if req.link == "ethernet" else req.gpus_per_node)
     start = _tp_start(active)
     tps = [fixed["tp"]] if "tp" in fixed else [t for t in _divisors(gpus) if t <= tp_cap]
     tps = sorted(tps, key=lambda t: (t < start, t))  # from the starting tp upwards, smaller only if forced
     pps = [fixed["pp"]] if "pp" in fixed else _divisors(gpus)
-    # cp only for long sequences (from the seeds' size up, more when memory needs it)
-    cp0 = _cp_start(req.seq)
-    cps = (
-        [fixed["cp"]]
-        if "cp" in fixed
-        else [c for c in _divisors(gpus) if c >= cp0 and (c & (c - 1)) == 0][:4]
-    )
-    if cp0 == 1:
-        cps = cps[:1]
+    # cp only for long sequences (from LONG_SEQUENCE tokens up, more when memory needs it)
+    cps = [fixed["cp"]] if "cp" in fixed else _cp_choices(req.seq, gpus)
     etp = fixed.get("etp", 1)
     if shape.is_moe:
         eps = (
@@ -209,9 +241,23 @@ def _candidates(req: PlanRequest, active: int):
                     yield (tp, pp, cp, ep, etp), recompute
 
 
-def _layout(req: PlanRequest, tp, pp, cp, ep, etp, setup: TrainingSetup) -> ParallelLayout:
+def planned_global_batch(req: PlanRequest, dp: int) -> int | None:
+    """The global batch a layout with `dp` trains with: the request's, or (round_global_batch) the
+    request's rounded down to a multiple of micro_batch_size*dp, at least one such multiple."""
+    gbs = req.global_batch_size
+    unit = req.micro_batch_size * dp
+    if gbs is None or not req.round_global_batch or gbs % unit == 0:
+        return gbs
+    return max(unit, gbs // unit * unit)
+
+
+def _layout(
+    req: PlanRequest, tp, pp, cp, ep, etp, setup: TrainingSetup
+) -> tuple[ParallelLayout, TrainingSetup]:
+    """The validated layout for these sizes, and `setup` with the global batch it trains with."""
     world = req.gpus
     dp = world // (tp * pp * cp) if world % (tp * pp * cp) == 0 else 1
+    setup = replace(setup, global_batch_size=planned_global_batch(req, dp))
     vpp = req.fixed.get("vpp") if "vpp" in req.fixed else _choose_vpp(req.model, pp, setup, dp)
     layout = ParallelLayout(
         world_size=world,
@@ -231,27 +277,25 @@ def _layout(req: PlanRequest, tp, pp, cp, ep, etp, setup: TrainingSetup) -> Para
             f"train.global_batch_size = {gbs}: must be divisible by micro_batch_size*dp = "
             f"{setup.micro_batch_size}*{layout.dp}. Fix: change the global batch or the layout."
         )
-    return layout
+    return layout, setup
 
 
 def _search(req: PlanRequest, active: int):
-    """First fitting (layout, recompute, memory); also the lowest-memory valid candidate and first error."""
+    """First fitting (layout, recompute, memory), and the lowest-memory valid candidate."""
     budget = req.gpu_memory_gb * USABLE_FRACTION
-    closest, first_error = None, None
+    closest = None
     setups = {r: req.setup(r) for r in ("none", "full")}
     for sizes, recompute in _candidates(req, active):
-        setup = setups[recompute]
         try:
-            layout = _layout(req, *sizes, setup)
-        except ConfigError as err:
-            first_error = first_error or err
+            layout, setup = _layout(req, *sizes, setups[recompute])
+        except ConfigError:
             continue
         mem = estimate_memory(req.model, layout, setup, req.memory_model)
         if closest is None or mem.total < closest[2].total:
             closest = (layout, recompute, mem)
         if mem.total <= budget:
-            return (layout, recompute, mem), closest, first_error
-    return None, closest, first_error
+            return (layout, recompute, mem), closest
+    return None, closest
 
 
 # ---- reasons and advice ------------------------------------------------------------------------------
@@ -280,7 +324,7 @@ def _reasons(req: PlanRequest, count: ParamCount, layout: ParallelLayout, recomp
             f"one node ({per_node} GPUs, {'nvlink' if layout.tp <= per_node else 'CROSSES NODES'})"
         )
         if req.link == "ethernet":
-            tp_text += "; at most 4 over ethernet, as the seeds advise"
+            tp_text += "; at most 4 over ethernet (too slow for more TP traffic)"
     out.append(fixed_or("tp", tp_text))
     if layout.pp == 1:
         pp_text = "pp=1: the model fits without pipeline parallelism"
@@ -303,8 +347,13 @@ def _reasons(req: PlanRequest, count: ParamCount, layout: ParallelLayout, recomp
                 "do not divide into virtual stages)"
             )
         out.append(fixed_or("vpp", vpp_text))
-    if layout.cp == 1:
+    if layout.cp == 1 and req.seq < LONG_SEQUENCE:
         cp_text = f"cp=1: sequence {req.seq} < {LONG_SEQUENCE} needs no context parallelism"
+    elif layout.cp == 1:
+        cp_text = (
+            f"cp=1: a sequence of {req.seq} >= {LONG_SEQUENCE} tokens would use context parallelism, but no "
+            f"layout with it is valid and fits on {layout.world_size} GPU(s)"
+        )
     else:
         cp_text = f"cp={layout.cp}: sequence {req.seq} >= {LONG_SEQUENCE} is split across {layout.cp} ranks"
     out.append(fixed_or("cp", cp_text))
@@ -333,6 +382,12 @@ def _reasons(req: PlanRequest, count: ParamCount, layout: ParallelLayout, recomp
     else:
         out.append("activation recomputation: full (no layout fits without it)")
     out.append(f"dp={layout.dp}, edp={layout.edp}: implied by world/(tp*pp*cp) and world/(pp*ep*etp)")
+    gbs = planned_global_batch(req, layout.dp)
+    if gbs != req.global_batch_size:
+        out.append(
+            f"global_batch_size={gbs}: the default {req.global_batch_size} rounded down to a multiple of "
+            f"micro_batch_size*dp = {req.micro_batch_size}*{layout.dp} (give --global-batch-size to choose)"
+        )
     return out
 
 
@@ -341,7 +396,7 @@ def _advice(req: PlanRequest, active: int) -> list[str]:
     for factor in (2, 4, 8, 16, 32, 64):
         gpus = req.gpus * factor
         bigger = replace(req, gpus=gpus)
-        found, _, _ = _search(bigger, active)
+        found, _ = _search(bigger, active)
         if found is not None:
             layout, recompute, mem = found
             out.append(
@@ -352,15 +407,15 @@ def _advice(req: PlanRequest, active: int) -> list[str]:
     else:
         out.append(f"more GPUs: not even {req.gpus * 64} GPUs fit with these settings")
     if req.micro_batch_size > 1:
-        found, _, _ = _search(replace(req, micro_batch_size=1), active)
+        found, _ = _search(replace(req, micro_batch_size=1), active)
         if found is not None:
             out.append(f"a smaller micro batch: --micro-batch-size 1 fits ({found[0].describe()})")
     if req.precision == "fp32":
-        found, _, _ = _search(replace(req, precision="bf16"), active)
+        found, _ = _search(replace(req, precision="bf16"), active)
         if found is not None:
             out.append(f"mixed precision: --precision bf16 fits ({found[0].describe()})")
     if req.fixed:
-        found, _, _ = _search(replace(req, fixed={}), active)
+        found, _ = _search(replace(req, fixed={}), active)
         if found is not None:
             out.append(
                 f"drop the fixed sizes ({', '.join('--' + k for k in req.fixed)}): {found[0].describe()} fits"
@@ -368,15 +423,29 @@ def _advice(req: PlanRequest, active: int) -> list[str]:
     return out
 
 
+def _no_valid_layout(req: PlanRequest) -> ConfigError:
+    """The error when no candidate is valid, in terms of what the user set: the sizes the planner would
+    choose (tp, pp, cp, ep, etp not given) are taken at 1, so no message blames a size the user never set.
+    That layout is among the candidates, so its own rule violation is the reason nothing is valid."""
+    sizes = {name: req.fixed.get(name, 1) for name in ("tp", "pp", "cp", "ep", "etp")}
+    try:
+        _layout(req, **sizes, setup=req.setup("none"))
+    except ConfigError as err:
+        return err
+    given = ", ".join(f"--{k} {v}" for k, v in req.fixed.items()) or "no fixed sizes"
+    return ConfigError(
+        f"gpus = {req.gpus}: no valid layout for this model with {given}. "
+        "Fix: change the GPU count or the fixed sizes."
+    )
+
+
 def plan(req: PlanRequest) -> Plan:
     """The recommended layout for `req`, or (fits=False) advice on what would make it fit."""
     count = count_parameters(req.model)
-    found, closest, first_error = _search(req, count.active)
+    found, closest = _search(req, count.active)
     if found is None:
         if closest is None:  # no candidate is even valid: the fixed sizes (or the GPU count) rule it out
-            raise first_error or ConfigError(
-                f"gpus = {req.gpus}: no valid layout for this model. Fix: change the GPU count or fixed sizes."
-            )
+            raise _no_valid_layout(req)
         return Plan(req, count, fits=False, advice=_advice(req, count.active), closest=closest)
     layout, recompute, mem = found
     return Plan(
