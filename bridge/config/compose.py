@@ -1,6 +1,8 @@
 """One run's config from a base tree (a recipe), an optional YAML file and command-line overrides.
 
 Order: base -> `--config-file` (own shape or AutoModel form) -> overrides (left to right) -> resolve().
+The overrides win over the file by design; within the overrides each key may appear once (a repeat, in
+any form: key=, +key=, ++key=, ~key, is a ConfigError naming both).
 Validation for a world size is a separate step (ConfigContainer.validate).
 """
 
@@ -32,7 +34,7 @@ def compose(
                 f"--config-file {str(path)!r}: cannot read it ({e.strerror}). Fix: give a YAML file path."
             ) from None
         cfg, warnings = merge_yaml(cfg, text, source=f"--config-file {path}")
-    cfg = apply_overrides(cfg, overrides)
+    cfg = apply_overrides(cfg, overrides, unique_keys=True)
     resolve = getattr(cfg, "resolve", None)
     if resolve is not None:
         resolve()

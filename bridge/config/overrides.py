@@ -51,13 +51,30 @@ def _value(ov) -> Any:
     return ov.value()
 
 
-def apply_overrides(cfg: T, overrides: Sequence[str]) -> T:
-    """Return a new config tree with `overrides` applied in order (`cfg` is left unchanged)."""
+def _reject_repeated_keys(parsed: list) -> None:
+    """One edit per key: `k=5 k=7` (or `k=5 ~k`, `+k=1 ++k=2`) is a ConfigError naming both."""
+    first: dict[str, str] = {}
+    for ov in parsed:
+        key = ov.key_or_group
+        if key in first:
+            raise ConfigError(f"{key} is given twice: {first[key]} and {ov.input_line}. Fix: keep one.")
+        first[key] = ov.input_line
+
+
+def apply_overrides(cfg: T, overrides: Sequence[str], *, unique_keys: bool = False) -> T:
+    """Return a new config tree with `overrides` applied in order (`cfg` is left unchanged).
+
+    With unique_keys (the command line: bridge.config.compose), a key given twice in `overrides`, in
+    any of its forms (key=, +key=, ++key=, ~key), is a ConfigError naming both; without it a later
+    edit of a key replaces an earlier one (layered programmatic lists).
+    """
     if not overrides:
         return cfg
     from hydra.core.override_parser.types import OverrideType
 
     parsed = _parse(overrides)
+    if unique_keys:
+        _reject_repeated_keys(parsed)
     node = tree.structured(cfg)
     known = tree.dotted_keys(cfg)
     for ov in parsed:
