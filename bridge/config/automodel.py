@@ -1,4 +1,5 @@
-"""The seeds' NeMo-AutoModel YAML form, mapped onto ConfigContainer fields.
+"""NeMo AutoModel's `distributed:` YAML form, mapped onto ConfigContainer fields (docs/parallelism.md,
+"The AutoModel `distributed:` YAML form").
 
     distributed:                      -> (ConfigContainer field)
       strategy: fsdp2                 -> distributed.strategy
@@ -75,7 +76,7 @@ SCHEDULE_NAMES = {
     "interleaved_1f1b": "interleaved_1f1b",
 }
 AUTOMODEL_ONLY_SCHEDULES = ("gpipe", "looped_bfs", "dfs", "v_schedule", "zero_bubble")
-# The seeds write `dp_size: none`; YAML reads that as the string "none", which means "unset" here.
+# AutoModel configs write `dp_size: none`; YAML reads that as the string "none", which means "unset" here.
 _NONE_STRINGS = ("none", "None")
 
 

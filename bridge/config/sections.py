@@ -123,7 +123,7 @@ class LoggerConfig:
 
 @dataclass
 class DistributedConfig:
-    strategy: str = "megatron"  # megatron | fsdp2 | megatron_fsdp | ddp (see shared/DESIGN.md)
+    strategy: str = "megatron"  # megatron | fsdp2 | megatron_fsdp | ddp (docs/parallelism.md)
     dp_replicate_size: int | None = None  # fsdp2 only (HSDP): replicas across, sharded within
     # Never set from here: dp = world / (tp * pp * cp). A number (e.g. from the AutoModel `dp_size`) is
     # checked against the derived value by validate().

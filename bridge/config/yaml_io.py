@@ -2,7 +2,7 @@
 
 `to_yaml` / `from_yaml` round-trip a tree without loss (run_config.yaml next to checkpoints).
 `merge_yaml` applies a partial YAML file (`--config-file`) on top of a tree, in the tree's own shape or
-in the seeds' AutoModel `distributed:` form (bridge.config.automodel), with the same strict key and type
+in NeMo AutoModel's `distributed:` form (bridge.config.automodel), with the same strict key and type
 checks as command-line overrides.
 """
 

@@ -61,7 +61,7 @@ MCORE_ROPE_SCALING_DEFAULTS = {
 # Where the provider's default deliberately differs from TransformerConfig's (tested).
 DEFAULTS_DIFFERING_FROM_MCORE = {
     "expert_tensor_parallel_size": (
-        "1, not None: Megatron-Core's None means 'same as tensor_model_parallel_size', but the seeds' "
+        "1, not None: Megatron-Core's None means 'same as tensor_model_parallel_size', but bridge's "
         "layouts (and Megatron-Bridge's recipes) keep expert weights unsplit (ETP=1) unless asked"
     ),
 }

@@ -1,9 +1,9 @@
 """Parallel sizes -> one validated layout: derived sizes, mesh shapes, and every rule checked before launch.
 
 Pure Python on purpose (no torch, no megatron.core): a layout for a 256-GPU cluster can be checked on a
-laptop in milliseconds. Rules come from the seeds (shared/seeds/000, 001) and from what Megatron-Core
-0.16.1 asserts at build time; each violation raises one ConfigError naming the field, the value, the rule
-and the fix.
+laptop in milliseconds. The rules (stated with their reasons in docs/parallelism.md) are the layout
+constraints of Megatron-Core and NeMo AutoModel and what Megatron-Core 0.16.1 asserts at build time;
+each violation raises one ConfigError naming the field, the value, the rule and the fix.
 """
 
 from __future__ import annotations
@@ -310,7 +310,7 @@ class ParallelLayout:
                         f"set {name}=1, or use distributed.strategy=megatron for model parallelism",
                     )
         elif s == "megatron_fsdp":
-            # The seeds (000, pitfall 7): Megatron-FSDP has no pipeline, expert or sequence parallelism.
+            # Megatron-FSDP has no pipeline, expert or sequence parallelism (NeMo AutoModel rejects them too).
             if self.pp > 1:
                 _fail(
                     "pp",
@@ -352,7 +352,7 @@ class ParallelLayout:
                     f"must be < dp ({dp}): pure replication without sharding is not FSDP",
                     "use a smaller value, or distributed.strategy=megatron for plain replication",
                 )
-        # Seed 000's rule: in an FSDP2 mesh the experts live on the dp*cp ranks, so ep must divide dp*cp.
+        # NeMo AutoModel's rule: in an FSDP2 mesh the experts live on the dp*cp ranks, so ep | dp*cp.
         # (With `megatron` the expert grid folds across the TP ranks instead: only world % (pp*ep*etp).)
         if self.ep > 1 and (self.dp * self.cp) % self.ep:
             _fail(

@@ -2,9 +2,9 @@
 
 Two accountings (pure Python; numbers from the model shape, no framework):
 
-`seed` (the seeds' worked example, shared/seeds/001): every tensor in the training dtype (2 bytes for
-fp16/bf16, 1 for fp8, 4 for fp32); gradients the same size as the parameters; Adam keeps 2 states
-(SGD with momentum 1) in that dtype; everything is split evenly by tp*pp (routed experts by ep*etp*pp),
+`seed` (the 2+2+4 bytes-per-parameter accounting, docs/parallelism.md "Memory per GPU"): every tensor
+in the training dtype (2 bytes for fp16/bf16, 1 for fp8, 4 for fp32); gradients the same size as the
+parameters; Adam keeps 2 states (SGD with momentum 1) in that dtype; everything is split evenly by tp*pp (routed experts by ep*etp*pp),
 data parallelism shards nothing. 70B in fp16 with Adam: 140 + 140 + 280 GB; with TP=4, PP=4:
 8.75 + 8.75 + 17.5 GB. Activations: one micro batch through all layers, split by tp*pp*cp.
 
@@ -105,7 +105,7 @@ def seed_state_memory(
     optimizer: str = "adam",
     expert_params: float = 0,
 ) -> tuple[float, float, float]:
-    """The seeds' accounting of (params, grads, optimizer) GB per GPU: see the module docstring."""
+    """The 2+2+4 bytes accounting of (params, grads, optimizer) GB per GPU: see the module docstring."""
     width = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}[precision]
     dense = (total_params - expert_params) / (layout.tp * layout.pp)
     expert = expert_params / (layout.ep * layout.etp * layout.pp)

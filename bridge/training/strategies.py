@@ -1,4 +1,4 @@
-"""Wrap the model chunks for `distributed.strategy` (see shared/DESIGN.md, "Data-parallel strategies").
+"""Wrap the model chunks for `distributed.strategy` (docs/parallelism.md, "Data-parallel strategies").
 
 | strategy      | wrapper                                           | optimizer                          |
 | megatron      | Megatron-Core DistributedDataParallel             | distributed optimizer (if enabled) |

@@ -1,6 +1,6 @@
 """scripts/training/run_recipe.py --dry-run end to end: real processes for the exit codes and the
-no-torch guarantee, plus the seeds' invalid combinations through main() in-process (same code path,
-without paying ~1 s of interpreter start per case)."""
+no-torch guarantee, plus the invalid combinations of docs/parallelism.md through main() in-process
+(same code path, without paying ~1 s of interpreter start per case)."""
 
 from __future__ import annotations
 
@@ -97,25 +97,25 @@ def test_world_size_defaults_to_env_and_list_recipes():
 @pytest.mark.parametrize(
     "args, field, fix",
     [
-        # seed 001, pitfall 3: SP without TP
+        # SP without TP (docs/parallelism.md, "Sequence parallelism")
         (
             ["--world-size", "2", "model.sequence_parallel=True"],
             "model.sequence_parallel",
             "raise tp above 1",
         ),
-        # seed 001, pitfall 4: CP needs seq_length % (2 cp) == 0
+        # CP needs seq_length % (2 cp) == 0
         (
             ["--world-size", "4", "model.context_parallel_size=2", "model.seq_length=8190"],
             "model.seq_length",
             "multiple of 4",
         ),
-        # seed 001, pitfall 5: EP on a dense model
+        # EP on a dense model
         (
             ["--world-size", "4", "model.expert_model_parallel_size=2"],
             "model.expert_model_parallel_size",
             "ep=1",
         ),
-        # seed 000, pitfall 7: megatron_fsdp has no PP / EP / SP
+        # megatron_fsdp has no PP / EP / SP
         (
             [
                 "--world-size",
@@ -137,13 +137,13 @@ def test_world_size_defaults_to_env_and_list_recipes():
             "model.sequence_parallel",
             "sequence_parallel=False",
         ),
-        # seed 000, pitfall 8: ddp is data parallel only
+        # ddp is data parallel only
         (
             ["--world-size", "4", "distributed.strategy=ddp", "model.tensor_model_parallel_size=2"],
             "model.tensor_model_parallel_size",
             "tp=1",
         ),
-        # seed 000, pitfall 12: dp_replicate_size is FSDP2 only; and it must be < dp
+        # dp_replicate_size is FSDP2 only; and it must be < dp
         (
             ["--world-size", "4", "distributed.strategy=ddp", "distributed.dp_replicate_size=2"],
             "distributed.dp_replicate_size",
@@ -154,13 +154,13 @@ def test_world_size_defaults_to_env_and_list_recipes():
             "distributed.dp_replicate_size",
             "smaller",
         ),
-        # seed 000, pitfall 11: packed_sequence_size % cp
+        # packed_sequence_size % cp
         (
             ["--world-size", "4", "model.context_parallel_size=4", "dataset.packed_sequence_size=8190"],
             "dataset.packed_sequence_size",
             "Fix:",
         ),
-        # seed 000: packed sequences need local (micro) batch 1
+        # packed sequences need local (micro) batch 1
         (
             [
                 "--world-size",
@@ -172,7 +172,7 @@ def test_world_size_defaults_to_env_and_list_recipes():
             "train.micro_batch_size",
             "train.micro_batch_size=1",
         ),
-        # seed 001: min_gpus = PP * max(TP*CP, EP*ETP), and world must divide into dp
+        # min_gpus = PP * max(TP*CP, EP*ETP), and world must divide into dp
         (["--world-size", "6", "model.tensor_model_parallel_size=4"], "world_size", "Fix:"),
         # global batch % (micro * dp)
         (["--world-size", "3", "train.global_batch_size=8"], "train.global_batch_size", "multiple of 3"),
@@ -196,7 +196,7 @@ def test_seed_invalid_combinations_exit_2(args, field, fix, capsys):
 
 
 def test_moe_seed_on_fsdp2_is_refused_with_the_reason(capsys, tmp_path):
-    # Seed 000's MoE example, as an AutoModel config file, on the Qwen3-30B-A3B recipe.
+    # NeMo AutoModel's MoE example (fsdp2, ep_size 8), as a config file, on the Qwen3-30B-A3B recipe.
     path = tmp_path / "moe.yaml"
     path.write_text(
         textwrap.dedent(

@@ -1,6 +1,7 @@
-"""The seeds' verification command, through torchrun and scripts/training/run_recipe.py on 4 gloo ranks,
-with overrides that shrink the model and sequence for CPU: exit 0, a finite lm loss at iteration 3,
-the layout line, and the final checkpoint (tracker + run_config.yaml) written after the run."""
+"""The README's "Training on GPUs" command (TP=2 PP=2 SP), through torchrun and
+scripts/training/run_recipe.py on 4 gloo ranks, with overrides that shrink the model and sequence for
+CPU: exit 0, a finite lm loss at iteration 3, the layout line, and the final checkpoint (tracker +
+run_config.yaml) written after the run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`--config-file` in the seeds' NeMo-AutoModel `distributed:` form, mapped onto ConfigContainer fields."""
+"""`--config-file` in NeMo AutoModel's `distributed:` form, mapped onto ConfigContainer fields."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def merge(text: str, cfg: ConfigContainer | None = None):
 
 
 def test_seed_structure_maps_onto_fields():
-    # The seeds' "Structure de config YAML" block (strategy changed to megatron, which allows TP/PP).
+    # AutoModel's full `distributed:` section layout (strategy changed to megatron, which allows TP/PP).
     cfg, warnings = merge(
         """
         distributed:
@@ -75,7 +75,8 @@ def test_seed_structure_maps_onto_fields():
 
 
 def test_seed_tp_pp_example_interleaved_needs_virtual_stages():
-    # Seed 000's "TP plus PP pour un grand modele multi-noeud" with strategy megatron.
+    # AutoModel's "TP plus PP for a large multi-node model" example (tp 8, pp 4, interleaved1f1b),
+    # with strategy megatron.
     cfg, _ = merge(
         """
         distributed:

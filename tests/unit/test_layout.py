@@ -1,4 +1,4 @@
-"""ParallelLayout: derived sizes from the seeds, mesh shapes, and one test per validation rule."""
+"""ParallelLayout: derived sizes, mesh shapes, and one test per validation rule (docs/parallelism.md)."""
 
 import subprocess
 import sys
@@ -58,15 +58,16 @@ TIED = ModelShape(num_layers=8, num_attention_heads=8, share_embeddings_and_outp
 
 @pytest.mark.parametrize("world,dp,edp", [(8, 4, 1), (16, 8, 2), (32, 16, 4)])
 def test_seed_example_tp2_ep8(world, dp, edp):
-    # Seed 001: TP=2, CP=1, EP=8, ETP=1, PP=1 -> min_gpus 8 (not 2*8=16); extra GPUs scale DP and EDP.
+    # docs/parallelism.md, "Derived sizes": TP=2, CP=1, EP=8, ETP=1, PP=1 -> min_gpus 8 (not 2*8=16);
+    # extra GPUs scale DP and EDP.
     layout = ParallelLayout(world, tp=2, cp=1, ep=8, etp=1, pp=1)
     assert layout.min_gpus == 8
     assert (layout.dp, layout.edp) == (dp, edp)
 
 
 def test_seed_example_is_valid_with_a_moe_model_under_megatron():
-    # Seed 001 counts TP=2, EP=8 on 8 GPUs as valid although ep (8) does not divide dp*cp (4): with
-    # Megatron-Core the expert grid folds across the TP ranks.
+    # TP=2, EP=8 on 8 GPUs is valid under strategy megatron although ep (8) does not divide dp*cp (4):
+    # with Megatron-Core the expert grid folds across the TP ranks.
     layout = ParallelLayout(8, tp=2, ep=8, sequence_parallel=True, model=MOE_128)
     assert (layout.dp, layout.edp, layout.min_gpus) == (4, 1, 8)
 
@@ -166,7 +167,7 @@ RULES = {
         "model.expert_tensor_parallel_size",
         "expert FFN size (512)",
     ),
-    "fsdp2: ep must divide dp*cp (seed 000)": (
+    "fsdp2: ep must divide dp*cp": (
         dict(world_size=8, tp=2, ep=8, sequence_parallel=True, strategy="fsdp2", model=MOE_128),
         "model.expert_model_parallel_size",
         "dp*cp = 4*1 = 4",

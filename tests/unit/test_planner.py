@@ -1,4 +1,4 @@
-"""The planner: the seeds' worked examples, the memory accountings, the decision rules, the CLI."""
+"""The planner: docs/parallelism.md's worked examples, the memory accountings, the decision rules, the CLI."""
 
 import contextlib
 import io
@@ -69,11 +69,12 @@ def _check_plan(p):
     return lay
 
 
-# ---- the seeds' worked examples -----------------------------------------------------------------------
+# ---- docs/parallelism.md's worked examples ------------------------------------------------------------
 
 
 def test_seed_memory_example_70b_fp16_adam():
-    # Seed 001: 70B, FP16, Adam, no parallelism: 140 / 140 / 280 GB; TP=4, PP=4, DP=4 (64 GPUs): 8.75 / 8.75 / 17.5.
+    # The 2+2+4 accounting: 70B, FP16, Adam, no parallelism: 140 / 140 / 280 GB;
+    # TP=4, PP=4, DP=4 (64 GPUs): 8.75 / 8.75 / 17.5.
     assert seed_state_memory(70e9, ParallelLayout(1), "fp16", "adam") == (140.0, 140.0, 280.0)
     assert seed_state_memory(70e9, ParallelLayout(64, tp=4, pp=4), "fp16", "adam") == (8.75, 8.75, 17.5)
 

@@ -134,7 +134,7 @@ def test_recipes_are_independent_objects():
 
 
 def test_seeds_verification_overrides_validate_on_four_ranks():
-    # seed 001's verification command (the training functional test runs it for real)
+    # the README's "Training on GPUs" command (the training functional test runs it for real)
     overrides = [
         "model.tensor_model_parallel_size=2",
         "model.pipeline_model_parallel_size=2",
