@@ -11,6 +11,8 @@ from bridge.plan import main as plan_main
 from recipes import get_recipe
 
 CASES = [
+    ("llama32_1b_pretrain_config", 1, []),  # the recipe's 8K sequence: cp falls back to 1
+    ("llama32_1b_pretrain_config", 3, []),  # and the recipe's global batch 512 is rounded to 510 (dp=3)
     ("llama32_1b_pretrain_config", 8, []),
     ("llama31_8b_pretrain_config", 16, []),
     ("llama31_70b_pretrain_config", 64, []),
