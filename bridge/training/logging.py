@@ -4,6 +4,9 @@
     learning rate: 3.000000E-04 | global batch size:     8 | lm loss: 1.003808E+01 | grad norm: 2.345 |
     tokens per second: 1234 | ...
 (one line). Printed on the last pipeline stage's first rank, which holds the loss.
+
+The model-FLOPs throughput is per rank: Megatron's "throughput per GPU (TFLOP/s/GPU)" with CUDA, and
+"throughput per rank (TFLOP/s/rank)" on CPU, where a rank is a process, not a GPU.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ class IterationStats:
     grad_norm: float | None = None
     loss_scale: float | None = None
     tokens_per_second: float | None = None
-    tflops_per_gpu: float | None = None
+    tflops_per_gpu: float | None = None  # per rank: the name is Megatron's (one rank per GPU)
+    # the unit tflops_per_gpu is counted in: "GPU" or "rank"; None = "GPU" when CUDA is available, else "rank"
+    throughput_unit: str | None = None
     skipped_iterations: int = 0
     nan_iterations: int = 0
     extra: dict[str, str] = field(default_factory=dict)
@@ -64,11 +69,21 @@ def format_iteration_line(s: IterationStats) -> str:
         parts.append(f" tokens per second: {s.tokens_per_second:.0f}")
     if s.tflops_per_gpu is not None:
         value = f"{s.tflops_per_gpu:.1f}" if s.tflops_per_gpu >= 1 else f"{s.tflops_per_gpu:.3g}"
-        parts.append(f" throughput per GPU (TFLOP/s/GPU): {value}")
+        unit = s.throughput_unit or throughput_unit()
+        parts.append(f" throughput per {unit} (TFLOP/s/{unit}): {value}")
     parts.append(f" number of skipped iterations: {s.skipped_iterations:3d}")
     parts.append(f" number of nan iterations: {s.nan_iterations:3d}")
     parts += [f" {k}: {v}" for k, v in s.extra.items()]
     return " |".join(parts) + " |"
+
+
+def throughput_unit() -> str:
+    """What one rank of this process runs on, for the throughput label: "GPU" with CUDA, else "rank"."""
+    try:
+        import torch
+    except ImportError:
+        return "rank"
+    return "GPU" if torch.cuda.is_available() else "rank"
 
 
 def format_validation_line(iteration: int, losses: dict[str, float]) -> str:
