@@ -21,12 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bridge.checkpoint.atomic import atomic_dir, check_target_dir
 from bridge.conversion import hf_config as hfc
 from bridge.conversion import registry
-from bridge.conversion.hf_io import DTYPES, HFCheckpoint, check_target_dir
+from bridge.conversion.hf_io import DTYPES, HFCheckpoint
 from bridge.conversion.progress import progress_bar
 from bridge.errors import ConfigError
 from bridge.models.gpt_provider import GPTModelProvider
+from bridge.parallel import ranks
 
 # Non-weight files of an HF folder that an export carries over unchanged.
 ASSET_FILES = (
@@ -83,23 +85,6 @@ class _HFWeightsProvider(GPTModelProvider):
         if bridge is not None:
             bridge.load_hf_weights(chunks)
         return chunks
-
-
-def _rank_world() -> tuple[int, int]:
-    try:
-        import torch.distributed as dist
-    except ImportError:
-        return 0, 1
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def _barrier() -> None:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
 
 
 def _config_get(config: Any, name: str, default: Any = None) -> Any:
@@ -206,15 +191,14 @@ class AutoBridge:
         names match, else `max_shard_size` bytes (default: one file up to 5 GB, as transformers).
         Written to a hidden folder renamed onto `path` when complete; rank 0 writes.
         """
-        from bridge.conversion.hf_io import OutTensor, ShardedWriter, atomic_dir
+        from bridge.conversion.hf_io import OutTensor, ShardedWriter
 
         target = check_target_dir(path, "path")  # every rank: all raise together
         exporter = self._exporter(_as_list(model))
-        rank, _ = _rank_world()
-        if rank != 0:
+        if not ranks.is_rank_zero():
             for _ in exporter.iterate(dst=0):
                 pass
-            _barrier()
+            ranks.barrier()
             return
         tensors = [OutTensor(n, s, d) for n, s, d in exporter.hf_tensors()]
         assignment = {n: f for n, (f, _) in self._source_tensors().items()} or None
@@ -234,7 +218,7 @@ class AutoBridge:
             writer.close()
             self._write_assets(staging)
         bar.close()
-        _barrier()
+        ranks.barrier()
 
     # ---- whole checkpoints (torch_dist) ------------------------------------------------------------
 
@@ -247,7 +231,7 @@ class AutoBridge:
         provider_fields (e.g. tensor_model_parallel_size=2) set the layout the conversion runs with;
         the checkpoint itself loads under any layout.
         """
-        from bridge.training.checkpointing import save_checkpoint
+        from bridge.checkpoint import save_checkpoint
 
         bridge = cls.from_hf_pretrained(hf_path)
         target = check_target_dir(megatron_path, "megatron_path")
@@ -255,9 +239,9 @@ class AutoBridge:
         for name, value in provider_fields.items():
             setattr(provider, name, value)
         chunks = provider.provide_distributed_model(wrap_with_ddp=False, mixed_precision_wrapper=False)
-        with _shared_staging(target, "megatron_path") as staging:
+        with atomic_dir(target, "megatron_path", all_ranks=True) as staging:
             save_checkpoint(staging, 0, chunks, save_rng=False)
-            if _rank_world()[0] == 0:
+            if ranks.is_rank_zero():
                 bridge._write_hf_assets(staging / HF_ASSETS_DIR)
 
     def export_ckpt(
@@ -268,7 +252,7 @@ class AutoBridge:
         **provider_fields: Any,
     ) -> None:
         """Megatron torch_dist checkpoint -> HF folder with this bridge's config and source layout."""
-        from bridge.training.checkpointing import load_checkpoint, resolve_checkpoint
+        from bridge.checkpoint import load_checkpoint, resolve_checkpoint
 
         target = check_target_dir(hf_path, "hf_path")
         resolve_checkpoint(megatron_path)  # a missing / incomplete checkpoint fails before building
@@ -345,34 +329,3 @@ class AutoBridge:
 
 def _as_list(model: Any) -> list:
     return list(model) if isinstance(model, (list, tuple)) else [model]
-
-
-class _shared_staging:
-    """Like hf_io.atomic_dir, for a folder all ranks write into: rank 0 creates and renames it."""
-
-    def __init__(self, target: Path, field: str):
-        self.target, self.field = target, field
-        self.staging = target.parent / f".{target.name}.partial"
-
-    def __enter__(self) -> Path:
-        if _rank_world()[0] == 0:
-            self.target.parent.mkdir(parents=True, exist_ok=True)
-            if self.staging.exists():
-                shutil.rmtree(self.staging)
-            self.staging.mkdir()
-        _barrier()
-        return self.staging
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        rank = _rank_world()[0]
-        if exc_type is not None:
-            if rank == 0:
-                shutil.rmtree(self.staging, ignore_errors=True)
-            return
-        _barrier()  # every rank has finished writing
-        if rank == 0:
-            check_target_dir(self.target, self.field)
-            if self.target.exists():
-                self.target.rmdir()
-            os.replace(self.staging, self.target)
-        _barrier()

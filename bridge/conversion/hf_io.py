@@ -8,18 +8,16 @@ Mapped pages count towards the process's RSS while the file stays open, so a han
 
 Writing: the header of every shard is computed up front from the tensor names, shapes and dtypes, so
 each tensor is written to its final offset as soon as it is produced (no shard is ever held in memory).
-Everything goes to a hidden sibling folder that is renamed onto the target when complete.
+Callers write into bridge.checkpoint.atomic.atomic_dir: a hidden sibling folder renamed onto the target
+when complete.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import shutil
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,37 +182,6 @@ class HFCheckpoint:
 
 
 # ---------------------------------------------------------------------------------------------- writing
-
-
-def check_target_dir(path: str | os.PathLike, field: str = "path") -> Path:
-    """A conversion target must not exist or be an empty folder: never overwrite someone's files."""
-    p = Path(path)
-    if p.exists() and (not p.is_dir() or any(p.iterdir())):
-        raise ConfigError(
-            f"{field}={str(p)!r} exists and is not an empty folder; conversion never "
-            "overwrites files: pick a new folder or remove this one"
-        )
-    return p
-
-
-@contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike, field: str = "path") -> Iterator[Path]:
-    """Yield a hidden staging folder next to `path`; rename it onto `path` only if the block succeeds."""
-    target = check_target_dir(path, field)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.parent / f".{target.name}.tmp-{os.getpid()}"
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir()
-    try:
-        yield staging
-        check_target_dir(target, field)  # nobody filled it meanwhile
-        if target.exists():
-            target.rmdir()
-        os.replace(staging, target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import torch
 from bridge.conversion.mappings import Mapping, ModelDims, Piece
 from bridge.conversion.registry import Family, Rule
 from bridge.errors import ConfigError
+from bridge.parallel.wrappers import unwrap
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
 _LOCAL_EXPERT = re.compile(r"\.mlp\.experts\.local_experts\.(\d+)\.")
@@ -28,13 +29,6 @@ _TE_ALIASES = (
 )
 EMBEDDING = "embedding.word_embeddings.weight"
 OUTPUT = "output_layer.weight"
-
-
-def unwrap(chunk: torch.nn.Module) -> torch.nn.Module:
-    """GPTModel under DDP / Float16Module wrappers."""
-    while hasattr(chunk, "module"):
-        chunk = chunk.module
-    return chunk
 
 
 @dataclass

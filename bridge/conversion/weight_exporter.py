@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from bridge.conversion.hf_io import DTYPE_NAMES, DTYPES
-from bridge.conversion.model_params import OUTPUT, LocalParam, local_params, unwrap
+from bridge.conversion.model_params import OUTPUT, LocalParam, local_params
 from bridge.conversion.registry import Family
+from bridge.parallel.wrappers import unwrap
 
 
 @dataclass(frozen=True)

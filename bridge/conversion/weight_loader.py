@@ -15,18 +15,11 @@ from bridge.conversion.model_params import EMBEDDING, OUTPUT, LocalParam, local_
 from bridge.conversion.progress import progress_bar
 from bridge.conversion.registry import Family
 from bridge.errors import ConfigError
-
-
-def _world() -> tuple[int, int]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+from bridge.parallel import ranks
 
 
 def _gather_objects(obj):
-    rank, world = _world()
+    rank, world = ranks.rank_world()
     if world == 1:
         return [obj]
     import torch.distributed as dist
@@ -82,7 +75,7 @@ def load_hf_weights(
             "config.json does not describe these weights (wrong architecture, or extra modules)"
         )
 
-    rank, _ = _world()
+    rank, _ = ranks.rank_world()
     bar = progress_bar(len(params), "loading HF weights", "param", enabled=progress and rank == 0)
     with torch.no_grad():
         for lp in params:
@@ -99,7 +92,7 @@ def load_hf_weights(
 
 def _tied_lm_head(chunks, family: Family) -> set[str]:
     # Some tied checkpoints still carry lm_head (equal to the embedding): accepted, not loaded.
-    from bridge.conversion.model_params import unwrap
+    from bridge.parallel.wrappers import unwrap
 
     model = unwrap(chunks[0])
     if not getattr(model, "share_embeddings_and_output_weights", False):

@@ -438,9 +438,9 @@ class GPTModelProvider(TransformerFields):
         from megatron.core.transformer.module import Float16Module
 
         if not parallel_state.model_parallel_is_initialized():
-            from bridge.parallel import runtime
+            from bridge.parallel import ranks, runtime
 
-            runtime.initialize_distributed(self.layout(runtime.world_size_from_env()), seed=seed)
+            runtime.initialize_distributed(self.layout(ranks.env_world_size()), seed=seed)
         self._check_parallel_state(parallel_state)
 
         # One TransformerConfig shared by all chunks, as Megatron-LM does: the training loop sets its

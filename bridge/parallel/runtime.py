@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bridge.errors import ConfigError
+from bridge.parallel.ranks import env_world_size as world_size_from_env  # noqa: F401 - callers use both
+from bridge.parallel.ranks import rank as global_rank
 
 if TYPE_CHECKING:
     from bridge.parallel.layout import ParallelLayout
@@ -38,21 +40,6 @@ def _next_generation() -> int:
     return _generation - 1
 
 
-def world_size_from_env() -> int:
-    """WORLD_SIZE as set by torchrun, or 1 for a plain `python` process."""
-    value = os.environ.get("WORLD_SIZE", "1")
-    try:
-        world = int(value)
-    except ValueError:
-        world = 0
-    if world < 1:
-        raise ConfigError(
-            f"WORLD_SIZE={value!r}: must be a positive integer (torchrun sets it); "
-            "unset it for a single process or launch with torchrun --nproc_per_node=N"
-        )
-    return world
-
-
 def is_initialized() -> bool:
     """True while process groups made by initialize_distributed are alive."""
     global _active
@@ -73,16 +60,6 @@ def quiet_known_warnings() -> None:
     from bridge.parallel import quiet_warnings
 
     quiet_warnings.install(cpu=not torch.cuda.is_available())
-
-
-def global_rank() -> int:
-    """This process's rank: torch.distributed's once initialized, torchrun's RANK before that."""
-    if "torch" in sys.modules:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank()
-    return int(os.environ.get("RANK", "0"))
 
 
 class RankZeroFilter(logging.Filter):

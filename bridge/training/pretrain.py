@@ -28,12 +28,12 @@ def _model_for_run(provider, precision, dist_cfg):
 def _resume(cfg: Any, model: list, optimizer, scheduler, layout_line: str) -> TrainState:
     """checkpoint.load resumes everything when it holds a checkpoint; otherwise
     checkpoint.pretrained_checkpoint (if set) loads weights only, as in Megatron-Bridge."""
-    from bridge.training import checkpointing
+    from bridge import checkpoint
     from bridge.training.logging import logger
 
     ck = cfg.checkpoint
-    if ck.load and checkpointing.latest_iteration(ck.load) is not None:
-        saved = checkpointing.saved_layout(ck.load)
+    if ck.load and checkpoint.latest_iteration(ck.load) is not None:
+        saved = checkpoint.saved_layout(ck.load)
         same_layout = saved == layout_line
         if not same_layout and (ck.load_optim or ck.load_rng):
             raise ConfigError(
@@ -41,7 +41,7 @@ def _resume(cfg: Any, model: list, optimizer, scheduler, layout_line: str) -> Tr
                 "model weights reshard, optimizer and RNG state do not. Set checkpoint.load_optim=False "
                 "checkpoint.load_rng=False to continue with fresh optimizer state, or keep the saved layout."
             )
-        train_state = checkpointing.load_checkpoint(
+        train_state = checkpoint.load_checkpoint(
             ck.load, model, optimizer if ck.load_optim else None, scheduler, load_rng=ck.load_rng
         )
         if not ck.load_optim:
@@ -53,7 +53,9 @@ def _resume(cfg: Any, model: list, optimizer, scheduler, layout_line: str) -> Tr
     if ck.load:
         logger.warning("checkpoint.load=%s holds no checkpoint yet: starting from scratch", ck.load)
     if ck.pretrained_checkpoint:
-        checkpointing.load_checkpoint(ck.pretrained_checkpoint, model, None, None, load_rng=False)
+        checkpoint.load_checkpoint(
+            ck.pretrained_checkpoint, model, None, None, load_rng=False, model_config=cfg.model
+        )
         optimizer.reload_model_params()
         logger.info("loaded pretrained weights from %s", ck.pretrained_checkpoint)
     return TrainState(layout=layout_line)

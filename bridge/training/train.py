@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from bridge.training import checkpointing
+from bridge import checkpoint
 from bridge.training.logging import (
     IterationStats,
     MetricWriters,
@@ -113,7 +113,7 @@ def train_step(ctx: TrainingContext) -> tuple[float, float | None, bool]:
 
 def _non_finite_message(what: str, value: float, iteration: int, ctx: TrainingContext) -> str:
     save_dir = ctx.cfg.checkpoint.save
-    last = checkpointing.latest_iteration(save_dir) if save_dir else None
+    last = checkpoint.latest_iteration(save_dir) if save_dir else None
     where = (
         f"the last good checkpoint (iteration {last} in {save_dir}) is untouched"
         if last is not None
@@ -166,7 +166,7 @@ def _sync_params_for(ctx: TrainingContext):
 def save(ctx: TrainingContext) -> str:
     cfg = ctx.cfg.checkpoint
     with _sync_params_for(ctx):
-        path = checkpointing.save_checkpoint(
+        path = checkpoint.save_checkpoint(
             cfg.save,
             ctx.state.iteration,
             ctx.model,

@@ -88,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
-    from bridge.conversion.auto_bridge import _rank_world
+    from bridge.parallel import ranks
 
-    if _rank_world()[0] == 0:
+    if ranks.is_rank_zero():
         target = args.megatron_path if args.direction == "import" else args.hf_path
         print(f"{args.direction}ed {target} in {time.perf_counter() - start:.1f} s", flush=True)
     return 0

@@ -9,7 +9,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from bridge.conversion.hf_io import HFCheckpoint, OutTensor, ShardedWriter, atomic_dir, read_header
+from bridge.checkpoint.atomic import atomic_dir
+from bridge.conversion.hf_io import HFCheckpoint, OutTensor, ShardedWriter, read_header
 from bridge.errors import ConfigError
 
 

@@ -92,7 +92,7 @@ def test_bf16_checkpoint_keeps_its_dtype_and_sharding(tmp_path):
     index = json.loads((src / "model.safetensors.index.json").read_text())
     assert len(set(index["weight_map"].values())) > 1
 
-    from bridge.conversion.model_params import unwrap
+    from bridge.parallel.wrappers import unwrap
 
     bridge, provider, chunks = _import(src)
     assert provider.params_dtype == "bf16"

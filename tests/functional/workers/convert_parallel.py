@@ -61,7 +61,7 @@ def pipeline_logits(chunk, toks: torch.Tensor) -> torch.Tensor | None:
     """Forward through 2 pipeline stages by hand: stage 0 sends its hidden states to stage 1."""
     from megatron.core import parallel_state as ps
 
-    from bridge.conversion.model_params import unwrap
+    from bridge.parallel.wrappers import unwrap
 
     model = unwrap(chunk)
     pos = torch.arange(toks.shape[1]).unsqueeze(0).expand_as(toks)

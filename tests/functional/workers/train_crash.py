@@ -14,7 +14,8 @@ from train_common import tiny_config
 
 
 def main(workdir: str) -> None:
-    from bridge.training import checkpointing, pretrain
+    from bridge import checkpoint as checkpointing
+    from bridge.training import pretrain
 
     def crash(target, iteration):
         if iteration == 4:

@@ -17,7 +17,7 @@ def main(workdir: str) -> None:
 
     from bridge.errors import ConfigError
     from bridge.training import pretrain
-    from bridge.training.checkpointing import save_checkpoint
+    from bridge.checkpoint import save_checkpoint
 
     data = f"{workdir}/data/count"
     common = [

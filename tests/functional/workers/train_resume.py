@@ -34,7 +34,8 @@ def nan_forward_step(bad_iteration: int, num_microbatches: int):
 
 
 def main(workdir: str) -> None:
-    from bridge.training import checkpointing, pretrain
+    from bridge import checkpoint as checkpointing
+    from bridge.training import pretrain
     from bridge.training.state import NonFiniteLossError
 
     w = Path(workdir)

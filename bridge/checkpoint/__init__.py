@@ -1,0 +1,53 @@
+"""Checkpoint I/O (Megatron-Core dist_checkpointing, `torch_dist`), below conversion and training.
+
+    paths.py      tracker, iter_* directories, resolve_checkpoint (pure Python)
+    atomic.py     atomic files and folders (the tracker, conversion outputs; pure Python)
+    save_load.py  save_checkpoint / load_checkpoint / saved_layout (torch, megatron.core)
+    state.py      RNG state and optimizer-state fixes kept in a checkpoint
+    compat.py     checkpoint vs model checks before a load (names, shapes, tied embeddings, RoPE)
+
+Names are re-exported here lazily: `import bridge.checkpoint` imports no torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from bridge.checkpoint.paths import (
+    RUN_CONFIG_FILENAME,
+    TRACKER_FILENAME,
+    checkpoint_dir,
+    latest_iteration,
+    resolve_checkpoint,
+)
+
+_LAZY = {
+    "save_checkpoint": "bridge.checkpoint.save_load",
+    "load_checkpoint": "bridge.checkpoint.save_load",
+    "saved_layout": "bridge.checkpoint.save_load",
+    "read_common": "bridge.checkpoint.save_load",
+    "AFTER_SHARDS_WRITTEN_HOOKS": "bridge.checkpoint.save_load",
+    "OPTIMIZER_METADATA": "bridge.checkpoint.state",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'bridge.checkpoint' has no attribute {name!r}")
+
+
+__all__ = [
+    "AFTER_SHARDS_WRITTEN_HOOKS",
+    "OPTIMIZER_METADATA",
+    "RUN_CONFIG_FILENAME",
+    "TRACKER_FILENAME",
+    "checkpoint_dir",
+    "latest_iteration",
+    "load_checkpoint",
+    "read_common",
+    "resolve_checkpoint",
+    "save_checkpoint",
+    "saved_layout",
+]

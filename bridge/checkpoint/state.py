@@ -1,0 +1,89 @@
+"""What a checkpoint holds besides the weights: per-rank RNG state and optimizer-state fixes."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+from bridge.parallel import ranks
+
+# Distributed-optimizer state stored per DP shard (reshardable across DP sizes only), the format
+# Megatron-LM uses by default; the plain optimizer ignores these keys.
+OPTIMIZER_METADATA = {"distrib_optim_sharding_type": "dp_reshardable", "chained_optim_avoid_prefix": True}
+
+
+def rng_state() -> dict:
+    from megatron.core import tensor_parallel
+
+    state = {
+        "random": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "tracker": tensor_parallel.get_cuda_rng_tracker().get_states(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    from megatron.core import tensor_parallel
+
+    random.setstate(state["random"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+    tensor_parallel.get_cuda_rng_tracker().set_states(state["tracker"])
+
+
+def rng_sharded_object(data: dict | None):
+    """Every rank keeps its own RNG state: one shard per global rank."""
+    from megatron.core.dist_checkpointing.mapping import ShardedObject
+
+    rank, world = ranks.rank_world()
+    return ShardedObject("rng_state", data, (world,), (rank,), replica_id=0)
+
+
+def ensure_optimizer_state(optimizer) -> None:
+    """Megatron-Core's DistributedOptimizer can describe its state for loading only once that state
+    exists (without Apex/TE it reads Adam's 'step'); a fresh optimizer gets Megatron-Core's own dummy
+    state first. The dummy step touches the parameters, which the load then overwrites."""
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        if isinstance(opt, DistributedOptimizer) and not opt.optimizer.state:
+            opt._init_optimizer_states_with_dummy_values()
+
+
+def restore_adam_steps(optimizer, loaded: Any) -> None:
+    """Put Adam's step count back after loading a DistributedOptimizer without Apex/TE.
+
+    Megatron-Core 0.16 restores 'step' from the checkpoint and then overwrites it while copying the
+    per-parameter state (with the step of the freshly initialised state, 1), and the value it set was
+    one tensor shared by every parameter. Both make bias correction wrong after a resume; this sets
+    one fresh step tensor per parameter from the checkpoint's param_groups.
+    """
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    subs = getattr(optimizer, "chained_optimizers", [optimizer])
+    if len(subs) == 1:
+        saved = [loaded]
+    elif isinstance(loaded, dict):
+        saved = [v for _, v in sorted(loaded.items())]
+    else:
+        saved = list(loaded)
+    for opt, sd in zip(subs, saved, strict=True):
+        if not isinstance(opt, DistributedOptimizer) or not isinstance(sd, dict):
+            continue
+        groups = sd.get("optimizer", {}).get("param_groups", [])
+        steps = {float(g["step"]) for g in groups if g.get("step") is not None}
+        if len(steps) != 1:
+            continue
+        step = steps.pop()
+        for state in opt.optimizer.state.values():
+            if torch.is_tensor(state.get("step")):
+                state["step"] = torch.tensor(step, dtype=state["step"].dtype, device=state["step"].device)
