@@ -49,44 +49,6 @@ HF_ASSETS_DIR = "hf_assets"
 SOURCE_TENSORS = "source_tensors.json"  # HF name -> [file, dtype] of the source checkpoint
 
 
-def _no_init(tensor):
-    return tensor
-
-
-class _HFWeightsProvider(GPTModelProvider):
-    """A GPTModelProvider whose provide_distributed_model() loads the HF weights into the chunks.
-
-    Same fields as GPTModelProvider; the bridge rides in a private attribute. While building, random
-    initialisation is skipped: every parameter is overwritten by the load (which checks it covers
-    all of them). It is skipped by giving Megatron-Core no-op init methods on its in-place path, not
-    with perform_initialization=False, which would also skip marking the tensor-parallel attributes
-    (tensor_model_parallel, partition_dim) that gradient clipping relies on.
-    """
-
-    def transformer_config(self):
-        config = super().transformer_config()
-        if getattr(self, "_skip_random_init", False):
-            # The in-place path allocates each local shard directly; the CPU path would first build
-            # every full weight in fp32 (a model-sized transient) only to overwrite it.
-            config.use_cpu_initialization = False
-            for name in ("init_method", "output_layer_init_method", "embedding_init_method"):
-                if hasattr(config, name):
-                    setattr(config, name, _no_init)
-        return config
-
-    def provide_distributed_model(self, *args: Any, **kwargs: Any) -> list:
-        bridge: AutoBridge | None = getattr(self, "_hf_bridge", None)
-        skip = getattr(self, "_skip_random_init", False)
-        self._skip_random_init = skip or bridge is not None
-        try:
-            chunks = super().provide_distributed_model(*args, **kwargs)
-        finally:
-            self._skip_random_init = skip
-        if bridge is not None:
-            bridge.load_hf_weights(chunks)
-        return chunks
-
-
 def _config_get(config: Any, name: str, default: Any = None) -> Any:
     return config.get(name, default) if isinstance(config, dict) else getattr(config, name, default)
 
@@ -152,8 +114,9 @@ class AutoBridge:
         if not load_weights:
             return GPTModelProvider(**self._provider_fields)
         source = self._weights_path(hf_path)
-        provider = _HFWeightsProvider(**self._provider_fields)
-        provider._hf_bridge = AutoBridge(self.hf_config, hf_path=source) if source != self.hf_path else self
+        bridge = AutoBridge(self.hf_config, hf_path=source) if source != self.hf_path else self
+        provider = GPTModelProvider(**self._provider_fields)
+        provider.register_post_build_hook(bridge.load_hf_weights, replaces_weights=True)
         return provider
 
     def _weights_path(self, hf_path: str | os.PathLike | None) -> Path:
@@ -238,7 +201,9 @@ class AutoBridge:
         provider = bridge.to_megatron_provider(load_weights=True)
         for name, value in provider_fields.items():
             setattr(provider, name, value)
-        chunks = provider.provide_distributed_model(wrap_with_ddp=False, mixed_precision_wrapper=False)
+        chunks = provider.provide_distributed_model(
+            wrap_with_ddp=False, mixed_precision_wrapper=False, random_init=False
+        )
         with atomic_dir(target, "megatron_path", all_ranks=True) as staging:
             save_checkpoint(staging, 0, chunks, save_rng=False)
             if ranks.is_rank_zero():
@@ -256,11 +221,12 @@ class AutoBridge:
 
         target = check_target_dir(hf_path, "hf_path")
         resolve_checkpoint(megatron_path)  # a missing / incomplete checkpoint fails before building
-        provider = _HFWeightsProvider(**self._provider_fields)
-        provider._skip_random_init = True  # every weight comes from the checkpoint (strict load)
+        provider = GPTModelProvider(**self._provider_fields)
         for name, value in provider_fields.items():
             setattr(provider, name, value)
-        chunks = provider.provide_distributed_model(wrap_with_ddp=False, mixed_precision_wrapper=False)
+        chunks = provider.provide_distributed_model(  # every weight comes from the checkpoint (strict load)
+            wrap_with_ddp=False, mixed_precision_wrapper=False, random_init=False
+        )
         load_checkpoint(megatron_path, chunks, load_rng=False, strict=True)
         self.save_hf_pretrained(chunks, target, max_shard_size=max_shard_size)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -85,6 +85,10 @@ def _warn_untested_release() -> None:
         ", ".join(TESTED_RELEASES),
         SNAPSHOT.RELEASE,
     )
+
+
+def _no_init(tensor):
+    return tensor
 
 
 def _fail(field: str, value: Any, rule: str, fix: str) -> ConfigError:
@@ -296,8 +300,11 @@ class GPTModelProvider(TransformerFields):
         """vocab_size rounded up to a multiple of make_vocab_size_divisible_by * tp (Megatron's rule)."""
         if self.vocab_size is None:
             raise _fail("vocab_size", None, "is needed to build the model", "set the tokenizer's vocab size")
-        multiple = self.make_vocab_size_divisible_by * self.tensor_model_parallel_size
-        return math.ceil(self.vocab_size / multiple) * multiple
+        from bridge.parallel.param_count import padded_vocab_size
+
+        return padded_vocab_size(
+            self.vocab_size, self.tensor_model_parallel_size, self.make_vocab_size_divisible_by
+        )
 
     # ---- Megatron-Core objects (import torch / megatron.core) ------------------------------------
 
@@ -417,6 +424,21 @@ class GPTModelProvider(TransformerFields):
             original_max_position_embeddings=self.rope_scaling_original_max_position_embeddings,
         )
 
+    def register_post_build_hook(
+        self, hook: Callable[[list], None], *, replaces_weights: bool = False
+    ) -> None:
+        """Run `hook(chunks)` in provide_distributed_model() on the built GPTModel chunks, before the
+        Float16Module / DDP wrappers (e.g. AutoBridge loading HF weights). Hooks run in order; they are
+        not fields (not serialised, not copied by dataclasses.replace). `replaces_weights=True` says the
+        hook overwrites every parameter, so random initialisation is skipped by default."""
+        self.__dict__.setdefault("_post_build_hooks", []).append((hook, replaces_weights))
+
+    def post_build_hooks(self) -> tuple:
+        return tuple(hook for hook, _ in self.__dict__.get("_post_build_hooks", ()))
+
+    def _hooks_replace_weights(self) -> bool:
+        return any(replaces for _, replaces in self.__dict__.get("_post_build_hooks", ()))
+
     def provide_distributed_model(
         self,
         wrap_with_ddp: bool = True,
@@ -424,6 +446,7 @@ class GPTModelProvider(TransformerFields):
         mixed_precision_wrapper: bool = True,
         data_parallel_random_init: bool = False,
         seed: int = 1234,
+        random_init: bool | None = None,
     ) -> list:
         """The model chunks of this rank (one per virtual pipeline stage), ready for training.
 
@@ -431,6 +454,10 @@ class GPTModelProvider(TransformerFields):
         they are not initialized yet (one process when not under torchrun). `ddp_config` is a
         megatron.core DistributedDataParallelConfig or a dict of its fields. `data_parallel_random_init`
         broadcasts data-parallel rank 0's weights to the other replicas (as Megatron-LM's flag does).
+        `random_init=False` (default: False when a hook replaces the weights, else True) skips random initialisation because every weight will be overwritten (by
+        a post-build hook or a checkpoint load): Megatron-Core gets no-op init methods on its in-place
+        path, so the tensor-parallel attributes stay marked (perform_initialization=False would drop
+        them). Post-build hooks (register_post_build_hook) run on the bare chunks before any wrapper.
         """
         import torch
         from megatron.core import parallel_state, tensor_parallel
@@ -446,6 +473,15 @@ class GPTModelProvider(TransformerFields):
         # One TransformerConfig shared by all chunks, as Megatron-LM does: the training loop sets its
         # hooks (no_sync_func, finalize_model_grads_func, ...) once and every chunk sees them.
         config = self.transformer_config()
+        if random_init is None:
+            random_init = not self._hooks_replace_weights()
+        if not random_init:
+            # The in-place path allocates each local shard directly; the CPU path would first build
+            # every full weight in fp32 (a model-sized transient) only to overwrite it.
+            config.use_cpu_initialization = False
+            for name in ("init_method", "output_layer_init_method", "embedding_init_method"):
+                if hasattr(config, name):
+                    setattr(config, name, _no_init)
         vpp = self.virtual_pipeline_model_parallel_size
         if self.pipeline_model_parallel_size > 1 and vpp is not None:
             chunks = [self._build_stage(config, None, None, stage) for stage in range(vpp)]
@@ -456,6 +492,8 @@ class GPTModelProvider(TransformerFields):
                 tensor_parallel.set_defaults_if_not_set_tensor_model_parallel_attributes(param)
             if torch.cuda.is_available():
                 chunk.cuda(torch.cuda.current_device())
+        for hook in self.post_build_hooks():
+            hook(chunks)
         if mixed_precision_wrapper and (self.fp16 or self.bf16):
             chunks = [Float16Module(config, chunk) for chunk in chunks]
         if wrap_with_ddp:
