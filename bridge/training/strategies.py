@@ -124,4 +124,21 @@ def _torch_ddp(chunk):
         def zero_grad_buffer(self):
             pass  # gradients live in param.grad; the optimizer's zero_grad clears them
 
-    return TorchDDP(chunk, process_group=parallel_state.get_data_parallel_group(), broadcast_buffers=False)
+    return TorchDDP(
+        chunk, process_group=parallel_state.get_data_parallel_group(), **_no_forward_buffer_sync()
+    )
+
+
+def _no_forward_buffer_sync() -> dict[str, bool]:
+    """torch DDP keyword for "do not broadcast buffers at every forward" (GPTModel's buffers, e.g. RoPE
+    frequencies, are computed identically on every rank). torch 2.13 deprecates `broadcast_buffers` for
+    `forward_sync_buffers` (which still syncs them once at construction: harmless, they are equal);
+    older releases only know `broadcast_buffers`."""
+    import inspect
+
+    import torch
+
+    params = inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters
+    if "forward_sync_buffers" in params:
+        return {"forward_sync_buffers": False}
+    return {"broadcast_buffers": False}

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 
 from bridge.config.sections import DistributedConfig
 from bridge.errors import ConfigError
 from bridge.training.strategies import check_strategy_available, ddp_config_for
+from tests.functional.launch import REPO_ROOT
 
 
 @pytest.mark.parametrize("strategy", ["fsdp2", "megatron_fsdp"])
@@ -36,3 +41,45 @@ def test_ddp_config_follows_the_section():
     assert cfg.check_for_nan_in_grad is False  # the loop checks finiteness on all ranks together
     fsdp = ddp_config_for(DistributedConfig(), "megatron_fsdp", True)
     assert fsdp.use_megatron_fsdp and fsdp.data_parallel_sharding_strategy == "optim_grads_params"
+
+
+TORCH_DDP = textwrap.dedent(
+    r"""
+    import inspect, warnings
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    dist.init_process_group("gloo", store=dist.TCPStore("127.0.0.1", 0, 1, True), rank=0, world_size=1)
+    parallel_state.get_data_parallel_group = lambda *a, **k: dist.group.WORLD  # no model-parallel init needed
+    from bridge.training.strategies import _torch_ddp
+
+    DDP = torch.nn.parallel.DistributedDataParallel
+    new_torch = "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters
+
+    def ddp_warnings(make):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            wrapped = make()
+        return wrapped, [str(w.message)[:40] for w in caught if "buffers" in str(w.message)]
+
+    _, old_way = ddp_warnings(lambda: DDP(torch.nn.BatchNorm1d(3), broadcast_buffers=False))
+    ddp, ours = ddp_warnings(lambda: _torch_ddp(torch.nn.BatchNorm1d(3)))
+    ddp(torch.randn(4, 3)).sum().backward()
+    print("RESULT", (new_torch, old_way, ours, ddp.will_sync_module_buffers()))
+    """
+)
+
+
+def test_torch_ddp_passes_no_deprecated_argument_and_syncs_no_buffers_per_forward():
+    proc = subprocess.run(
+        [sys.executable, "-c", TORCH_DDP], cwd=REPO_ROOT, capture_output=True, text=True, timeout=240,
+        env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))
+    new_torch, old_way, ours, syncs = eval(line.removeprefix("RESULT "))  # noqa: S307 (our own repr)
+    if new_torch:  # the real torch source deprecates broadcast_buffers: the check can see the warning
+        assert old_way and old_way[0].startswith("`broadcast_buffers` is deprecated"), old_way
+    assert ours == [], ours
+    assert syncs is False
