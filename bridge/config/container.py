@@ -2,7 +2,8 @@
 
 A recipe returns one; `--config-file` and dotted overrides change it (bridge.config.overrides);
 `resolve()` fills the fields that follow others (sequence length, NullTokenizer vocab);
-`validate(world_size)` checks every rule across sections and raises ConfigError; `to_yaml()` /
+`validate(world_size)` checks every rule across sections (raising ConfigError) and returns the frozen
+RunPlan the run builds (bridge.config.plan); `to_yaml()` /
 `from_yaml()` round-trip it without loss (run_config.yaml next to checkpoints).
 """
 
@@ -29,6 +30,7 @@ from bridge.errors import ConfigError
 from bridge.models.gpt_provider import GPTModelProvider
 
 if TYPE_CHECKING:
+    from bridge.config.plan import RunPlan
     from bridge.parallel.layout import ParallelLayout
 
 
@@ -76,8 +78,8 @@ class ConfigContainer:
     # ---- cross-section views -------------------------------------------------------------------
 
     def layout(self, world_size: int) -> ParallelLayout:
-        """The validated parallel layout of this run on `world_size` ranks (raises ConfigError)."""
-        self.resolve()
+        """The parallel layout of this (resolved) config on `world_size` ranks (raises ConfigError on the
+        layout rules; `validate()` checks everything else too)."""
         return self.model.layout(
             world_size,
             strategy=self.distributed.strategy,
@@ -86,15 +88,17 @@ class ConfigContainer:
             gpus_per_node=self.distributed.gpus_per_node,
         )
 
-    def validate(self, world_size: int) -> list[str]:
-        """Check every rule across sections for `world_size` ranks.
+    def validate(self, world_size: int, cuda: bool | None = None) -> RunPlan:
+        """Check every rule across sections for `world_size` ranks and return the run's plan.
 
-        Raises ConfigError on the first violation; returns the warnings (layout warnings first, then
-        settings that the chosen strategy ignores), which callers should print or log.
+        `cuda`: whether the run has CUDA (None: whether this machine has an NVIDIA driver, found
+        without importing torch). Raises ConfigError on the first violation; the plan's `warnings`
+        (layout warnings first, then settings the run ignores) are for callers to print or log.
+        This container is not changed: the plan holds a resolved copy.
         """
-        from bridge.config.validation import validate_config
+        from bridge.config.plan import build_plan, detect_cuda
 
-        return validate_config(self, world_size)
+        return build_plan(self, world_size, detect_cuda() if cuda is None else cuda)
 
     # ---- YAML ----------------------------------------------------------------------------------
 

@@ -12,15 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from bridge.parallel.layout import STRATEGIES
+
 # Accepted names, shared by validation and the docs.
 OPTIMIZERS = ("adam", "sgd")
 LR_DECAY_STYLES = ("cosine", "linear", "constant")
 DATASET_KINDS = ("mock", "indexed", "jsonl")
 TOKENIZER_TYPES = ("NullTokenizer", "HuggingFaceTokenizer")
 CKPT_FORMATS = ("torch_dist",)
-STRATEGIES = ("megatron", "fsdp2", "megatron_fsdp", "ddp")
 PP_SCHEDULES = ("1f1b", "interleaved_1f1b")
-PRECISIONS = ("bf16_mixed", "fp16_mixed", "fp32")
+# mixed_precision.precision -> the dtype it trains in (with CUDA; CPU runs train in fp32).
+PRECISION_DTYPES = {"bf16_mixed": "bf16", "fp16_mixed": "fp16", "fp32": "fp32"}
+PRECISIONS = tuple(PRECISION_DTYPES)
+__all__ = ["STRATEGIES"]  # re-exported: the layout rules own the strategy names
 
 
 @dataclass
@@ -32,6 +36,7 @@ class TrainingConfig:
     manual_gc: bool = False  # disable Python's automatic GC and collect every manual_gc_interval steps
     manual_gc_interval: int = 0  # 0 = only at the start of training
     manual_gc_eval: bool = True  # also collect around evaluation when manual_gc is on
+    check_memory: bool = True  # refuse to build a model whose memory estimate exceeds a rank's memory
 
 
 @dataclass

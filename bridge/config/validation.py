@@ -11,6 +11,7 @@ import os
 from typing import TYPE_CHECKING
 
 from bridge.config import sections as S
+from bridge.config.sections import PRECISION_DTYPES
 from bridge.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -37,8 +38,10 @@ def _positive(field: str, value, *, zero_ok: bool = False, none_ok: bool = False
         )
 
 
-def validate_config(cfg: ConfigContainer, world_size: int) -> list[str]:
-    """Raise ConfigError on the first broken rule; return the warnings."""
+def validate_config(cfg: ConfigContainer, world_size: int, cuda: bool) -> tuple[ParallelLayout, list[str]]:
+    """Raise ConfigError on the first broken rule; return the layout and the warnings.
+
+    `cuda`: whether the run has CUDA (strategies that need it are refused without it)."""
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise fail(
             "world_size", world_size, "must be a positive integer", "pass --world-size N (or WORLD_SIZE)"
@@ -51,7 +54,6 @@ def validate_config(cfg: ConfigContainer, world_size: int) -> list[str]:
             "no PEFT method is implemented yet (full-parameter training only)",
             "remove it (peft=null or ~peft)",
         )
-    _one_of("distributed.strategy", cfg.distributed.strategy, S.STRATEGIES)
     cfg.model.finalize()
     layout = cfg.layout(world_size)
     warnings = list(layout.warnings)
@@ -64,9 +66,35 @@ def validate_config(cfg: ConfigContainer, world_size: int) -> list[str]:
     _checkpoint(cfg)
     _logger(cfg)
     warnings += _distributed(cfg, layout)
+    _strategy_available(cfg.distributed.strategy, cuda)
     warnings += _precision(cfg)
     _positive("rng.seed", cfg.rng.seed, zero_ok=True)
-    return warnings
+    return layout, warnings
+
+
+# Strategies whose engine needs CUDA, and why (measured: each fails on a CPU-only machine).
+CUDA_ONLY_STRATEGIES = {
+    "fsdp2": (
+        "Megatron-Core's TorchFullyShardedDataParallel builds its device mesh with "
+        "DeviceMesh.from_group(dp_group, 'cuda') and fully_shard then moves every parameter to "
+        "torch.device('cuda', current_device()), so FSDP2 through Megatron-Core needs CUDA"
+    ),
+    "megatron_fsdp": (
+        "Megatron-FSDP allocates its parameter and gradient buffers on torch.device('cuda', "
+        "current_device()) and uses CUDA streams for its all-gathers, so it needs CUDA"
+    ),
+}
+
+
+def _strategy_available(strategy: str, cuda: bool) -> None:
+    if not cuda and strategy in CUDA_ONLY_STRATEGIES:
+        raise fail(
+            "distributed.strategy",
+            strategy,
+            f"cannot run on this machine (no CUDA): {CUDA_ONLY_STRATEGIES[strategy]}",
+            "use distributed.strategy=megatron (sharded optimizer state through the distributed "
+            "optimizer) or ddp on CPU",
+        )
 
 
 def _train(cfg: ConfigContainer, layout: ParallelLayout) -> None:
@@ -144,6 +172,16 @@ def _optimizer(cfg: ConfigContainer) -> list[str]:
     return []
 
 
+def scheduler_iters(cfg: ConfigContainer) -> tuple[int, int]:
+    """(warmup, decay) lengths in iterations, as Megatron-Core's OptimizerParamScheduler gets them."""
+    s = cfg.scheduler
+    decay = s.lr_decay_iters if s.lr_decay_iters is not None else cfg.train.train_iters
+    warmup = s.lr_warmup_iters
+    if s.lr_decay_style == "constant" and warmup >= decay:
+        decay = warmup + 1  # nothing decays; Megatron-Core still asserts warmup < decay
+    return warmup, decay
+
+
 def _scheduler(cfg: ConfigContainer) -> None:
     s = cfg.scheduler
     _one_of("scheduler.lr_decay_style", s.lr_decay_style, S.LR_DECAY_STYLES)
@@ -155,12 +193,13 @@ def _scheduler(cfg: ConfigContainer) -> None:
         if s.lr_decay_iters is not None
         else "train.train_iters (lr_decay_iters=null)"
     )
-    if s.lr_warmup_iters > decay:
+    if s.lr_decay_style != "constant" and s.lr_warmup_iters >= decay:
         raise fail(
             "scheduler.lr_warmup_iters",
             s.lr_warmup_iters,
-            f"warmup must not be longer than the decay: {source} = {decay}",
-            f"set scheduler.lr_warmup_iters <= {decay} (e.g. scheduler.lr_warmup_iters=0 for short runs)",
+            f"warmup must be shorter than the decay: {source} = {decay} "
+            "(Megatron-Core's scheduler needs warmup < decay)",
+            f"set scheduler.lr_warmup_iters < {decay} (e.g. scheduler.lr_warmup_iters=0 for short runs)",
         )
     if not 0 <= s.lr_warmup_init <= cfg.optimizer.lr:
         raise fail(
@@ -173,17 +212,25 @@ def _scheduler(cfg: ConfigContainer) -> None:
 
 def _split_weights(split: str) -> list[float]:
     try:
-        weights = [float(part) for part in str(split).split(",")]
+        weights = [float(part) for part in str(split).replace("/", ",").split(",") if part.strip()]
     except ValueError:
         weights = []
     if not 1 <= len(weights) <= 3 or any(w < 0 for w in weights) or sum(weights) <= 0:
         raise fail(
             "dataset.split",
             split,
-            "must be 1 to 3 comma-separated non-negative weights (train,valid,test)",
+            "must be 1 to 3 comma-separated non-negative weights (train,valid,test) with a positive sum",
             "use e.g. '969,30,1' (quote it on the command line: 'dataset.split=\"969,30,1\"')",
         )
     return weights
+
+
+def parse_split(split: str) -> tuple[float, float, float]:
+    """dataset.split ("969,30,1") -> train, valid, test ratios summing to 1 (raises ConfigError)."""
+    weights = _split_weights(split)
+    weights += [0.0] * (3 - len(weights))
+    total = sum(weights)
+    return (weights[0] / total, weights[1] / total, weights[2] / total)
 
 
 def blend_paths(data_paths: list[str]) -> tuple[list[str], list[float] | None]:
@@ -218,6 +265,14 @@ def _dataset(cfg: ConfigContainer) -> None:
     _split_weights(d.split)
     _positive("dataset.num_workers", d.num_workers, zero_ok=True)
     _positive("dataset.packed_sequence_size", d.packed_sequence_size, zero_ok=True)
+    if d.packed_sequence_size:
+        raise fail(
+            "dataset.packed_sequence_size",
+            d.packed_sequence_size,
+            "sequence packing is for finetuning datasets; pretraining data is already packed into "
+            "seq_length windows",
+            "set dataset.packed_sequence_size=0",
+        )
     if d.kind == "mock" and d.data_paths:
         raise fail(
             "dataset.data_paths",
@@ -249,21 +304,6 @@ def _dataset(cfg: ConfigContainer) -> None:
                     f"{', '.join(missing)} not found; each entry must be {what}",
                     "fix the path (scripts/data/preprocess_data.py writes .bin/.idx from JSONL)",
                 )
-    if d.packed_sequence_size:
-        if cfg.train.micro_batch_size != 1:
-            raise fail(
-                "train.micro_batch_size",
-                cfg.train.micro_batch_size,
-                "must be 1 with sequence packing: each packed sample is already a batch of sequences",
-                "set train.micro_batch_size=1 (raise global_batch_size instead)",
-            )
-        if d.packed_sequence_size != cfg.model.seq_length:
-            raise fail(
-                "dataset.packed_sequence_size",
-                d.packed_sequence_size,
-                f"a packed sample is one model sequence, but model.seq_length = {cfg.model.seq_length}",
-                "set dataset.packed_sequence_size equal to model.seq_length",
-            )
 
 
 def _tokenizer(cfg: ConfigContainer) -> None:
@@ -306,6 +346,13 @@ def _tokenizer(cfg: ConfigContainer) -> None:
 def _checkpoint(cfg: ConfigContainer) -> None:
     c = cfg.checkpoint
     _one_of("checkpoint.ckpt_format", c.ckpt_format, S.CKPT_FORMATS)
+    if c.async_save:
+        raise fail(
+            "checkpoint.async_save",
+            True,
+            "asynchronous saves are not implemented (every save is synchronous)",
+            "set checkpoint.async_save=false",
+        )
     _positive("checkpoint.save_interval", c.save_interval, zero_ok=True, none_ok=True)
     if c.save_interval and not c.save:
         raise fail(
@@ -419,7 +466,7 @@ def _distributed(cfg: ConfigContainer, layout: ParallelLayout) -> list[str]:
 
 def _precision(cfg: ConfigContainer) -> list[str]:
     p, m = cfg.mixed_precision, cfg.model
-    _one_of("mixed_precision.precision", p.precision, S.PRECISIONS)
+    _one_of("mixed_precision.precision", p.precision, tuple(PRECISION_DTYPES))
     for flag, wanted in (("bf16", "bf16_mixed"), ("fp16", "fp16_mixed")):
         if getattr(m, flag) and p.precision != wanted:
             raise fail(

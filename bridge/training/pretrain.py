@@ -1,31 +1,22 @@
-"""pretrain(config): set up distributed, model, optimizer, data and checkpoints, then train.
+"""pretrain(plan): build exactly what the RunPlan describes (distributed, model, optimizer, data,
+checkpoints), then train.
 
 The same code runs on GPU (NCCL, bf16 as the recipe says) and CPU (gloo, fp32, Megatron-Core's CPU
-backend from bridge.parallel): only the backend and precision choices differ.
+backend from bridge.parallel): the plan says which. Nothing here re-validates the configuration.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import time
 from collections.abc import Callable
-from typing import Any
 
+from bridge.config.container import ConfigContainer
+from bridge.config.plan import RunPlan
 from bridge.errors import ConfigError
 from bridge.training.state import TrainResult, TrainState
 
 
-def _model_for_run(provider, precision, dist_cfg):
-    """The model section with the run's precision (Megatron-Bridge's bf16_mixed / fp16_mixed / fp32) and
-    distributed.activation_checkpointing (full recompute of every layer, as the section documents)."""
-    name = precision.name
-    changes = dict(bf16=precision.bf16, fp16=precision.fp16, params_dtype=name,
-                   pipeline_dtype=name if name != "fp32" else None)  # fmt: skip
-    if dist_cfg.activation_checkpointing:
-        changes.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
-    return dataclasses.replace(provider, **changes)
-
-
-def _resume(cfg: Any, model: list, optimizer, scheduler, layout_line: str) -> TrainState:
+def _resume(cfg: ConfigContainer, model: list, optimizer, scheduler, layout_line: str) -> TrainState:
     """checkpoint.load resumes everything when it holds a checkpoint; otherwise
     checkpoint.pretrained_checkpoint (if set) loads weights only, as in Megatron-Bridge."""
     from bridge import checkpoint
@@ -87,103 +78,124 @@ def _configure_model_hooks(model: list, optimizer, wrapped, dist_cfg) -> bool:
     return overlap_param_gather
 
 
-def pretrain(config: Any, forward_step_func: Callable | None = None) -> TrainResult:
-    """Train `config` (a ConfigContainer). Call on every rank (torchrun) or in one plain process."""
+def plan_for_this_process(config: ConfigContainer) -> RunPlan:
+    """Validate `config` for this launch (torchrun's world size, this machine's CUDA)."""
     import torch
 
     from bridge.parallel import runtime
 
-    runtime.quiet_known_warnings()  # before the imports below pull in Megatron-Core (some warn on import)
-    from bridge.training.data.loaders import build_datasets, build_iterator, split_sample_counts
-    from bridge.training.data.tokenizer import build_tokenizer
-    from bridge.training.flops import training_flops_per_token
-    from bridge.training.forward_step import forward_step as default_forward_step
-    from bridge.training.logging import MetricWriters, ensure_console_logging, logger
-    from bridge.training.optim import build_optimizer, build_scheduler
-    from bridge.training.precision import resolve_precision
-    from bridge.training.strategies import check_strategy_available, wrap_model
-    from bridge.training.train import TrainingContext, train
-
-    cfg = config
-    cfg.resolve()
     world = (
         torch.distributed.get_world_size()
         if torch.distributed.is_initialized()
         else runtime.world_size_from_env()
     )
-    warnings = cfg.validate(world)
+    return config.validate(world, cuda=torch.cuda.is_available())
+
+
+def _check_plan_matches_process(plan: RunPlan) -> None:
+    import torch
+
+    from bridge.parallel import runtime
+
     cuda = torch.cuda.is_available()
-    if cfg.checkpoint.async_save:
+    world = (
+        torch.distributed.get_world_size()
+        if torch.distributed.is_initialized()
+        else runtime.world_size_from_env()
+    )
+    if plan.cuda != cuda or plan.world_size != world:
         raise ConfigError(
-            "checkpoint.async_save=True is not supported by bridge.training yet: set "
-            "checkpoint.async_save=False (saves are synchronous)"
+            f"the plan was made for world_size={plan.world_size} {'with' if plan.cuda else 'without'} CUDA, "
+            f"but this process has world_size={world} {'with' if cuda else 'without'} CUDA. Fix: make the "
+            "plan in the launched process (config.validate(world_size, cuda=torch.cuda.is_available()))"
         )
-    if cfg.checkpoint.ckpt_format != "torch_dist":
-        raise ConfigError(
-            f"checkpoint.ckpt_format={cfg.checkpoint.ckpt_format!r}: only torch_dist is supported"
-        )
-    check_strategy_available(cfg.distributed.strategy, cuda)
+
+
+def pretrain(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None = None) -> TrainResult:
+    """Train a RunPlan (or a ConfigContainer, validated here once for this launch).
+
+    Call on every rank (torchrun) or in one plain process.
+    """
+    import torch
+
+    from bridge.parallel import runtime
+
+    runtime.quiet_known_warnings()  # before the imports below pull in Megatron-Core (some warn on import)
+    from bridge.training.data.loaders import build_datasets, build_iterator
+    from bridge.training.data.tokenizer import build_tokenizer
+    from bridge.training.flops import training_flops_per_token
+    from bridge.training.forward_step import forward_step as default_forward_step
+    from bridge.training.logging import MetricWriters, ensure_console_logging, logger
+    from bridge.training.memory_check import check_memory_fits
+    from bridge.training.optim import build_optimizer, build_scheduler
+    from bridge.training.strategies import wrap_model
+    from bridge.training.train import TrainingContext, train
+
+    if isinstance(plan, ConfigContainer):
+        plan = plan_for_this_process(plan)
+    _check_plan_matches_process(plan)
+    cfg = plan.config
     ensure_console_logging()
     for handler in logger.handlers:  # bridge's own console handler (none when the application set up logging)
         runtime.log_on_rank_zero(handler, own_rank=(logger.name,))  # the loop picks its log rank itself
-    precision = resolve_precision(cfg.mixed_precision.precision, cuda)
-    provider = _model_for_run(cfg.model, precision, cfg.distributed)
-    layout = cfg.layout(world)
-    runtime.initialize_distributed(layout, seed=cfg.rng.seed, timeout_minutes=cfg.distributed.timeout_minutes)
-    for w in warnings:
-        if torch.distributed.get_rank() == 0:
+    runtime.initialize_distributed(
+        plan.layout, seed=cfg.rng.seed, timeout_minutes=cfg.distributed.timeout_minutes
+    )
+    is_rank_zero = torch.distributed.get_rank() == 0
+    if is_rank_zero:
+        for w in plan.warnings:
             logger.warning("config: %s", w)
+    check_memory_fits(plan, skip=not cfg.train.check_memory, log=is_rank_zero)
 
+    started = time.perf_counter()
+    if is_rank_zero:
+        logger.info(
+            "building the model (%d layers, hidden %d) ...",
+            plan.provider.num_layers,
+            plan.provider.hidden_size,
+        )
     wrapped = wrap_model(
-        provider,
+        plan.provider,
         cfg.distributed,
         cfg.optimizer,
-        cuda_available=cuda,
+        cuda_available=plan.cuda,
         seed=cfg.rng.seed,
         data_parallel_random_init=cfg.rng.data_parallel_random_init,
     )
     model = wrapped.chunks
+    if is_rank_zero:
+        local = sum(p.numel() for chunk in model for p in chunk.parameters())
+        logger.info(
+            "model built in %.1f s: %.2f M parameters on rank 0", time.perf_counter() - started, local / 1e6
+        )
     optimizer = build_optimizer(
         cfg.optimizer,
         model,
-        precision,
+        plan.precision,
         cfg.mixed_precision,
         use_distributed_optimizer=wrapped.use_distributed_optimizer,
     )
-    scheduler = build_scheduler(
-        optimizer, cfg.optimizer, cfg.scheduler, cfg.train.train_iters, cfg.train.global_batch_size
-    )
+    scheduler = build_scheduler(optimizer, cfg.optimizer, cfg.scheduler, plan.schedule)
     overlap_param_gather = _configure_model_hooks(model, optimizer, wrapped, cfg.distributed)
-    state = _resume(cfg, model, optimizer, scheduler, layout.describe())
+    state = _resume(cfg, model, optimizer, scheduler, plan.layout.describe())
 
     from megatron.core import parallel_state
 
     dp_rank = parallel_state.get_data_parallel_rank()
-    dp = parallel_state.get_data_parallel_world_size()
-    mbs, gbs = cfg.train.micro_batch_size, cfg.train.global_batch_size
-    num_microbatches = gbs // (mbs * dp)
-    seq_length = cfg.model.seq_length
-    tokenizer = build_tokenizer(cfg.tokenizer, provider.padded_vocab_size())
-    sizes = split_sample_counts(
-        cfg.train.train_iters, gbs, cfg.validation.eval_interval, cfg.validation.eval_iters
-    )
-    train_ds, valid_ds, _ = build_datasets(cfg.dataset, tokenizer, seq_length, sizes)
-    workers = int(cfg.dataset.num_workers or 0)
-    if workers and not cuda:
-        # Worker processes would compete with the training threads for the same few cores.
-        if torch.distributed.get_rank() == 0:
-            logger.warning("dataset.num_workers=%d: on CPU the data is read in the training process", workers)
-        workers = 0
+    dp = plan.layout.dp
+    mbs = cfg.train.micro_batch_size
+    tokenizer = build_tokenizer(cfg.tokenizer, plan.provider.padded_vocab_size())
+    train_ds, valid_ds, _ = build_datasets(plan.data, tokenizer)
 
     def iterators(ds, consumed):
         if ds is None:
             return None
-        return [build_iterator(ds, consumed, mbs, dp_rank, dp, workers) for _ in model]
+        return [build_iterator(ds, consumed, mbs, dp_rank, dp, plan.data.num_workers) for _ in model]
 
     is_log_rank = torch.distributed.get_rank() == torch.distributed.get_world_size() - 1
     writers = MetricWriters(cfg.logger if is_log_rank else None)  # TensorBoard / W&B on the logging rank
     ctx = TrainingContext(
-        cfg=cfg,
+        plan=plan,
         model=model,
         optimizer=optimizer,
         scheduler=scheduler,
@@ -191,14 +203,11 @@ def pretrain(config: Any, forward_step_func: Callable | None = None) -> TrainRes
         train_iterators=iterators(train_ds, state.consumed_train_samples),
         valid_iterators=iterators(valid_ds, state.consumed_valid_samples),
         state=state,
-        num_microbatches=num_microbatches,
-        seq_length=seq_length,
         megatron_ddp=wrapped.megatron_ddp,
         overlap_param_gather=overlap_param_gather,
-        flops_per_token=training_flops_per_token(provider, seq_length),
+        flops_per_token=training_flops_per_token(plan.provider, plan.data.seq_length),
         writers=writers,
         run_config_yaml=cfg.to_yaml() if cfg.checkpoint.save else None,
-        precision=precision,
     )
     try:
         return train(ctx)

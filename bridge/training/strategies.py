@@ -6,8 +6,8 @@
 | megatron_fsdp | Megatron-Core Megatron-FSDP                       | distributed optimizer (required)   |
 | ddp           | torch.nn.parallel.DistributedDataParallel         | Megatron-Core, not distributed     |
 
-On CPU, fsdp2 and megatron_fsdp raise ConfigError before any model is built: both place their
-buffers / device meshes on CUDA unconditionally (see the messages below).
+The run's plan has already refused strategies this machine cannot run (fsdp2 and megatron_fsdp need
+CUDA: bridge.config.validation.CUDA_ONLY_STRATEGIES); this module only builds.
 """
 
 from __future__ import annotations
@@ -15,41 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bridge.errors import ConfigError
-
-STRATEGIES = ("megatron", "fsdp2", "megatron_fsdp", "ddp")
-
-_CPU_UNSUPPORTED = {
-    "fsdp2": (
-        "Megatron-Core's TorchFullyShardedDataParallel builds its device mesh with "
-        "DeviceMesh.from_group(dp_group, 'cuda') and fully_shard then moves every parameter to "
-        "torch.device('cuda', current_device()), so FSDP2 through Megatron-Core needs CUDA"
-    ),
-    "megatron_fsdp": (
-        "Megatron-FSDP allocates its parameter and gradient buffers on torch.device('cuda', "
-        "current_device()) and uses CUDA streams for its all-gathers, so it needs CUDA"
-    ),
-}
-
 
 @dataclass
 class WrappedModel:
     chunks: list  # one per virtual pipeline stage
     use_distributed_optimizer: bool
     megatron_ddp: bool  # chunks expose Megatron-Core's grad-buffer API (zero_grad_buffer, ...)
-
-
-def check_strategy_available(strategy: str, cuda_available: bool) -> None:
-    if strategy not in STRATEGIES:
-        raise ConfigError(
-            f"distributed.strategy={strategy!r} is not known: use one of {', '.join(STRATEGIES)}"
-        )
-    if not cuda_available and strategy in _CPU_UNSUPPORTED:
-        raise ConfigError(
-            f"distributed.strategy={strategy} cannot run on this machine (no CUDA): "
-            f"{_CPU_UNSUPPORTED[strategy]}. Use distributed.strategy=megatron (sharded optimizer state "
-            "through the distributed optimizer) or ddp on CPU."
-        )
 
 
 def ddp_config_for(dist_cfg: Any, strategy: str, use_distributed_optimizer: bool):
@@ -81,7 +52,6 @@ def wrap_model(
 ) -> WrappedModel:
     """Build this rank's model chunks with `provider` and wrap them per distributed.strategy."""
     strategy = dist_cfg.strategy
-    check_strategy_available(strategy, cuda_available)
     if strategy == "megatron":
         use_dist_opt = bool(opt_cfg.use_distributed_optimizer)
         chunks = provider.provide_distributed_model(

@@ -12,6 +12,8 @@ from typing import Any
 import torch
 
 from bridge import checkpoint
+from bridge.config.container import ConfigContainer
+from bridge.config.plan import Precision, RunPlan
 from bridge.training.logging import (
     IterationStats,
     MetricWriters,
@@ -24,24 +26,37 @@ from bridge.training.state import NonFiniteLossError, TrainResult, TrainState
 
 @dataclass
 class TrainingContext:
-    """Everything the loop needs, built by pretrain()."""
+    """Everything the loop needs, built by pretrain() from the run's plan."""
 
-    cfg: Any
+    plan: RunPlan
     model: list
-    optimizer: Any
-    scheduler: Any
+    optimizer: Any  # Megatron-Core's MegatronOptimizer
+    scheduler: Any  # Megatron-Core's OptimizerParamScheduler
     forward_step_func: Callable
     train_iterators: list
     valid_iterators: list | None
     state: TrainState
-    num_microbatches: int
-    seq_length: int
     megatron_ddp: bool
     overlap_param_gather: bool
     flops_per_token: float
     writers: MetricWriters
     run_config_yaml: str | None
-    precision: Any = None
+
+    @property
+    def cfg(self) -> ConfigContainer:
+        return self.plan.config
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.plan.num_microbatches
+
+    @property
+    def seq_length(self) -> int:
+        return self.plan.data.seq_length
+
+    @property
+    def precision(self) -> Precision:
+        return self.plan.precision
 
 
 def _log_rank() -> int:

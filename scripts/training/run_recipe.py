@@ -5,8 +5,10 @@
     python scripts/training/run_recipe.py --recipe llama31_70b_pretrain_config --dry-run --world-size 64
     python scripts/training/run_recipe.py --list-recipes
 
---dry-run resolves and validates everything, prints the config as YAML and the layout line, and exits
-0 without importing torch or megatron.core. Invalid input exits 2 with the error on stderr.
+--dry-run validates exactly what a run would (the same RunPlan), prints the config as YAML followed by
+the plan's decisions as YAML comments (so the output loads back with --config-file), and exits 0
+without importing torch or megatron.core. Invalid input exits 2 with the error on stderr, printed once
+(by rank 0 under torchrun).
 """
 
 from __future__ import annotations
@@ -43,6 +45,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="number of ranks to validate for (default: WORLD_SIZE or 1)",
     )
+    parser.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default=None,
+        help="dry run: plan for this device (default: cuda when an NVIDIA driver is present)",
+    )
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.train_iters=10")
     args = parser.parse_args(argv)
     if not args.list_recipes and not args.recipe:
@@ -60,12 +68,18 @@ def env_world_size() -> int:
         ) from None
 
 
+def is_rank_zero() -> bool:
+    return os.environ.get("RANK", "0") == "0"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Exit status: 0 on success, 2 on invalid input (the ConfigError message on stderr, no traceback)."""
+    """Exit status: 0 on success, 2 on invalid input (the ConfigError message on stderr, no traceback;
+    under torchrun every rank fails the same way and rank 0 prints it)."""
     try:
         return run(argv)
     except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
+        if is_rank_zero():
+            print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
 
 
@@ -94,21 +108,24 @@ def run(argv: list[str] | None = None) -> int:
             "Fix: drop --world-size (it is for dry runs) or launch that many ranks."
         )
     cfg, warnings = compose(get_recipe(args.recipe)(), config_file=args.config_file, overrides=args.overrides)
-    warnings += cfg.validate(world_size)
 
     if args.dry_run:
-        print(cfg.to_yaml(), end="")
-        print(f"layout: {cfg.layout(world_size).describe()}")
-        for line in warnings:
-            print(f"warning: {line}")
+        cuda = None if args.device is None else args.device == "cuda"
+        plan = cfg.validate(world_size, cuda=cuda)
+        print(plan.config.to_yaml(), end="")
+        print("# plan (comments: this output loads back with --config-file)")
+        for line in [*(f"warning: {w}" for w in warnings), *plan.summary_lines()]:
+            print(f"# {line}")
         return 0
 
-    if int(os.environ.get("RANK", "0")) == 0:
-        for line in warnings:
+    if args.device is not None:
+        raise ConfigError("--device is for dry runs: a run uses the device it is launched on. Fix: drop it.")
+    if is_rank_zero():
+        for line in warnings:  # the plan's own warnings are logged once by pretrain()
             print(f"warning: {line}", file=sys.stderr)
-    from bridge.training import pretrain
+    from bridge.training.pretrain import plan_for_this_process, pretrain
 
-    pretrain(cfg)
+    pretrain(plan_for_this_process(cfg))
     return 0
 
 

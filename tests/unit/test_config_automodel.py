@@ -70,7 +70,7 @@ def test_seed_structure_maps_onto_fields():
         "1f1b",
     )
     assert cfg.train.micro_batch_size == 2
-    assert cfg.validate(8) == []
+    assert cfg.validate(8, cuda=True).warnings == ()
     assert cfg.layout(8).describe() == "TP=2 PP=2 CP=1 EP=1 ETP=1 DP=2 EDP=4 world=8"
 
 
@@ -106,14 +106,14 @@ def test_layers_per_stage_gives_virtual_pipeline_size():
         """
     )
     assert cfg.model.virtual_pipeline_model_parallel_size == 2  # 8 layers / (2 stages * 2 layers)
-    assert cfg.validate(2) == []
+    assert cfg.validate(2, cuda=True).warnings == ()
     with pytest.raises(ConfigError, match=r"layers_per_stage=3: model.num_layers=8 must split"):
         merge("distributed: {pp_size: 2, pipeline: {layers_per_stage: 3}}")
 
 
 def test_dp_size_is_checked_against_the_derived_value():
     cfg, _ = merge("distributed: {tp_size: 2, dp_size: 4}")
-    assert cfg.validate(8) == []
+    assert cfg.validate(8, cuda=True).warnings == ()
     with pytest.raises(ConfigError, match=r"distributed.dp_size = 4: .* = 4 / \(2 \* 1 \* 1\) = 2"):
         cfg.validate(4)
 

@@ -39,8 +39,9 @@ def test_recipe_validates_at_its_default_world_size_with_published_values(name):
     cfg = get_recipe(name)()
     assert isinstance(cfg, ConfigContainer)
     world = RECIPES[name].default_world_size
-    assert cfg.validate(world) == []
-    layout = cfg.layout(world)
+    plan = cfg.validate(world, cuda=True)
+    assert plan.warnings == ()
+    layout = plan.layout
     assert world >= layout.min_gpus
 
     tp, pp, vpp, cp, ep, sp, layers, hidden, experts, topk = PUBLISHED_LAYOUTS[name]
@@ -58,7 +59,7 @@ def test_recipe_validates_at_its_default_world_size_with_published_values(name):
         assert m.moe_router_topk == topk
 
     # published pretraining values (issue 3)
-    assert m.seq_length == 8192 and cfg.dataset.seq_length == 8192
+    assert m.seq_length == 8192 and plan.config.dataset.seq_length == 8192 and plan.data.seq_length == 8192
     assert (cfg.train.global_batch_size, cfg.train.micro_batch_size, cfg.train.train_iters) == (
         512,
         1,
@@ -80,7 +81,8 @@ def test_recipe_validates_at_its_default_world_size_with_published_values(name):
     assert cfg.mixed_precision.precision == "bf16_mixed"
     assert cfg.checkpoint.ckpt_format == "torch_dist"
     assert cfg.dataset.kind == "mock" and cfg.dataset.data_paths == []
-    assert cfg.tokenizer.tokenizer_type == "NullTokenizer" and cfg.tokenizer.vocab_size == m.vocab_size - 1
+    tok = plan.config.tokenizer
+    assert tok.tokenizer_type == "NullTokenizer" and tok.vocab_size == m.vocab_size - 1
     assert cfg.distributed.strategy == "megatron"
 
 
@@ -116,9 +118,10 @@ def test_recipe_keyword_arguments(tmp_path):
         min_lr=1e-5,
         lr_warmup_iters=10,
     )
-    assert cfg.validate(8) == []
-    assert cfg.layout(8).describe() == "TP=2 PP=2 CP=1 EP=1 ETP=1 DP=2 EDP=4 world=8"
-    assert cfg.dataset.seq_length == 4096 and cfg.dataset.kind == "indexed"
+    plan = cfg.validate(8, cuda=True)
+    assert plan.warnings == ()
+    assert plan.layout.describe() == "TP=2 PP=2 CP=1 EP=1 ETP=1 DP=2 EDP=4 world=8"
+    assert plan.config.dataset.seq_length == 4096 and cfg.dataset.kind == "indexed"
     assert cfg.checkpoint.save == os.path.join(str(tmp_path), "run1", "checkpoints")
     assert cfg.logger.tensorboard_dir == os.path.join(str(tmp_path), "run1", "tb_logs")
     assert (cfg.train.train_iters, cfg.train.global_batch_size, cfg.train.micro_batch_size) == (100, 8, 2)
@@ -149,5 +152,5 @@ def test_seeds_verification_overrides_validate_on_four_ranks():
         "logger.log_interval=1",
     ]
     cfg, _ = compose(get_recipe("llama32_1b_pretrain_config")(), overrides=overrides)
-    assert cfg.validate(4) == []
+    assert cfg.validate(4, cuda=True).warnings == ()
     assert cfg.layout(4).describe() == "TP=2 PP=2 CP=1 EP=1 ETP=1 DP=1 EDP=2 world=4"

@@ -11,13 +11,29 @@ import numpy as np
 import pytest
 import torch
 
+from bridge.config.plan import DataPlan
+from bridge.config.sections import TokenizerConfig
+from bridge.config.validation import blend_paths, parse_split
 from bridge.errors import ConfigError
 from bridge.training.data.jsonl import JsonlDataset
-from bridge.training.data.loaders import build_iterator, split_sample_counts
+from bridge.training.data.loaders import build_iterator
 from bridge.training.data.mock import MockDataset
 from bridge.training.data.samplers import DataParallelSampler
-from bridge.training.data.splits import parse_split, split_ranges
+from bridge.training.data.splits import split_ranges
 from bridge.training.data.tokenizer import HFTokenizer, NullTokenizer, build_tokenizer
+
+
+def data_plan(
+    kind: str, paths: list[str], split: str, sizes: tuple, seq_length: int, seed: int, **kw
+) -> DataPlan:
+    """The DataPlan validation would give for these dataset settings."""
+    found, weights = blend_paths(paths) if paths else ([], None)
+    fields = dict(reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False, num_workers=0,
+                  cache_dir=None) | kw  # fmt: skip
+    return DataPlan(kind=kind, paths=tuple(found), weights=tuple(weights) if weights else None,
+                    split=parse_split(split), split_text=split, seq_length=seq_length, seed=seed,
+                    sample_counts=sizes, **fields)  # fmt: skip
+
 
 REPO = Path(__file__).resolve().parents[2]
 WORDS = "the cat sat on a mat while dog ran far away from big red house".split()
@@ -94,20 +110,32 @@ def test_jsonl_windows_do_not_repeat_within_an_epoch():
 
 def test_split_parsing():
     assert parse_split("969,30,1") == pytest.approx((0.969, 0.030, 0.001))
-    assert split_ranges(10, "8,2") == [(0, 8), (8, 10), (10, 10)]
+    assert split_ranges(10, parse_split("8,2")) == [(0, 8), (8, 10), (10, 10)]
     with pytest.raises(ConfigError, match="dataset.split"):
         parse_split("a,b")
-    assert split_sample_counts(10, 8, 5, 2) == [80, 3 * 2 * 8, 16]
-    assert split_sample_counts(10, 8, 0, 2) == [80, 0, 0]
+
+
+def test_sample_counts_follow_megatrons_formula():
+    from bridge.config.container import ConfigContainer
+    from bridge.models.gpt_provider import GPTModelProvider
+
+    model = GPTModelProvider(
+        num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=128
+    )
+    cfg = ConfigContainer(model=model)
+    cfg.train.train_iters, cfg.train.global_batch_size, cfg.scheduler.lr_warmup_iters = 10, 8, 0
+    cfg.validation.eval_interval, cfg.validation.eval_iters = 5, 2
+    # train: iters x gbs; valid: (iters // interval + 1) evaluations x eval_iters x gbs; test: eval_iters x gbs
+    assert cfg.validate(1, cuda=False).data.sample_counts == (80, 3 * 2 * 8, 16)
+    cfg.validation.eval_interval = 0
+    assert cfg.validate(1, cuda=False).data.sample_counts == (80, 0, 0)
 
 
 def test_tokenizer_checks(tmp_path):
-    assert build_tokenizer(None, 128).vocab_size == 128
+    assert build_tokenizer(TokenizerConfig(), 128).vocab_size == 128
     assert NullTokenizer(10).eod == 10 and NullTokenizer(10).vocab_size == 11
     with pytest.raises(ConfigError, match="model.vocab_size"):
-        build_tokenizer(type("T", (), {"tokenizer_type": "NullTokenizer", "vocab_size": 300})(), 256)
-    with pytest.raises(ConfigError, match="tokenizer.tokenizer_type"):
-        build_tokenizer(type("T", (), {"tokenizer_type": "Bogus"})(), 256)
+        build_tokenizer(TokenizerConfig(vocab_size=300), 256)
 
 
 def test_preprocess_then_indexed_dataset_reproduces_the_text(tmp_path):
@@ -140,17 +168,11 @@ def test_preprocess_then_indexed_dataset_reproduces_the_text(tmp_path):
     for i in (0, 17, 39):
         assert indexed[i].tolist() == expected[i]
 
-    from bridge.training.data.indexed import build_indexed_datasets, parse_blend
+    from bridge.training.data.indexed import build_indexed_datasets
 
-    train, valid, test = build_indexed_datasets(
-        [str(prefix) + "_text_document"],
-        "9,1,0",
-        [30, 4, 0],
-        seq_length=8,
-        seed=5,
-        tokenizer=tok,
-        cache_dir=str(tmp_path / "cache"),
-    )
+    plan = data_plan("indexed", [str(prefix) + "_text_document"], "9,1,0", (30, 4, 0), seq_length=8, seed=5,
+                     cache_dir=str(tmp_path / "cache"))  # fmt: skip
+    train, valid, test = build_indexed_datasets(plan, tok)
     assert test is None and len(train) >= 30 and len(valid) >= 4
     stream = [t for doc in expected for t in doc]
     s = train[0]
@@ -158,23 +180,19 @@ def test_preprocess_then_indexed_dataset_reproduces_the_text(tmp_path):
     window = s["tokens"].tolist() + [s["labels"][-1].item()]
     assert any(stream[j : j + 9] == window for j in range(len(stream) - 8))
     assert torch.equal(s["labels"][:-1], s["tokens"][1:])
-    # weights/prefix pairs and bad blends
-    assert parse_blend([0.3, str(prefix) + "_text_document"]) == ([str(prefix) + "_text_document"], [0.3])
-    with pytest.raises(ConfigError, match="not found"):
-        parse_blend([str(tmp_path / "missing")])
+    # weights/prefix pairs
+    assert blend_paths(["0.3", str(prefix) + "_text_document"]) == ([str(prefix) + "_text_document"], [0.3])
 
 
 def test_jsonl_through_build_datasets_with_document_masking(tmp_path):
-    from types import SimpleNamespace
-
     from bridge.training.data.loaders import build_datasets
 
     # NullTokenizer reads whitespace-separated ids; eod (= 50) ends every document
     (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": " ".join(map(str, range(i, i + 5)))}) + "\n"
                                               for i in range(0, 40, 5)))  # fmt: skip
-    cfg = SimpleNamespace(kind="jsonl", data_paths=[str(tmp_path / "d.jsonl")], split="1", seed=0,
-                          reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True)  # fmt: skip
-    train, valid, test = build_datasets(cfg, NullTokenizer(50), seq_length=8, sizes=[6, 0, 0])
+    plan = data_plan("jsonl", [str(tmp_path / "d.jsonl")], "1", (6, 0, 0), seq_length=8, seed=0,
+                     reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=True)  # fmt: skip
+    train, valid, test = build_datasets(plan, NullTokenizer(50))
     assert valid is None and test is None and len(train) == 6
     stream = [t for i in range(0, 40, 5) for t in [*range(i, i + 5), 50]]
     for idx in range(6):
@@ -187,5 +205,3 @@ def test_jsonl_through_build_datasets_with_document_masking(tmp_path):
             if j + 1 < 8:
                 assert s["position_ids"][j + 1] == 0  # positions restart after a document
                 assert bool(s["attention_mask"][0, j + 1, j])  # True = masked: no attention across documents
-    with pytest.raises(ConfigError, match="dataset.packed_sequence_size=64"):
-        build_datasets(SimpleNamespace(kind="mock", packed_sequence_size=64), NullTokenizer(50), 8, [1, 0, 0])

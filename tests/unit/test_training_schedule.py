@@ -3,15 +3,36 @@
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
 
-from bridge.config.sections import OptimizerConfig, SchedulerConfig
+from bridge.config.container import ConfigContainer
+from bridge.config.sections import MixedPrecisionConfig, OptimizerConfig, SchedulerConfig, TrainingConfig
 from bridge.errors import ConfigError
-from bridge.training.optim import build_scheduler, megatron_optimizer_config, scheduler_steps
-from bridge.training.precision import resolve_precision
+from bridge.models.gpt_provider import GPTModelProvider
+from bridge.training.optim import build_scheduler, megatron_optimizer_config
+
+
+def plan_for(opt_cfg=None, sched_cfg=None, train_iters=10, global_batch_size=8, precision="fp32", cuda=False):
+    """The RunPlan of a tiny model with these sections (validation included)."""
+    model = GPTModelProvider(
+        num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=128
+    )
+    cfg = ConfigContainer(
+        model=model,
+        train=TrainingConfig(train_iters=train_iters, global_batch_size=global_batch_size),
+        optimizer=opt_cfg or OptimizerConfig(),
+        scheduler=sched_cfg or SchedulerConfig(lr_warmup_iters=0),
+        mixed_precision=MixedPrecisionConfig(precision=precision),
+    )
+    cfg.validation.eval_interval = 0
+    return cfg.validate(1, cuda=cuda)
+
+
+def scheduler(opt, opt_cfg, sched_cfg, train_iters, global_batch_size):
+    plan = plan_for(opt_cfg, sched_cfg, train_iters, global_batch_size)
+    return build_scheduler(opt, opt_cfg, sched_cfg, plan.schedule)
 
 
 class _Opt:
@@ -25,7 +46,7 @@ def test_cosine_schedule_with_warmup_matches_hand_computed_values():
     opt_cfg = OptimizerConfig(lr=3e-4, min_lr=3e-5, weight_decay=0.1)
     sched_cfg = SchedulerConfig(lr_decay_style="cosine", lr_warmup_iters=2, lr_decay_iters=10)
     opt = _Opt()
-    sched = build_scheduler(opt, opt_cfg, sched_cfg, train_iters=12, global_batch_size=8)
+    sched = scheduler(opt, opt_cfg, sched_cfg, train_iters=12, global_batch_size=8)
     lrs = []
     for _ in range(12):
         sched.step(increment=8)  # one iteration = one global batch of samples
@@ -41,7 +62,7 @@ def test_cosine_schedule_with_warmup_matches_hand_computed_values():
 
 def test_linear_and_constant_schedules():
     opt = _Opt()
-    build_scheduler(
+    scheduler(
         opt,
         OptimizerConfig(lr=1.0, min_lr=0.0),
         SchedulerConfig(lr_decay_style="linear", lr_warmup_iters=0),
@@ -50,7 +71,7 @@ def test_linear_and_constant_schedules():
     ).step(increment=2)
     assert opt.param_groups[0]["lr"] == pytest.approx(0.75)
     opt = _Opt()
-    sched = build_scheduler(
+    sched = scheduler(
         opt,
         OptimizerConfig(lr=1.0, min_lr=0.0),
         SchedulerConfig(lr_decay_style="constant", lr_warmup_iters=4),
@@ -63,9 +84,12 @@ def test_linear_and_constant_schedules():
 
 
 def test_warmup_longer_than_decay_is_a_config_error():
-    with pytest.raises(ConfigError, match="scheduler.lr_warmup_iters=2000"):
-        scheduler_steps(SchedulerConfig(lr_warmup_iters=2000), train_iters=3, global_batch_size=8)
-    assert scheduler_steps(SchedulerConfig(lr_warmup_iters=0), train_iters=3, global_batch_size=8) == (0, 24)
+    with pytest.raises(ConfigError, match="scheduler.lr_warmup_iters = 2000"):
+        plan_for(sched_cfg=SchedulerConfig(lr_warmup_iters=2000), train_iters=3, global_batch_size=8)
+    schedule = plan_for(
+        sched_cfg=SchedulerConfig(lr_warmup_iters=0), train_iters=3, global_batch_size=8
+    ).schedule
+    assert (schedule.warmup_samples, schedule.decay_samples) == (0, 24)
 
 
 def test_megatron_optimizer_config_carries_every_field():
@@ -80,7 +104,8 @@ def test_megatron_optimizer_config_carries_every_field():
             clip_grad=0.5,
             use_distributed_optimizer=True,
         ),
-        resolve_precision("fp32", cuda_available=False),
+        plan_for().precision,
+        MixedPrecisionConfig(),
     )
     assert (
         cfg.lr,
@@ -92,19 +117,16 @@ def test_megatron_optimizer_config_carries_every_field():
         cfg.clip_grad,
     ) == (1e-3, 1e-4, 0.05, 0.8, 0.9, 1e-6, 0.5)
     assert cfg.use_distributed_optimizer and not cfg.bf16 and cfg.params_dtype == torch.float32
-    with pytest.raises(ConfigError, match="optimizer.optimizer='lamb'"):
-        megatron_optimizer_config(SimpleNamespace(optimizer="lamb"), resolve_precision("fp32", False))
+    with pytest.raises(ConfigError, match="optimizer.optimizer = 'lamb'"):
+        plan_for(OptimizerConfig(optimizer="lamb"))
 
 
-def test_bf16_on_cpu_falls_back_to_fp32_with_one_warning(caplog):
-    import bridge.training.precision as precision
-
-    precision._warned = False
-    with caplog.at_level("WARNING"):
-        first = resolve_precision("bf16_mixed", cuda_available=False)
-        second = resolve_precision("bf16_mixed", cuda_available=False)
-    assert first.name == second.name == "fp32"
-    assert sum("needs CUDA" in r.message for r in caplog.records) == 1
-    assert resolve_precision("bf16_mixed", cuda_available=True).bf16
-    with pytest.raises(ConfigError, match="mixed_precision.precision='fp8'"):
-        resolve_precision("fp8", cuda_available=True)
+def test_bf16_on_cpu_falls_back_to_fp32_with_one_warning():
+    plan = plan_for(precision="bf16_mixed", cuda=False)
+    assert plan.precision.name == "fp32" and plan.provider.params_dtype == "fp32" and not plan.provider.bf16
+    assert sum("needs CUDA" in w for w in plan.warnings) == 1
+    on_gpu = plan_for(precision="bf16_mixed", cuda=True)
+    assert on_gpu.precision.bf16 and on_gpu.provider.bf16 and on_gpu.provider.params_dtype == "bf16"
+    assert not any("needs CUDA" in w for w in on_gpu.warnings)
+    with pytest.raises(ConfigError, match="mixed_precision.precision = 'fp8'"):
+        plan_for(precision="fp8", cuda=True)

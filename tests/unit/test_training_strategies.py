@@ -10,22 +10,41 @@ import pytest
 
 from bridge.config.sections import DistributedConfig
 from bridge.errors import ConfigError
-from bridge.training.strategies import check_strategy_available, ddp_config_for
+from bridge.training.strategies import ddp_config_for
 from tests.functional.launch import REPO_ROOT
 
 
+def _plan(strategy: str, cuda: bool):
+    from bridge.config.container import ConfigContainer
+    from bridge.models.gpt_provider import GPTModelProvider
+
+    model = GPTModelProvider(
+        num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=128
+    )
+    cfg = ConfigContainer(model=model)
+    cfg.train.train_iters, cfg.train.global_batch_size, cfg.scheduler.lr_warmup_iters = 4, 2, 0
+    cfg.validation.eval_interval = 0
+    cfg.distributed.strategy = strategy
+    cfg.optimizer.use_distributed_optimizer = strategy in ("megatron", "megatron_fsdp")
+    for knob in ("overlap_grad_reduce", "overlap_param_gather"):
+        setattr(cfg.distributed, knob, strategy == "megatron")
+    return cfg.validate(2, cuda=cuda)
+
+
 @pytest.mark.parametrize("strategy", ["fsdp2", "megatron_fsdp"])
-def test_cuda_only_strategies_raise_on_cpu(strategy):
-    with pytest.raises(ConfigError, match=rf"distributed.strategy={strategy} cannot run on this machine"):
-        check_strategy_available(strategy, cuda_available=False)
-    check_strategy_available(strategy, cuda_available=True)  # allowed with CUDA
+def test_cuda_only_strategies_are_refused_on_cpu_by_the_plan(strategy):
+    with pytest.raises(
+        ConfigError, match=rf"distributed.strategy = '{strategy}': cannot run on this machine"
+    ):
+        _plan(strategy, cuda=False)
+    assert _plan(strategy, cuda=True).layout.strategy == strategy  # allowed with CUDA
 
 
 def test_cpu_strategies_and_unknown_names():
-    check_strategy_available("megatron", cuda_available=False)
-    check_strategy_available("ddp", cuda_available=False)
-    with pytest.raises(ConfigError, match="distributed.strategy='zero3' is not known"):
-        check_strategy_available("zero3", cuda_available=True)
+    assert _plan("megatron", cuda=False).layout.strategy == "megatron"
+    assert _plan("ddp", cuda=False).layout.strategy == "ddp"
+    with pytest.raises(ConfigError, match="distributed.strategy\\) = 'zero3': must be one of"):
+        _plan("zero3", cuda=True)
 
 
 def test_ddp_config_follows_the_section():

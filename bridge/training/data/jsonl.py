@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bridge.config.plan import DataPlan
 from bridge.errors import ConfigError
 from bridge.training.data.sample import NO_MASKING, DocumentMasking, sample_from_text
 from bridge.training.data.splits import split_ranges
@@ -83,18 +84,13 @@ class JsonlDataset(torch.utils.data.Dataset):
 
 
 def build_jsonl_datasets(
-    paths: list[str],
-    split: str,
-    sizes: list[int],
-    seq_length: int,
-    seed: int,
-    tokenizer,
-    masking: DocumentMasking = NO_MASKING,
+    data: DataPlan, tokenizer, masking: DocumentMasking = NO_MASKING
 ) -> list[JsonlDataset | None]:
     """One dataset per split (train, valid, test); None where the split is empty or not needed."""
-    docs = read_jsonl_documents(paths)
+    docs = read_jsonl_documents(list(data.paths))
+    seq_length, seed = data.seq_length, data.seed
     out: list[JsonlDataset | None] = []
-    for (begin, end), size in zip(split_ranges(len(docs), split), sizes, strict=True):
+    for (begin, end), size in zip(split_ranges(len(docs), data.split), data.sample_counts, strict=True):
         if end <= begin or not size:
             out.append(None)
             continue

@@ -3,67 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
-from bridge.errors import ConfigError
+from bridge.config.plan import DataPlan
 from bridge.training.data.mock import MockDataset
 from bridge.training.data.sample import DocumentMasking
 from bridge.training.data.samplers import DataParallelSampler
 
 
-def split_sample_counts(
-    train_iters: int, global_batch_size: int, eval_interval: int | None, eval_iters: int
-) -> list[int]:
-    """Samples each split must provide over the whole run (Megatron's formula)."""
-    train = train_iters * global_batch_size
-    if eval_interval and eval_iters:
-        valid = (train_iters // eval_interval + 1) * eval_iters * global_batch_size
-        test = eval_iters * global_batch_size
-    else:
-        valid = test = 0
-    return [train, valid, test]
-
-
-def build_datasets(dataset_cfg: Any, tokenizer, seq_length: int, sizes: list[int]) -> list:
-    kind = getattr(dataset_cfg, "kind", "mock")
-    seed = int(getattr(dataset_cfg, "seed", 1234))
-    split = getattr(dataset_cfg, "split", "969,30,1") or "969,30,1"
-    paths = list(getattr(dataset_cfg, "data_paths", None) or [])
+def build_datasets(data: DataPlan, tokenizer) -> list:
+    """Train, valid and test datasets of the plan (None where a split provides no samples)."""
     masking = DocumentMasking(
-        reset_position_ids=bool(getattr(dataset_cfg, "reset_position_ids", False)),
-        reset_attention_mask=bool(getattr(dataset_cfg, "reset_attention_mask", False)),
-        eod_mask_loss=bool(getattr(dataset_cfg, "eod_mask_loss", False)),
+        reset_position_ids=data.reset_position_ids,
+        reset_attention_mask=data.reset_attention_mask,
+        eod_mask_loss=data.eod_mask_loss,
     )
-    packed = getattr(dataset_cfg, "packed_sequence_size", 0) or 0
-    if packed:
-        raise ConfigError(
-            f"dataset.packed_sequence_size={packed}: sequence packing is for finetuning datasets; "
-            "pretraining data is already packed into seq_length windows. Set dataset.packed_sequence_size=0"
-        )
-    if kind == "mock":
+    if data.kind == "mock":
         return [
-            MockDataset(n, seq_length, tokenizer.vocab_size, seed, i, tokenizer.eod, masking) if n else None
-            for i, n in enumerate(sizes)
+            MockDataset(n, data.seq_length, tokenizer.vocab_size, data.seed, i, tokenizer.eod, masking)
+            if n
+            else None
+            for i, n in enumerate(data.sample_counts)
         ]
-    if kind == "indexed":
+    if data.kind == "indexed":
         from bridge.training.data.indexed import build_indexed_datasets
 
-        return build_indexed_datasets(
-            paths, split, sizes, seq_length, seed, tokenizer,
-            cache_dir=getattr(dataset_cfg, "cache_dir", None),
-            reset_position_ids=masking.reset_position_ids,
-            reset_attention_mask=masking.reset_attention_mask,
-            eod_mask_loss=masking.eod_mask_loss,
-        )  # fmt: skip
-    if kind == "jsonl":
-        from bridge.training.data.jsonl import build_jsonl_datasets
+        return build_indexed_datasets(data, tokenizer)
+    from bridge.training.data.jsonl import build_jsonl_datasets  # the plan allows mock, indexed, jsonl
 
-        if not paths:
-            raise ConfigError(
-                "dataset.data_paths is empty: dataset.kind=jsonl needs JSONL files with a 'text' field"
-            )
-        return build_jsonl_datasets(paths, split, sizes, seq_length, seed, tokenizer, masking)
-    raise ConfigError(f"dataset.kind={kind!r} is not supported: use mock, indexed or jsonl")
+    return build_jsonl_datasets(data, tokenizer, masking)
 
 
 def build_iterator(

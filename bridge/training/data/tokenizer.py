@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
 
+from bridge.config.sections import TokenizerConfig
 from bridge.errors import ConfigError
 
 
@@ -81,29 +81,14 @@ class HFTokenizer:
         return self._tok(text, add_special_tokens=False)["input_ids"]
 
 
-def build_tokenizer(tokenizer_cfg: Any, model_vocab_size: int) -> NullTokenizer | HFTokenizer:
-    """Build the tokenizer named by the `tokenizer` config section; ids must fit the model's vocabulary."""
-    kind = (
-        getattr(tokenizer_cfg, "tokenizer_type", "NullTokenizer")
-        if tokenizer_cfg is not None
-        else "NullTokenizer"
-    )
-    if kind == "NullTokenizer":
+def build_tokenizer(tokenizer_cfg: TokenizerConfig, model_vocab_size: int) -> NullTokenizer | HFTokenizer:
+    """Build the (validated) `tokenizer` section's tokenizer; its ids must fit the model's vocabulary."""
+    if tokenizer_cfg.tokenizer_type == "NullTokenizer":
         # None follows the model: model_vocab_size - 1 ids plus eod fill the embedding exactly.
-        vocab = getattr(tokenizer_cfg, "vocab_size", None) or model_vocab_size - 1
+        vocab = tokenizer_cfg.vocab_size or model_vocab_size - 1
         tok: NullTokenizer | HFTokenizer = NullTokenizer(int(vocab))
-    elif kind == "HuggingFaceTokenizer":
-        path = getattr(tokenizer_cfg, "tokenizer_model", None)
-        if not path:
-            raise ConfigError(
-                "tokenizer.tokenizer_model is not set: HuggingFaceTokenizer needs a local tokenizer "
-                "directory; set tokenizer.tokenizer_model=/path/to/tokenizer"
-            )
-        tok = HFTokenizer(path)
-    else:
-        raise ConfigError(
-            f"tokenizer.tokenizer_type={kind!r} is not supported: use NullTokenizer or HuggingFaceTokenizer"
-        )
+    else:  # HuggingFaceTokenizer, with tokenizer_model set (validation)
+        tok = HFTokenizer(tokenizer_cfg.tokenizer_model)
     if tok.vocab_size > model_vocab_size:
         raise ConfigError(
             f"tokenizer vocabulary ({tok.vocab_size} ids) is larger than model.vocab_size={model_vocab_size}: "

@@ -1,0 +1,207 @@
+"""RunPlan: a ConfigContainer validated for one world size, holding every decision a run needs.
+
+`ConfigContainer.validate(world_size, cuda=...)` is the one place a run is checked; it returns a frozen
+`RunPlan`. `--dry-run` prints it, `pretrain(plan)` builds exactly it, and nothing downstream
+re-validates or re-derives: the layout, the run's model (precision and recompute applied), the
+precision that actually runs, the microbatch count, the samples each split must provide, the data and
+tokenizer decisions, the learning-rate schedule in samples, the memory estimate per rank and the
+warnings all come from here. Pure data: no torch or megatron import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from bridge.config.validation import (
+    PRECISION_DTYPES,
+    blend_paths,
+    parse_split,
+    scheduler_iters,
+    validate_config,
+)
+
+if TYPE_CHECKING:
+    from bridge.config.container import ConfigContainer
+    from bridge.models.gpt_provider import GPTModelProvider
+    from bridge.parallel.layout import ParallelLayout
+    from bridge.parallel.memory import MemoryEstimate
+
+
+@dataclass(frozen=True)
+class Precision:
+    requested: str  # mixed_precision.precision
+    name: str  # "bf16" | "fp16" | "fp32": what actually runs
+
+    @property
+    def bf16(self) -> bool:
+        return self.name == "bf16"
+
+    @property
+    def fp16(self) -> bool:
+        return self.name == "fp16"
+
+    @property
+    def torch_dtype(self):
+        import torch
+
+        return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[self.name]
+
+
+@dataclass(frozen=True)
+class DataPlan:
+    kind: str  # mock | indexed | jsonl
+    paths: tuple[str, ...]
+    weights: tuple[float, ...] | None  # blend weights (None: one path, or proportional to size)
+    split: tuple[float, float, float]  # train, valid, test ratios (sum 1)
+    split_text: str  # dataset.split as given (Megatron's cache keys use it)
+    seq_length: int
+    seed: int
+    reset_position_ids: bool
+    reset_attention_mask: bool
+    eod_mask_loss: bool
+    num_workers: int  # what runs (0 on CPU: workers would compete with training threads)
+    cache_dir: str | None
+    sample_counts: tuple[int, int, int]  # samples each split provides over the run (Megatron's formula)
+
+
+@dataclass(frozen=True)
+class SchedulePlan:
+    warmup_samples: int
+    decay_samples: int
+    total_samples: int
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    config: ConfigContainer  # the resolved config (a private copy: read it, do not change it)
+    world_size: int
+    cuda: bool
+    layout: ParallelLayout
+    provider: GPTModelProvider  # the run's model: precision and activation recompute applied
+    precision: Precision
+    num_microbatches: int
+    data: DataPlan
+    schedule: SchedulePlan
+    memory: MemoryEstimate | None  # per rank, the fullest pipeline stage (None: not estimable)
+    warnings: tuple[str, ...]
+
+    def summary_lines(self) -> list[str]:
+        """The plan's decisions, one per line (the dry run prints them as YAML comments)."""
+        cfg = self.config
+        lines = [
+            f"layout: {self.layout.describe()}",
+            f"device: {'cuda' if self.cuda else 'cpu'}; precision: {self.precision.requested} -> "
+            f"{self.precision.name}",
+            f"batch: global {cfg.train.global_batch_size} = micro {cfg.train.micro_batch_size} x "
+            f"{self.num_microbatches} microbatches x DP {self.layout.dp}",
+            f"samples: train {self.data.sample_counts[0]}, valid {self.data.sample_counts[1]}, "
+            f"test {self.data.sample_counts[2]}",
+            f"lr schedule: warmup {self.schedule.warmup_samples} samples, decay {self.schedule.decay_samples}",
+        ]
+        if self.memory is not None:
+            m = self.memory
+            lines.append(
+                f"memory per rank (estimate): {m.total:.2f} GB (weights {m.params:.2f}, grads {m.grads:.2f}, "
+                f"optimizer {m.optimizer:.2f}, activations {m.activations:.2f})"
+            )
+        lines += [f"warning: {w}" for w in self.warnings]
+        return lines
+
+
+def detect_cuda() -> bool:
+    """Whether this machine has an NVIDIA driver, without importing torch (for dry runs)."""
+    return os.path.exists("/proc/driver/nvidia/version")
+
+
+def _run_provider(cfg: ConfigContainer, precision: Precision) -> GPTModelProvider:
+    """The model section with the run's precision and distributed.activation_checkpointing (full
+    recompute of every layer)."""
+    name = precision.name
+    changes = dict(bf16=precision.bf16, fp16=precision.fp16, params_dtype=name,
+                   pipeline_dtype=name if name != "fp32" else None)  # fmt: skip
+    if cfg.distributed.activation_checkpointing:
+        changes.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    return dataclasses.replace(cfg.model, **changes)
+
+
+def _memory(cfg: ConfigContainer, layout: ParallelLayout, precision: Precision) -> MemoryEstimate | None:
+    from bridge.parallel.memory import TrainingSetup, estimate_memory
+
+    recompute = (
+        "full" if cfg.distributed.activation_checkpointing or cfg.model.recompute_granularity else "none"
+    )
+    try:
+        setup = TrainingSetup(
+            seq_length=cfg.model.seq_length,
+            micro_batch_size=cfg.train.micro_batch_size,
+            global_batch_size=cfg.train.global_batch_size,
+            precision=precision.name,
+            optimizer=cfg.optimizer.optimizer,
+            recompute=recompute,
+        )
+        return estimate_memory(cfg.model.model_shape(), layout, setup)
+    except (ValueError, TypeError, ZeroDivisionError):
+        return None  # a shape the memory model does not cover: the run does not depend on it
+
+
+def build_plan(config: ConfigContainer, world_size: int, cuda: bool) -> RunPlan:
+    """Validate `config` for `world_size` ranks (with or without CUDA) and return the plan."""
+    cfg = config.copy()
+    layout, warnings = validate_config(cfg, world_size, cuda)
+    mp = cfg.mixed_precision.precision
+    runs = PRECISION_DTYPES[mp] if cuda else "fp32"
+    precision = Precision(requested=mp, name=runs)
+    if runs != PRECISION_DTYPES[mp]:
+        warnings.append(f"mixed_precision.precision={mp} needs CUDA; training in fp32 on CPU.")
+    t, d, v = cfg.train, cfg.dataset, cfg.validation
+    workers = d.num_workers
+    if workers and not cuda:
+        warnings.append(
+            f"dataset.num_workers={workers}: on CPU the data is read in the training process "
+            "(worker processes would compete with the training threads for the same cores)."
+        )
+        workers = 0
+    train_samples = t.train_iters * t.global_batch_size
+    if v.eval_interval and v.eval_iters:
+        valid = (t.train_iters // v.eval_interval + 1) * v.eval_iters * t.global_batch_size
+        test = v.eval_iters * t.global_batch_size
+    else:
+        valid = test = 0
+    paths, weights = blend_paths(d.data_paths) if d.data_paths else ([], None)
+    data = DataPlan(
+        kind=d.kind,
+        paths=tuple(paths),
+        weights=tuple(weights) if weights else None,
+        split=parse_split(d.split),
+        split_text=str(d.split),
+        seq_length=cfg.model.seq_length,
+        seed=d.seed,
+        reset_position_ids=d.reset_position_ids,
+        reset_attention_mask=d.reset_attention_mask,
+        eod_mask_loss=d.eod_mask_loss,
+        num_workers=workers,
+        cache_dir=d.cache_dir,
+        sample_counts=(train_samples, valid, test),
+    )
+    warmup, decay = scheduler_iters(cfg)
+    schedule = SchedulePlan(
+        warmup_samples=warmup * t.global_batch_size,
+        decay_samples=decay * t.global_batch_size,
+        total_samples=max(train_samples, 1),
+    )
+    return RunPlan(
+        config=cfg,
+        world_size=world_size,
+        cuda=cuda,
+        layout=layout,
+        provider=_run_provider(cfg, precision),
+        precision=precision,
+        num_microbatches=t.global_batch_size // (t.micro_batch_size * layout.dp),
+        data=data,
+        schedule=schedule,
+        memory=_memory(cfg, layout, precision),
+        warnings=tuple(warnings),
+    )

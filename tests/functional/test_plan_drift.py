@@ -1,0 +1,41 @@
+"""The dry run and the run cannot drift: for every recipe (shrunk to a tiny shape) and a table of
+override sets, "the dry run accepts it" implies "one real training step on CPU runs", and "the dry run
+refuses it" implies the run refuses it with the same message (tests/functional/workers/plan_drift.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
+
+REFUSED = {"packed_sequences", "warmup_equal_to_iters", "async_save", "fsdp2_on_cpu", "bad_heads",
+           "tensor_parallel_2_on_1"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def results():
+    out = assert_ok(torchrun(REPO_ROOT / "tests/functional/workers/plan_drift.py", 1, timeout=1200))
+    rows = [
+        json.loads(line.removeprefix("RESULT ")) for line in out.splitlines() if line.startswith("RESULT ")
+    ]
+    assert rows, out[-3000:]
+    return rows
+
+
+@pytest.mark.slow
+def test_dry_run_verdict_is_the_run_verdict(results):
+    from recipes import list_recipes
+
+    assert {r[0] for r in results} == {name for name, _ in list_recipes()}
+    for recipe, case, dry_code, dry_error, run_code, run_error in results:
+        where = f"{recipe} / {case}"
+        if case in REFUSED:
+            assert dry_code == 2 and dry_error.startswith("error: "), where
+            assert (run_code, run_error) == (dry_code, dry_error), where
+        else:
+            assert (dry_code, dry_error) == (0, ""), f"{where}: {dry_error}"
+            assert (run_code, run_error) == (0, ""), (
+                f"{where}: the dry run accepted it, the run said {run_error}"
+            )

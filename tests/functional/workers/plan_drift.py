@@ -1,0 +1,78 @@
+"""For every recipe (shrunk) and a table of override sets: what the dry run accepts, one real training
+step runs; what it refuses, the real run refuses with the same message. Prints one RESULT line per case."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "scripts" / "training"))
+sys.path.insert(0, str(REPO))
+
+import run_recipe  # noqa: E402
+
+from recipes import list_recipes  # noqa: E402
+
+TINY = [
+    "model.num_layers=2", "model.hidden_size=64", "model.ffn_hidden_size=128", "model.num_attention_heads=4",
+    "model.num_query_groups=2", "model.seq_length=64", "model.vocab_size=256",
+    "model.tensor_model_parallel_size=1", "model.pipeline_model_parallel_size=1",
+    "model.virtual_pipeline_model_parallel_size=null", "model.context_parallel_size=1",
+    "model.expert_model_parallel_size=1", "model.sequence_parallel=False",
+    "train.train_iters=1", "train.global_batch_size=2", "train.micro_batch_size=1",
+    "scheduler.lr_warmup_iters=0", "validation.eval_interval=0", "checkpoint.save=null",
+    "checkpoint.save_interval=0", "logger.log_interval=1", "logger.tensorboard_dir=null",
+]  # fmt: skip
+MOE_TINY = ["model.num_moe_experts=4", "model.moe_ffn_hidden_size=64", "model.moe_router_topk=2"]
+
+CASES = {
+    "as_recipe": [],
+    "bf16_on_cpu": ["mixed_precision.precision=bf16_mixed"],
+    "activation_checkpointing": ["distributed.activation_checkpointing=true"],
+    "workers": ["dataset.num_workers=2"],
+    "evaluation": ["validation.eval_interval=1", "validation.eval_iters=1"],
+    "micro_batch_2": ["train.micro_batch_size=2"],
+    "ddp": [
+        "distributed.strategy=ddp",
+        "optimizer.use_distributed_optimizer=false",
+        "distributed.overlap_grad_reduce=false",
+        "distributed.overlap_param_gather=false",
+    ],  # fmt: skip
+    # refused (the three that once passed the dry run and failed inside pretrain(), and others)
+    "packed_sequences": ["dataset.packed_sequence_size=64"],
+    "warmup_equal_to_iters": ["scheduler.lr_warmup_iters=1"],
+    "async_save": ["checkpoint.async_save=true"],
+    "fsdp2_on_cpu": ["distributed.strategy=fsdp2"],
+    "bad_heads": ["model.num_attention_heads=3"],  # num_query_groups=2 must divide it
+    "tensor_parallel_2_on_1": ["model.tensor_model_parallel_size=2"],
+}
+
+
+def run(args: list[str]) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = run_recipe.main(args)
+    errors = [line for line in err.getvalue().splitlines() if line.startswith("error: ")]
+    return code, errors[0] if errors else ""
+
+
+def main() -> None:
+    for recipe, _ in list_recipes():
+        moe = MOE_TINY if "30b_a3b" in recipe or "mixtral" in recipe else []
+        for case, extra in CASES.items():
+            given = {o.split("=", 1)[0] for o in extra}
+            base = [o for o in (*TINY, *moe) if o.split("=", 1)[0] not in given]  # the case's value wins
+            args = ["--recipe", recipe, *base, *extra]
+            dry_code, dry_error = run([*args, "--dry-run", "--device", "cpu"])
+            run_code, run_error = run(args)
+            print(
+                "RESULT " + json.dumps([recipe, case, dry_code, dry_error, run_code, run_error]), flush=True
+            )
+
+
+if __name__ == "__main__":
+    main()
