@@ -29,6 +29,9 @@ from bridge.conversion.progress import progress_bar
 from bridge.errors import ConfigError
 from bridge.models.gpt_provider import GPTModelProvider
 from bridge.parallel import ranks
+from bridge.parallel.runtime import quiet_known_warnings
+
+quiet_known_warnings()  # before conversion first imports Megatron-Core (some of its warnings fire on import)
 
 # Non-weight files of an HF folder that an export carries over unchanged.
 ASSET_FILES = (

@@ -16,6 +16,9 @@ from bridge.conversion.progress import progress_bar
 from bridge.conversion.registry import Family
 from bridge.errors import ConfigError
 from bridge.parallel import ranks
+from bridge.parallel.runtime import quiet_known_warnings
+
+quiet_known_warnings()  # before conversion first imports Megatron-Core (some of its warnings fire on import)
 
 
 def _gather_objects(obj):

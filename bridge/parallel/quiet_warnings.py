@@ -2,8 +2,11 @@
 
 Each entry names the exact message (a regex on its start), its category and the module that issues
 it, and says why it is noise. Anything else, including the same text from another module, still
-shows. `install()` is called by bridge.parallel.runtime before Megatron-Core is imported (some of
-these fire at import time); no torch or megatron import happens here.
+shows. `install()` is called (through bridge.parallel.runtime.quiet_known_warnings) before Megatron-Core
+is imported, since some of these fire at import time: by pretrain() and initialize_distributed, and by
+conversion when bridge.conversion.auto_bridge / weight_loader are imported. No torch or megatron import
+happens here. The module regexes match where megatron-core 0.16.1 and 0.19.2 both issue each message
+(tests/unit/test_quiet_warnings.py imports the real modules of the installed release).
 """
 
 from __future__ import annotations

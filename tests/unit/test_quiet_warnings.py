@@ -197,3 +197,51 @@ def test_rank_zero_filter(monkeypatch, rank, level, name, printed):
     record = logging.LogRecord(name, level, __file__, 1, "a line", None, None)
     handler.handle(record)
     assert (handler.stream.getvalue() == "a line\n") == printed
+
+
+CONVERSION_IMPORTS = textwrap.dedent(
+    r"""
+    import sys, warnings
+    caught = []
+    def show(message, category, filename, lineno, file=None, line=None):
+        caught.append((str(message), filename.rsplit("site-packages/", 1)[-1]))
+    warnings.showwarning = show
+    warnings.simplefilter("always")  # every warning, every time, unless a filter in front ignores it
+    if sys.argv[1] == "conversion":
+        from bridge import AutoBridge  # the conversion front door (convert_checkpoint.py imports it first)
+        AutoBridge
+    # what conversion pulls in: the optimizer (checkpoint state), DDP / FSDP (wrappers), the layer specs
+    import megatron.core.distributed, megatron.core.optimizer, megatron.core.models.gpt.gpt_layer_specs
+    print("CAUGHT", repr(caught))
+    """
+)
+TE_APEX_SOURCES = {
+    "megatron/core/optimizer/__init__.py",
+    "megatron/core/optimizer/optimizer.py",
+    "megatron/core/optimizer/clip_grads.py",
+    "megatron/core/distributed/fsdp/src/megatron_fsdp/mixed_precision.py",
+}
+
+
+def _conversion_imports(mode: str) -> list[tuple[str, str]]:
+    proc = subprocess.run(
+        [sys.executable, "-c", CONVERSION_IMPORTS, mode], cwd=REPO_ROOT, capture_output=True, text=True,
+        timeout=240, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("CAUGHT "))
+    return eval(line.removeprefix("CAUGHT "))  # noqa: S307 (our own repr of str tuples)
+
+
+@pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="the TE/Apex fallbacks are CPU-only filters"
+)
+def test_conversion_installs_the_filters_before_megatron_core_is_imported():
+    # Without bridge: the installed Megatron-Core's own modules (0.16.1 and 0.19.2 alike) warn ...
+    plain = _conversion_imports("plain")
+    te_apex = {f for m, f in plain if m.startswith("Transformer Engine and Apex are not installed. Falling")}
+    assert te_apex == TE_APEX_SOURCES, plain
+    assert any(m.startswith("Apex is not installed. Falling back to Torch Norm") for m, _ in plain), plain
+    # ... and importing AutoBridge first installs the filters, whose module regexes match those modules.
+    quiet = _conversion_imports("conversion")
+    assert not [m for m, _ in quiet if "Apex is not installed" in m or "Apex are not installed" in m], quiet
