@@ -24,6 +24,7 @@ if str(_REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(_REPO_ROOT))
 
 from bridge.errors import ConfigError  # noqa: E402
+from bridge.parallel.ranks import env_world_size  # noqa: E402
 
 EXIT_INVALID = 2
 
@@ -58,18 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def env_world_size() -> int:
-    value = os.environ.get("WORLD_SIZE", "1")
-    try:
-        return int(value)
-    except ValueError:
-        raise ConfigError(
-            f"WORLD_SIZE = {value!r}: must be an integer. Fix: unset it or launch with torchrun."
-        ) from None
-
-
 def is_rank_zero() -> bool:
-    return os.environ.get("RANK", "0") == "0"
+    return os.environ.get("RANK", "0") == "0"  # no ConfigError here: it decides who prints one
 
 
 def main(argv: list[str] | None = None) -> int:
