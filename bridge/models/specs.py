@@ -9,6 +9,16 @@ Its core attention follows `attention_backend` (the TE spec lets Transformer Eng
 a fused kernel on CPU too); "unfused" and "local" keep Megatron-Core's DotProductAttention. Configs sdpa
 cannot run (sliding windows, softmax_type other than vanilla; see attention.unsupported_reason) keep
 DotProductAttention whatever the backend, with a log line saying so.
+
+Its MoE experts' first linear is ExpertColumnParallelLinear: Megatron-Core's ColumnParallelLinear, built
+without sequence parallelism when the expert tensor-parallel group has one rank (ETP=1, e.g. TP=2 EP=2).
+Megatron-Core itself turns sequence parallelism off for such a layer, but only after warning
+"`sequence_parallel` is set to `True`, but tensor model parallel size is 1. Disabling sequence
+parallel." (megatron/core/tensor_parallel/layers.py, ColumnParallelLinear.__init__, in 0.16.1 and
+0.19.2), which reads as if the user's sequence_parallel=True were dropped. It is not: the experts run
+on the tokens the MoE dispatcher hands them, and a one-rank group has no sequence to split; the
+attention, dense and shared-expert layers (TP group) keep sequence parallelism. Same module, same
+numbers, no message. The Transformer Engine spec's expert layers never issue it.
 """
 
 from __future__ import annotations
@@ -55,6 +65,7 @@ def gpt_block_spec(config, vp_stage: int | None = None):
     if te:
         return block
     block = _with_sequence_parallel_norms(block)
+    block = _with_expert_linears(block)
     attention = local_core_attention(config)
     if attention is None:
         return block
@@ -127,3 +138,98 @@ def _with_sequence_parallel_norms(block):
         swapped[id(spec)] = dataclasses.replace(spec, submodules=dataclasses.replace(subs, **changes))
     layer_specs = [swapped[id(spec)] for spec in block.layer_specs]
     return dataclasses.replace(block, layer_specs=layer_specs, layer_norm=SequenceParallelNorm)
+
+
+class _NoSequenceParallel:
+    """Reads through to a config, except sequence_parallel (False): given to ColumnParallelLinear's
+    constructor only, which reads config.sequence_parallel there once to set self.sequence_parallel."""
+
+    sequence_parallel = False
+
+    def __init__(self, config):
+        object.__setattr__(self, "_config", config)
+
+    def __getattr__(self, name):
+        return getattr(self._config, name)
+
+
+@functools.cache
+def expert_column_parallel_linear() -> type:
+    """ColumnParallelLinear for MoE experts that, with a one-rank expert tensor-parallel group, is built
+    with sequence parallelism off directly (the state Megatron-Core's own fallback ends in, without its
+    misleading "Disabling sequence parallel." warning). Any other group size: ColumnParallelLinear."""
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear
+    from megatron.core.utils import get_pg_size, get_tensor_model_parallel_group_if_none
+
+    class ExpertColumnParallelLinear(ColumnParallelLinear):
+        def __init__(
+            self, input_size, output_size, *, config, is_expert: bool = False, tp_group=None, **kwargs
+        ):
+            build_config = config
+            if config.sequence_parallel and is_expert:
+                group = get_tensor_model_parallel_group_if_none(tp_group, is_expert=True)
+                if get_pg_size(group) <= 1:
+                    build_config = _NoSequenceParallel(config)
+            super().__init__(
+                input_size, output_size, config=build_config, is_expert=is_expert, tp_group=tp_group, **kwargs
+            )
+            self.config = config  # the real one from here on (forward reads it)
+
+    ExpertColumnParallelLinear.__module__ = __name__
+    ExpertColumnParallelLinear.__qualname__ = "ExpertColumnParallelLinear"
+    return ExpertColumnParallelLinear
+
+
+def _with_expert_linears(block):
+    """The block spec with each MoE layer's expert MLPSubmodules.linear_fc1 = ExpertColumnParallelLinear
+    (where it is Megatron-Core's ColumnParallelLinear: the local SequentialMLP). Walks ModuleSpecs
+    (0.16.1) and functools.partial builders (0.19.2) alike."""
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear
+
+    expert_linear = expert_column_parallel_linear()
+
+    def experts(spec):  # the experts' spec: MLPSubmodules -> swapped linear_fc1
+        if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
+            if getattr(spec, "linear_fc1", None) is ColumnParallelLinear:
+                return dataclasses.replace(spec, linear_fc1=expert_linear)
+            return walk(spec, experts)
+        return walk(spec, experts)
+
+    def anywhere(spec):  # above the MoE layer: find MoESubmodules
+        if dataclasses.is_dataclass(spec) and not isinstance(spec, type) and hasattr(spec, "experts"):
+            return dataclasses.replace(spec, experts=experts(spec.experts))
+        return walk(spec, anywhere)
+
+    def walk(spec, visit):
+        if isinstance(spec, functools.partial):
+            subs = spec.keywords.get("submodules")
+            new = visit(subs) if subs is not None else None
+            if new is subs:
+                return spec
+            return functools.partial(spec.func, *spec.args, **{**spec.keywords, "submodules": new})
+        if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
+            changes = {}
+            for f in dataclasses.fields(spec):
+                value = getattr(spec, f.name)
+                if isinstance(value, functools.partial) or (
+                    dataclasses.is_dataclass(value) and not isinstance(value, type)
+                ):
+                    new = visit(value)
+                    if new is not value:
+                        changes[f.name] = new
+            return dataclasses.replace(spec, **changes) if changes else spec
+        return spec
+
+    swapped = {}  # the same layer spec object repeats for every layer: swap it once
+    for spec in block.layer_specs:
+        if id(spec) not in swapped:
+            swapped[id(spec)] = anywhere(spec)
+    return dataclasses.replace(block, layer_specs=[swapped[id(spec)] for spec in block.layer_specs])
+
+
+def __getattr__(name: str):
+    # `bridge.models.specs.ExpertColumnParallelLinear` (pickling by name) without importing
+    # Megatron-Core when this module is imported.
+    if name == "ExpertColumnParallelLinear":
+        return expert_column_parallel_linear()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
