@@ -44,7 +44,7 @@ def test_fsdp2_on_cpu_is_a_clear_config_error(run):
     out, _ = run
     (record,) = _records(out, "fsdp2")
     assert record["ok"] is False
-    assert "distributed.strategy=fsdp2" in record["error"] and "needs CUDA" in record["error"]
+    assert "distributed.strategy = 'fsdp2'" in record["error"] and "needs CUDA" in record["error"]
 
 
 def test_log_lines_use_megatron_format(run):
