@@ -7,7 +7,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from bridge.errors import ConfigError
 from bridge.checkpoint.paths import (
     TRACKER_FILENAME,
     latest_iteration,
@@ -15,6 +14,7 @@ from bridge.checkpoint.paths import (
 )
 from bridge.checkpoint.paths import remove_old_checkpoints as _remove_old_checkpoints
 from bridge.checkpoint.paths import write_tracker as _write_tracker
+from bridge.errors import ConfigError
 from bridge.training.flops import training_flops_per_token
 from bridge.training.logging import IterationStats, format_iteration_line, format_validation_line
 

@@ -15,9 +15,9 @@ from train_common import emit, reset_parallel_state, tiny_config, write_learnabl
 def main(workdir: str) -> None:
     import torch
 
+    from bridge.checkpoint import save_checkpoint
     from bridge.errors import ConfigError
     from bridge.training import pretrain
-    from bridge.checkpoint import save_checkpoint
 
     data = f"{workdir}/data/count"
     common = [
