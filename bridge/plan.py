@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import importlib
 import json
 import sys
 from dataclasses import replace
@@ -24,8 +23,6 @@ from bridge.parallel.layout import ModelShape
 from bridge.parallel.memory import MEMORY_MODELS, OPTIMIZERS, PRECISIONS
 from bridge.parallel.plan_report import format_table, plan_overrides, plan_to_json
 from bridge.parallel.planner import INTERCONNECTS, SIZE_FLAGS, PlanRequest, plan
-
-PRESET_FAMILIES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "mixtral")
 
 
 def _positive_int(cfg: dict, key: str, source: str, *, required: bool = True) -> int | None:
@@ -120,21 +117,14 @@ def resolve_model(name: str) -> tuple[ModelShape, dict]:
             "micro_batch_size": getattr(cfg.train, "micro_batch_size", None),
         }
         return cfg.model.model_shape(), defaults
-    presets = {}
-    for family in PRESET_FAMILIES:
-        try:
-            module = importlib.import_module(f"bridge.models.{family}.presets")
-        except ImportError:
-            continue
-        presets.update(
-            {k: getattr(module, k) for k in dir(module) if not k.startswith("_") and k[0].islower()}
-        )
-        if name in presets and callable(presets[name]):
-            # a preset's seq_length is the model's context window (e.g. 131072), not a training length:
-            # plan for --seq-length, else 4096, as for a config.json
-            shape = presets[name]().model_shape()
-            return replace(shape, seq_length=None), {}
-    preset_names = sorted(k for k, v in presets.items() if callable(v))
+    from bridge.models.families import preset_factory, preset_families
+
+    factory = preset_factory(name)
+    if factory is not None:
+        # a preset's seq_length is the model's context window (e.g. 131072), not a training length:
+        # plan for --seq-length, else 4096, as for a config.json
+        return replace(factory().model_shape(), seq_length=None), {}
+    preset_names = sorted(preset_families())
     close = difflib.get_close_matches(name, [*RECIPES, *preset_names], n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise ConfigError(

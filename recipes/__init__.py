@@ -10,46 +10,25 @@ layout's GPU count, at least its minimum); tests validate every recipe there.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from bridge.errors import ConfigError
+from recipes.common import RecipeInfo
 
 
-@dataclass(frozen=True)
-class RecipeInfo:
-    name: str
-    module: str  # recipes.<module> holds a function called `name`
-    description: str
-    default_world_size: int
+def _discover() -> tuple[RecipeInfo, ...]:
+    """Every recipe module under recipes/ (all but common.py) declares its RECIPES: adding a recipe
+    file is all it takes. Modules in name order, recipes in the order each module lists them."""
+    found: list[RecipeInfo] = []
+    for module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if module.name == "common":
+            continue
+        found += importlib.import_module(f"recipes.{module.name}").RECIPES
+    return tuple(found)
 
 
-_TABLE = (
-    RecipeInfo("llama32_1b_pretrain_config", "llama", "Llama 3.2 1B pretraining, TP1 PP1 (8 GPUs: DP8)", 8),
-    RecipeInfo("llama32_3b_pretrain_config", "llama", "Llama 3.2 3B pretraining, TP1 PP1 (8 GPUs: DP8)", 8),
-    RecipeInfo(
-        "llama31_8b_pretrain_config", "llama", "Llama 3.1 8B pretraining, TP1 PP1 CP2 (8 GPUs: DP4)", 8
-    ),
-    RecipeInfo(
-        "llama31_70b_pretrain_config",
-        "llama",
-        "Llama 3.1 70B pretraining, TP4 PP4 VPP5 CP2 SP (64 GPUs: DP2)",
-        64,
-    ),
-    RecipeInfo("qwen3_8b_pretrain_config", "qwen", "Qwen3 8B pretraining, TP4 PP1 (8 GPUs: DP2)", 8),
-    RecipeInfo(
-        "qwen3_30b_a3b_pretrain_config",
-        "qwen",
-        "Qwen3-30B-A3B MoE pretraining, TP4 PP2 EP4 SP (8 GPUs: DP1 EDP1)",
-        8,
-    ),
-    RecipeInfo(
-        "mixtral_8x7b_pretrain_config",
-        "mixtral",
-        "Mixtral 8x7B MoE pretraining, TP1 PP4 VPP8 EP8 (32 GPUs: DP8 EDP1)",
-        32,
-    ),
-)
+_TABLE = _discover()
 RECIPES: dict[str, RecipeInfo] = {info.name: info for info in _TABLE}
 
 

@@ -10,6 +10,7 @@ iterations, seed 1234, mock data with a NullTokenizer unless data paths are give
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from bridge.config.container import ConfigContainer
 from bridge.config.sections import (
@@ -33,6 +34,16 @@ MICRO_BATCH_SIZE = 1
 LR = 3e-4
 MIN_LR = 3e-5
 LR_WARMUP_ITERS = 2000
+
+
+@dataclass(frozen=True)
+class RecipeInfo:
+    """A recipe as the registry (recipes/__init__.py) lists it; each recipe module declares RECIPES."""
+
+    name: str
+    module: str  # recipes.<module> holds a function called `name`
+    description: str
+    default_world_size: int  # the published layout's GPU count (at least its minimum)
 
 
 def pretrain_config(

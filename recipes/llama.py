@@ -6,7 +6,7 @@ from typing import Any
 
 from bridge.config.container import ConfigContainer
 from bridge.models.llama import presets
-from recipes.common import pretrain_config
+from recipes.common import RecipeInfo, pretrain_config
 
 
 def llama32_1b_pretrain_config(
@@ -87,3 +87,18 @@ def llama31_70b_pretrain_config(
         sequence_parallel=sequence_parallel,
         **kwargs,
     )
+
+
+RECIPES = (
+    RecipeInfo("llama32_1b_pretrain_config", "llama", "Llama 3.2 1B pretraining, TP1 PP1 (8 GPUs: DP8)", 8),
+    RecipeInfo("llama32_3b_pretrain_config", "llama", "Llama 3.2 3B pretraining, TP1 PP1 (8 GPUs: DP8)", 8),
+    RecipeInfo(
+        "llama31_8b_pretrain_config", "llama", "Llama 3.1 8B pretraining, TP1 PP1 CP2 (8 GPUs: DP4)", 8
+    ),
+    RecipeInfo(
+        "llama31_70b_pretrain_config",
+        "llama",
+        "Llama 3.1 70B pretraining, TP4 PP4 VPP5 CP2 SP (64 GPUs: DP2)",
+        64,
+    ),
+)

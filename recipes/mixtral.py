@@ -6,7 +6,7 @@ from typing import Any
 
 from bridge.config.container import ConfigContainer
 from bridge.models.mixtral.presets import mixtral_8x7b
-from recipes.common import pretrain_config
+from recipes.common import RecipeInfo, pretrain_config
 
 
 def mixtral_8x7b_pretrain_config(
@@ -33,3 +33,13 @@ def mixtral_8x7b_pretrain_config(
         sequence_parallel=sequence_parallel,
         **kwargs,
     )
+
+
+RECIPES = (
+    RecipeInfo(
+        "mixtral_8x7b_pretrain_config",
+        "mixtral",
+        "Mixtral 8x7B MoE pretraining, TP1 PP4 VPP8 EP8 (32 GPUs: DP8 EDP1)",
+        32,
+    ),
+)

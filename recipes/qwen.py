@@ -7,7 +7,7 @@ from typing import Any
 from bridge.config.container import ConfigContainer
 from bridge.models.qwen3.presets import qwen3_8b
 from bridge.models.qwen3_moe.presets import qwen3_30b_a3b
-from recipes.common import pretrain_config
+from recipes.common import RecipeInfo, pretrain_config
 
 
 def qwen3_8b_pretrain_config(
@@ -50,3 +50,14 @@ def qwen3_30b_a3b_pretrain_config(
         sequence_parallel=sequence_parallel,
         **kwargs,
     )
+
+
+RECIPES = (
+    RecipeInfo("qwen3_8b_pretrain_config", "qwen", "Qwen3 8B pretraining, TP4 PP1 (8 GPUs: DP2)", 8),
+    RecipeInfo(
+        "qwen3_30b_a3b_pretrain_config",
+        "qwen",
+        "Qwen3-30B-A3B MoE pretraining, TP4 PP2 EP4 SP (8 GPUs: DP1 EDP1)",
+        8,
+    ),
+)

@@ -9,16 +9,7 @@ from types import ModuleType
 
 from bridge.conversion.mappings import Mapping, make_mapping
 from bridge.errors import ConfigError
-
-# Family modules, imported explicitly (the family folders' __init__ belongs to the models layer).
-FAMILY_MODULES = (
-    "bridge.models.llama.mapping",
-    "bridge.models.mistral.mapping",
-    "bridge.models.qwen2.mapping",
-    "bridge.models.qwen3.mapping",
-    "bridge.models.mixtral.mapping",
-    "bridge.models.qwen3_moe.mapping",
-)
+from bridge.models.families import mapping_modules
 
 
 @dataclass(frozen=True)
@@ -89,7 +80,7 @@ def families() -> dict[str, Family]:
     global _FAMILIES
     if _FAMILIES is None:
         table = {}
-        for module_name in FAMILY_MODULES:
+        for module_name in mapping_modules():
             family = _load(module_name)
             for arch in family.architectures:
                 table[arch] = family
@@ -109,5 +100,5 @@ def family_for(architectures: list[str] | None) -> Family:
     raise ConfigError(
         f"architectures={architectures!r}: no conversion is registered for it; supported architectures "
         f"are {', '.join(supported_architectures())}. Fix: convert a checkpoint of one of those, or add "
-        "a family mapping under bridge/models/<family>/mapping.py and register it in bridge.conversion.registry"
+        "a family folder with a mapping.py under bridge/models (bridge.models.families finds it)"
     )

@@ -1,0 +1,78 @@
+"""The one family registry: every folder under bridge/models that holds a `presets.py` is a family.
+
+A family folder holds `presets.py` (provider factories with the published HF config values, named
+by the folder's `__init__.__all__`) and, when the family converts to and from Hugging Face, `mapping.py` (the HF
+mapping table as data: ARCHITECTURES, HF_MODEL_TYPE, PROVIDER_FIELDS, MAPPINGS). Presets
+(`bridge.models.preset`), conversion (`bridge.conversion.registry`), the planner (`bridge plan
+--model <preset>`) and the recipes all read this registry, so adding a family is adding one folder.
+Discovery reads the package's folders and imports each family's __init__ and presets.py (pure data).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import pkgutil
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class FamilyInfo:
+    name: str  # the folder under bridge/models
+    presets: tuple[str, ...]  # preset factory names in bridge.models.<name>.presets
+    mapping_module: str | None  # bridge.models.<name>.mapping, when the family converts to/from HF
+
+    @property
+    def presets_module(self) -> str:
+        return f"bridge.models.{self.name}.presets"
+
+
+def _has_module(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+@functools.cache
+def families() -> dict[str, FamilyInfo]:
+    """Family name -> FamilyInfo, in folder-name order."""
+    package = Path(__file__).resolve().parent
+    found: dict[str, FamilyInfo] = {}
+    for info in sorted(pkgutil.iter_modules([str(package)]), key=lambda m: m.name):
+        if not info.ispkg or not _has_module(f"bridge.models.{info.name}.presets"):
+            continue
+        package_module = importlib.import_module(f"bridge.models.{info.name}")  # imports presets.py
+        mapping = f"bridge.models.{info.name}.mapping"
+        found[info.name] = FamilyInfo(
+            name=info.name,
+            presets=tuple(package_module.__all__),
+            mapping_module=mapping if _has_module(mapping) else None,
+        )
+    return found
+
+
+@functools.cache
+def preset_families() -> dict[str, str]:
+    """Preset name -> family name, over every family."""
+    table: dict[str, str] = {}
+    for family in families().values():
+        for preset in family.presets:
+            if preset in table:
+                raise RuntimeError(
+                    f"preset {preset!r} is declared by families {table[preset]} and {family.name}"
+                )
+            table[preset] = family.name
+    return table
+
+
+def preset_factory(name: str):
+    """The factory of preset `name` (None when no family declares it)."""
+    family = preset_families().get(name)
+    if family is None:
+        return None
+    return getattr(importlib.import_module(families()[family].presets_module), name)
+
+
+def mapping_modules() -> tuple[str, ...]:
+    """The HF mapping tables of the families that convert."""
+    return tuple(f.mapping_module for f in families().values() if f.mapping_module)
