@@ -45,9 +45,9 @@ class Precision:
 
     @property
     def torch_dtype(self):
-        import torch
+        from bridge.models.dtypes import torch_dtype
 
-        return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[self.name]
+        return torch_dtype(self.name)
 
 
 @dataclass(frozen=True)

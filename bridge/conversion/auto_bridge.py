@@ -27,6 +27,7 @@ from bridge.conversion import registry
 from bridge.conversion.hf_io import DTYPES, HFCheckpoint
 from bridge.conversion.progress import progress_bar
 from bridge.errors import ConfigError
+from bridge.models.dtypes import DTYPES as TRAINING_DTYPES
 from bridge.models.gpt_provider import GPTModelProvider
 from bridge.parallel import ranks
 from bridge.parallel.runtime import quiet_known_warnings
@@ -253,7 +254,7 @@ class AutoBridge:
         from bridge.conversion.weight_exporter import Exporter
 
         source = {n: DTYPES[d] for n, (_, d) in self._source_tensors().items()}
-        default = DTYPES[{"fp32": "F32", "bf16": "BF16", "fp16": "F16"}[hfc.hf_dtype_name(self.hf_config)]]
+        default = DTYPES[TRAINING_DTYPES[hfc.hf_dtype_name(self.hf_config)].safetensors]
 
         def dtype_for(name: str, _param_dtype) -> Any:
             return source.get(name, default)

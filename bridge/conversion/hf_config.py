@@ -12,9 +12,10 @@ from typing import Any
 
 from bridge.conversion.registry import Family
 from bridge.errors import ConfigError
+from bridge.models.dtypes import BY_TORCH_NAME
 
 # HF `dtype` / `torch_dtype` -> provider dtype names.
-HF_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+HF_DTYPES = {torch_name: d.name for torch_name, d in BY_TORCH_NAME.items()}
 
 
 def _get(cfg: Any, name: str, default: Any = None) -> Any:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from bridge.errors import ConfigError
+from bridge.models.dtypes import DTYPES, torch_dtype
 from bridge.models.transformer_fields import (
     AVAILABLE_FIELDS,
     BY_NAME_FIELDS,
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-# Dtypes by name -> torch attribute.
-DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 # Activations by name -> (module, attribute), imported only when a model is built.
 ACTIVATIONS = {
@@ -313,11 +312,9 @@ class GPTModelProvider(TransformerFields):
         value = getattr(self, name)
         kind = BY_NAME_FIELDS.get(name)
         if kind == "dtype":
-            import torch
-
             if name == "pipeline_dtype" and value is None:
                 value = "bf16" if self.bf16 else "fp16" if self.fp16 else self.params_dtype
-            return None if value is None else getattr(torch, DTYPES[value])
+            return None if value is None else torch_dtype(value)
         if kind == "activation":
             module, attr = ACTIVATIONS[value]
             return getattr(importlib.import_module(module), attr)

@@ -44,8 +44,6 @@ EXCLUDED = {
 # The activation is a callable in Megatron-Core; the provider holds its name (gpt_provider.ACTIVATIONS).
 ACTIVATION_FIELDS = {"activation_func": "gelu"}
 
-# torch dtype -> the provider's name for it (gpt_provider.DTYPES).
-DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 class _Skip(Exception):
@@ -139,7 +137,9 @@ def _default(f: dataclasses.Field, kind: str | None):
     if value is None:
         return None
     if kind == "dtype":
-        return DTYPE_NAMES[str(value).removeprefix("torch.")]
+        from bridge.models.dtypes import BY_TORCH_NAME  # torch dtype -> the provider's name for it
+
+        return BY_TORCH_NAME[str(value).removeprefix("torch.")].name
     if kind and kind.startswith("enum:"):
         return value.name
     return list(value) if isinstance(value, tuple) else value
