@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bridge.errors import ConfigError
-from bridge.parallel.ranks import env_world_size as world_size_from_env  # noqa: F401 - callers use both
-from bridge.parallel.ranks import rank as global_rank
+from bridge.parallel.ranks import env_world_size, rank
 
 if TYPE_CHECKING:
     from bridge.parallel.layout import ParallelLayout
@@ -72,7 +71,7 @@ class RankZeroFilter(logging.Filter):
         self.own_rank = own_rank
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.ERROR or record.name in self.own_rank or global_rank() == 0
+        return record.levelno >= logging.ERROR or record.name in self.own_rank or rank() == 0
 
 
 def log_on_rank_zero(handler: logging.Handler, own_rank: tuple[str, ...] = ()) -> None:
@@ -99,7 +98,7 @@ def initialize_distributed(layout: ParallelLayout, *, seed: int = 1234, timeout_
     import torch
     import torch.distributed as dist
 
-    world = world_size_from_env()
+    world = env_world_size()
     if dist.is_initialized():
         world = dist.get_world_size()
     if layout.world_size != world:
@@ -118,8 +117,8 @@ def initialize_distributed(layout: ParallelLayout, *, seed: int = 1234, timeout_
                 "(or parallel_state.destroy_model_parallel()) first"
             )
 
-    rank = global_rank()
-    if rank == 0:
+    is_rank_zero = rank() == 0
+    if is_rank_zero:
         _make_visible(logging.getLogger("bridge"))
 
     quiet_known_warnings()  # before cpu_backend.install() and parallel_state import Megatron-Core
@@ -163,7 +162,7 @@ def initialize_distributed(layout: ParallelLayout, *, seed: int = 1234, timeout_
     _seed_everything(seed)
     _active = _Active(layout=layout, seed=seed)
 
-    if rank == 0:
+    if is_rank_zero:
         logger.info("parallel layout: %s", layout.describe())
         for warning in layout.warnings:
             logger.warning("parallel layout: %s", warning)

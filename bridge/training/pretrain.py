@@ -82,27 +82,17 @@ def plan_for_this_process(config: ConfigContainer) -> RunPlan:
     """Validate `config` for this launch (torchrun's world size, this machine's CUDA)."""
     import torch
 
-    from bridge.parallel import runtime
+    from bridge.parallel import ranks
 
-    world = (
-        torch.distributed.get_world_size()
-        if torch.distributed.is_initialized()
-        else runtime.world_size_from_env()
-    )
-    return config.validate(world, cuda=torch.cuda.is_available())
+    return config.validate(ranks.world_size(), cuda=torch.cuda.is_available())
 
 
 def _check_plan_matches_process(plan: RunPlan) -> None:
     import torch
 
-    from bridge.parallel import runtime
+    from bridge.parallel import ranks
 
-    cuda = torch.cuda.is_available()
-    world = (
-        torch.distributed.get_world_size()
-        if torch.distributed.is_initialized()
-        else runtime.world_size_from_env()
-    )
+    cuda, world = torch.cuda.is_available(), ranks.world_size()
     if plan.cuda != cuda or plan.world_size != world:
         raise ConfigError(
             f"the plan was made for world_size={plan.world_size} {'with' if plan.cuda else 'without'} CUDA, "

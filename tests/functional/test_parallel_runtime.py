@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bridge.errors import ConfigError
-from bridge.parallel import runtime
+from bridge.parallel import ranks
 from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
 
 WORKERS = Path(__file__).parent / "workers"
@@ -63,12 +63,12 @@ def test_single_process_without_torchrun():
     assert out.count("parallel layout: demo warning from the layout") == 1, out[-3000:]
 
 
-def test_world_size_from_env(monkeypatch):
+def test_env_world_size(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    assert runtime.world_size_from_env() == 1
+    assert ranks.env_world_size() == 1
     monkeypatch.setenv("WORLD_SIZE", "4")
-    assert runtime.world_size_from_env() == 4
+    assert ranks.env_world_size() == 4
     for bad in ("0", "-2", "four"):
         monkeypatch.setenv("WORLD_SIZE", bad)
         with pytest.raises(ConfigError, match=f"WORLD_SIZE='{bad}'.*torchrun"):
-            runtime.world_size_from_env()
+            ranks.env_world_size()

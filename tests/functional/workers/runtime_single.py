@@ -9,7 +9,7 @@ import runtime_common as rc
 import torch
 
 from bridge.errors import ConfigError
-from bridge.parallel import runtime
+from bridge.parallel import ranks, runtime
 from bridge.parallel.layout import ParallelLayout
 
 
@@ -47,7 +47,7 @@ def check_activation_recompute(model) -> None:
 
 def main() -> None:
     rc.check("RANK" not in os.environ and "WORLD_SIZE" not in os.environ, "run without torchrun")
-    rc.check(runtime.world_size_from_env() == 1, "a plain process is a world of one")
+    rc.check(ranks.env_world_size() == 1, "a plain process is a world of one")
 
     # A layout for 2 processes in a world of one: refused before any process group exists.
     expect_config_error(
