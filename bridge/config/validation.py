@@ -64,7 +64,7 @@ def validate_config(cfg: ConfigContainer, world_size: int, cuda: bool) -> tuple[
     _dataset(cfg)
     _tokenizer(cfg)
     _checkpoint(cfg)
-    _logger(cfg)
+    warnings += _logger(cfg)
     warnings += _distributed(cfg, layout)
     _strategy_available(cfg.distributed.strategy, cuda)
     warnings += _precision(cfg)
@@ -383,7 +383,9 @@ def _checkpoint(cfg: ConfigContainer) -> None:
         )
 
 
-def _logger(cfg: ConfigContainer) -> None:
+def _logger(cfg: ConfigContainer) -> list[str]:
+    import importlib.util
+
     lg = cfg.logger
     _positive("logger.log_interval", lg.log_interval)
     if not lg.wandb_project:
@@ -395,6 +397,20 @@ def _logger(cfg: ConfigContainer) -> None:
                     "W&B logging is on only when logger.wandb_project is set",
                     "set logger.wandb_project too, or remove it",
                 )
+    elif importlib.util.find_spec("wandb") is None:
+        raise fail(
+            "logger.wandb_project",
+            lg.wandb_project,
+            "W&B logging needs the wandb package, which is not installed",
+            "pip install wandb, or unset logger.wandb_project",
+        )
+    if lg.tensorboard_dir and importlib.util.find_spec("tensorboard") is None:
+        # Recipes set a tensorboard_dir by default; a missing optional package must not stop a run.
+        return [
+            f"logger.tensorboard_dir={lg.tensorboard_dir} is set but the tensorboard package is not "
+            "installed: TensorBoard logging is off (pip install tensorboard to enable it)."
+        ]
+    return []
 
 
 def _distributed(cfg: ConfigContainer, layout: ParallelLayout) -> list[str]:

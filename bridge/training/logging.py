@@ -11,12 +11,12 @@ The model-FLOPs throughput is per rank: Megatron's "throughput per GPU (TFLOP/s/
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
 from dataclasses import dataclass, field
-from typing import Any
 
-from bridge.errors import ConfigError
+from bridge.config.sections import LoggerConfig
 
 logger = logging.getLogger("bridge.training")
 
