@@ -98,35 +98,24 @@ def format_validation_line(iteration: int, losses: dict[str, float]) -> str:
 class MetricWriters:
     """TensorBoard and W&B, each only when configured; both optional packages."""
 
-    def __init__(self, logger_cfg: Any, run_config: dict | None = None):
+    def __init__(self, logger_cfg: LoggerConfig | None, run_config: dict | None = None):
+        """`logger_cfg` None: this rank writes nothing. The plan has checked the packages: W&B's is
+        installed when wandb_project is set; a missing tensorboard was a plan warning."""
         self.tb = None
         self.wandb = None
-        tb_dir = getattr(logger_cfg, "tensorboard_dir", None)
-        if tb_dir:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                # Recipes set a tensorboard_dir by default; a missing optional package must not stop a run.
-                logger.warning(
-                    "logger.tensorboard_dir=%s is set but the tensorboard package is not installed: "
-                    "TensorBoard logging is off (pip install tensorboard to enable it)",
-                    tb_dir,
-                )
-            else:
-                self.tb = SummaryWriter(log_dir=tb_dir)
-        project = getattr(logger_cfg, "wandb_project", None)
-        if project:
-            try:
-                import wandb
-            except ImportError as err:
-                raise ConfigError(
-                    f"logger.wandb_project={project!r} needs the wandb package, which is not installed: "
-                    "pip install wandb, or unset logger.wandb_project"
-                ) from err
+        if logger_cfg is None:
+            return
+        if logger_cfg.tensorboard_dir and importlib.util.find_spec("tensorboard") is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(log_dir=logger_cfg.tensorboard_dir)
+        if logger_cfg.wandb_project:
+            import wandb
+
             self.wandb = wandb.init(
-                project=project,
-                entity=getattr(logger_cfg, "wandb_entity", None),
-                name=getattr(logger_cfg, "wandb_exp_name", None),
+                project=logger_cfg.wandb_project,
+                entity=logger_cfg.wandb_entity,
+                name=logger_cfg.wandb_exp_name,
                 config=run_config,
             )
 
