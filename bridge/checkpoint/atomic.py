@@ -27,7 +27,7 @@ def check_target_dir(path: str | os.PathLike, field: str = "path") -> Path:
     return p
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
     dir_fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -44,7 +44,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 @contextlib.contextmanager

@@ -2,8 +2,16 @@
 
 Layout (Megatron's):
     <root>/iter_0000010/                  one checkpoint: sharded tensors, common.pt, metadata.json,
-                                          run_config.yaml
+                                          run_config.yaml, manifest.json (written last)
     <root>/latest_checkpointed_iteration.txt   the tracker: the newest *complete* checkpoint
+    <root>/.iter_0000012.saving/          a save in progress (renamed onto iter_0000012 when complete)
+    <root>/.iter_0000012.replaced/        an untracked complete checkpoint being replaced (kept until the
+                                          new one is published)
+    <root>/.bridge.lock                   the run that writes this directory (bridge.checkpoint.lock)
+
+A folder iter_N is *complete* when it holds manifest.json (every save since the manifest), or, for
+checkpoints written before it, when it holds metadata.json + common.pt and N <= the tracker. Anything
+else is a leftover: it never counts (retention, loading) and is removed at the next start.
 """
 
 from __future__ import annotations
@@ -18,6 +26,10 @@ from bridge.errors import ConfigError
 TRACKER_FILENAME = "latest_checkpointed_iteration.txt"
 RUN_CONFIG_FILENAME = "run_config.yaml"
 METADATA_FILENAME = "metadata.json"  # written by dist_checkpointing when a save is complete
+COMMON_FILENAME = "common.pt"
+MANIFEST_FILENAME = "manifest.json"  # bridge.checkpoint.manifest: written last, before the publish
+STAGING_SUFFIX = ".saving"
+REPLACED_SUFFIX = ".replaced"
 
 
 def checkpoint_dir(root: str | os.PathLike, iteration: int) -> Path:
@@ -43,19 +55,129 @@ def write_tracker(root: str | os.PathLike, iteration: int) -> None:
     atomic_write_text(Path(root) / TRACKER_FILENAME, f"{iteration}\n")
 
 
-def remove_old_checkpoints(root: str | os.PathLike, keep: int) -> None:
+def staging_dir(root: str | os.PathLike, iteration: int) -> Path:
+    return Path(root) / f".iter_{iteration:07d}{STAGING_SUFFIX}"
+
+
+def replaced_dir(root: str | os.PathLike, iteration: int) -> Path:
+    return Path(root) / f".iter_{iteration:07d}{REPLACED_SUFFIX}"
+
+
+def _iteration_of(name: str) -> int | None:
+    return int(name[5:]) if name.startswith("iter_") and name[5:].isdigit() else None
+
+
+def _tracked_or_none(root: Path) -> int | None:
+    try:
+        return latest_iteration(root)
+    except ConfigError:
+        return None
+
+
+def is_complete(folder: str | os.PathLike, tracked: int | None = None) -> bool:
+    """Whether `folder` (an iter_* directory) holds a complete checkpoint (see the module docstring).
+    `tracked`: the tracker's iteration (read from the parent folder when None)."""
+    folder = Path(folder)
+    if (folder / MANIFEST_FILENAME).is_file():
+        return True
+    if not ((folder / METADATA_FILENAME).is_file() and (folder / COMMON_FILENAME).is_file()):
+        return False
+    it = _iteration_of(folder.name)
+    if tracked is None:
+        tracked = _tracked_or_none(folder.parent)
+    return it is None or (tracked is not None and it <= tracked)  # a lone folder: the user's choice
+
+
+def complete_iterations(root: str | os.PathLike) -> list[int]:
+    """The iterations of the complete checkpoints under `root`, ascending (leftovers never count)."""
     root = Path(root)
-    iters = sorted(int(p.name[5:]) for p in root.glob("iter_*") if p.name[5:].isdigit())
-    for it in iters[:-keep]:
+    if not root.is_dir():
+        return []
+    tracked = _tracked_or_none(root)
+    found = []
+    for p in root.iterdir():
+        it = _iteration_of(p.name)
+        if it is not None and p.is_dir() and is_complete(p, tracked):
+            found.append(it)
+    return sorted(found)
+
+
+def remove_old_checkpoints(root: str | os.PathLike, keep: int, newest: int) -> list[int]:
+    """Keep the `keep` newest complete checkpoints up to `newest` (the one just saved); delete older
+    complete ones. Partial folders never count, and checkpoints after `newest` are not touched."""
+    root = Path(root)
+    iters = [it for it in complete_iterations(root) if it <= newest]
+    doomed = iters[:-keep] if keep > 0 else []
+    for it in doomed:
         shutil.rmtree(checkpoint_dir(root, it), ignore_errors=True)
+    return doomed
+
+
+def clean_leftovers(root: str | os.PathLike) -> list[str]:
+    """Remove what interrupted saves left under `root` (call only while holding its lock).
+
+    Staging folders and legacy partial iter_* folders are removed; a `.replaced` folder is put back
+    when its replacement never got published, else removed. Returns one line per action."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    done = []
+    tracked = _tracked_or_none(root)
+    for p in sorted(root.iterdir()):
+        name = p.name
+        if name.startswith(".iter_") and name.endswith(STAGING_SUFFIX):
+            shutil.rmtree(p, ignore_errors=True)
+            done.append(f"removed the unfinished save {p}")
+        elif name.startswith(".iter_") and name.endswith(REPLACED_SUFFIX):
+            original = root / name[1 : -len(REPLACED_SUFFIX)]
+            if original.is_dir() and is_complete(original, tracked):
+                shutil.rmtree(p, ignore_errors=True)
+                done.append(f"removed {p} (its replacement {original.name} is complete)")
+            else:
+                if original.exists():
+                    shutil.rmtree(original, ignore_errors=True)
+                os.replace(p, original)
+                done.append(f"restored {original} (its replacement was never published)")
+        elif name == TRACKER_FILENAME + ".tmp":
+            p.unlink(missing_ok=True)
+        elif _iteration_of(name) is not None and p.is_dir() and not is_complete(p, tracked):
+            shutil.rmtree(p, ignore_errors=True)
+            done.append(f"removed the partial checkpoint {p} (never completed)")
+    return done
+
+
+def checkpoint_candidates(
+    path: str | os.PathLike, iteration: int | None = None
+) -> tuple[list[tuple[Path, int | None]], bool]:
+    """Which checkpoints a load of `path` may use, best first, and whether falling back is allowed.
+
+    `path` is an iter_* directory (exactly that one), or a root: with `iteration` (checkpoint.ckpt_step)
+    exactly that one; else the tracker's, followed by the older complete ones (fallback candidates).
+    An empty list means the root holds no checkpoint at all."""
+    path = Path(path)
+    own = _iteration_of(path.name)
+    if own is not None or (path / METADATA_FILENAME).is_file() or (path / MANIFEST_FILENAME).is_file():
+        return [(path, own)], False
+    if iteration is not None:
+        return [(checkpoint_dir(path, iteration), iteration)], False
+    latest = latest_iteration(path)
+    complete = complete_iterations(path)
+    if latest is None:
+        if complete:
+            raise ConfigError(
+                f"checkpoint root {path} has complete checkpoints ({', '.join(map(str, complete))}) but no "
+                f"{TRACKER_FILENAME}: set checkpoint.ckpt_step to one of them"
+            )
+        return [], False
+    older = [it for it in reversed(complete) if it < latest]
+    return [(checkpoint_dir(path, latest), latest)] + [(checkpoint_dir(path, it), it) for it in older], True
 
 
 def resolve_checkpoint(path: str | os.PathLike, iteration: int | None = None) -> tuple[Path, int | None]:
     """A checkpoint root (with a tracker) or one iter_* directory -> (directory, iteration)."""
     path = Path(path)
     if (path / METADATA_FILENAME).is_file():
-        name = path.name
-        return path, int(name[5:]) if name.startswith("iter_") and name[5:].isdigit() else None
+        return path, _iteration_of(path.name)
     if iteration is None:
         iteration = latest_iteration(path)
     if iteration is None:

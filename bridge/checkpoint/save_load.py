@@ -1,7 +1,8 @@
 """Saving and loading checkpoints in Megatron-Core's dist_checkpointing `torch_dist` format.
 
-The tracker is replaced atomically by rank 0 only after every rank has finished writing, so a crash
-during a save leaves it on the previous checkpoint. Model weights are saved as global ShardedTensors,
+A save is written under a temporary name and published by a rename, then the tracker is replaced
+atomically by rank 0, so a crash at any point of a save leaves the previous complete checkpoint
+tracked; a load checks the folder against its integrity manifest first. Model weights are saved as global ShardedTensors,
 so a checkpoint loads under any TP/PP layout; optimizer state and RNG state are tied to the layout
 they were saved with. `optimizer=None` on both sides is the model-only path (HF import/export,
 pretrained weights).
@@ -17,12 +18,19 @@ from typing import Any
 
 import torch
 
-from bridge.checkpoint import compat, state
+from bridge.checkpoint import compat, manifest, state
+from bridge.checkpoint.atomic import fsync_dir
 from bridge.checkpoint.paths import (
+    MANIFEST_FILENAME,
     RUN_CONFIG_FILENAME,
+    checkpoint_candidates,
     checkpoint_dir,
+    is_complete,
+    latest_iteration,
     remove_old_checkpoints,
+    replaced_dir,
     resolve_checkpoint,
+    staging_dir,
     write_tracker,
 )
 from bridge.errors import ConfigError
@@ -32,6 +40,10 @@ from bridge.parallel.wrappers import unwrap_all
 # Called on every rank after the shards of a checkpoint are written and before the tracker moves.
 # Tests use it to simulate a crash in the middle of a save.
 AFTER_SHARDS_WRITTEN_HOOKS: list[Callable[[Path, int], None]] = []
+# Called on every rank (rank 0 only for "published" / "tracked") as hook(stage, folder, iteration) at
+# each stage of a save: staging_created, shards_written, manifest_written, published, tracked, done.
+# The fault suite kills processes at these points.
+SAVE_STAGE_HOOKS: list[Callable[[str, Path, int], None]] = []
 
 
 def _model_keys(n_chunks: int) -> list[str]:
@@ -41,6 +53,11 @@ def _model_keys(n_chunks: int) -> list[str]:
 def model_sharded_state_dict(model_chunks: list) -> dict:
     chunks = unwrap_all(model_chunks)
     return {key: c.sharded_state_dict() for key, c in zip(_model_keys(len(chunks)), chunks, strict=True)}
+
+
+def _stage(stage: str, target: Path, iteration: int) -> None:
+    for hook in SAVE_STAGE_HOOKS:
+        hook(stage, target, iteration)
 
 
 def save_checkpoint(
@@ -54,19 +71,33 @@ def save_checkpoint(
     run_config_yaml: str | None = None,
     save_rng: bool = True,
     most_recent_k: int = -1,
+    summary: dict | None = None,
 ) -> Path:
-    """Save a complete checkpoint for `iteration` on all ranks, then move the tracker to it."""
+    """Save a complete checkpoint for `iteration` on all ranks, publish it, then move the tracker.
+
+    Every rank writes into `<root>/.iter_N.saving`; once all have finished, the integrity manifest
+    (bridge.checkpoint.manifest) is written into it and rank 0 renames it onto `iter_N`, then points
+    the tracker at it, then applies `most_recent_k` (complete checkpoints only). A crash at any point
+    leaves the previous complete checkpoint tracked and loadable. The tracked checkpoint itself is
+    never rewritten: saving the iteration it names again is a no-op. An untracked complete `iter_N`
+    (a run resumed from an older step) is moved aside and removed only after the new one is published.
+    """
     from megatron.core import dist_checkpointing
 
     root = Path(root)
     target = checkpoint_dir(root, iteration)
+    staging = staging_dir(root, iteration)
     rank0 = ranks.is_rank_zero()
+    tracked = latest_iteration(root) if root.is_dir() else None
+    if tracked == iteration and is_complete(target, tracked):
+        return target  # every rank sees the same files: all return here
     if rank0:
         root.mkdir(parents=True, exist_ok=True)
-        if target.exists():  # leftovers of an interrupted save (the tracker never named it)
-            shutil.rmtree(target)
-        target.mkdir()
+        if staging.exists():  # leftovers of an interrupted save of the same iteration
+            shutil.rmtree(staging)
+        staging.mkdir()
     ranks.barrier()
+    _stage("staging_created", staging, iteration)
 
     sd = model_sharded_state_dict(model_chunks)
     if optimizer is not None:
@@ -78,18 +109,54 @@ def save_checkpoint(
     sd["train_state"] = {"iteration": int(iteration), **(train_state or {})}
     sd["checkpoint_content"] = {"optimizer": optimizer is not None, "rng": save_rng}
 
-    dist_checkpointing.save(sd, str(target))
+    dist_checkpointing.save(sd, str(staging))
     if rank0 and run_config_yaml is not None:
-        (target / RUN_CONFIG_FILENAME).write_text(run_config_yaml)
+        (staging / RUN_CONFIG_FILENAME).write_text(run_config_yaml)
     ranks.barrier()
     for hook in AFTER_SHARDS_WRITTEN_HOOKS:
-        hook(target, iteration)
-    if rank0:
-        write_tracker(root, iteration)
-        if most_recent_k and most_recent_k > 0:
-            remove_old_checkpoints(root, keep=most_recent_k)
+        hook(staging, iteration)
+    _stage("shards_written", staging, iteration)
+    manifest.write_manifest(staging, {"iteration": int(iteration), **(summary or {})})
     ranks.barrier()
+    _stage("manifest_written", staging, iteration)
+    if rank0:
+        aside = replaced_dir(root, iteration)
+        if target.exists():  # not the tracked one (returned above): complete from another branch, or partial
+            if aside.exists():
+                shutil.rmtree(aside)
+            os.replace(target, aside)
+        os.replace(staging, target)
+        fsync_dir(root)
+        _stage("published", target, iteration)
+        write_tracker(root, iteration)
+        _stage("tracked", target, iteration)
+        if aside.exists():
+            shutil.rmtree(aside, ignore_errors=True)
+        if most_recent_k and most_recent_k > 0:
+            remove_old_checkpoints(root, keep=most_recent_k, newest=iteration)
+    ranks.barrier()
+    _stage("done", target, iteration)
     return target
+
+
+class CheckpointDamaged(ConfigError):
+    """A checkpoint that cannot be loaded as it is on disk (what is wrong is in the message)."""
+
+
+def _agree(problems: list[str]) -> list[str]:
+    """Every rank gets the union of all ranks' problems (so all take the same decision)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return problems
+    parts: list = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, problems)
+    seen: list[str] = []
+    for part in parts:
+        for p in part or []:
+            if p not in seen:
+                seen.append(p)
+    return seen
 
 
 def load_checkpoint(
@@ -102,8 +169,17 @@ def load_checkpoint(
     load_rng: bool = True,
     strict: bool = True,
     model_config: Any = None,
+    fallback: bool = False,
+    verify: bool = True,
+    on_fallback: Callable[[str], None] | None = None,
 ) -> dict:
-    """Load into the model chunks (and optimizer / scheduler / RNG when given); returns train_state.
+    """Load into the model chunks (and optimizer / scheduler / RNG when given); returns train_state
+    plus "checkpoint_dir" (the folder loaded).
+
+    `path` is a root (its tracker's checkpoint, or `iteration`'s) or an iter_* directory. The folder is
+    first checked against its manifest (sizes and checksums, `verify`); a damaged one is a
+    CheckpointDamaged naming what is wrong, or, with `fallback` and a root's tracker choice, a call
+    to `on_fallback(message)` and a load of the previous complete checkpoint.
 
     Model weights reshard to the current TP/PP layout; optimizer and RNG state need the saving layout.
     Before anything is read, the checkpoint is checked against the model (bridge.checkpoint.compat):
@@ -111,10 +187,49 @@ def load_checkpoint(
     settings; `model_config` (the run's GPTModelProvider or a dict of its fields) adds the fields a
     built model does not record. A mismatch is a ConfigError on every rank.
     """
+    candidates, may_fall_back = checkpoint_candidates(path, iteration)
+    if not candidates:
+        resolve_checkpoint(path, iteration)  # raises the "holds no complete checkpoint" error
+    failures = []
+    for i, (target, _) in enumerate(candidates):
+        problems = _agree(_check_folder(target, verify))
+        if not problems:
+            try:
+                return _load_one(target, model_chunks, optimizer, scheduler, load_rng, strict, model_config)
+            except CheckpointDamaged as err:
+                problems = [str(err)]
+        what = f"checkpoint {target} is damaged: {'; '.join(problems)}"
+        failures.append(what)
+        if not (fallback and may_fall_back) or i + 1 == len(candidates):
+            break
+        if on_fallback is not None:
+            on_fallback(f"{what}; loading the previous complete checkpoint {candidates[i + 1][0]} instead")
+    hint = (
+        "no older complete checkpoint is left"
+        if fallback and may_fall_back
+        else "set checkpoint.fallback_to_previous=true to load the previous complete checkpoint"
+        if may_fall_back
+        else "point checkpoint.load / checkpoint.ckpt_step at another checkpoint"
+    )
+    raise CheckpointDamaged(f"{' | '.join(failures)}. Fix: {hint}, or restore the files")
+
+
+def _check_folder(target: Path, verify: bool) -> list[str]:
+    if not target.is_dir():
+        return [f"{target} does not exist"]
+    tracked = latest_iteration(target.parent) if target.name.startswith("iter_") else None
+    if not is_complete(target, tracked):
+        return [f"{target} is not a complete checkpoint (an interrupted save; it has no {MANIFEST_FILENAME})"]
+    return manifest.verify(target, checksums=verify)
+
+
+def _load_one(target: Path, model_chunks, optimizer, scheduler, load_rng, strict, model_config) -> dict:
     from megatron.core import dist_checkpointing
 
-    target, _ = resolve_checkpoint(path, iteration)
-    content = read_common(target)
+    try:
+        content = read_common(target)
+    except Exception as err:  # noqa: BLE001 - a pickle of any kind of garbage
+        raise CheckpointDamaged(f"common.pt cannot be read ({type(err).__name__}: {err})") from err
     has_optim = content.get("checkpoint_content", {}).get("optimizer", False)
     has_rng = content.get("checkpoint_content", {}).get("rng", False)
 
@@ -144,7 +259,7 @@ def load_checkpoint(
         scheduler.load_state_dict(loaded["opt_param_scheduler"])
     if rng:
         state.set_rng_state(loaded["rng_state"])
-    return dict(loaded.get("train_state", {}))
+    return {**dict(loaded.get("train_state", {})), "checkpoint_dir": str(target)}
 
 
 def read_common(target: Path) -> dict:

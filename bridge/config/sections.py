@@ -37,6 +37,10 @@ class TrainingConfig:
     manual_gc_interval: int = 0  # 0 = only at the start of training
     manual_gc_eval: bool = True  # also collect around evaluation when manual_gc is on
     check_memory: bool = True  # refuse to build a model whose memory estimate exceeds a rank's memory
+    # SIGTERM and SIGINT always finish the step, save and exit 0; exit_signal adds one more (a name such
+    # as "SIGUSR1", for Slurm's --signal=USR1@90, or a number)
+    exit_signal: str = "SIGTERM"
+    exit_duration_in_mins: float | None = None  # save and exit 0 after this many minutes of training
 
 
 @dataclass
@@ -112,7 +116,10 @@ class CheckpointConfig:
     load_optim: bool = True
     load_rng: bool = True
     async_save: bool = False
-    most_recent_k: int = -1  # keep the k newest checkpoints; -1 = keep all
+    most_recent_k: int = -1  # keep the k newest complete checkpoints; -1 = keep all
+    ckpt_step: int | None = None  # load this iteration of checkpoint.load (a root) instead of the tracker's
+    # a damaged latest checkpoint (it fails its manifest) is reported and the previous complete one loaded
+    fallback_to_previous: bool = True
 
 
 @dataclass

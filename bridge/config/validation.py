@@ -104,6 +104,31 @@ def _train(cfg: ConfigContainer, layout: ParallelLayout) -> None:
     _positive("train.micro_batch_size", t.micro_batch_size)
     _positive("train.exit_interval", t.exit_interval, none_ok=True)
     _positive("train.manual_gc_interval", t.manual_gc_interval, zero_ok=True)
+    if t.exit_duration_in_mins is not None and not t.exit_duration_in_mins > 0:
+        raise fail(
+            "train.exit_duration_in_mins", t.exit_duration_in_mins, "must be > 0 or null", "give minutes"
+        )
+    if t.exit_signal is not None:
+        import signal
+
+        text = str(t.exit_signal).strip().upper()
+        name = text if text.isdigit() or text.startswith("SIG") else "SIG" + text
+        valid = (
+            int(text) in {s.value for s in signal.Signals}
+            if text.isdigit()
+            else name in signal.Signals.__members__
+        )
+        if (
+            not valid
+            or name in ("SIGKILL", "SIGSTOP")
+            or text in (str(signal.SIGKILL.value), str(signal.SIGSTOP.value))
+        ):
+            raise fail(
+                "train.exit_signal",
+                t.exit_signal,
+                "must name a signal that can be caught (SIGTERM and SIGINT are always handled)",
+                "use a name such as SIGUSR1 or SIGTERM",
+            )
     per_step = t.micro_batch_size * layout.dp
     if t.global_batch_size % per_step:
         raise fail(
@@ -377,6 +402,32 @@ def _checkpoint(cfg: ConfigContainer) -> None:
             "does not exist",
             "give an existing checkpoint (e.g. one written by scripts/conversion/convert_checkpoint.py)",
         )
+    if c.ckpt_step is not None:
+        _positive("checkpoint.ckpt_step", c.ckpt_step, zero_ok=True)
+        if not c.load:
+            raise fail(
+                "checkpoint.ckpt_step",
+                c.ckpt_step,
+                "picks an iteration of checkpoint.load, which is not set",
+                "set checkpoint.load to the checkpoint root",
+            )
+        name = os.path.basename(os.path.normpath(c.load))
+        if name.startswith("iter_") and name[5:].isdigit():
+            raise fail(
+                "checkpoint.ckpt_step",
+                c.ckpt_step,
+                f"checkpoint.load already names one checkpoint ({name})",
+                "set checkpoint.load to the root that holds the iter_* folders, or drop checkpoint.ckpt_step",
+            )
+        folder = os.path.join(c.load, f"iter_{c.ckpt_step:07d}")
+        if not os.path.isdir(folder):
+            have = sorted(int(n[5:]) for n in os.listdir(c.load) if n.startswith("iter_") and n[5:].isdigit())
+            raise fail(
+                "checkpoint.ckpt_step",
+                c.ckpt_step,
+                f"{folder} does not exist (checkpoints in {c.load}: {', '.join(map(str, have)) or 'none'})",
+                "pick one of those iterations",
+            )
     if c.most_recent_k != -1 and c.most_recent_k < 1:
         raise fail(
             "checkpoint.most_recent_k", c.most_recent_k, "must be -1 (keep all) or >= 1", "use -1 or a count"

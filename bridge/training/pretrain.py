@@ -17,29 +17,59 @@ from bridge.training.state import TrainResult, TrainState
 
 
 def _resume(cfg: ConfigContainer, model: list, optimizer, scheduler, layout_line: str) -> TrainState:
-    """checkpoint.load resumes everything when it holds a checkpoint; otherwise
-    checkpoint.pretrained_checkpoint (if set) loads weights only, as in Megatron-Bridge."""
+    """checkpoint.load resumes everything when it holds a checkpoint (a root: the tracker's, or
+    checkpoint.ckpt_step's; or one iter_* folder); otherwise checkpoint.pretrained_checkpoint (if set)
+    loads weights only, as in Megatron-Bridge. A damaged checkpoint falls back to the previous complete
+    one (checkpoint.fallback_to_previous), with a warning naming what is wrong."""
     from bridge import checkpoint
+    from bridge.checkpoint.paths import checkpoint_candidates
+    from bridge.parallel import ranks
     from bridge.training.logging import logger
 
     ck = cfg.checkpoint
-    if ck.load and checkpoint.latest_iteration(ck.load) is not None:
-        saved = checkpoint.saved_layout(ck.load)
+    candidates = checkpoint_candidates(ck.load, ck.ckpt_step)[0] if ck.load else []
+    if candidates:
+        saved = None
+        for target, _ in candidates:  # the layout of the first readable one (one run's layout)
+            try:
+                saved = checkpoint.saved_layout(target)
+                break
+            except Exception:  # noqa: BLE001 - a damaged one: load_checkpoint reports it
+                continue
         same_layout = saved == layout_line
-        if not same_layout and (ck.load_optim or ck.load_rng):
+        if saved is not None and not same_layout and (ck.load_optim or ck.load_rng):
             raise ConfigError(
                 f"checkpoint.load={ck.load!r} was saved with layout {saved} but this run is {layout_line}: "
                 "model weights reshard, optimizer and RNG state do not. Set checkpoint.load_optim=False "
                 "checkpoint.load_rng=False to continue with fresh optimizer state, or keep the saved layout."
             )
+        # the config's lr settings, restored after the load when override_opt_param_scheduler is set:
+        # the optimizer's param groups carry max_lr/min_lr, and Megatron-Core's scheduler prefers those
+        lr_fields = [{k: g[k] for k in ("max_lr", "min_lr") if k in g} for g in optimizer.param_groups]
+
+        def warn(message: str) -> None:
+            if ranks.is_rank_zero():
+                logger.warning("%s", message)
+
         train_state = checkpoint.load_checkpoint(
-            ck.load, model, optimizer if ck.load_optim else None, scheduler, load_rng=ck.load_rng
+            ck.load,
+            model,
+            optimizer if ck.load_optim else None,
+            scheduler,
+            iteration=ck.ckpt_step,
+            load_rng=ck.load_rng,
+            fallback=ck.fallback_to_previous,
+            on_fallback=warn,
         )
+        if cfg.scheduler.override_opt_param_scheduler:
+            for group, fields in zip(optimizer.param_groups, lr_fields, strict=True):
+                group.update(fields)
+            scheduler.step(increment=0)  # recompute lr / wd from the config's schedule
         if not ck.load_optim:
             optimizer.reload_model_params()
         state = TrainState.from_dict(train_state)
         state.layout = layout_line
-        logger.info("resumed from %s at iteration %d", ck.load, state.iteration)
+        logger.info("resumed from %s at iteration %d", train_state["checkpoint_dir"], state.iteration)
         return state
     if ck.load:
         logger.warning("checkpoint.load=%s holds no checkpoint yet: starting from scratch", ck.load)
@@ -167,6 +197,11 @@ def pretrain(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None
     )
     scheduler = build_scheduler(optimizer, cfg.optimizer, cfg.scheduler, plan.schedule)
     overlap_param_gather = _configure_model_hooks(model, optimizer, wrapped, cfg.distributed)
+    from bridge.checkpoint.preflight import prepare_save_dir
+
+    save_dir = prepare_save_dir(plan)  # lock, leftovers cleaned, writable with room (ConfigError)
+    for note in save_dir.notes if is_rank_zero else ():
+        logger.info("checkpoint.save: %s", note)
     state = _resume(cfg, model, optimizer, scheduler, plan.layout.describe())
 
     from megatron.core import parallel_state
@@ -203,3 +238,4 @@ def pretrain(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None
         return train(ctx)
     finally:
         writers.close()
+        save_dir.release()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from bridge.errors import ConfigError
+
 
 @dataclass
 class TrainState:
@@ -34,7 +36,9 @@ class TrainResult:
     skipped_iterations: int = 0
     last_checkpoint: str | None = None
     tokens_per_second: float | None = None
+    exit_reason: str | None = None  # "received SIGTERM", "train.exit_duration_in_mins=... reached"
 
 
-class NonFiniteLossError(RuntimeError):
-    """The loss (or gradient norm) became NaN/inf: the run stops without saving over good checkpoints."""
+class NonFiniteLossError(ConfigError):
+    """The loss, gradient norm or weights became NaN/inf: the run stops without saving, on every rank
+    with the same one-line message (a ConfigError, so run_recipe.py prints it once as `error: ...`)."""

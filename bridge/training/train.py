@@ -126,22 +126,72 @@ def train_step(ctx: TrainingContext) -> tuple[float, float | None, bool]:
     return loss, grad_norm, bool(update_successful)
 
 
-def _non_finite_message(what: str, value: float, iteration: int, ctx: TrainingContext) -> str:
-    save_dir = ctx.cfg.checkpoint.save
-    last = checkpoint.latest_iteration(save_dir) if save_dir else None
-    where = (
-        f"the last good checkpoint (iteration {last} in {save_dir}) is untouched"
-        if last is not None
-        else "no checkpoint was written by this run"
+def last_finite_checkpoint(save_dir: str | None) -> tuple[int, str, dict] | None:
+    """The newest complete checkpoint in `save_dir` whose weights were finite when it was saved
+    (from its manifest summary; a checkpoint without one counts as finite)."""
+    from bridge.checkpoint import manifest, paths
+
+    if not save_dir:
+        return None
+    for it in reversed(paths.complete_iterations(save_dir)):
+        folder = paths.checkpoint_dir(save_dir, it)
+        summary = manifest.summary(folder)
+        if summary.get("weights_finite", True):
+            return it, str(folder), summary
+    return None
+
+
+def _last_checkpoint_note(save_dir: str | None) -> str:
+    found = last_finite_checkpoint(save_dir)
+    if found is None:
+        return (
+            "no checkpoint with finite weights exists in checkpoint.save" if save_dir else "nothing was saved"
+        )
+    it, folder, summary = found
+    size = summary.get("max_abs_weight")
+    loss = summary.get("lm_loss")
+    facts = ", ".join(
+        x
+        for x in (
+            f"lm loss {loss:.4g}" if isinstance(loss, float) else "",
+            f"largest |weight| {size:.3g}" if isinstance(size, float) else "",
+        )
+        if x
     )
+    return (
+        f"the last checkpoint with finite weights is iteration {it} ({folder}{': ' + facts if facts else ''})"
+    )
+
+
+def _non_finite_message(what: str, value: float, iteration: int, ctx: TrainingContext) -> str:
     if what == "lm loss":
-        stopped = "training stopped before the optimizer step could corrupt the weights"
+        stopped = "training stopped before the optimizer step could change the weights"
     else:  # Megatron-Core computes the norm inside optimizer.step(): this step was already applied
         stopped = "training stopped; the weights in memory are no longer trusted and are not saved"
     return (
-        f"{what} is {value} at iteration {iteration}: {stopped}; {where}. Lower optimizer.lr, check "
-        "the data, or enable gradient clipping (optimizer.clip_grad), then resume from the last checkpoint."
+        f"{what} is {value} at iteration {iteration}: {stopped}; {_last_checkpoint_note(ctx.cfg.checkpoint.save)}. "
+        "Lower optimizer.lr, check the data, or enable gradient clipping (optimizer.clip_grad), then resume "
+        "from that checkpoint (checkpoint.ckpt_step)."
     )
+
+
+def _weights_summary(model: list) -> dict:
+    """Whether every parameter is finite, and the largest finite |weight| (over all ranks)."""
+    device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
+    finite, largest = True, 0.0
+    with torch.no_grad():
+        for chunk in model:
+            for p in chunk.parameters():
+                ok = bool(torch.isfinite(p).all())
+                finite &= ok
+                a = p.detach().abs()
+                if not ok:
+                    a = a[torch.isfinite(a)]
+                if a.numel():
+                    largest = max(largest, float(a.max()))
+    t = torch.tensor([0.0 if finite else 1.0, largest], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    return {"weights_finite": bool(t[0].item() == 0.0), "max_abs_weight": float(t[1].item())}
 
 
 def evaluate(ctx: TrainingContext) -> float:
@@ -178,8 +228,27 @@ def _sync_params_for(ctx: TrainingContext):
     return _Sync()
 
 
-def save(ctx: TrainingContext) -> str:
+def save(ctx: TrainingContext, loss: float | None = None) -> str:
+    """Save the current iteration (refused, with NonFiniteLossError, when a weight is NaN/inf)."""
     cfg = ctx.cfg.checkpoint
+    summary = _weights_summary(ctx.model)
+    if not summary["weights_finite"]:
+        raise NonFiniteLossError(
+            f"weights are not finite at iteration {ctx.state.iteration}: not saved; "
+            f"{_last_checkpoint_note(cfg.save)}. Lower optimizer.lr or enable gradient clipping "
+            "(optimizer.clip_grad), then resume from that checkpoint."
+        )
+    if loss is not None and math.isfinite(loss):
+        summary["lm_loss"] = float(loss)
+    target = checkpoint.checkpoint_dir(cfg.save, ctx.state.iteration)
+    if checkpoint.latest_iteration(cfg.save) == ctx.state.iteration and (target / "manifest.json").is_file():
+        if torch.distributed.get_rank() == _log_rank():
+            logger.info(
+                "iteration %d is already saved in %s (a tracked checkpoint is never rewritten)",
+                ctx.state.iteration,
+                target,
+            )
+        return str(target)
     with _sync_params_for(ctx):
         path = checkpoint.save_checkpoint(
             cfg.save,
@@ -191,10 +260,72 @@ def save(ctx: TrainingContext) -> str:
             run_config_yaml=ctx.run_config_yaml,
             save_rng=cfg.save_rng,
             most_recent_k=cfg.most_recent_k,
+            summary=summary,
         )
     if torch.distributed.get_rank() == _log_rank():
         logger.info("saved checkpoint at iteration %d to %s", ctx.state.iteration, path)
     return str(path)
+
+
+class _ExitRequests:
+    """SIGTERM, SIGINT and train.exit_signal set a flag (the step in progress finishes); the loop asks
+    every iteration whether any rank got one, or train.exit_duration_in_mins has passed, and then
+    saves and returns. A second SIGINT interrupts at once (KeyboardInterrupt)."""
+
+    def __init__(self, train_cfg):
+        import signal
+        import threading
+
+        self.received: str | None = None
+        self.started = time.monotonic()
+        self.duration_s = (train_cfg.exit_duration_in_mins or 0) * 60.0
+        self._previous: dict = {}
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be installed from the main thread
+        wanted = {signal.SIGTERM, signal.SIGINT}
+        if train_cfg.exit_signal:
+            wanted.add(_signal_number(train_cfg.exit_signal))
+        for sig in wanted:
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame):
+        import signal
+
+        name = signal.Signals(signum).name
+        if self.received == name and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received = name
+
+    def restore(self) -> None:
+        import signal
+
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+    def poll(self) -> str | None:
+        """The reason to stop now (the same on every rank), or None."""
+        device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
+        import signal
+
+        code = float(signal.Signals[self.received].value) if self.received else 0.0
+        late = 1.0 if self.duration_s and time.monotonic() - self.started >= self.duration_s else 0.0
+        t = torch.tensor([code, late], dtype=torch.float64, device=device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        if t[0].item():
+            return f"received {signal.Signals(int(t[0].item())).name}"
+        if t[1].item():
+            return f"train.exit_duration_in_mins={self.duration_s / 60:g} reached"
+        return None
+
+
+def _signal_number(value) -> int:
+    import signal
+
+    text = str(value).strip().upper()
+    if text.isdigit():
+        return int(text)
+    return int(signal.Signals[text if text.startswith("SIG") else "SIG" + text])
 
 
 def _memory_note() -> str:
@@ -209,6 +340,24 @@ def train(ctx: TrainingContext) -> TrainResult:
     cfg = ctx.cfg
     state = ctx.state
     result = TrainResult(iteration=state.iteration, skipped_iterations=state.skipped_iterations)
+    if cfg.train.manual_gc:
+        gc.disable()
+        gc.collect()
+    start_iteration = state.iteration  # a resumed run never re-saves the iteration it loaded
+    exits = _ExitRequests(cfg.train)
+    try:
+        return _loop(ctx, result, exits, start_iteration, start_iteration)
+    finally:
+        exits.restore()
+        if cfg.train.manual_gc:
+            gc.enable()
+
+
+def _loop(
+    ctx: TrainingContext, result: TrainResult, exits: _ExitRequests, saved_at: int, start_iteration: int
+) -> TrainResult:
+    cfg = ctx.cfg
+    state = ctx.state
     is_log_rank = torch.distributed.get_rank() == _log_rank()
     train_iters = cfg.train.train_iters
     gbs = cfg.train.global_batch_size
@@ -217,13 +366,8 @@ def train(ctx: TrainingContext) -> TrainResult:
     save_interval = cfg.checkpoint.save_interval or 0
     exit_interval = cfg.train.exit_interval or 0
     world = torch.distributed.get_world_size()
-    if cfg.train.manual_gc:
-        gc.disable()
-        gc.collect()
-
     window_loss, window_n, window_time, window_skipped = 0.0, 0, 0.0, 0
     total_time, total_iters = 0.0, 0
-    saved_at = None
     for chunk in ctx.model:
         chunk.train()
     while state.iteration < train_iters:
@@ -288,18 +432,29 @@ def train(ctx: TrainingContext) -> TrainResult:
                 ctx.writers.write(it, {"validation lm loss": val})
 
         if cfg.checkpoint.save and save_interval and it % save_interval == 0:
-            result.last_checkpoint, saved_at = save(ctx), it
+            result.last_checkpoint, saved_at = save(ctx, loss), it
         if cfg.train.manual_gc and cfg.train.manual_gc_interval and it % cfg.train.manual_gc_interval == 0:
             gc.collect()
         if exit_interval and it % exit_interval == 0:
             if is_log_rank:
                 logger.info("exiting at iteration %d (train.exit_interval=%d)", it, exit_interval)
             break
+        reason = exits.poll()
+        if reason is not None:
+            result.exit_reason = reason
+            if cfg.checkpoint.save and saved_at != it:
+                result.last_checkpoint, saved_at = save(ctx, loss), it
+            if is_log_rank:
+                what = (
+                    f"saved checkpoint {result.last_checkpoint}"
+                    if cfg.checkpoint.save
+                    else "nothing saved (checkpoint.save is not set)"
+                )
+                logger.warning("%s at iteration %d: %s; exiting", reason, it, what)
+            break
 
-    if cfg.checkpoint.save and state.iteration > 0 and saved_at != state.iteration:
-        result.last_checkpoint = save(ctx)
-    if cfg.train.manual_gc:
-        gc.enable()
+    if cfg.checkpoint.save and state.iteration > start_iteration and saved_at != state.iteration:
+        result.last_checkpoint = save(ctx, result.losses.get(state.iteration))
     result.iteration = state.iteration
     result.skipped_iterations = state.skipped_iterations
     if total_iters:

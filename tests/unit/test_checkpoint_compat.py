@@ -73,12 +73,15 @@ def test_tied_checkpoint_into_untied_model_and_reverse(saved, tmp_path):
 
 
 def test_tied_mismatch_without_run_config_is_still_an_error(saved, tmp_path):
+    # a checkpoint written before run_config.yaml (and the manifest) existed
     (saved / "iter_0000000" / "run_config.yaml").rename(tmp_path / "kept.yaml")
+    (saved / "iter_0000000" / "manifest.json").rename(tmp_path / "manifest.json")
     try:
         with pytest.raises(ConfigError, match=r"separate output_layer.weight \(saved untied\)"):
             _load(saved, _provider(share_embeddings_and_output_weights=True))
     finally:
         (tmp_path / "kept.yaml").rename(saved / "iter_0000000" / "run_config.yaml")
+        (tmp_path / "manifest.json").rename(saved / "iter_0000000" / "manifest.json")
 
 
 def test_rope_mismatch_is_an_error(saved):

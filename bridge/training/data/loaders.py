@@ -42,11 +42,15 @@ def build_iterator(
     if dataset is None:
         return None
     sampler = DataParallelSampler(len(dataset), consumed_samples, micro_batch_size, dp_rank, dp_size)
+    # A generator of its own: iter(DataLoader) draws its workers' base seed from it instead of from
+    # torch's default generator, which the model's dropout uses (and a resume restores before this).
+    generator = torch.Generator().manual_seed(1234 + dp_rank)
     loader = torch.utils.data.DataLoader(
         dataset,
         batch_sampler=sampler,
         num_workers=num_workers,
         pin_memory=False,
         persistent_workers=num_workers > 0,
+        generator=generator,
     )
     return iter(loader)

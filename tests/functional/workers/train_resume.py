@@ -45,6 +45,7 @@ def main(workdir: str) -> None:
         {
             "latest": checkpointing.latest_iteration(w / "crash"),
             "partial_exists": (w / "crash" / "iter_0000004").exists(),
+            "staging_exists": (w / "crash" / ".iter_0000004.saving").exists(),
         },
     )
     crashed = pretrain(
