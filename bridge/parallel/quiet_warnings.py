@@ -11,6 +11,8 @@ happens here. The module regexes match where megatron-core 0.16.1 and 0.19.2 bot
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 import warnings
 from dataclasses import dataclass
@@ -74,6 +76,45 @@ KNOWN_WARNINGS: tuple[KnownWarning, ...] = (
     ),
 )
 
+
+@dataclass(frozen=True)
+class KnownLogRecord:
+    """A log record (not a warning) of a third-party logger that tells a bridge user nothing."""
+
+    logger: str  # the exact logger name
+    message: str  # regex matched against the start of the formatted message
+    why: str
+
+
+KNOWN_LOG_RECORDS: tuple[KnownLogRecord, ...] = (
+    KnownLogRecord(
+        "megatron.core.models.gpt.gpt_model",
+        r"GPTModel IS DEPRECATED\. GPTModel is only accepting critical bug fixes",
+        "megatron-core 0.19 logs it for every GPTModel built (once per model chunk); bridge builds GPTModel "
+        "on purpose (HybridModel is a different model class) and the user has nothing to change",
+    ),
+)
+
+
+class _DropKnownRecords(logging.Filter):
+    def __init__(self, patterns: list[re.Pattern]):
+        super().__init__()
+        self.patterns = patterns
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(p.match(message) for p in self.patterns)
+
+
+def add_log_filters() -> None:
+    """A filter on each listed logger dropping exactly its listed records; other records still show."""
+    by_logger: dict[str, list[re.Pattern]] = {}
+    for known in KNOWN_LOG_RECORDS:
+        by_logger.setdefault(known.logger, []).append(re.compile(known.message))
+    for name, patterns in by_logger.items():
+        logging.getLogger(name).addFilter(_DropKnownRecords(patterns))
+
+
 _lock = threading.Lock()
 _installed: set[bool] = set()  # the `cpu` values installed so far
 
@@ -92,8 +133,11 @@ def add_filters(cpu: bool) -> None:
 
 
 def install(cpu: bool) -> None:
-    """add_filters(cpu), once per process (a second call would move them back in front)."""
+    """add_filters(cpu) and add_log_filters(), once per process (a second call would move the warning
+    filters back in front)."""
     with _lock:
+        if not _installed:
+            add_log_filters()
         if cpu not in _installed:
             add_filters(cpu)
             _installed.add(cpu)

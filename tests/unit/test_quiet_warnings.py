@@ -245,3 +245,22 @@ def test_conversion_installs_the_filters_before_megatron_core_is_imported():
     # ... and importing AutoBridge first installs the filters, whose module regexes match those modules.
     quiet = _conversion_imports("conversion")
     assert not [m for m, _ in quiet if "Apex is not installed" in m or "Apex are not installed" in m], quiet
+
+
+def test_known_log_records_are_dropped_and_others_kept():
+    import logging
+
+    record_name = quiet_warnings.KNOWN_LOG_RECORDS[0].logger
+    log = logging.getLogger(record_name)
+    handler = logging.Handler()
+    seen: list[str] = []
+    handler.emit = lambda record: seen.append(record.getMessage())
+    log.addHandler(handler)
+    try:
+        quiet_warnings.add_log_filters()
+        log.warning("GPTModel IS DEPRECATED. GPTModel is only accepting critical bug fixes, no new features.")
+        log.warning("GPTModel built with something new")  # the same logger, another message: kept
+    finally:
+        log.removeHandler(handler)
+        log.filters.clear()
+    assert seen == ["GPTModel built with something new"]
