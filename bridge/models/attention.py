@@ -6,10 +6,20 @@ A drop-in for Megatron-Core's DotProductAttention (same constructor and forward 
 layer; sdpa picks a fused kernel (flash attention on CPU) that never stores the scores.
 
 Supported: self attention with causal, padding (explicit boolean mask) or no mask; GQA; dropout;
-softmax_scale and apply_query_key_layer_scaling as DotProductAttention applies them. Not supported
-(refused, see `unsupported_reason`): context parallelism, sliding windows, softmax_type other than
-"vanilla", packed sequences and attention bias. `bridge.models.specs` keeps DotProductAttention for
-those configs.
+softmax_scale and apply_query_key_layer_scaling as DotProductAttention applies them; context
+parallelism (below). Not supported (refused, see `unsupported_reason`): sliding windows, softmax_type
+other than "vanilla", packed sequences and attention bias. `bridge.models.specs` keeps
+DotProductAttention for those configs (without CP; with CP the model build refuses them).
+
+Context parallelism (context_parallel_size = cp > 1), the local spec's CP path (Transformer Engine's
+attention stays the GPU path): each CP rank holds two of the sequence's 2*cp chunks, r and 2*cp-1-r
+(Megatron's load-balanced order, as `megatron.core.utils.get_batch_on_this_cp_rank` splits the batch
+and RoPE's `get_pos_emb_on_this_cp_rank` the position embeddings). Keys and values are all-gathered
+over the CP group (`gather_from_sequence_parallel_region` on that group: forward all-gather, backward
+reduce-scatter of the gradients, so every rank's K/V get the gradients of every rank's queries), put
+back in global order, and each local query attends to the keys at global positions <= its own (or
+through the data path's mask, which `get_batch_on_this_cp_rank` leaves as [b, 1, local sq, global sk]).
+Every rank gathers the whole sequence's K/V (memory O(s) per rank, like TE's "all_gather" cp_comm_type).
 
 One difference: a query row whose keys are all masked out gets zeros from sdpa, where
 DotProductAttention (masking with -10000) averages every value; such rows carry no loss in GPT
@@ -35,8 +45,6 @@ from bridge.errors import ConfigError
 
 def unsupported_reason(config: TransformerConfig, layer_number: int | None = None) -> str | None:
     """Why SDPAttention cannot run this config (a ConfigError-ready 'field=value: rule'), or None."""
-    if config.context_parallel_size != 1:
-        return f"model.context_parallel_size={config.context_parallel_size}: sdpa attention runs without CP"
     if config.softmax_type != "vanilla":
         return f"model.softmax_type={config.softmax_type!r}: sdpa attention has no softmax offset"
     windowed = config.window_size is not None and (
@@ -74,9 +82,26 @@ class SDPAttention(MegatronModule):
         self.attention_type = attention_type
 
         if pg_collection is None:
-            pg_collection = ProcessGroupCollection.use_mpu_process_groups(required_pgs=["tp"])
+            required = ["tp", "cp"] if config.context_parallel_size > 1 else ["tp"]
+            pg_collection = ProcessGroupCollection.use_mpu_process_groups(required_pgs=required)
         self.pg_collection = pg_collection
         self.tp_group = pg_collection.tp
+        # Context parallelism: this rank's CP group (None without CP).
+        self.cp_group = None
+        if config.context_parallel_size > 1:
+            self.cp_group = getattr(pg_collection, "cp", None)
+            if self.cp_group is None:
+                from megatron.core import parallel_state
+
+                self.cp_group = parallel_state.get_context_parallel_group()
+            if self.cp_group.size() != config.context_parallel_size:
+                raise ValueError(
+                    f"context_parallel_size={config.context_parallel_size} but the CP group has "
+                    f"{self.cp_group.size()} ranks"
+                )
+            if attention_type != "self":
+                raise NotImplementedError("sdpa attention with context parallelism is self attention only")
+        self._cp_masks: dict = {}
         tp = self.tp_group.size()
         projection_size = config.kv_channels * config.num_attention_heads
         self.hidden_size_per_partition = divide(projection_size, tp)
@@ -110,8 +135,14 @@ class SDPAttention(MegatronModule):
             )
         if attention_bias is not None:
             raise NotImplementedError("sdpa attention does not take an attention bias")
-        # Like DotProductAttention, the mask type fixed at construction decides (the argument is unused).
-        mask, is_causal = self._sdpa_mask(attention_mask, query.size(0), key.size(0))
+        if self.cp_group is not None:
+            # This rank's 2 chunks of K/V -> the whole sequence's, in global order; mask by global position.
+            key = gather_cp_sequence(key, self.cp_group)
+            value = gather_cp_sequence(value, self.cp_group)
+            mask, is_causal = self._cp_mask(attention_mask, query.size(0), key.size(0), query.device)
+        else:
+            # Like DotProductAttention, the mask type fixed at construction decides (the argument is unused).
+            mask, is_causal = self._sdpa_mask(attention_mask, query.size(0), key.size(0))
         training = self.training and self.dropout_p > 0
         # [s, b, n, d] -> [b, n, s, d] as strided views: sdpa's CPU kernels read them as they are.
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
@@ -152,6 +183,68 @@ class SDPAttention(MegatronModule):
             # The plain causal mask (what GPTModel's data path usually sends): the kernel's own causal path.
             return None, True
         return ~attention_mask, False
+
+    def _cp_mask(
+        self, attention_mask: torch.Tensor | None, sq: int, sk: int, device
+    ) -> tuple[torch.Tensor | None, bool]:
+        """sdpa's attn_mask (True = attend) for this CP rank's queries against the gathered global keys."""
+        cp, rank = self.cp_group.size(), self.cp_group.rank()
+        if sk != sq * cp:
+            raise ValueError(
+                f"context parallelism: {sq} local queries need {sq * cp} gathered keys, got {sk}"
+            )
+        if attention_mask is not None:
+            if attention_mask.dtype != torch.bool:
+                raise TypeError(
+                    f"attention_mask must be boolean (True = masked out), got {attention_mask.dtype}"
+                )
+            if attention_mask.shape[-2:] != (sq, sk):
+                raise ValueError(
+                    "context parallelism: attention_mask must be [..., local sq, global sk] = "
+                    f"[..., {sq}, {sk}] (as get_batch_on_this_cp_rank slices it), got {tuple(attention_mask.shape)}"
+                )
+            return ~attention_mask, False
+        if self.attn_mask_type != AttnMaskType.causal:
+            return None, False
+        key = (sq, sk, rank, cp, str(device))
+        mask = self._cp_masks.get(key)
+        if mask is None:
+            q_pos = cp_local_positions(sq * cp, cp, rank, device=device)
+            mask = torch.arange(sk, device=device)[None, :] <= q_pos[:, None]  # [sq, sk], True = attend
+            self._cp_masks = {key: mask}
+        return mask, False
+
+
+def cp_chunk_ranks(cp: int) -> list[tuple[int, int]]:
+    """Where each of the sequence's 2*cp chunks lives: chunk j -> (CP rank, 0 or 1 = first or second half)."""
+    return [(j, 0) if j < cp else (2 * cp - 1 - j, 1) for j in range(2 * cp)]
+
+
+def cp_local_positions(seq_length: int, cp: int, rank: int, device=None) -> torch.Tensor:
+    """Global positions of CP rank `rank`'s tokens: chunks rank and 2*cp-1-rank of the sequence."""
+    chunk = seq_length // (2 * cp)
+    return torch.cat(
+        [
+            torch.arange(rank * chunk, (rank + 1) * chunk, device=device),
+            torch.arange((2 * cp - 1 - rank) * chunk, (2 * cp - rank) * chunk, device=device),
+        ]
+    )
+
+
+def gather_cp_sequence(x: torch.Tensor, cp_group) -> torch.Tensor:
+    """[local s, ...] on each CP rank -> [cp * local s, ...] in global sequence order, autograd-correct.
+
+    The all-gather is Megatron-Core's `gather_from_sequence_parallel_region` on the CP group (its
+    backward is a reduce-scatter: each rank gets the sum of every rank's gradient for its own chunks);
+    the gathered rank-major [rank 0: chunks 0, 2cp-1 | rank 1: chunks 1, 2cp-2 | ...] is then reordered.
+    """
+    cp = cp_group.size()
+    gathered = tensor_parallel.gather_from_sequence_parallel_region(
+        x.contiguous(), tensor_parallel_output_grad=True, group=cp_group
+    )
+    chunks = gathered.view(2 * cp, x.size(0) // 2, *x.shape[1:])
+    order = torch.tensor([2 * r + half for r, half in cp_chunk_ranks(cp)], device=x.device)
+    return chunks.index_select(0, order).view(cp * x.size(0), *x.shape[1:])
 
 
 def _is_default_causal(mask: torch.Tensor, s: int) -> bool:

@@ -359,16 +359,26 @@ class GPTModelProvider(TransformerFields):
         from megatron.core import parallel_state
         from megatron.core.models.gpt import GPTModel
 
-        from bridge.models.specs import gpt_block_spec, use_transformer_engine
+        from bridge.models.specs import gpt_block_spec, local_core_attention, use_transformer_engine
 
         if self.context_parallel_size > 1 and not use_transformer_engine():
-            raise _fail(
-                "context_parallel_size",
-                self.context_parallel_size,
-                "context parallelism needs Transformer Engine's attention (TEDotProductAttention) on CUDA; "
-                "Megatron-Core's local attention refuses it and Transformer Engine is not usable here",
-                "install transformer-engine on a CUDA machine, or set model.context_parallel_size=1",
-            )
+            # Without TE, CP runs through the local spec's SDPAttention (K/V all-gathered over the CP group);
+            # Megatron-Core's DotProductAttention refuses CP.
+            from bridge.models.attention import SDPAttention, unsupported_reason
+
+            if local_core_attention(config) is not SDPAttention:
+                reason = (
+                    unsupported_reason(config) or f"model.attention_backend={config.attention_backend.name}"
+                )
+                raise _fail(
+                    "context_parallel_size",
+                    self.context_parallel_size,
+                    "context parallelism without Transformer Engine runs through bridge's sdpa attention "
+                    f"(attention_backend auto, flash or fused), which this config cannot use ({reason}); "
+                    "Megatron-Core's local DotProductAttention refuses CP",
+                    "use attention_backend=auto without that setting, install transformer-engine on a CUDA "
+                    "machine, or set model.context_parallel_size=1",
+                )
         if vp_stage is None and parallel_state.get_virtual_pipeline_model_parallel_world_size() is not None:
             raise ValueError(
                 "provide(): vp_stage (0 .. virtual_pipeline_model_parallel_size-1) is required with virtual "

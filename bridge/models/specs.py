@@ -8,7 +8,10 @@ Its core attention follows `attention_backend` (the TE spec lets Transformer Eng
 "auto" (the default), "flash" and "fused" get bridge's SDPAttention (torch's scaled_dot_product_attention,
 a fused kernel on CPU too); "unfused" and "local" keep Megatron-Core's DotProductAttention. Configs sdpa
 cannot run (sliding windows, softmax_type other than vanilla; see attention.unsupported_reason) keep
-DotProductAttention whatever the backend, with a log line saying so.
+DotProductAttention whatever the backend, with a log line saying so. SDPAttention is also the local
+spec's context-parallel attention (K/V all-gathered over the CP group; see bridge.models.attention):
+with context_parallel_size > 1 and no Transformer Engine, a config that would keep DotProductAttention
+(which refuses CP) is refused by the model build (GPTModelProvider._build_stage).
 
 Its MoE experts' first linear is ExpertColumnParallelLinear: Megatron-Core's ColumnParallelLinear, built
 without sequence parallelism when the expert tensor-parallel group has one rank (ETP=1, e.g. TP=2 EP=2).

@@ -33,7 +33,8 @@ Megatron-Core starts itself run only communication and file I/O, which need no r
 backward the mode is off (see #11): gradient hooks (DDP's grad sync) need no rewriting, and the one
 place that reruns model code there, activation recompute, gets the mode back.
 Not covered: Megatron-FSDP (builds `torch.device("cuda", current_device())`), CUDA graphs,
-Transformer Engine paths, and context parallelism (needs TE attention, a model-build error).
+Transformer Engine paths. Context parallelism needs no patch: without TE it runs through bridge's sdpa
+attention (bridge/models/attention.py); RoPE's per-CP-rank slice (`.cuda()`, `pin_memory=True`) is #2/#4.
 """
 
 from __future__ import annotations

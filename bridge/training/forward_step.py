@@ -4,6 +4,14 @@
 pipeline stage the schedule calls the partial with the model's per-token losses. `loss_func` returns
 Megatron-Core's three-value form (summed loss, token count, {"lm loss": [sum, count]}), so the schedule
 normalises by tokens and microbatches and the loop can average the report over data-parallel ranks.
+
+With context parallelism (cp > 1) each rank holds 2 of the sequence's 2*cp chunks (`get_batch`, as
+Megatron-Core's `get_batch_on_this_cp_rank` splits it). The schedule divides the returned loss by the
+returned token count and Megatron-Core's DDP averages gradients over the dp*cp ranks, so `loss_func`
+returns cp x the local loss sum and the CP group's total token count: that average is then the whole
+sequence's per-token mean, CP=1's gradient exactly, also when the chunks hold different numbers of loss
+tokens (eod_mask_loss). The report stays [local sum, local count] (the loop sums it over dp*cp). With
+`calculate_per_token_loss` Megatron-Core normalises by the dp*cp token total itself: nothing changes.
 """
 
 from __future__ import annotations
@@ -20,27 +28,56 @@ def get_batch(data_iterator) -> dict[str, torch.Tensor]:
     keeps all per-stage iterators in step; middle pipeline stages simply ignore the tensors.
     """
     from megatron.core import parallel_state
-    from megatron.core.utils import get_batch_on_this_cp_rank
 
     batch = next(data_iterator)
     device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
     batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
     batch.setdefault("attention_mask", None)
     if parallel_state.get_context_parallel_world_size() > 1:
-        batch = get_batch_on_this_cp_rank(batch)
+        batch = split_batch_for_cp(batch, parallel_state.get_context_parallel_group())
     return batch
 
 
-def loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor):
+def split_batch_for_cp(batch: dict, cp_group) -> dict:
+    """This CP rank's chunks r and 2*cp-1-r of every [b, s, ...] tensor (attention_mask: its query rows),
+    through Megatron-Core's get_batch_on_this_cp_rank. 0.16.1: (batch, cp_group); 0.19.2 added a required
+    is_hybrid_cp (False: no cu_seqlens, so its per-sequence zigzag, the same split) and needs cp_group
+    (it reads the group's size and rank from torch.distributed, which without it means the world)."""
+    import inspect
+
+    from megatron.core.utils import get_batch_on_this_cp_rank
+
+    if "is_hybrid_cp" in inspect.signature(get_batch_on_this_cp_rank).parameters:
+        return get_batch_on_this_cp_rank(batch, is_hybrid_cp=False, cp_group=cp_group)
+    return get_batch_on_this_cp_rank(batch, cp_group=cp_group)
+
+
+def loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor, cp_group=None):
+    """Megatron-Core's three-value loss; `cp_group` (cp > 1, per-microbatch mean): see the module doc."""
     losses = output_tensor.float().view(-1)
     mask = loss_mask.view(-1).float()
     loss = torch.sum(losses * mask)
     num_tokens = mask.sum().to(torch.int)
     report = torch.stack([loss.detach(), num_tokens.detach().to(loss.dtype)])
+    if cp_group is not None and cp_group.size() > 1:
+        total_tokens = num_tokens.clone()
+        torch.distributed.all_reduce(total_tokens, group=cp_group)
+        return loss * cp_group.size(), total_tokens, {"lm loss": report}
     return loss, num_tokens, {"lm loss": report}
+
+
+def _cp_group_for_loss(model):
+    from megatron.core import parallel_state
+    from megatron.core.utils import get_model_config
+
+    if parallel_state.get_context_parallel_world_size() <= 1:
+        return None
+    if getattr(get_model_config(model), "calculate_per_token_loss", False):
+        return None
+    return parallel_state.get_context_parallel_group()
 
 
 def forward_step(data_iterator, model):
     batch = get_batch(data_iterator)
     output = model(batch["tokens"], batch["position_ids"], batch["attention_mask"], labels=batch["labels"])
-    return output, partial(loss_func, batch["loss_mask"])
+    return output, partial(loss_func, batch["loss_mask"], cp_group=_cp_group_for_loss(model))

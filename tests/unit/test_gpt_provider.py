@@ -260,13 +260,22 @@ def test_transformer_config_rejection_is_a_config_error(built):
         tiny(fp8_param=True).transformer_config()
 
 
-def test_context_parallel_without_transformer_engine_is_a_clear_error(built):
+@pytest.mark.parametrize(
+    "overrides,reason",
+    [
+        ({"attention_backend": "unfused"}, "attention_backend=unfused"),
+        ({"window_size": (4, 0)}, "window_size"),
+    ],
+)
+def test_context_parallel_without_transformer_engine_needs_sdpa_attention(built, overrides, reason):
+    # Without TE, CP runs through bridge's SDPAttention (tests/unit/test_cp_attention.py,
+    # tests/functional/test_context_parallel.py); a config that would keep DotProductAttention is refused.
     from bridge.models.specs import use_transformer_engine
 
     if use_transformer_engine():
         pytest.skip("Transformer Engine is usable here")
-    with pytest.raises(ConfigError, match="context_parallel_size=2.*Transformer Engine"):
-        tiny(context_parallel_size=2).provide()
+    with pytest.raises(ConfigError, match=f"context_parallel_size=2.*sdpa attention.*{reason}.*Fix"):
+        tiny(context_parallel_size=2, **overrides).provide()
 
 
 def test_groups_of_another_layout_are_refused(built):
