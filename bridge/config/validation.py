@@ -67,18 +67,15 @@ def validate_config(cfg: ConfigContainer, world_size: int, cuda: bool) -> tuple[
     warnings += _logger(cfg)
     warnings += _distributed(cfg, layout)
     _strategy_available(cfg.distributed.strategy, cuda)
+    _fsdp2(cfg)
     warnings += _precision(cfg)
     _positive("rng.seed", cfg.rng.seed, zero_ok=True)
     return layout, warnings
 
 
 # Strategies whose engine needs CUDA, and why (measured: each fails on a CPU-only machine).
+# (fsdp2 runs on PyTorch's own fully_shard over a DeviceMesh of this machine's device: CPU too.)
 CUDA_ONLY_STRATEGIES = {
-    "fsdp2": (
-        "Megatron-Core's TorchFullyShardedDataParallel builds its device mesh with "
-        "DeviceMesh.from_group(dp_group, 'cuda') and fully_shard then moves every parameter to "
-        "torch.device('cuda', current_device()), so FSDP2 through Megatron-Core needs CUDA"
-    ),
     "megatron_fsdp": (
         "Megatron-FSDP allocates its parameter and gradient buffers on torch.device('cuda', "
         "current_device()) and uses CUDA streams for its all-gathers, so it needs CUDA"
@@ -95,6 +92,29 @@ def _strategy_available(strategy: str, cuda: bool) -> None:
             "use distributed.strategy=megatron (sharded optimizer state through the distributed "
             "optimizer) or ddp on CPU",
         )
+
+
+def _fsdp2(cfg: ConfigContainer) -> None:
+    """What strategy fsdp2 (PyTorch fully_shard, bridge/training/strategies.py) does not do yet."""
+    if cfg.distributed.strategy != "fsdp2":
+        return
+    if cfg.mixed_precision.precision == "fp16_mixed":
+        raise fail(
+            "mixed_precision.precision",
+            "fp16_mixed",
+            "strategy fsdp2 has no fp16 loss scaler (as in Megatron-LM's and AutoModel's FSDP2)",
+            "use bf16_mixed, or distributed.strategy=megatron for fp16",
+        )
+    c = cfg.checkpoint
+    for field in ("save", "load", "pretrained_checkpoint"):
+        if getattr(c, field):
+            raise fail(
+                f"checkpoint.{field}",
+                getattr(c, field),
+                "strategy fsdp2 holds DTensor shards that bridge's torch_dist checkpoints do not read or "
+                "write yet",
+                f"set checkpoint.{field}=null, or use distributed.strategy=megatron to checkpoint",
+            )
 
 
 def _train(cfg: ConfigContainer, layout: ParallelLayout) -> None:

@@ -362,40 +362,16 @@ class ParallelLayout:
                 f"dp*cp = {self.dp}*{self.cp} = {self.dp * self.cp}",
                 "choose ep dividing dp*cp, or use distributed.strategy=megatron",
             )
-        # What Megatron-Core 0.16.1 supports with FSDP2. Its wrapper (distributed/
-        # torch_fully_sharded_data_parallel.py) builds a 1-D DeviceMesh from the dp*cp process group
-        # (`DeviceMesh.from_group(process_group, "cuda")`), so there is no replicate axis: no HSDP. The
-        # matching Megatron-LM validation (training/arguments.py, `use_torch_fsdp2`) asserts pp == 1,
-        # ep == 1, untied embedding/output weights, no fp16 and no distributed optimizer; the last two are
-        # precision/optimizer settings, checked by the config layer.
-        if self.pp > 1:
-            _fail(
-                "pp",
-                self.pp,
-                "Megatron-Core's FSDP2 wrapper does not support pipeline parallelism",
-                "set pp=1, or use distributed.strategy=megatron",
-            )
+        # strategy fsdp2 runs on PyTorch's fully_shard (bridge/training/strategies.py) over the dense
+        # mesh's (dp_replicate, dp_shard*cp) axes: HSDP, TP/SP, PP/VPP (Megatron-Core's 1f1b and
+        # interleaved schedules) and tied embeddings run and match strategy megatron
+        # (tests/functional/test_fsdp2*.py). Not yet composed with expert parallelism:
         if self.ep > 1:
             _fail(
                 "ep",
                 self.ep,
-                "Megatron-Core's FSDP2 wrapper does not support expert parallelism",
+                "strategy 'fsdp2' is not composed with expert parallelism yet",
                 "set ep=1, or use distributed.strategy=megatron",
-            )
-        if self.dp_replicate_size is not None and self.dp_replicate_size > 1:
-            _fail(
-                "dp_replicate_size",
-                self.dp_replicate_size,
-                "Megatron-Core 0.16.1's FSDP2 wrapper shards over one flat dp*cp mesh and has no replicate "
-                "axis, so HSDP is not available",
-                "remove distributed.dp_replicate_size (full sharding over dp)",
-            )
-        if self.model is not None and self.model.share_embeddings_and_output_weights:
-            _fail(
-                "model.share_embeddings_and_output_weights",
-                True,
-                "Megatron-Core's FSDP2 path needs untied embedding and output weights",
-                "set model.share_embeddings_and_output_weights=False, or use distributed.strategy=megatron",
             )
 
     def _check_context_parallel(self) -> None:

@@ -6,6 +6,8 @@ checkpoint stays valid when the batch size changes.
 
 from __future__ import annotations
 
+import math
+
 from bridge.config.plan import Precision, SchedulePlan
 from bridge.config.sections import MixedPrecisionConfig, OptimizerConfig, SchedulerConfig
 
@@ -50,11 +52,124 @@ def build_optimizer(
     precision: Precision,
     mp_cfg: MixedPrecisionConfig,
     use_distributed_optimizer: bool | None = None,
+    fsdp2_layout=None,
 ):
+    """Megatron-Core's optimizer; with `fsdp2_layout` (strategy fsdp2) the FSDP2 one (Fsdp2Optimizer)."""
+    if fsdp2_layout is not None:
+        return Fsdp2Optimizer(opt_cfg, model_chunks, fsdp2_layout)
     from megatron.core.optimizer import get_megatron_optimizer
 
     config = megatron_optimizer_config(opt_cfg, precision, mp_cfg, use_distributed_optimizer)
     return get_megatron_optimizer(config, model_chunks)
+
+
+def _no_weight_decay(name: str, param) -> bool:
+    """Megatron-Core's default weight-decay skip: biases and every 1-D parameter (norm weights)."""
+    return name.endswith(".bias") or len(param.shape) == 1
+
+
+class Fsdp2Optimizer:
+    """Megatron-Core's fp32 optimizer, for FSDP2 chunks (DTensor parameters), with its interface:
+    `step() -> (update_successful, grad_norm, num_zeros)`, `zero_grad()`, `param_groups`,
+    `scale_loss`, `get_loss_scale`.
+
+    The same numbers as Megatron-Core's FP32Optimizer on CPU (which runs torch.optim.AdamW / SGD): its
+    param groups (weight decay off for biases and 1-D parameters: `wd_mult` 0, which
+    OptimizerParamScheduler reads), its grad norm (L2 over every gradient once: tensor-parallel
+    duplicates counted on TP rank 0 only, `shared` parameters skipped, HSDP replicas counted on
+    dp_replicate rank 0 only, summed over all ranks) and its clipping (coefficient
+    clip_grad / (norm + 1e-6) when below 1). The optimizer state lives on each rank's shards.
+    """
+
+    def __init__(self, opt_cfg: OptimizerConfig, model_chunks: list, layout):
+        import torch
+
+        decay, no_decay = [], []
+        for chunk in model_chunks:
+            for name, p in chunk.named_parameters():
+                if p.requires_grad:
+                    (no_decay if _no_weight_decay(name, p) else decay).append(p)
+        groups = [
+            {"params": decay, "wd_mult": 1.0, "lr_mult": 1.0},
+            {"params": no_decay, "wd_mult": 0.0, "lr_mult": 1.0},
+        ]
+        groups = [g for g in groups if g["params"]]
+        wd = float(opt_cfg.weight_decay)
+        if opt_cfg.optimizer == "adam":
+            self.optimizer = torch.optim.AdamW(
+                groups,
+                lr=float(opt_cfg.lr),
+                weight_decay=wd,
+                betas=(float(opt_cfg.adam_beta1), float(opt_cfg.adam_beta2)),
+                eps=float(opt_cfg.adam_eps),
+            )
+        else:
+            self.optimizer = torch.optim.SGD(
+                groups, lr=float(opt_cfg.lr), weight_decay=wd, momentum=float(opt_cfg.sgd_momentum)
+            )
+        self.clip_grad = float(opt_cfg.clip_grad or 0.0)
+        self.params = [p for g in groups for p in g["params"]]
+        self.layout = layout
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    def scale_loss(self, loss):
+        return loss  # fp32 / bf16: no loss scaling (fp16 is refused with fsdp2)
+
+    def get_loss_scale(self):
+        import torch
+
+        return torch.tensor(1.0)
+
+    def zero_grad(self, set_to_none: bool = True):
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def reload_model_params(self, state_dict=None):
+        pass  # the optimizer updates the model's own (sharded) parameters: nothing to copy
+
+    def state_dict(self):
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict):
+        self.optimizer.load_state_dict(state_dict)
+
+    def _local_grads(self) -> list:
+        return [getattr(p.grad, "_local_tensor", p.grad) for p in self.params if p.grad is not None]
+
+    def grad_norm(self) -> float:
+        import torch
+        from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
+
+        from bridge.parallel.mesh import build_meshes
+
+        replica = build_meshes(self.layout).dense["dp_replicate"].get_local_rank()
+        device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
+        total = torch.zeros(1, dtype=torch.float32, device=device)
+        if replica == 0:
+            for p in self.params:
+                if p.grad is None or getattr(p, "shared", False):
+                    continue
+                if not param_is_not_tensor_parallel_duplicate(p):
+                    continue
+                g = getattr(p.grad, "_local_tensor", p.grad)
+                total += torch.sum(g.float() * g.float())
+        torch.distributed.all_reduce(total)
+        return math.sqrt(total.item())  # the root in double, as Megatron-Core's get_grad_norm_fp32
+
+    def step(self):
+        import torch
+
+        norm = self.grad_norm()
+        if self.clip_grad > 0.0:
+            coeff = self.clip_grad / (norm + 1.0e-6)
+            if coeff < 1.0:
+                with torch.no_grad():
+                    for g in self._local_grads():
+                        g.mul_(coeff)
+        self.optimizer.step()
+        return True, norm, None
 
 
 def build_scheduler(optimizer, opt_cfg: OptimizerConfig, sched_cfg: SchedulerConfig, schedule: SchedulePlan):

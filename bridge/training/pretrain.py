@@ -92,6 +92,11 @@ def _configure_model_hooks(model: list, optimizer, wrapped, dist_cfg) -> bool:
     config.grad_scale_func = optimizer.scale_loss
     config.finalize_model_grads_func = finalize_model_grads
     config.no_sync_func = config.grad_sync_func = config.param_sync_func = None
+    if getattr(wrapped, "fsdp2", False):
+        from bridge.training.strategies import finalize_fsdp2_grads
+
+        config.finalize_model_grads_func = finalize_fsdp2_grads  # FSDP2 reduced over dp*cp in backward
+        return False
 
     def one_or_list(fns):
         return fns[0] if len(fns) == 1 else fns
@@ -181,6 +186,8 @@ def pretrain(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None
         cuda_available=plan.cuda,
         seed=cfg.rng.seed,
         data_parallel_random_init=cfg.rng.data_parallel_random_init,
+        layout=plan.layout,
+        precision=plan.precision,
     )
     model = wrapped.chunks
     if is_rank_zero:
@@ -194,6 +201,7 @@ def pretrain(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None
         plan.precision,
         cfg.mixed_precision,
         use_distributed_optimizer=wrapped.use_distributed_optimizer,
+        fsdp2_layout=plan.layout if wrapped.fsdp2 else None,
     )
     scheduler = build_scheduler(optimizer, cfg.optimizer, cfg.scheduler, plan.schedule)
     overlap_param_gather = _configure_model_hooks(model, optimizer, wrapped, cfg.distributed)

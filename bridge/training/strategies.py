@@ -2,12 +2,19 @@
 
 | strategy      | wrapper                                           | optimizer                          |
 | megatron      | Megatron-Core DistributedDataParallel             | distributed optimizer (if enabled) |
-| fsdp2         | Megatron-Core TorchFullyShardedDataParallel       | Megatron-Core, not distributed     |
+| fsdp2         | PyTorch FSDP2 fully_shard (per layer + root)      | torch AdamW/SGD on DTensor shards  |
 | megatron_fsdp | Megatron-Core Megatron-FSDP                       | distributed optimizer (required)   |
 | ddp           | torch.nn.parallel.DistributedDataParallel         | Megatron-Core, not distributed     |
 
-The run's plan has already refused strategies this machine cannot run (fsdp2 and megatron_fsdp need
-CUDA: bridge.config.validation.CUDA_ONLY_STRATEGIES); this module only builds.
+The run's plan has already refused strategies this machine cannot run (megatron_fsdp needs CUDA:
+bridge.config.validation.CUDA_ONLY_STRATEGIES); this module only builds.
+
+fsdp2 is PyTorch's own `torch.distributed.fsdp.fully_shard` (not Megatron-Core's wrapper): every
+TransformerLayer and then the root GPTModel are sharded over the dense mesh's dp_shard*cp axis and
+replicated over dp_replicate (HSDP), on bridge.parallel.mesh's DeviceMesh in Megatron-Core's rank order.
+Megatron-Core's TP/SP layers run inside (each TP rank shards its own TP slice over its dp group); the
+gradients FSDP2 averages over dp*cp are what Megatron-Core DDP averages, and `finalize_fsdp2_grads`
+does the rest of Megatron-Core's finalize_model_grads (sequence-parallel norm grads over TP).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ class WrappedModel:
     chunks: list  # one per virtual pipeline stage
     use_distributed_optimizer: bool
     megatron_ddp: bool  # chunks expose Megatron-Core's grad-buffer API (zero_grad_buffer, ...)
+    fsdp2: bool = False  # chunks are PyTorch FSDP2 modules (DTensor parameters)
 
 
 def ddp_config_for(dist_cfg: Any, strategy: str, use_distributed_optimizer: bool):
@@ -49,6 +57,8 @@ def wrap_model(
     cuda_available: bool,
     seed: int,
     data_parallel_random_init: bool = False,
+    layout=None,
+    precision=None,
 ) -> WrappedModel:
     """Build this rank's model chunks with `provider` and wrap them per distributed.strategy."""
     strategy = dist_cfg.strategy
@@ -62,15 +72,15 @@ def wrap_model(
         )
         return WrappedModel(chunks, use_dist_opt, megatron_ddp=True)
 
+    if strategy == "fsdp2":
+        # fp32 parameters (no Float16Module): FSDP2's MixedPrecisionPolicy casts them per all-gather.
+        chunks = provider.provide_distributed_model(
+            wrap_with_ddp=False, mixed_precision_wrapper=False, seed=seed
+        )
+        return WrappedModel(fully_shard_chunks(chunks, layout, precision), False, False, fsdp2=True)
     chunks = provider.provide_distributed_model(wrap_with_ddp=False, seed=seed)
     if strategy == "ddp":
         return WrappedModel([_torch_ddp(c) for c in chunks], False, megatron_ddp=False)
-    if strategy == "fsdp2":
-        from megatron.core.distributed import TorchFullyShardedDataParallel
-
-        ddp_config = ddp_config_for(dist_cfg, strategy, False)
-        wrapped = [TorchFullyShardedDataParallel(c.config, ddp_config, c) for c in chunks]
-        return WrappedModel(wrapped, False, megatron_ddp=False)
     # megatron_fsdp
     from megatron.core.distributed.fsdp.mcore_fsdp_adapter import FullyShardedDataParallel
 
@@ -112,3 +122,111 @@ def _no_forward_buffer_sync() -> dict[str, bool]:
     if "forward_sync_buffers" in params:
         return {"forward_sync_buffers": False}
     return {"broadcast_buffers": False}
+
+
+def mixed_precision_policy(precision):
+    """FSDP2's MixedPrecisionPolicy for the run's precision: compute in bf16/fp16, reduce gradients and
+    return the model's output in fp32 (as Megatron-Core's Float16Module + fp32 grad buffers do); fp32
+    (CPU): no casts."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if precision is None or precision.name == "fp32":
+        return MixedPrecisionPolicy()
+    return MixedPrecisionPolicy(
+        param_dtype=precision.torch_dtype, reduce_dtype=torch.float32, output_dtype=torch.float32
+    )
+
+
+def fully_shard_chunks(chunks: list, layout, precision, reshard_after_forward: bool = True) -> list:
+    """fully_shard each TransformerLayer, then the root, over the layout's FSDP mesh (in place)."""
+    from megatron.core.transformer.transformer_layer import TransformerLayer
+    from torch.distributed.fsdp import fully_shard
+
+    from bridge.parallel.mesh import build_meshes
+
+    mesh = build_meshes(layout).fsdp_mesh()
+    mp_policy = mixed_precision_policy(precision)
+    for chunk in chunks:
+        # FSDP2 replaces each parameter by a DTensor Parameter and drops the attributes Megatron-Core set
+        # on it (tensor_model_parallel, sequence_parallel, shared, ...): keep them.
+        attrs = {name: dict(vars(p)) for name, p in chunk.named_parameters()}
+        layers = [m for m in chunk.modules() if isinstance(m, TransformerLayer)]
+        for layer in layers:
+            fully_shard(layer, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
+        fully_shard(chunk, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
+        for name, p in chunk.named_parameters():
+            for key, value in attrs.get(name, {}).items():
+                setattr(p, key, value)
+    return chunks
+
+
+def _local(tensor):
+    return tensor._local_tensor if hasattr(tensor, "_local_tensor") else tensor
+
+
+def _allreduce_tied_embedding_grads(model: list) -> None:
+    """Pipeline parallelism with tied embeddings: the first stage's embedding and the last stage's output
+    weight are one parameter; sum their gradients over the embedding group (Megatron-Core's
+    _allreduce_word_embedding_grads). Both stages shard it alike (same shape, same dp mesh size), so the
+    local shards line up."""
+    import torch
+    from megatron.core import parallel_state as ps
+
+    from bridge.parallel.wrappers import unwrap
+
+    if ps.get_pipeline_model_parallel_world_size() == 1 or not ps.is_rank_in_embedding_group(
+        ignore_virtual=True
+    ):
+        return
+    group = ps.get_embedding_group()
+    if torch.distributed.get_world_size(group) == 1:
+        return
+    chunk = unwrap(model[0] if ps.is_pipeline_first_stage(ignore_virtual=True) else model[-1])
+    if not getattr(chunk, "share_embeddings_and_output_weights", False):
+        return
+    weight = chunk.shared_embedding_or_output_weight()
+    if weight is not None and weight.grad is not None:
+        torch.distributed.all_reduce(_local(weight.grad), group=group)
+
+
+def finalize_fsdp2_grads(model: list, num_tokens=None, *args, **kwargs) -> None:
+    """Megatron-Core's finalize_model_grads for FSDP2 chunks. FSDP2 has already reduce-scattered (and,
+    HSDP, all-reduced) the gradients over dp*cp during backward; what is left: sequence-parallel norm and
+    qk-layernorm gradients summed over the TP ranks (each saw part of the sequence), and per-token
+    scaling when calculate_per_token_loss (the schedule then passes num_tokens)."""
+    import torch
+    from megatron.core import parallel_state as ps
+    from megatron.core.utils import get_model_config
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    config = get_model_config(model[0])
+    tp_group = ps.get_tensor_model_parallel_group()
+    if tp_group.size() > 1:
+        summed, averaged = [], []  # (gloo has no ReduceOp.AVG: sum, then divide)
+        for chunk in model:
+            for name, p in chunk.named_parameters():
+                if p.grad is None:
+                    continue
+                if getattr(p, "average_gradients_across_tp_domain", False):
+                    averaged.append(_local(p.grad))
+                elif (config.sequence_parallel and getattr(p, "sequence_parallel", False)) or (
+                    config.qk_layernorm and ("q_layernorm" in name or "k_layernorm" in name)
+                ):
+                    summed.append(_local(p.grad))
+        for grads, scale in ((summed, 1.0), (averaged, 1.0 / tp_group.size())):
+            if grads:
+                flat = _flatten_dense_tensors(grads)
+                torch.distributed.all_reduce(flat, group=tp_group)
+                if scale != 1.0:
+                    flat.mul_(scale)
+                for buf, synced in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
+                    buf.copy_(synced)
+    _allreduce_tied_embedding_grads(model)
+    if num_tokens is not None:
+        torch.distributed.all_reduce(num_tokens, group=ps.get_data_parallel_group(with_context_parallel=True))
+        if num_tokens > 0:
+            for chunk in model:
+                for p in chunk.parameters():
+                    if p.grad is not None:
+                        _local(p.grad).mul_(1.0 / num_tokens)

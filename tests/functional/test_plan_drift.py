@@ -10,7 +10,7 @@ import pytest
 
 from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
 
-REFUSED = {"packed_sequences", "warmup_equal_to_iters", "async_save", "fsdp2_on_cpu", "bad_heads",
+REFUSED = {"packed_sequences", "warmup_equal_to_iters", "async_save", "bad_heads",
            "tensor_parallel_2_on_1"}  # fmt: skip
 
 

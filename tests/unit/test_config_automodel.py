@@ -133,9 +133,8 @@ def test_hsdp_and_step_scheduler_and_packing():
         0,
         128,
     )
-    # The mapping is right; Megatron-Core 0.16.1's FSDP2 wrapper has no HSDP, which the layout rules say.
-    with pytest.raises(ConfigError, match=r"distributed.dp_replicate_size\) = 2"):
-        cfg.validate(8)
+    # The mapping is right, and HSDP is an fsdp2 layout (PyTorch FSDP2): dp_replicate 2 x dp_shard 4.
+    assert cfg.layout(8).dense_mesh_shape == (1, 2, 4, 1, 1)
 
 
 def test_same_size_given_both_ways_must_agree():

@@ -42,11 +42,11 @@ CASES = {
         "distributed.overlap_grad_reduce=false",
         "distributed.overlap_param_gather=false",
     ],  # fmt: skip
+    "fsdp2": ["distributed.strategy=fsdp2", "optimizer.use_distributed_optimizer=false"],
     # refused (the three that once passed the dry run and failed inside pretrain(), and others)
     "packed_sequences": ["dataset.packed_sequence_size=64"],
     "warmup_equal_to_iters": ["scheduler.lr_warmup_iters=1"],
     "async_save": ["checkpoint.async_save=true"],
-    "fsdp2_on_cpu": ["distributed.strategy=fsdp2"],
     "bad_heads": ["model.num_attention_heads=3"],  # num_query_groups=2 must divide it
     "tensor_parallel_2_on_1": ["model.tensor_model_parallel_size=2"],
 }
