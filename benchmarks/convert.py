@@ -14,8 +14,9 @@ subprocess; the table gives medians over the repeats:
   writes tensors already held in the process's memory (cloned before the clock starts), as a
   model's are: on this kind of machine the first large write after faulting in gigabytes of
   anonymous memory is several times slower than the same write from a memory-mapped file.
-- imports (torch, safetensors; for bridge also megatron.core's GPT layer specs and transformers'
-  AutoConfig with the Llama config class) are timed apart from the work, in their own row.
+- imports (torch, safetensors; for bridge also `bridge.conversion.auto_bridge` and the Megatron-Core
+  modules conversion imports, `bridge.conversion.megatron_import`) are timed apart from the work, in
+  their own row. transformers is not imported: config.json is read as JSON.
 - peak RSS: the process's high-water mark over the timed work (reset after imports, so the baseline
   of imported libraries is included but not whatever the import phase allocated before).
 """
@@ -117,14 +118,12 @@ def child(work: str, src: Path, out: Path) -> dict:
     from safetensors.torch import load_file, save_file
 
     if work.startswith("bridge"):
-        # imports are reported apart from the work: megatron.core with the layer specs the model
-        # is built from, and transformers' config class for config.json
-        import megatron.core.models.gpt.gpt_layer_specs  # noqa: F401
-        import transformers.models.llama.configuration_llama  # noqa: F401
-        from megatron.core import parallel_state  # noqa: F401
-        from transformers import AutoConfig  # noqa: F401  (reads config.json)
-
+        # imports are reported apart from the work: exactly what conversion imports (config.json is
+        # read without transformers; Megatron-Core through the conversion's own import helper)
         from bridge.conversion.auto_bridge import AutoBridge
+        from bridge.conversion.megatron_import import import_megatron
+
+        import_megatron()
     t_imports = time.perf_counter() - t0
     baseline = _status("VmRSS")
     result = {"imports_s": t_imports, "baseline_rss": baseline}

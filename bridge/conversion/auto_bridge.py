@@ -14,6 +14,7 @@ Works in one process and under torchrun (every rank calls the same methods).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ from bridge.checkpoint.atomic import atomic_dir, check_target_dir
 from bridge.conversion import hf_config as hfc
 from bridge.conversion import registry
 from bridge.conversion.hf_io import DTYPES, HFCheckpoint
+from bridge.conversion.megatron_import import import_megatron
 from bridge.conversion.progress import progress_bar
 from bridge.errors import ConfigError
 from bridge.models.dtypes import DTYPES as TRAINING_DTYPES
@@ -71,13 +73,22 @@ class AutoBridge:
 
     @classmethod
     def from_hf_pretrained(cls, path: str | os.PathLike, **kwargs: Any) -> AutoBridge:
-        """A local HF folder (config.json + safetensors); kwargs go to transformers' AutoConfig."""
+        """A local HF folder (config.json + safetensors); kwargs go to transformers' AutoConfig.
+
+        config.json is read as JSON completed with the transformers class defaults of its model type
+        (bridge.conversion.hf_config.CLASS_DEFAULTS); transformers is imported only with kwargs or
+        for a model type not listed there.
+        """
         folder = Path(path)
         if not (folder / "config.json").is_file():
             raise ConfigError(
                 f"hf_path={str(folder)!r} has no config.json; point it at a folder written by "
                 "save_pretrained (model ids are not downloaded here: download the model first)"
             )
+        config = hfc.read_config_json(folder / "config.json")  # a malformed file is one clear error
+        merged = None if kwargs else hfc.with_class_defaults(config)
+        if merged is not None:  # the JSON with transformers' class defaults: no transformers import
+            return cls(merged, hf_path=folder)
         from transformers import AutoConfig
 
         return cls(AutoConfig.from_pretrained(str(folder), **kwargs), hf_path=folder)
@@ -108,19 +119,26 @@ class AutoBridge:
     # ---- provider ---------------------------------------------------------------------------------
 
     def to_megatron_provider(
-        self, load_weights: bool = True, hf_path: str | os.PathLike | None = None
+        self,
+        load_weights: bool = True,
+        hf_path: str | os.PathLike | None = None,
+        allow_non_finite: bool = False,
     ) -> GPTModelProvider:
         """A GPTModelProvider with every math-relevant field from the HF config.
 
         With load_weights, the provider's provide_distributed_model() returns chunks holding the HF
         weights (from `hf_path`, default the folder this bridge was made from).
         """
+        import_megatron()  # before the provider builds a model
         if not load_weights:
             return GPTModelProvider(**self._provider_fields)
         source = self._weights_path(hf_path)
         bridge = AutoBridge(self.hf_config, hf_path=source) if source != self.hf_path else self
         provider = GPTModelProvider(**self._provider_fields)
-        provider.register_post_build_hook(bridge.load_hf_weights, replaces_weights=True)
+        hook = bridge.load_hf_weights
+        if allow_non_finite:
+            hook = functools.partial(bridge.load_hf_weights, allow_non_finite=True)
+        provider.register_post_build_hook(hook, replaces_weights=True)
         return provider
 
     def _weights_path(self, hf_path: str | os.PathLike | None) -> Path:
@@ -135,13 +153,27 @@ class AutoBridge:
     # ---- weights ----------------------------------------------------------------------------------
 
     def load_hf_weights(
-        self, model: list, hf_path: str | os.PathLike | None = None, progress: bool = True
+        self,
+        model: list,
+        hf_path: str | os.PathLike | None = None,
+        progress: bool = True,
+        allow_non_finite: bool = False,
     ) -> None:
-        """Copy the HF safetensors into this rank's model chunks (checks everything first)."""
+        """Copy the HF safetensors into this rank's model chunks (checks everything first).
+
+        A NaN / Inf in a weight is a ConfigError naming the tensor and file unless allow_non_finite.
+        """
         from bridge.conversion.weight_loader import load_hf_weights
 
         ckpt = HFCheckpoint(self._weights_path(hf_path))
-        load_hf_weights(_as_list(model), ckpt, self.family, self._vocab_size(), progress=progress)
+        load_hf_weights(
+            _as_list(model),
+            ckpt,
+            self.family,
+            self._vocab_size(),
+            progress=progress,
+            allow_non_finite=allow_non_finite,
+        )
 
     def export_hf_weights(self, model: list, cpu: bool = True) -> Iterator[tuple[str, Any]]:
         """Yield (hf_name, tensor) for the whole model on every rank, gathered across TP/PP/EP."""
@@ -191,7 +223,11 @@ class AutoBridge:
 
     @classmethod
     def import_ckpt(
-        cls, hf_path: str | os.PathLike, megatron_path: str | os.PathLike, **provider_fields: Any
+        cls,
+        hf_path: str | os.PathLike,
+        megatron_path: str | os.PathLike,
+        allow_non_finite: bool = False,
+        **provider_fields: Any,
     ) -> None:
         """HF folder -> Megatron torch_dist checkpoint (iteration 0) at `megatron_path`.
 
@@ -202,7 +238,7 @@ class AutoBridge:
 
         bridge = cls.from_hf_pretrained(hf_path)
         target = check_target_dir(megatron_path, "megatron_path")
-        provider = bridge.to_megatron_provider(load_weights=True)
+        provider = bridge.to_megatron_provider(load_weights=True, allow_non_finite=allow_non_finite)
         for name, value in provider_fields.items():
             setattr(provider, name, value)
         chunks = provider.provide_distributed_model(
@@ -225,13 +261,21 @@ class AutoBridge:
 
         target = check_target_dir(hf_path, "hf_path")
         resolve_checkpoint(megatron_path)  # a missing / incomplete checkpoint fails before building
+        import_megatron()
         provider = GPTModelProvider(**self._provider_fields)
         for name, value in provider_fields.items():
             setattr(provider, name, value)
         chunks = provider.provide_distributed_model(  # every weight comes from the checkpoint (strict load)
             wrap_with_ddp=False, mixed_precision_wrapper=False, random_init=False
         )
-        load_checkpoint(megatron_path, chunks, load_rng=False, strict=True)
+        try:
+            load_checkpoint(megatron_path, chunks, load_rng=False, strict=True)
+        except ConfigError as e:  # name the config the model was built from: it is the usual culprit
+            source = self.hf_path / "config.json" if self.hf_path is not None else "the given HF config"
+            raise ConfigError(
+                f"the model built from {source} does not match the checkpoint {megatron_path} ({e}); "
+                "export with the HF config the checkpoint was imported or trained with (--hf-config)"
+            ) from None
         self.save_hf_pretrained(chunks, target, max_shard_size=max_shard_size)
 
     @classmethod

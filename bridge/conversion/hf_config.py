@@ -18,6 +18,135 @@ from bridge.models.dtypes import BY_TORCH_NAME
 HF_DTYPES = {torch_name: d.name for torch_name, d in BY_TORCH_NAME.items()}
 
 
+# transformers' config-class defaults for every field provider_fields reads whose default is not derived
+# from other fields (checked against transformers in tests/unit/test_conversion_hf_config.py): a
+# config.json is read as JSON, with these defaults, and transformers is imported only for a model type
+# missing here or when AutoConfig keyword arguments are given.
+_BASE = dict(
+    hidden_act="silu",
+    attention_dropout=0.0,
+    initializer_range=0.02,
+    tie_word_embeddings=False,
+    rope_theta=10000.0,
+    rms_norm_eps=1e-06,
+)
+_MOE = dict(router_aux_loss_coef=0.001)  # merged with _BASE by the MoE families
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": dict(
+        _BASE,
+        hidden_size=4096,
+        num_hidden_layers=32,
+        intermediate_size=11008,
+        num_attention_heads=32,
+        max_position_embeddings=2048,
+        vocab_size=32000,
+        mlp_bias=False,
+        attention_bias=False,
+    ),
+    "mistral": dict(
+        _BASE,
+        hidden_size=4096,
+        num_hidden_layers=32,
+        intermediate_size=14336,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        max_position_embeddings=131072,
+        vocab_size=32000,
+        sliding_window=4096,
+    ),
+    "qwen2": dict(
+        _BASE,
+        hidden_size=4096,
+        num_hidden_layers=32,
+        intermediate_size=22016,
+        num_attention_heads=32,
+        max_position_embeddings=32768,
+        vocab_size=151936,
+        use_sliding_window=False,
+        sliding_window=None,
+    ),
+    "qwen3": dict(
+        _BASE,
+        hidden_size=4096,
+        num_hidden_layers=32,
+        intermediate_size=22016,
+        num_attention_heads=32,
+        head_dim=128,
+        max_position_embeddings=32768,
+        vocab_size=151936,
+        use_sliding_window=False,
+        sliding_window=None,
+        attention_bias=False,
+    ),
+    "mixtral": dict(
+        _BASE | _MOE,
+        hidden_size=4096,
+        num_hidden_layers=32,
+        intermediate_size=14336,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        max_position_embeddings=131072,
+        vocab_size=32000,
+        rms_norm_eps=1e-05,
+        rope_theta=1000000.0,
+        sliding_window=None,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        router_jitter_noise=0.0,
+    ),
+    "qwen3_moe": dict(
+        _BASE | _MOE,
+        hidden_size=2048,
+        num_hidden_layers=24,
+        intermediate_size=6144,
+        num_attention_heads=32,
+        num_key_value_heads=4,
+        max_position_embeddings=32768,
+        vocab_size=151936,
+        use_sliding_window=False,
+        sliding_window=None,
+        attention_bias=False,
+        num_experts=128,
+        num_experts_per_tok=8,
+        moe_intermediate_size=768,
+        norm_topk_prob=False,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+    ),
+}
+
+
+def read_config_json(path: Any) -> dict[str, Any]:
+    """config.json as a dict, or a ConfigError naming the file and what is wrong with it."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot be read ({e}); fix or replace the file") from None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(
+            f"{path}: not valid JSON (line {e.lineno} column {e.colno}: {e.msg}); fix or replace the file"
+        ) from None
+    if not isinstance(config, dict):
+        raise ConfigError(
+            f"{path}: a config.json holds a JSON object, this one holds {type(config).__name__}"
+        )
+    return config
+
+
+def with_class_defaults(config: dict[str, Any]) -> dict[str, Any] | None:
+    """`config` completed with its transformers class defaults, or None for a model type not listed."""
+    defaults = CLASS_DEFAULTS.get(config.get("model_type"))
+    if defaults is None:
+        return None
+    return {**defaults, **config}
+
+
 def _get(cfg: Any, name: str, default: Any = None) -> Any:
     return getattr(cfg, name, default) if not isinstance(cfg, dict) else cfg.get(name, default)
 

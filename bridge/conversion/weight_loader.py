@@ -3,7 +3,8 @@
 Everything is checked before the first weight is copied: every parameter has a mapping, every HF
 tensor it needs exists with the implied shape, and (across all ranks) every tensor in the checkpoint
 is used by some parameter. Then each piece is copied from the memory-mapped file straight into the
-parameter: one copy per byte, no full-model staging.
+parameter: one copy per byte, no full-model staging; each copied piece is checked for NaN / Inf with one
+min/max pass in its own dtype (counted exactly only when one is found).
 """
 
 from __future__ import annotations
@@ -57,8 +58,13 @@ def load_hf_weights(
     family: Family,
     hf_vocab_size: int,
     progress: bool = True,
+    allow_non_finite: bool = False,
 ) -> None:
-    """Copy the checkpoint into `chunks` (this rank's model chunks, wrapped or not)."""
+    """Copy the checkpoint into `chunks` (this rank's model chunks, wrapped or not).
+
+    A NaN or Inf in a copied tensor is a ConfigError naming the tensor and its file (on every rank,
+    after the copy) unless allow_non_finite.
+    """
     try:
         params = list(local_params(chunks, family, hf_vocab_size))
         used, error = _plan(params, ckpt)
@@ -80,17 +86,40 @@ def load_hf_weights(
 
     rank, _ = ranks.rank_world()
     bar = progress_bar(len(params), "loading HF weights", "param", enabled=progress and rank == 0)
+    bad: str | None = None
     with torch.no_grad():
         for lp in params:
             data = lp.param.data
             for piece in lp.pieces():
                 if piece.hf_name is None:
                     data[piece.dst].zero_()  # vocab padding rows
-                else:
-                    data[piece.dst].copy_(ckpt.read(piece.hf_name, piece.src))
+                    continue
+                dst = data[piece.dst]
+                dst.copy_(ckpt.read(piece.hf_name, piece.src))
+                if bad is None and not allow_non_finite:
+                    bad = _non_finite(dst, piece.hf_name, ckpt)
             bar.update(1)
     bar.close()
     ckpt.close()
+    bad_everywhere = [b for b in _gather_objects(bad) if b]  # every rank raises together
+    if bad_everywhere:
+        raise ConfigError(bad_everywhere[0])
+
+
+def _non_finite(t: torch.Tensor, hf_name: str, ckpt: HFCheckpoint) -> str | None:
+    """The error for a tensor holding NaN or Inf, else None (one min/max pass when it is finite)."""
+    if not t.is_floating_point() or t.numel() == 0:
+        return None
+    low, high = torch.aminmax(t)  # NaN propagates into both, +Inf is the max, -Inf the min
+    if torch.isfinite(low) and torch.isfinite(high):
+        return None
+    nan = int(torch.isnan(t).sum())
+    inf = int(torch.isinf(t).sum())
+    return (
+        f"tensor {hf_name!r} in {ckpt.folder / ckpt.tensors[hf_name].file} holds {nan} NaN and {inf} Inf "
+        "values; the checkpoint is damaged or comes from a diverged run. Fix: convert a good checkpoint, "
+        "or pass allow_non_finite=True (convert_checkpoint.py import --allow-non-finite) to import it anyway"
+    )
 
 
 def _tied_lm_head(chunks, family: Family) -> set[str]:

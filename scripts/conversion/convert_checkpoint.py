@@ -56,6 +56,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.add_argument("--tp", type=positive, default=1, help="tensor-parallel size of the conversion")
         p.add_argument("--pp", type=positive, default=1, help="pipeline-parallel size of the conversion")
         p.add_argument("--ep", type=positive, default=1, help="expert-parallel size of the conversion")
+    imp.add_argument(
+        "--allow-non-finite",
+        action="store_true",
+        help="import weights holding NaN / Inf (by default that is an error naming the tensor)",
+    )
     exp.add_argument("--hf-config", help="HF folder with config.json (default: MEGATRON_PATH/hf_assets)")
     exp.add_argument(
         "--max-shard-size",
@@ -78,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         from bridge.conversion.auto_bridge import AutoBridge
 
         if args.direction == "import":
-            AutoBridge.import_ckpt(args.hf_path, args.megatron_path, **layout)
+            AutoBridge.import_ckpt(
+                args.hf_path, args.megatron_path, allow_non_finite=args.allow_non_finite, **layout
+            )
         else:
             if args.hf_config:
                 bridge = AutoBridge.from_hf_pretrained(args.hf_config)

@@ -170,3 +170,55 @@ def test_provider_the_architecture_cannot_express_is_refused():
         ConfigError, match="model.qk_layernorm=True: a LlamaForCausalLM checkpoint cannot express it"
     ):
         hf_config_dict(provider, fam, "LlamaForCausalLM")
+
+
+_ARCH = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+}
+
+
+@pytest.mark.parametrize("model_type", list(_ARCH))
+def test_config_json_without_transformers_reads_like_autoconfig(model_type, tmp_path):
+    """config.json read as JSON + CLASS_DEFAULTS gives the provider transformers' AutoConfig gives."""
+    import json
+
+    from transformers import AutoConfig
+
+    from bridge.conversion.hf_config import CLASS_DEFAULTS, with_class_defaults
+    from tests.functional.workers.convert_models import make_hf_config
+
+    cls_defaults = AutoConfig.for_model(model_type)
+    for key, value in CLASS_DEFAULTS[model_type].items():
+        have = getattr(cls_defaults, key, None)
+        if key == "rope_theta":
+            have = cls_defaults.rope_parameters["rope_theta"]
+        assert have == value, (model_type, key, have, value)
+    family = family_for([_ARCH[model_type]])
+    full = make_hf_config(next(f for f in _ARCH if f == model_type))
+    full.save_pretrained(tmp_path / "full")
+    minimal = {"architectures": [_ARCH[model_type]], "model_type": model_type}
+    (tmp_path / "minimal").mkdir()
+    (tmp_path / "minimal" / "config.json").write_text(json.dumps(minimal))
+    for folder in ("full", "minimal"):
+        raw = json.loads((tmp_path / folder / "config.json").read_text())
+        ours = provider_fields(with_class_defaults(raw), family)
+        theirs = provider_fields(AutoConfig.from_pretrained(tmp_path / folder), family)
+        assert ours == theirs, (model_type, folder)
+
+
+def test_malformed_config_json_is_one_error_naming_the_file(tmp_path):
+    from bridge import AutoBridge
+
+    (tmp_path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"],\n "hidden_size": 64,,}')
+    with pytest.raises(
+        ConfigError, match=r"config\.json: not valid JSON \(line 2 column 20: Expecting property name"
+    ):
+        AutoBridge.from_hf_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match=r"config\.json: a config.json holds a JSON object"):
+        AutoBridge.from_hf_pretrained(tmp_path)

@@ -260,3 +260,45 @@ def test_export_of_a_provider_without_hf_source(sources, tmp_path):
     assert bit_identical(read_tensors(folder), read_tensors(out)) is None
     reloaded = AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager").eval()
     assert torch.equal(hf_logits(reloaded, tokens()), hf_logits(hf, tokens()))
+
+
+# ---- issue 11, item 11: bad input is one error line naming the file or tensor ---------------------
+
+
+def test_non_finite_weight_is_refused_unless_allowed(llama_copy, tmp_path):
+    from safetensors.torch import load_file
+
+    from bridge import AutoBridge
+
+    name = "model.layers.1.mlp.down_proj.weight"
+    bad = load_file(str(llama_copy / "model.safetensors"))[name].clone()
+    bad[3, 5], bad[0, 0] = float("nan"), float("-inf")
+    _rewrite_without(llama_copy, replace={name: bad})
+    _assert_import_fails(
+        llama_copy, tmp_path, rf"tensor '{name}' in .*model\.safetensors holds 1 NaN and 1 Inf values"
+    )
+    AutoBridge.import_ckpt(llama_copy, tmp_path / "allowed", allow_non_finite=True)
+    assert (tmp_path / "allowed" / "latest_checkpointed_iteration.txt").is_file()
+
+
+def test_cli_bad_config_json_and_mismatched_hf_config_are_one_line(sources, tmp_path, capsys):
+    main = _cli()
+    broken = tmp_path / "broken"
+    shutil.copytree(sources["llama"][0], broken)
+    (broken / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]')
+    assert main(["import", "--hf-path", str(broken), "--megatron-path", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {broken / 'config.json'}: not valid JSON"), err
+    assert not (tmp_path / "m").exists()
+
+    megatron = tmp_path / "megatron"
+    assert main(["import", "--hf-path", str(sources["qwen2"][0]), "--megatron-path", str(megatron)]) == 0
+    capsys.readouterr()
+    other = sources["qwen3"][0]  # another architecture: different tensors and shapes
+    out = tmp_path / "out"
+    args = ["export", "--megatron-path", str(megatron), "--hf-path", str(out), "--hf-config", str(other)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert str(other / "config.json") in err[0] and str(megatron) in err[0], err
+    assert not out.exists()
