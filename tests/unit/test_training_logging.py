@@ -92,10 +92,14 @@ def test_resolve_checkpoint_refuses_incomplete_or_missing(tmp_path):
 
 
 def test_most_recent_k_keeps_the_newest(tmp_path):
+    from bridge.checkpoint.paths import MANIFEST_FILENAME
+
     for it in (2, 4, 6, 10):
         (tmp_path / f"iter_{it:07d}").mkdir()
-    _remove_old_checkpoints(tmp_path, keep=2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_0000006", "iter_0000010"]
+        (tmp_path / f"iter_{it:07d}" / MANIFEST_FILENAME).write_text("{}")  # complete
+    (tmp_path / "iter_0000012").mkdir()  # a partial folder: never counted, never deleted here
+    _remove_old_checkpoints(tmp_path, keep=2, newest=10)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_0000006", "iter_0000010", "iter_0000012"]
 
 
 def test_tensorboard_scalars_are_written(tmp_path):
