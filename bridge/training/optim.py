@@ -77,7 +77,7 @@ class Fsdp2Optimizer:
     param groups (weight decay off for biases and 1-D parameters: `wd_mult` 0, which
     OptimizerParamScheduler reads), its grad norm (L2 over every gradient once: tensor-parallel
     duplicates counted on TP rank 0 only, `shared` parameters skipped, HSDP replicas counted on
-    dp_replicate rank 0 only, summed over all ranks) and its clipping (coefficient
+    dp_replicate rank 0 only, expert shards on every rank, summed over all ranks) and its clipping (coefficient
     clip_grad / (norm + 1e-6) when below 1). The optimizer state lives on each rank's shards.
     """
 
@@ -147,14 +147,17 @@ class Fsdp2Optimizer:
         replica = build_meshes(self.layout).dense["dp_replicate"].get_local_rank()
         device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
         total = torch.zeros(1, dtype=torch.float32, device=device)
-        if replica == 0:
-            for p in self.params:
-                if p.grad is None or getattr(p, "shared", False):
-                    continue
-                if not param_is_not_tensor_parallel_duplicate(p):
-                    continue
-                g = getattr(p.grad, "_local_tensor", p.grad)
-                total += torch.sum(g.float() * g.float())
+        for p in self.params:
+            if p.grad is None or getattr(p, "shared", False):
+                continue
+            # Expert parameters (allreduce=False) are sharded over the whole (pp, ep_shard, ep) mesh:
+            # every rank's shard is distinct. Dense ones repeat over TP (non-TP-split ones) and HSDP
+            # replicas.
+            expert = not getattr(p, "allreduce", True)
+            if not expert and (replica != 0 or not param_is_not_tensor_parallel_duplicate(p)):
+                continue
+            g = getattr(p.grad, "_local_tensor", p.grad)
+            total += torch.sum(g.float() * g.float())
         torch.distributed.all_reduce(total)
         return math.sqrt(total.item())  # the root in double, as Megatron-Core's get_grad_norm_fp32
 

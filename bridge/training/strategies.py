@@ -140,19 +140,36 @@ def mixed_precision_policy(precision):
 
 def fully_shard_chunks(chunks: list, layout, precision, reshard_after_forward: bool = True) -> list:
     """fully_shard each TransformerLayer, then the root, over the layout's FSDP mesh (in place)."""
+    import torch
     from megatron.core.transformer.transformer_layer import TransformerLayer
     from torch.distributed.fsdp import fully_shard
 
     from bridge.parallel.mesh import build_meshes
 
-    mesh = build_meshes(layout).fsdp_mesh()
+    meshes = build_meshes(layout)
+    mesh = meshes.fsdp_mesh()
     mp_policy = mixed_precision_policy(precision)
     for chunk in chunks:
         # FSDP2 replaces each parameter by a DTensor Parameter and drops the attributes Megatron-Core set
-        # on it (tensor_model_parallel, sequence_parallel, shared, ...): keep them.
+        # on it (tensor_model_parallel, sequence_parallel, shared, allreduce, ...): keep them.
         attrs = {name: dict(vars(p)) for name, p in chunk.named_parameters()}
         layers = [m for m in chunk.modules() if isinstance(m, TransformerLayer)]
         for layer in layers:
+            experts = getattr(getattr(layer, "mlp", None), "experts", None)
+            if experts is not None and layout.ep > 1:
+                # With EP the experts of one EP rank live on its ep_shard ranks (Megatron-Core's expert
+                # data-parallel group): shard them there. Megatron-Core sums expert gradients over that
+                # group and scales them by 1/(dp*cp), like the dense ones: the same divide factor.
+                # (With ep = 1 Megatron-Core treats expert weights as dense: they shard with the layer.)
+                fully_shard(
+                    experts,
+                    mesh=meshes.moe["ep_shard"],
+                    mp_policy=mp_policy,
+                    reshard_after_forward=reshard_after_forward,
+                )
+                experts.set_gradient_divide_factor(float(layout.dp * layout.cp))
+                if not torch.cuda.is_available():
+                    experts.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
             fully_shard(layer, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
         fully_shard(chunk, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
         for name, p in chunk.named_parameters():

@@ -1,5 +1,6 @@
 """strategy fsdp2 composed with Megatron-Core's pipeline schedules on 4 gloo ranks (PP=2 1f1b; TP=2 x
-PP=2 x VPP=2 interleaved; tied embeddings across the first and last stage) reproduces strategy megatron:
+PP=2 x VPP=2 interleaved; PP=2 with full activation recompute; tied embeddings across the first and
+last stage) reproduces strategy megatron:
 the same losses and grad norms over 5 steps (1e-5 relative) (tests/functional/workers/fsdp2_equivalence.py)."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ SUITE = "pipeline"
 PAIRS = {  # fsdp2 run -> the megatron run it must reproduce
     "fsdp2_pp2": "megatron_pp2",
     "fsdp2_tp2pp2vpp2": "megatron_tp2pp2vpp2",
+    "fsdp2_pp2_recompute": "megatron_pp2",  # distributed.activation_checkpointing (full recompute)
 }
 
 

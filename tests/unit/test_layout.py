@@ -232,11 +232,16 @@ RULES = {
         "distributed.dp_replicate_size",
         "must be < dp (2)",
     ),
-    # strategy fsdp2 (PyTorch fully_shard) is not composed with EP yet (see layout._check_fsdp2).
-    "fsdp2: no ep yet": (
-        dict(world_size=8, ep=2, strategy="fsdp2", model=MOE_8),
-        "model.expert_model_parallel_size",
-        "not composed with expert parallelism",
+    # strategy fsdp2 (PyTorch fully_shard) shards experts over the MoE mesh: etp = 1 with ep > 1.
+    "fsdp2: ep > 1 needs etp = 1": (
+        dict(world_size=8, tp=2, ep=2, etp=2, sequence_parallel=True, strategy="fsdp2", model=MOE_8),
+        "model.expert_tensor_parallel_size",
+        "only with etp = 1",
+    ),
+    "fsdp2: not pp and ep together": (
+        dict(world_size=8, pp=2, ep=2, strategy="fsdp2", model=MOE_8),
+        "model.pipeline_model_parallel_size",
+        "expert parallelism and pipeline parallelism together",
     ),
     "heads % tp": (
         dict(world_size=3, tp=3, model=DENSE),
@@ -313,6 +318,7 @@ def test_rule_raises_config_error_naming_field_value_rule_fix(kwargs, field, rul
         dict(world_size=8, tp=2, strategy="fsdp2", dp_replicate_size=2, model=DENSE),
         dict(world_size=2, strategy="fsdp2", model=TIED),  # tied embeddings
         dict(world_size=8, tp=2, pp=2, vpp=2, strategy="fsdp2", model=DENSE),  # fsdp2 x PP/VPP
+        dict(world_size=8, ep=2, strategy="fsdp2", dp_replicate_size=2, model=MOE_8),  # fsdp2 x EP
         dict(world_size=4, strategy="ddp", model=DENSE),
         dict(world_size=2, pp=2, vpp=4, model=DENSE),
     ],

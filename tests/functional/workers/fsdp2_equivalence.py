@@ -1,8 +1,11 @@
 """4 ranks: strategy fsdp2 (PyTorch fully_shard) against strategy megatron, 5 iterations from the same
 seed-initialised weights (tied embeddings, as Llama-3.2). Suite dp_tp: megatron DP=4 vs fsdp2
 dp_shard=4 and HSDP (dp_replicate=2, dp_shard=2); megatron TP=2+SP vs fsdp2 TP=2+SP (dp_shard=2).
-Suite pipeline: PP=2 (1f1b, dp_shard=2) and TP=2 x PP=2 x VPP=2 (interleaved, dp_shard=1). Each fsdp2
-run also checks its DeviceMesh groups against Megatron-Core's live process groups.
+Suite pipeline: PP=2 (1f1b, dp_shard=2), TP=2 x PP=2 x VPP=2 (interleaved, dp_shard=1), and PP=2 with
+full activation recompute. Each fsdp2
+run also checks its DeviceMesh groups against Megatron-Core's live process groups. Suite moe: a 4-expert
+MoE (top-2) with EP=1 (dp_shard=4), EP=2 (experts sharded over ep_shard=2), EP=2 with HSDP 2x2
+and TP=2+SP x EP=2 (ETP=1).
 usage: fsdp2_equivalence.py WORKDIR SUITE"""
 
 from __future__ import annotations
@@ -54,7 +57,23 @@ def main(workdir: str, suite: str) -> None:
             "fsdp2_pp2": [*fsdp2, *pp2],
             "megatron_tp2pp2vpp2": vpp2,
             "fsdp2_tp2pp2vpp2": [*fsdp2, *vpp2],
+            "fsdp2_pp2_recompute": [*fsdp2, *pp2, "distributed.activation_checkpointing=True"],
         },
+    }
+    moe = ["model.num_moe_experts=4", "model.moe_ffn_hidden_size=64", "model.moe_router_topk=2"]
+    suites["moe"] = {
+        "megatron_moe_dp4": moe,
+        "fsdp2_moe_dp4": [*fsdp2, *moe],
+        "megatron_moe_ep2": [*moe, "model.expert_model_parallel_size=2"],
+        "fsdp2_moe_ep2": [*fsdp2, *moe, "model.expert_model_parallel_size=2"],
+        "fsdp2_moe_hsdp2x2_ep2": [
+            *fsdp2,
+            *moe,
+            "model.expert_model_parallel_size=2",
+            "distributed.dp_replicate_size=2",
+        ],
+        "megatron_moe_tp2ep2": [*moe, *tp2, "model.expert_model_parallel_size=2"],
+        "fsdp2_moe_tp2ep2": [*fsdp2, *moe, *tp2, "model.expert_model_parallel_size=2"],
     }
     runs = suites[suite]
     for name, extra in runs.items():
