@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -106,6 +107,11 @@ def _status(key: str) -> int:
     raise KeyError(key)
 
 
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def _reset_peak() -> None:
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # resets VmHWM to the current RSS
@@ -130,6 +136,7 @@ def child(work: str, src: Path, out: Path) -> dict:
 
     if work == "floor_import":
         _reset_peak()
+        cpu0 = _cpu()
         t = time.perf_counter()
         with safe_open(str(src / "model.safetensors"), "pt") as f:
             tensors = {k: f.get_tensor(k).clone() for k in f.keys()}
@@ -142,12 +149,14 @@ def child(work: str, src: Path, out: Path) -> dict:
             tensors = {k: f.get_tensor(k).clone() for k in f.keys()}
         out.mkdir()
         _reset_peak()
+        cpu0 = _cpu()
         t = time.perf_counter()
         save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
         result["work_s"] = time.perf_counter() - t
         result["peak_rss"] = _status("VmHWM")
     elif work == "floor_export":
         _reset_peak()
+        cpu0 = _cpu()
         t = time.perf_counter()
         tensors = load_file(str(src / "model.safetensors"))
         out.mkdir()
@@ -156,6 +165,7 @@ def child(work: str, src: Path, out: Path) -> dict:
         result["peak_rss"] = _status("VmHWM")
     else:
         _reset_peak()
+        cpu0 = _cpu()
         t = time.perf_counter()
         bridge = AutoBridge.from_hf_pretrained(src)
         chunks = bridge.to_megatron_provider().provide_distributed_model(wrap_with_ddp=False)
@@ -165,10 +175,12 @@ def child(work: str, src: Path, out: Path) -> dict:
             result["peak_rss"] = _status("VmHWM")
         else:
             _reset_peak()
+            cpu0 = _cpu()
             t = time.perf_counter()
             bridge.save_hf_pretrained(chunks, out, progress=False)
             result["work_s"] = time.perf_counter() - t
             result["peak_rss"] = _status("VmHWM")
+    result["work_cpu_s"] = _cpu() - cpu0
     return result
 
 
@@ -177,6 +189,7 @@ def run_child(work: str, src: Path, out: Path, keep: bool = False) -> dict:
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
     t = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(
         [sys.executable, __file__, "--child", work, "--src", str(src), "--out", str(out)],
         env=env,
@@ -184,10 +197,13 @@ def run_child(work: str, src: Path, out: Path, keep: bool = False) -> dict:
         text=True,
     )
     wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    process_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     if proc.returncode != 0:
         raise RuntimeError(f"{work} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["wall_s"] = wall
+    result["process_cpu_s"] = process_cpu
     if out.exists() and not keep:
         shutil.rmtree(out)
     return result
@@ -284,12 +300,32 @@ def print_table(runs: dict[str, list[dict]], repeats: int) -> None:
             stat("floor_import", "baseline_rss", gb),
             stat("bridge_import", "baseline_rss", gb),
         ),
+        (
+            "  import work, CPU time (user + sys, s)",
+            stat("floor_import", "work_cpu_s"),
+            stat("bridge_import", "work_cpu_s"),
+        ),
+        (
+            "  export work, CPU time (user + sys, s)",
+            stat("floor_export", "work_cpu_s"),
+            stat("bridge_export", "work_cpu_s"),
+        ),
         ("imports (s)", stat("floor_import", "imports_s"), stat("bridge_import", "imports_s")),
         ("whole import process, wall (s)", stat("floor_import", "wall_s"), stat("bridge_import", "wall_s")),
         (
             "whole export process, wall (s; bridge imports first)",
             stat("floor_export", "wall_s"),
             stat("bridge_export", "wall_s"),
+        ),
+        (
+            "whole import process, CPU time (s)",
+            stat("floor_import", "process_cpu_s"),
+            stat("bridge_import", "process_cpu_s"),
+        ),
+        (
+            "whole export process, CPU time (s)",
+            stat("floor_export", "process_cpu_s"),
+            stat("bridge_export", "process_cpu_s"),
         ),
     ]
     print(f"\nmedian [min-max] of {repeats} fresh processes each (OMP_NUM_THREADS=1)\n")
