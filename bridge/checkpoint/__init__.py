@@ -3,6 +3,9 @@
     paths.py      tracker, iter_* directories, resolve_checkpoint (pure Python)
     atomic.py     atomic files and folders (the tracker, conversion outputs; pure Python)
     save_load.py  save_checkpoint / load_checkpoint / saved_layout (torch, megatron.core)
+    manifest.py   the integrity manifest (size + crc32 per file) written with a save, checked on load
+    lock.py       one run per save directory (.bridge.lock: owner pid/host, stale-lock detection)
+    preflight.py  before the first iteration: lock, leftovers cleaned, writable, room; writer reaper
     state.py      RNG state and optimizer-state fixes kept in a checkpoint
     compat.py     checkpoint vs model checks before a load (names, shapes, tied embeddings, RoPE)
 
@@ -28,6 +31,8 @@ _LAZY = {
     "saved_layout": "bridge.checkpoint.save_load",
     "read_common": "bridge.checkpoint.save_load",
     "AFTER_SHARDS_WRITTEN_HOOKS": "bridge.checkpoint.save_load",
+    "SAVE_STAGE_HOOKS": "bridge.checkpoint.save_load",
+    "CheckpointDamaged": "bridge.checkpoint.save_load",
     "OPTIMIZER_METADATA": "bridge.checkpoint.state",
 }
 
@@ -40,6 +45,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AFTER_SHARDS_WRITTEN_HOOKS",
+    "SAVE_STAGE_HOOKS",
+    "CheckpointDamaged",
     "OPTIMIZER_METADATA",
     "RUN_CONFIG_FILENAME",
     "TRACKER_FILENAME",

@@ -2,9 +2,9 @@
 check that the directory is writable and has room for one checkpoint. Every failure is one ConfigError,
 the same on every rank (run_recipe.py: `error: ...`, exit 2).
 
-Also installs the writer reaper: Megatron-Core's torch_dist save forks writer processes; a forked child
-of a training process gets PR_SET_PDEATHSIG(SIGKILL), so a rank killed during a save takes its writers
-with it instead of leaving them blocked forever on a queue nobody reads.
+Also installs the writer reaper: Megatron-Core's torch_dist save forks writer processes and spawns a
+Manager server for its results queue; each gets PR_SET_PDEATHSIG(SIGKILL), so a rank killed during a
+save takes them with it instead of leaving them running forever (install_results_queue).
 """
 
 from __future__ import annotations
@@ -47,6 +47,33 @@ def install_writer_reaper() -> None:
         state["pid"] = os.getpid()
 
     os.register_at_fork(before=before, after_in_child=lambda: _die_with_parent(state["pid"]))
+
+
+_results_manager = None
+
+
+def install_results_queue() -> None:
+    """Megatron-Core's torch_dist writer collects results through a queue served by a *spawned*
+    multiprocessing Manager (one per process, created at the first save). Spawned processes run none
+    of the at-fork hooks, and a rank killed with -9 left that server running forever (holding the
+    launcher's stdout). Bridge creates the same queue first, from a Manager whose server process gets
+    PR_SET_PDEATHSIG in its initializer, so it dies with its rank."""
+    global _results_manager
+    if _results_manager is not None:
+        return
+    import multiprocessing
+    from multiprocessing.managers import SyncManager
+
+    try:
+        from megatron.core.dist_checkpointing.strategies import filesystem_async as fa
+    except ImportError:  # pragma: no cover
+        return
+    if getattr(fa, "_results_queue", "absent") is not None:
+        return  # already created by Megatron-Core (or a release without it)
+    manager = SyncManager(ctx=multiprocessing.get_context("spawn"))
+    manager.start(initializer=_die_with_parent, initargs=(os.getpid(),))
+    fa._results_queue = manager.Queue()
+    _results_manager = manager
 
 
 def checkpoint_bytes(plan) -> tuple[int, str]:

@@ -84,6 +84,10 @@ def save_checkpoint(
     """
     from megatron.core import dist_checkpointing
 
+    from bridge.checkpoint import preflight
+
+    preflight.install_writer_reaper()  # forked writers die with this process
+    preflight.install_results_queue()  # and so does the spawned results-queue server
     root = Path(root)
     target = checkpoint_dir(root, iteration)
     staging = staging_dir(root, iteration)

@@ -16,29 +16,70 @@ from bridge.config.plan import DataPlan
 from bridge.errors import ConfigError
 from bridge.training.data.sample import NO_MASKING, DocumentMasking, sample_from_text
 from bridge.training.data.splits import split_ranges
+from bridge.training.data.tokenizer import NullTokenizer
 
 
-def read_jsonl_documents(paths: list[str], text_key: str = "text") -> list[str]:
-    docs: list[str] = []
+def read_jsonl_records(paths: list[str], text_key: str = "text") -> list[tuple[str, str, int]]:
+    """(text, file, line) of every document; each mistake is one ConfigError naming the file and line."""
+    docs: list[tuple[str, str, int]] = []
     for path in paths:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(
                 f"dataset.data_paths entry {path!r} is not a file: give JSONL files for dataset.kind=jsonl"
             )
+        found = 0
         with p.open(encoding="utf-8") as f:
             for lineno, line in enumerate(f, 1):
                 if not line.strip():
                     continue
                 try:
                     record = json.loads(line)
-                    docs.append(record[text_key])
+                    text = record[text_key]
                 except (json.JSONDecodeError, KeyError, TypeError) as err:
                     raise ConfigError(
                         f"dataset.data_paths: {path}:{lineno} is not a JSON object with a {text_key!r} string "
                         f"({err}); fix the line or the file"
                     ) from err
+                if not isinstance(text, str):
+                    raise ConfigError(
+                        f"dataset.data_paths: {path}:{lineno}: {text_key!r} is {type(text).__name__} "
+                        f"{text!r:.40}, not a string; fix the line or the file"
+                    )
+                docs.append((text, str(path), lineno))
+                found += 1
+        if not found:
+            raise ConfigError(
+                f"dataset.data_paths: {path} holds no documents (empty file); give JSONL with one "
+                f'{{"{text_key}": ...}} object per line, or remove it from dataset.data_paths'
+            )
     return docs
+
+
+def read_jsonl_documents(paths: list[str], text_key: str = "text") -> list[str]:
+    return [text for text, _, _ in read_jsonl_records(paths, text_key)]
+
+
+def tokenize_documents(records: list[tuple[str, str, int]], tokenizer) -> list[int]:
+    """Token ids of the documents, each followed by eod; a document the tokenizer cannot read, or an
+    id outside the tokenizer's vocabulary, is one ConfigError naming its file and line."""
+    ids: list[int] = []
+    limit = tokenizer.vocab_size - 1  # ids 0..vocab_size-2 plus eod (NullTokenizer: num_ids)
+    for text, path, lineno in records:
+        try:
+            doc = tokenizer.tokenize(text)
+        except ValueError as err:
+            raise ConfigError(f"dataset.data_paths: {path}:{lineno}: {err}") from None
+        bad = [t for t in doc if not 0 <= t <= limit] if isinstance(tokenizer, NullTokenizer) else []
+        if bad:
+            raise ConfigError(
+                f"dataset.data_paths: {path}:{lineno}: token id {bad[0]} is outside the NullTokenizer's ids "
+                f"0..{limit} (tokenizer.vocab_size={limit}, plus its end-of-document id {limit}); fix the "
+                "data, or raise tokenizer.vocab_size / model.vocab_size"
+            )
+        ids.extend(doc)
+        ids.append(tokenizer.eod)
+    return ids
 
 
 class JsonlDataset(torch.utils.data.Dataset):
@@ -87,17 +128,14 @@ def build_jsonl_datasets(
     data: DataPlan, tokenizer, masking: DocumentMasking = NO_MASKING
 ) -> list[JsonlDataset | None]:
     """One dataset per split (train, valid, test); None where the split is empty or not needed."""
-    docs = read_jsonl_documents(list(data.paths))
+    docs = read_jsonl_records(list(data.paths))
     seq_length, seed = data.seq_length, data.seed
     out: list[JsonlDataset | None] = []
     for (begin, end), size in zip(split_ranges(len(docs), data.split), data.sample_counts, strict=True):
         if end <= begin or not size:
             out.append(None)
             continue
-        ids: list[int] = []
-        for doc in docs[begin:end]:
-            ids.extend(tokenizer.tokenize(doc))
-            ids.append(tokenizer.eod)
+        ids = tokenize_documents(docs[begin:end], tokenizer)
         out.append(
             JsonlDataset(np.asarray(ids, dtype=np.int64), size, seq_length, seed, tokenizer.eod, masking)
         )

@@ -6,6 +6,7 @@ names), so two thin adapters are enough: a null tokenizer for token-id data and 
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -38,7 +39,14 @@ class NullTokenizer:
         return OrderedDict(cls="NullTokenizer", vocab_size=self.num_ids)
 
     def tokenize(self, text: str) -> list[int]:
-        return [int(x) for x in text.split()]
+        try:
+            return [int(x) for x in text.split()]
+        except ValueError:
+            word = next(x for x in text.split() if not x.lstrip("-").isdigit())
+            raise ValueError(
+                f"the NullTokenizer reads whitespace-separated token ids, and {word[:40]!r} is not one; for text "
+                "use tokenizer.tokenizer_type=HuggingFaceTokenizer with tokenizer.tokenizer_model=<path>"
+            ) from None
 
 
 class HFTokenizer:
@@ -48,7 +56,16 @@ class HFTokenizer:
         from transformers import AutoTokenizer
 
         self.path = str(path)
-        self._tok = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+        try:
+            self._tok = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+        except (OSError, ValueError) as err:  # transformers' messages for a missing path mislead
+            why = (
+                "does not exist (a local tokenizer directory, or a hub name already in the Hugging Face "
+                "cache: nothing is downloaded at run time)"
+                if not os.path.exists(self.path)
+                else f"cannot be loaded as a tokenizer ({type(err).__name__}: {str(err).splitlines()[0][:200]})"
+            )
+            raise ConfigError(f"tokenizer.tokenizer_model={self.path!r} {why}") from None
         eod = self._tok.eos_token_id
         if eod is None:
             raise ConfigError(

@@ -1,0 +1,38 @@
+"""2 ranks: train 6 iterations saving every iteration (resuming from what is there); every stage of a
+save prints `@@stage <stage> <iteration> <rank>` and pauses briefly, so the test can kill -9 ranks at a
+chosen point of a save."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from train_common import tiny_config
+
+
+def main(workdir: str) -> None:
+    from bridge import checkpoint
+    from bridge.training import pretrain
+
+    print(f"@@pid {os.environ['RANK']} {os.getpid()}", flush=True)
+
+    def stage(name, folder, iteration):
+        print(f"@@stage {name} {iteration} {os.environ['RANK']}", flush=True)
+        time.sleep(0.2)
+
+    checkpoint.SAVE_STAGE_HOOKS.append(stage)
+    os.makedirs(f"{workdir}/ck", exist_ok=True)  # checkpoint.load must exist (empty: start from scratch)
+    pretrain(
+        tiny_config(
+            "train.train_iters=6",
+            f"checkpoint.save={workdir}/ck",
+            f"checkpoint.load={workdir}/ck",
+            "checkpoint.save_interval=1",
+            "checkpoint.most_recent_k=2",
+        )
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
