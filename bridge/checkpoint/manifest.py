@@ -111,7 +111,7 @@ def read_manifest(folder: str | os.PathLike) -> dict | None:
 def verify(folder: str | os.PathLike, checksums: bool = True) -> list[str]:
     """What is wrong with the checkpoint in `folder` ([] when it matches its manifest). All ranks call
     it together (each hashes a share) and get the same list. A folder without a manifest (written
-    before it existed) is checked for its metadata.json and common.pt only."""
+    before it existed) is checked for its metadata.json only."""
     folder = Path(folder)
     if not folder.is_dir():
         return [f"{folder} does not exist"]
@@ -120,9 +120,7 @@ def verify(folder: str | os.PathLike, checksums: bool = True) -> list[str]:
     except ValueError as err:
         return [str(err)]
     if manifest is None:
-        return [
-            f"{name} is missing" for name in ("metadata.json", "common.pt") if not (folder / name).is_file()
-        ]
+        return [] if (folder / "metadata.json").is_file() else ["metadata.json is missing"]
     files: dict = manifest["files"]
     problems = []
     for name, entry in files.items():

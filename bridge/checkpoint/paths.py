@@ -10,7 +10,7 @@ Layout (Megatron's):
     <root>/.bridge.lock                   the run that writes this directory (bridge.checkpoint.lock)
 
 A folder iter_N is *complete* when it holds manifest.json (every save since the manifest), or, for
-checkpoints written before it, when it holds metadata.json + common.pt and N <= the tracker. Anything
+checkpoints written before it, when it holds metadata.json and N <= the tracker. Anything
 else is a leftover: it never counts (retention, loading) and is removed at the next start.
 """
 
@@ -80,7 +80,7 @@ def is_complete(folder: str | os.PathLike, tracked: int | None = None) -> bool:
     folder = Path(folder)
     if (folder / MANIFEST_FILENAME).is_file():
         return True
-    if not ((folder / METADATA_FILENAME).is_file() and (folder / COMMON_FILENAME).is_file()):
+    if not (folder / METADATA_FILENAME).is_file():  # (Megatron-Core 0.19 writes no common.pt)
         return False
     it = _iteration_of(folder.name)
     if tracked is None:

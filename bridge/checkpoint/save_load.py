@@ -176,6 +176,7 @@ def load_checkpoint(
     fallback: bool = False,
     verify: bool = True,
     on_fallback: Callable[[str], None] | None = None,
+    lr_from_config: bool = False,
 ) -> dict:
     """Load into the model chunks (and optimizer / scheduler / RNG when given); returns train_state
     plus "checkpoint_dir" (the folder loaded).
@@ -183,7 +184,8 @@ def load_checkpoint(
     `path` is a root (its tracker's checkpoint, or `iteration`'s) or an iter_* directory. The folder is
     first checked against its manifest (sizes and checksums, `verify`); a damaged one is a
     CheckpointDamaged naming what is wrong, or, with `fallback` and a root's tracker choice, a call
-    to `on_fallback(message)` and a load of the previous complete checkpoint.
+    to `on_fallback(message)` and a load of the previous complete checkpoint. `lr_from_config`: keep
+    the optimizer's current max_lr / min_lr (scheduler.override_opt_param_scheduler).
 
     Model weights reshard to the current TP/PP layout; optimizer and RNG state need the saving layout.
     Before anything is read, the checkpoint is checked against the model (bridge.checkpoint.compat):
@@ -199,7 +201,9 @@ def load_checkpoint(
         problems = _agree(_check_folder(target, verify))
         if not problems:
             try:
-                return _load_one(target, model_chunks, optimizer, scheduler, load_rng, strict, model_config)
+                return _load_one(
+                    target, model_chunks, optimizer, scheduler, load_rng, strict, model_config, lr_from_config
+                )
             except CheckpointDamaged as err:
                 problems = [str(err)]
         what = f"checkpoint {target} is damaged: {'; '.join(problems)}"
@@ -227,7 +231,9 @@ def _check_folder(target: Path, verify: bool) -> list[str]:
     return manifest.verify(target, checksums=verify)
 
 
-def _load_one(target: Path, model_chunks, optimizer, scheduler, load_rng, strict, model_config) -> dict:
+def _load_one(
+    target: Path, model_chunks, optimizer, scheduler, load_rng, strict, model_config, lr_from_config=False
+) -> dict:
     from megatron.core import dist_checkpointing
 
     try:
@@ -257,6 +263,8 @@ def _load_one(target: Path, model_chunks, optimizer, scheduler, load_rng, strict
         for chunk, key in zip(chunks, _model_keys(len(chunks)), strict=True):
             chunk.load_state_dict(loaded[key], strict=strict)
         if optimizer is not None:
+            if lr_from_config:
+                state.use_current_lr(optimizer, loaded["optimizer"])
             optimizer.load_state_dict(loaded["optimizer"])
             state.restore_adam_steps(optimizer, loaded["optimizer"])
     if scheduler is not None and "opt_param_scheduler" in loaded:

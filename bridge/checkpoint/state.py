@@ -87,3 +87,29 @@ def restore_adam_steps(optimizer, loaded: Any) -> None:
         for state in opt.optimizer.state.values():
             if torch.is_tensor(state.get("step")):
                 state["step"] = torch.tensor(step, dtype=state["step"].dtype, device=state["step"].device)
+
+
+def use_current_lr(optimizer, loaded: Any) -> None:
+    """Give the loaded optimizer state the current param groups' max_lr / min_lr (the config's, for
+    scheduler.override_opt_param_scheduler). Megatron-Core 0.19 matches saved to current param groups by
+    a key that includes max_lr and min_lr, so a changed optimizer.lr would not load at all; 0.16 keeps
+    the saved values, which the scheduler then prefers. Bridge's groups share one (max_lr, min_lr)."""
+    pairs = {(g.get("max_lr"), g.get("min_lr")) for g in optimizer.param_groups}
+    if len(pairs) != 1:
+        return
+    max_lr, min_lr = pairs.pop()
+
+    def visit(node):
+        if isinstance(node, dict):
+            groups = node.get("param_groups")
+            if isinstance(groups, list):
+                for g in groups:
+                    if isinstance(g, dict) and "max_lr" in g:
+                        g["max_lr"], g["min_lr"] = max_lr, min_lr
+            for v in node.values():
+                visit(v)
+        elif isinstance(node, list | tuple):
+            for v in node:
+                visit(v)
+
+    visit(loaded)

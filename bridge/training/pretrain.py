@@ -60,6 +60,7 @@ def _resume(cfg: ConfigContainer, model: list, optimizer, scheduler, layout_line
             load_rng=ck.load_rng,
             fallback=ck.fallback_to_previous,
             on_fallback=warn,
+            lr_from_config=cfg.scheduler.override_opt_param_scheduler,
         )
         if cfg.scheduler.override_opt_param_scheduler:
             for group, fields in zip(optimizer.param_groups, lr_fields, strict=True):
