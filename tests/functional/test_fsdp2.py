@@ -4,13 +4,10 @@ tied embeddings and gradient clipping active (tests/functional/workers/fsdp2_equ
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
+from tests.functional.fsdp2_checks import check_matches, run_suite
 
-WORKER = REPO_ROOT / "tests/functional/workers/fsdp2_equivalence.py"
 SUITE = "dp_tp"
 PAIRS = {  # fsdp2 run -> the megatron run it must reproduce
     "fsdp2_dp4": "megatron_dp4",
@@ -21,23 +18,12 @@ PAIRS = {  # fsdp2 run -> the megatron run it must reproduce
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    out = assert_ok(torchrun(WORKER, 4, str(tmp_path_factory.mktemp("fsdp2")), SUITE, timeout=600))
-    records = [json.loads(line.split(" ", 1)[1]) for line in out.splitlines() if line.startswith("@@run ")]
-    return {r["run"]: r for r in records}
-
-
-def _rel(a: float, b: float) -> float:
-    return abs(a - b) / max(abs(b), 1e-12)
+    return run_suite(tmp_path_factory, SUITE)
 
 
 @pytest.mark.parametrize("fsdp2_run", sorted(PAIRS))
 def test_fsdp2_matches_megatron_losses_and_grad_norms(runs, fsdp2_run):
-    got, ref = runs[fsdp2_run], runs[PAIRS[fsdp2_run]]
-    assert sorted(got["losses"], key=int) == ["1", "2", "3", "4", "5"]
-    for key in ("losses", "grad_norms"):
-        worst = max(_rel(got[key][it], ref[key][it]) for it in ref[key])
-        assert worst <= 1e-5, (fsdp2_run, key, worst, got[key], ref[key])
-    assert max(ref["grad_norms"].values()) > 0.5  # optimizer.clip_grad=0.5 clipped those steps
+    check_matches(runs, fsdp2_run, PAIRS[fsdp2_run])
 
 
 @pytest.mark.parametrize("fsdp2_run", sorted(PAIRS))

@@ -1,0 +1,31 @@
+"""Shared by the test_fsdp2*.py modules: launch one suite of tests/functional/workers/fsdp2_equivalence.py
+on 4 gloo ranks and compare each fsdp2 run with the strategy-megatron run it must reproduce."""
+
+from __future__ import annotations
+
+import json
+
+from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
+
+WORKER = REPO_ROOT / "tests/functional/workers/fsdp2_equivalence.py"
+
+
+def run_suite(tmp_path_factory, suite: str) -> dict[str, dict]:
+    """Every run of `suite`, by name (losses, grad_norms, mesh_ok)."""
+    out = assert_ok(torchrun(WORKER, 4, str(tmp_path_factory.mktemp("fsdp2")), suite, timeout=600))
+    records = [json.loads(line.split(" ", 1)[1]) for line in out.splitlines() if line.startswith("@@run ")]
+    return {r["run"]: r for r in records}
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def check_matches(runs: dict[str, dict], fsdp2_run: str, reference: str) -> None:
+    """Losses and grad norms over the 5 steps within 1e-5 relative; clipping was active."""
+    got, ref = runs[fsdp2_run], runs[reference]
+    assert sorted(got["losses"], key=int) == ["1", "2", "3", "4", "5"]
+    for key in ("losses", "grad_norms"):
+        worst = max(_rel(got[key][it], ref[key][it]) for it in ref[key])
+        assert worst <= 1e-5, (fsdp2_run, key, worst, got[key], ref[key])
+    assert max(ref["grad_norms"].values()) > 0.5  # optimizer.clip_grad=0.5 clipped those steps
