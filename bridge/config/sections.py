@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from bridge.parallel.layout import STRATEGIES
-
 # Accepted names, shared by validation and the docs.
 OPTIMIZERS = ("adam", "sgd")
 LR_DECAY_STYLES = ("cosine", "linear", "constant")
@@ -24,7 +22,6 @@ PP_SCHEDULES = ("1f1b", "interleaved_1f1b")
 # mixed_precision.precision -> the dtype it trains in (with CUDA; CPU runs train in fp32).
 PRECISION_DTYPES = {"bf16_mixed": "bf16", "fp16_mixed": "fp16", "fp32": "fp32"}
 PRECISIONS = tuple(PRECISION_DTYPES)
-__all__ = ["STRATEGIES"]  # re-exported: the layout rules own the strategy names
 
 
 @dataclass
