@@ -22,7 +22,27 @@ T = TypeVar("T")
 def compose(
     base: T, *, config_file: str | Path | None = None, overrides: Sequence[str] = ()
 ) -> tuple[T, list[str]]:
-    """Returns (resolved config, warnings from the config file's translation)."""
+    """Returns (resolved config, warnings from the config file's translation).
+
+    When the result starts from a Hugging Face folder (checkpoint.pretrained_checkpoint=HF_DIR), the
+    base's model section is first filled from the folder's config.json and the file and overrides are
+    applied again on top, so they still win (and validation checks them against the weights)."""
+    cfg, warnings = _compose_once(base, config_file, overrides)
+    checkpoint = getattr(cfg, "checkpoint", None)
+    from bridge.config.finetune_rules import is_hf_folder
+
+    if checkpoint is not None and is_hf_folder(checkpoint.pretrained_checkpoint):
+        import copy
+
+        from bridge.training.hf_start import model_from_hf
+
+        filled = copy.deepcopy(base)
+        filled.model = model_from_hf(filled.model, checkpoint.pretrained_checkpoint)
+        cfg, warnings = _compose_once(filled, config_file, overrides)
+    return cfg, warnings
+
+
+def _compose_once(base: T, config_file: str | Path | None, overrides: Sequence[str]) -> tuple[T, list[str]]:
     warnings: list[str] = []
     cfg = base
     if config_file is not None:

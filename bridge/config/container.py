@@ -20,6 +20,7 @@ from bridge.config.sections import (
     LoggerConfig,
     MixedPrecisionConfig,
     OptimizerConfig,
+    PeftConfig,
     RNGConfig,
     SchedulerConfig,
     TokenizerConfig,
@@ -48,7 +49,7 @@ class ConfigContainer:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
     rng: RNGConfig = field(default_factory=RNGConfig)
-    peft: Any = None  # no PEFT method is implemented yet: any value is a ConfigError in validate()
+    peft: PeftConfig = field(default_factory=PeftConfig)  # scheme None: full-parameter training
 
     # ---- fields that follow others -------------------------------------------------------------
 

@@ -65,6 +65,10 @@ class DataPlan:
     num_workers: int  # what runs (0 on CPU: workers would compete with training threads)
     cache_dir: str | None
     sample_counts: tuple[int, int, int]  # samples each split provides over the run (Megatron's formula)
+    # sft / chat data (bridge.training.data.sft)
+    packed_sequence_size: int = 0  # 0 = one sample per row, padded to seq_length
+    answer_only_loss: bool = True
+    truncation: str = "right"  # right | drop
 
 
 @dataclass(frozen=True)
@@ -185,6 +189,9 @@ def build_plan(config: ConfigContainer, world_size: int, cuda: bool) -> RunPlan:
         num_workers=workers,
         cache_dir=d.cache_dir,
         sample_counts=(train_samples, valid, test),
+        packed_sequence_size=d.packed_sequence_size,
+        answer_only_loss=d.answer_only_loss,
+        truncation=d.truncation,
     )
     warmup, decay = scheduler_iters(cfg)
     schedule = SchedulePlan(

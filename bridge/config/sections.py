@@ -10,12 +10,15 @@ bridge/config/validation.py; nothing here imports torch or megatron.core.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
-
 # Accepted names, shared by validation and the docs.
 OPTIMIZERS = ("adam", "sgd")
 LR_DECAY_STYLES = ("cosine", "linear", "constant")
-DATASET_KINDS = ("mock", "indexed", "jsonl")
+DATASET_KINDS = ("mock", "indexed", "jsonl", "sft", "chat")
+# sft / chat: a sample longer than seq_length + 1 tokens is cut at its end (right) or left out (drop)
+TRUNCATIONS = ("right", "drop")
+PEFT_SCHEMES = ("lora", "dora")
+# Megatron-Core module names a PEFT adapter attaches to (Megatron-Bridge's names)
+PEFT_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
 TOKENIZER_TYPES = ("NullTokenizer", "HuggingFaceTokenizer")
 CKPT_FORMATS = ("torch_dist",)
 PP_SCHEDULES = ("1f1b", "interleaved_1f1b")
@@ -74,16 +77,22 @@ class SchedulerConfig:
 
 @dataclass
 class DatasetConfig:
-    kind: str = "mock"  # mock | indexed (Megatron .bin/.idx) | jsonl
+    # mock | indexed (Megatron .bin/.idx) | jsonl (text) | sft ({"input", "output"} records) |
+    # chat ({"messages": [...]} records rendered with the tokenizer's chat template)
+    kind: str = "mock"
     # Megatron blend as a list: ["p1", "p2"] or with weights ["0.3", "p1", "0.7", "p2"].
-    # indexed: path prefixes (without .bin/.idx); jsonl: files.
+    # indexed: path prefixes (without .bin/.idx); jsonl: files; sft / chat: .jsonl / .json / .parquet files.
     data_paths: list[str] = field(default_factory=list)
     split: str = "969,30,1"  # train,valid,test weights
     # One source of truth: None follows model.seq_length (filled in by ConfigContainer.resolve());
     # an explicit value that differs from model.seq_length is a ConfigError.
     seq_length: int | None = None
     seed: int = 1234
-    packed_sequence_size: int = 0  # 0 = no packing
+    # sft / chat: rows of this many tokens holding several samples each (0 = one sample per row,
+    # padded to seq_length); needs train.micro_batch_size=1
+    packed_sequence_size: int = 0
+    answer_only_loss: bool = True  # sft / chat: loss on the output / assistant tokens only
+    truncation: str = "right"  # sft / chat: right | drop (TRUNCATIONS)
     reset_position_ids: bool = False
     reset_attention_mask: bool = False
     eod_mask_loss: bool = False
@@ -169,6 +178,15 @@ class RNGConfig:
     data_parallel_random_init: bool = False
 
 
-# peft is `Any = None` on the container: no PEFT method is implemented yet, and setting one (any value)
-# is a ConfigError in validation rather than a type error, so the message can say so.
-PeftConfig = Any
+@dataclass
+class PeftConfig:
+    """Parameter-efficient finetuning: low-rank adapters on the target linear layers, base weights frozen.
+
+    Defaults are Megatron-Bridge's LoRA values (dim 32, alpha 32, no dropout, all four linear layers).
+    """
+
+    scheme: str | None = None  # None = train every weight | lora | dora
+    target_modules: list[str] = field(default_factory=lambda: list(PEFT_TARGETS))
+    dim: int = 32  # adapter rank r
+    alpha: float = 32.0  # the adapter's output is scaled by alpha / dim
+    dropout: float = 0.0  # dropout on the adapter's input

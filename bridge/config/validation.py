@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from bridge.config import finetune_rules
 from bridge.config import sections as S
 from bridge.config.sections import PRECISION_DTYPES
 from bridge.errors import ConfigError
@@ -47,13 +48,6 @@ def validate_config(cfg: ConfigContainer, world_size: int, cuda: bool) -> tuple[
             "world_size", world_size, "must be a positive integer", "pass --world-size N (or WORLD_SIZE)"
         )
     cfg.resolve()
-    if cfg.peft is not None:
-        raise fail(
-            "peft",
-            cfg.peft,
-            "no PEFT method is implemented yet (full-parameter training only)",
-            "remove it (peft=null or ~peft)",
-        )
     cfg.model.finalize()
     layout = cfg.layout(world_size)
     warnings = list(layout.warnings)
@@ -68,6 +62,9 @@ def validate_config(cfg: ConfigContainer, world_size: int, cuda: bool) -> tuple[
     warnings += _distributed(cfg, layout)
     _strategy_available(cfg.distributed.strategy, cuda)
     _fsdp2(cfg)
+    finetune_rules.check_sft_data(cfg, cuda)
+    finetune_rules.check_peft(cfg)
+    finetune_rules.check_hf_start(cfg)
     warnings += _precision(cfg)
     _positive("rng.seed", cfg.rng.seed, zero_ok=True)
     return layout, warnings
@@ -310,14 +307,6 @@ def _dataset(cfg: ConfigContainer) -> None:
     _split_weights(d.split)
     _positive("dataset.num_workers", d.num_workers, zero_ok=True)
     _positive("dataset.packed_sequence_size", d.packed_sequence_size, zero_ok=True)
-    if d.packed_sequence_size:
-        raise fail(
-            "dataset.packed_sequence_size",
-            d.packed_sequence_size,
-            "sequence packing is for finetuning datasets; pretraining data is already packed into "
-            "seq_length windows",
-            "set dataset.packed_sequence_size=0",
-        )
     if d.kind == "mock" and d.data_paths:
         raise fail(
             "dataset.data_paths",
@@ -342,6 +331,8 @@ def _dataset(cfg: ConfigContainer) -> None:
                     "an indexed dataset prefix (path without .bin/.idx)"
                     if d.kind == "indexed"
                     else "a JSONL file"
+                    if d.kind == "jsonl"
+                    else "a .jsonl / .json / .parquet file"
                 )
                 raise fail(
                     "dataset.data_paths",

@@ -161,7 +161,25 @@ def test_valid_config_gives_layout_and_no_warnings():
             r"train.global_batch_size = 6: must be a multiple of train.micro_batch_size \(1\) x data-parallel size \(4\) = 4",
         ),
         (["train.micro_batch_size=3"], 2, r"train.micro_batch_size \(3\) x data-parallel size \(2\) = 6"),
-        (["+peft.method=lora"], 1, r"peft = .*no PEFT method is implemented yet.*Fix: remove it"),
+        (["peft.scheme=qlora"], 1, r"peft.scheme = 'qlora': must be null or one of lora, dora"),
+        (["peft.scheme=lora"], 1, r"checkpoint.pretrained_checkpoint = None: peft.scheme=lora trains adapters"),
+        (
+            ["peft.scheme=lora", "peft.target_modules=[linear_qkv,q_proj]"],
+            1,
+            r"peft.target_modules = \['linear_qkv', 'q_proj'\]: .*\('q_proj' is not one\)",
+        ),
+        (["peft.scheme=lora", "peft.dim=0"], 1, r"peft.dim = 0: the adapter rank must be an integer >= 1"),
+        (
+            ["peft.scheme=lora", "distributed.strategy=fsdp2"],
+            1,
+            r"distributed.strategy = 'fsdp2': peft.scheme=lora runs with strategies megatron, ddp",
+        ),
+        (
+            ["dataset.packed_sequence_size=16"],
+            1,
+            r"dataset.packed_sequence_size = 16: packing is for finetuning data \(dataset.kind=sft or chat\)",
+        ),
+        (["dataset.truncation=left"], 1, r"dataset.truncation = 'left': must be one of right, drop"),
         (
             ["mixed_precision.precision=bf16"],
             1,
@@ -216,11 +234,6 @@ def test_valid_config_gives_layout_and_no_warnings():
         (["dataset.kind=indexed", "dataset.data_paths=[/nope/x]"], 1, r"/nope/x.bin, /nope/x.idx not found"),
         (["dataset.kind=jsonl", "dataset.data_paths=['0.5',a,b]"], 1, r"mixes weights and paths"),
         (['dataset.split="1,2,3,4"'], 1, r"dataset.split = '1,2,3,4': must be 1 to 3 comma-separated"),
-        (
-            ["dataset.packed_sequence_size=128"],
-            1,
-            r"dataset.packed_sequence_size = 128: sequence packing is for finetuning datasets",
-        ),
         (
             ["checkpoint.async_save=true"],
             1,

@@ -1,0 +1,157 @@
+"""The rules of finetuning runs: SFT / chat data, sequence packing, PEFT adapters, and starting from a
+Hugging Face folder. Called by bridge.config.validation (one place validates a run)."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from bridge.config import sections as S
+from bridge.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bridge.config.container import ConfigContainer
+
+SFT_KINDS = ("sft", "chat")
+SFT_FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+# strategies whose wrappers bucket only trainable parameters (frozen base weights stay out of the grads)
+PEFT_STRATEGIES = ("megatron", "ddp")
+
+
+def _fail(field: str, value, rule: str, fix: str) -> ConfigError:
+    return ConfigError(f"{field} = {value!r}: {rule}. Fix: {fix}.")
+
+
+def is_hf_folder(path: str | None) -> bool:
+    """A Hugging Face model folder (config.json, no torch_dist metadata) rather than a bridge checkpoint."""
+    if not path or not os.path.isdir(path):
+        return False
+    return os.path.isfile(os.path.join(path, "config.json")) and not any(
+        os.path.exists(os.path.join(path, name))
+        for name in ("latest_checkpointed_iteration.txt", "metadata.json", "common.pt")
+    )
+
+
+def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
+    d = cfg.dataset
+    if d.truncation not in S.TRUNCATIONS:
+        raise _fail("dataset.truncation", d.truncation, f"must be one of {', '.join(S.TRUNCATIONS)}", "pick one")
+    if d.packed_sequence_size and d.kind not in SFT_KINDS:
+        raise _fail(
+            "dataset.packed_sequence_size",
+            d.packed_sequence_size,
+            f"packing is for finetuning data (dataset.kind=sft or chat), not dataset.kind={d.kind}, which is "
+            "already cut into seq_length windows",
+            "set dataset.packed_sequence_size=0, or use dataset.kind=sft / chat",
+        )
+    if d.kind not in SFT_KINDS:
+        return
+    for path in d.data_paths:
+        if not str(path).endswith(SFT_FILE_SUFFIXES):
+            raise _fail(
+                "dataset.data_paths",
+                path,
+                f"dataset.kind={d.kind} reads {', '.join(SFT_FILE_SUFFIXES)} files (through the datasets library)",
+                "give JSON Lines, JSON or Parquet files",
+            )
+    if d.kind == "chat" and cfg.tokenizer.tokenizer_type != "HuggingFaceTokenizer":
+        raise _fail(
+            "tokenizer.tokenizer_type",
+            cfg.tokenizer.tokenizer_type,
+            "dataset.kind=chat renders messages with the tokenizer's chat template, which a NullTokenizer lacks",
+            "set tokenizer.tokenizer_type=HuggingFaceTokenizer tokenizer.tokenizer_model=<folder with a chat "
+            "template>",
+        )
+    n = d.packed_sequence_size
+    if n:
+        if cfg.train.micro_batch_size != 1:
+            raise _fail(
+                "train.micro_batch_size",
+                cfg.train.micro_batch_size,
+                "with packed sequences a micro batch is one packed row (the packing already fills it)",
+                "set train.micro_batch_size=1 (raise dataset.packed_sequence_size for more tokens per step)",
+            )
+        if n > cfg.model.seq_length:
+            raise _fail(
+                "dataset.packed_sequence_size",
+                n,
+                f"a packed row is longer than model.seq_length={cfg.model.seq_length}",
+                f"set model.seq_length={n} or a smaller packed_sequence_size",
+            )
+        if cfg.model.context_parallel_size > 1 and not cuda:
+            raise _fail(
+                "dataset.packed_sequence_size",
+                n,
+                "packed sequences with context parallelism split each sample over the CP ranks, which needs "
+                "Transformer Engine's THD attention (CUDA); the CPU attention takes packed rows without CP",
+                "set model.context_parallel_size=1 on CPU, or dataset.packed_sequence_size=0",
+            )
+
+
+def check_peft(cfg: ConfigContainer) -> None:
+    p = cfg.peft
+    if p.scheme is None:
+        return
+    if p.scheme not in S.PEFT_SCHEMES:
+        raise _fail("peft.scheme", p.scheme, f"must be null or one of {', '.join(S.PEFT_SCHEMES)}", "pick one")
+    targets = list(p.target_modules)
+    unknown = [t for t in targets if t not in S.PEFT_TARGETS]
+    if not targets or unknown or len(set(targets)) != len(targets):
+        raise _fail(
+            "peft.target_modules",
+            targets,
+            f"must be a non-empty list without repeats of {', '.join(S.PEFT_TARGETS)}"
+            + (f" ({unknown[0]!r} is not one)" if unknown else ""),
+            "e.g. peft.target_modules=[linear_qkv,linear_proj]",
+        )
+    if isinstance(p.dim, bool) or not isinstance(p.dim, int) or p.dim < 1:
+        raise _fail("peft.dim", p.dim, "the adapter rank must be an integer >= 1", "e.g. peft.dim=16")
+    if not p.alpha > 0:
+        raise _fail("peft.alpha", p.alpha, "must be > 0 (the adapter scale is alpha / dim)", "e.g. peft.alpha=32")
+    if not 0.0 <= p.dropout < 1.0:
+        raise _fail("peft.dropout", p.dropout, "must be in [0, 1)", "e.g. peft.dropout=0.05")
+    if cfg.distributed.strategy not in PEFT_STRATEGIES:
+        raise _fail(
+            "distributed.strategy",
+            cfg.distributed.strategy,
+            f"peft.scheme={p.scheme} runs with strategies {', '.join(PEFT_STRATEGIES)} (adapters are small: "
+            "sharding them buys nothing, and the sharded strategies would also shard the frozen base)",
+            "use distributed.strategy=megatron",
+        )
+    experts = [t for t in targets if t in ("linear_fc1", "linear_fc2")]
+    if cfg.model.num_moe_experts and experts:
+        raise _fail(
+            "peft.target_modules",
+            targets,
+            f"{', '.join(experts)} of a mixture-of-experts model are its expert layers, which take no adapters "
+            "in bridge yet",
+            "target the attention only: peft.target_modules=[linear_qkv,linear_proj]",
+        )
+    if not cfg.checkpoint.pretrained_checkpoint:
+        raise _fail(
+            "checkpoint.pretrained_checkpoint",
+            None,
+            f"peft.scheme={p.scheme} trains adapters on frozen pretrained weights, so it needs them (adapter "
+            "checkpoints hold only the adapters)",
+            "set checkpoint.pretrained_checkpoint=<Hugging Face folder or torch_dist checkpoint>",
+        )
+
+
+def check_hf_start(cfg: ConfigContainer) -> None:
+    """With a Hugging Face folder as checkpoint.pretrained_checkpoint, every architecture field of the
+    model section must be what the folder's config.json says (the weights have those shapes)."""
+    path = cfg.checkpoint.pretrained_checkpoint
+    if not is_hf_folder(path):
+        return
+    from bridge.training.hf_start import architecture_fields
+
+    for name, want in architecture_fields(path).items():
+        have = getattr(cfg.model, name)
+        if have != want:
+            raise _fail(
+                f"model.{name}",
+                have,
+                f"checkpoint.pretrained_checkpoint={path!r} is a Hugging Face model whose config.json gives "
+                f"{name}={want!r}, and its weights have that shape",
+                f"drop the model.{name} override (the model section follows the folder's config.json)",
+            )

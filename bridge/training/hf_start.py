@@ -1,0 +1,42 @@
+"""Start a run from a Hugging Face model folder: `checkpoint.pretrained_checkpoint=HF_DIR`.
+
+The model section takes every architecture field from the folder's config.json (what
+`AutoBridge.to_megatron_provider` reads; training choices such as seq_length, dropout and dtypes stay
+the recipe's), command-line overrides apply on top (bridge.config.compose), validation refuses an
+override that contradicts the weights (bridge.config.finetune_rules.check_hf_start), and the weights
+stream in through AutoBridge on every rank for its own shards while the model is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+
+from bridge.models.gpt_provider import GPTModelProvider
+
+
+@lru_cache(maxsize=8)
+def _fields(path: str) -> tuple[tuple[str, object], ...]:
+    from bridge.conversion import hf_config as hfc
+    from bridge.conversion.auto_bridge import AutoBridge
+
+    fields = AutoBridge.from_hf_pretrained(path)._provider_fields
+    return tuple((k, v) for k, v in fields.items() if k not in hfc._NOT_MATH)
+
+
+def architecture_fields(path: str) -> dict[str, object]:
+    """The model fields config.json fixes (the weights' shapes and the model's function)."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in _fields(str(path))}
+
+
+def model_from_hf(model: GPTModelProvider, path: str) -> GPTModelProvider:
+    """A copy of `model` (the recipe's: parallel sizes, seq_length, recompute, ...) with the folder's
+    architecture."""
+    return dataclasses.replace(model, **architecture_fields(path))
+
+
+def stream_hf_weights(provider: GPTModelProvider, path: str) -> None:
+    """Load the folder's safetensors into each chunk as it is built (this rank's shards only)."""
+    from bridge.conversion.auto_bridge import AutoBridge
+
+    provider.register_post_build_hook(AutoBridge.from_hf_pretrained(path).load_hf_weights, replaces_weights=True)
