@@ -78,13 +78,21 @@ def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
                 f"a packed row is longer than model.seq_length={cfg.model.seq_length}",
                 f"set model.seq_length={n} or a smaller packed_sequence_size",
             )
-        if cfg.model.context_parallel_size > 1 and not cuda:
+        if cfg.model.context_parallel_size > 1:
             raise _fail(
                 "dataset.packed_sequence_size",
                 n,
-                "packed sequences with context parallelism split each sample over the CP ranks, which needs "
-                "Transformer Engine's THD attention (CUDA); the CPU attention takes packed rows without CP",
-                "set model.context_parallel_size=1 on CPU, or dataset.packed_sequence_size=0",
+                "packed rows with context parallelism need every sample padded to a multiple of 2*cp and split "
+                "per sample over the CP ranks (Transformer Engine's THD path), which bridge does not do yet",
+                "set model.context_parallel_size=1 for packed finetuning (the row length already satisfies "
+                "packed_sequence_size % cp == 0), or dataset.packed_sequence_size=0 to keep CP",
+            )
+        if cfg.model.window_size is not None and not cuda:
+            raise _fail(
+                "model.window_size",
+                cfg.model.window_size,
+                "packed rows on CPU run through bridge's sdpa attention, which has no sliding window",
+                "set dataset.packed_sequence_size=0 for this model on CPU",
             )
 
 

@@ -7,8 +7,11 @@ layer; sdpa picks a fused kernel (flash attention on CPU) that never stores the 
 
 Supported: self attention with causal, padding (explicit boolean mask) or no mask; GQA; dropout;
 softmax_scale and apply_query_key_layer_scaling as DotProductAttention applies them; context
-parallelism (below). Not supported (refused, see `unsupported_reason`): sliding windows, softmax_type
-other than "vanilla", packed sequences and attention bias. `bridge.models.specs` keeps
+parallelism (below); packed sequences (Megatron-Core's THD format: `packed_seq_params` with
+qkv_format="thd" and cu_seqlens; Attention hands over [t, heads, dim] tensors and each token attends
+causally within its own segment only). Not supported (refused, see `unsupported_reason`): sliding
+windows, softmax_type other than "vanilla" and attention bias; packed sequences with context
+parallelism (Transformer Engine's THD attention is that path). `bridge.models.specs` keeps
 DotProductAttention for those configs (without CP; with CP the model build refuses them).
 
 Context parallelism (context_parallel_size = cp > 1), the local spec's CP path (Transformer Engine's
@@ -127,14 +130,12 @@ class SDPAttention(MegatronModule):
         attention_bias: torch.Tensor | None = None,
         packed_seq_params=None,
     ) -> torch.Tensor:
-        """[sq, b, np, hn] query, [sk, b, ng, hn] key/value -> [sq, b, np * hn] context."""
-        if packed_seq_params is not None:
-            raise NotImplementedError(
-                "sdpa attention does not take packed sequences (packed_seq_params); they need Transformer "
-                "Engine's attention"
-            )
+        """[sq, b, np, hn] query, [sk, b, ng, hn] key/value -> [sq, b, np * hn] context
+        (packed THD: [t, np, hn] and [t, ng, hn] -> [t, np * hn])."""
         if attention_bias is not None:
             raise NotImplementedError("sdpa attention does not take an attention bias")
+        if packed_seq_params is not None:
+            return self._packed_forward(query, key, value, packed_seq_params)
         if self.cp_group is not None:
             # This rank's 2 chunks of K/V -> the whole sequence's, in global order; mask by global position.
             key = gather_cp_sequence(key, self.cp_group)
@@ -143,9 +144,17 @@ class SDPAttention(MegatronModule):
         else:
             # Like DotProductAttention, the mask type fixed at construction decides (the argument is unused).
             mask, is_causal = self._sdpa_mask(attention_mask, query.size(0), key.size(0))
-        training = self.training and self.dropout_p > 0
         # [s, b, n, d] -> [b, n, s, d] as strided views: sdpa's CPU kernels read them as they are.
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
+        context = self._sdpa(q, k, v, mask, is_causal)
+        # [b, np, sq, hn] -> [sq, b, np * hn]
+        return context.permute(2, 0, 1, 3).reshape(
+            query.size(0), query.size(1), self.hidden_size_per_partition
+        )
+
+    def _sdpa(self, q, k, v, mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
+        """sdpa on [b, n, s, d] views, with dropout from the right RNG."""
+        training = self.training and self.dropout_p > 0
         gqa = self.num_attention_heads_per_partition != self.num_query_groups_per_partition
         kwargs = dict(
             attn_mask=mask,
@@ -158,13 +167,26 @@ class SDPAttention(MegatronModule):
             # Dropout draws from the model-parallel RNG, as DotProductAttention's does: each TP rank
             # holds different heads and must drop independently.
             with tensor_parallel.get_cuda_rng_tracker().fork():
-                context = F.scaled_dot_product_attention(q, k, v, **kwargs)
-        else:
-            context = F.scaled_dot_product_attention(q, k, v, **kwargs)
-        # [b, np, sq, hn] -> [sq, b, np * hn]
-        return context.permute(2, 0, 1, 3).reshape(
-            query.size(0), query.size(1), self.hidden_size_per_partition
-        )
+                return F.scaled_dot_product_attention(q, k, v, **kwargs)
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+    def _packed_forward(self, query, key, value, packed_seq_params) -> torch.Tensor:
+        """THD: [t, np, hn] q, [t, ng, hn] k/v of one packed row; causal attention inside each segment."""
+        if packed_seq_params.qkv_format != "thd":
+            raise NotImplementedError(
+                f"sdpa attention takes packed sequences in the thd format, got {packed_seq_params.qkv_format!r}"
+            )
+        if self.cp_group is not None:
+            raise NotImplementedError(
+                "sdpa attention with packed sequences runs without context parallelism (Transformer Engine's "
+                "THD attention splits packed rows over CP ranks)"
+            )
+        if query.dim() != 3:
+            raise ValueError(f"packed (thd) attention expects [t, heads, dim] tensors, got {tuple(query.shape)}")
+        mask = packed_causal_mask(packed_seq_params.cu_seqlens_q, query.size(0), query.device)
+        q, k, v = (t.permute(1, 0, 2).unsqueeze(0) for t in (query, key, value))  # [1, n, t, d]
+        context = self._sdpa(q, k, v, mask, False)
+        return context.squeeze(0).permute(1, 0, 2).reshape(query.size(0), self.hidden_size_per_partition)
 
     def _sdpa_mask(
         self, attention_mask: torch.Tensor | None, sq: int, sk: int
@@ -213,6 +235,17 @@ class SDPAttention(MegatronModule):
             mask = torch.arange(sk, device=device)[None, :] <= q_pos[:, None]  # [sq, sk], True = attend
             self._cp_masks = {key: mask}
         return mask, False
+
+
+def packed_causal_mask(cu_seqlens: torch.Tensor, total: int, device) -> torch.Tensor:
+    """[t, t] boolean mask (True = attend) of a packed row: causal, and only within a token's segment
+    (segments are [cu_seqlens[i], cu_seqlens[i+1]))."""
+    cu = cu_seqlens.to(device=device, dtype=torch.int64).view(-1)
+    if int(cu[0]) != 0 or int(cu[-1]) != total or bool((cu[1:] < cu[:-1]).any()):
+        raise ValueError(f"cu_seqlens must rise from 0 to the row's {total} tokens, got {cu.tolist()}")
+    segment = torch.repeat_interleave(torch.arange(cu.numel() - 1, device=device), cu[1:] - cu[:-1])
+    position = torch.arange(total, device=device)
+    return (segment[:, None] == segment[None, :]) & (position[None, :] <= position[:, None])
 
 
 def cp_chunk_ranks(cp: int) -> list[tuple[int, int]]:

@@ -12,6 +12,11 @@ returns cp x the local loss sum and the CP group's total token count: that avera
 sequence's per-token mean, CP=1's gradient exactly, also when the chunks hold different numbers of loss
 tokens (eod_mask_loss). The report stays [local sum, local count] (the loop sums it over dp*cp). With
 `calculate_per_token_loss` Megatron-Core normalises by the dp*cp token total itself: nothing changes.
+
+Packed rows (finetuning data with dataset.packed_sequence_size, micro batch 1) carry `cu_seqlens`, the
+segment boundaries; they become Megatron-Core's PackedSeqParams in the THD format, so RoPE restarts and
+attention stays inside every segment (Transformer Engine's THD attention on GPU, bridge's sdpa attention
+on CPU).
 """
 
 from __future__ import annotations
@@ -77,7 +82,23 @@ def _cp_group_for_loss(model):
     return parallel_state.get_context_parallel_group()
 
 
+def packed_seq_params(cu_seqlens: torch.Tensor):
+    """Megatron-Core's THD PackedSeqParams for one packed row's [1, k + 1] (or [k + 1]) boundaries."""
+    from megatron.core.packed_seq_params import PackedSeqParams
+
+    cu = cu_seqlens.reshape(-1).to(torch.int32)
+    longest = int((cu[1:] - cu[:-1]).max())
+    return PackedSeqParams(
+        qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=longest, max_seqlen_kv=longest
+    )
+
+
 def forward_step(data_iterator, model):
     batch = get_batch(data_iterator)
-    output = model(batch["tokens"], batch["position_ids"], batch["attention_mask"], labels=batch["labels"])
+    extra = {}
+    if "cu_seqlens" in batch:
+        extra["packed_seq_params"] = packed_seq_params(batch["cu_seqlens"])
+    output = model(
+        batch["tokens"], batch["position_ids"], batch["attention_mask"], labels=batch["labels"], **extra
+    )
     return output, partial(loss_func, batch["loss_mask"], cp_group=_cp_group_for_loss(model))
