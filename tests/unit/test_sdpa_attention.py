@@ -174,8 +174,12 @@ def test_unsupported_configs_are_refused_at_construction(overrides, field):
 def test_unsupported_inputs_are_refused():
     _, ours = _pair(_config(4, 2))
     q, k, v = _qkv(4, 2)
-    with pytest.raises(NotImplementedError, match="packed"):
-        ours(q, k, v, None, packed_seq_params=object())
+    from megatron.core.packed_seq_params import PackedSeqParams
+
+    with pytest.raises(NotImplementedError, match="thd format, got 'sbhd'"):
+        ours(q, k, v, None, packed_seq_params=PackedSeqParams(qkv_format="sbhd"))
+    with pytest.raises(ValueError, match=r"packed \(thd\) attention expects \[t, heads, dim\]"):
+        ours(q, k, v, None, packed_seq_params=PackedSeqParams(qkv_format="thd"))
     with pytest.raises(NotImplementedError, match="bias"):
         ours(q, k, v, None, attention_bias=torch.zeros(1))
 
