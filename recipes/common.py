@@ -16,9 +16,11 @@ from bridge.config.container import ConfigContainer
 from bridge.config.sections import (
     CheckpointConfig,
     DatasetConfig,
+    DistributedConfig,
     LoggerConfig,
     MixedPrecisionConfig,
     OptimizerConfig,
+    PeftConfig,
     RNGConfig,
     SchedulerConfig,
     TokenizerConfig,
@@ -44,6 +46,7 @@ class RecipeInfo:
     module: str  # recipes.<module> holds a function called `name`
     description: str
     default_world_size: int  # the published layout's GPU count (at least its minimum)
+    entry: str = "pretrain"  # the training entry run_recipe.py calls: pretrain | finetune
 
 
 def pretrain_config(
@@ -120,3 +123,104 @@ def pretrain_config(
         mixed_precision=MixedPrecisionConfig(precision="bf16_mixed"),
         rng=RNGConfig(seed=1234),
     )
+
+
+# ---- finetuning (Megatron-Bridge's _sft_common / _peft_common and its H100 finetuning recipes) ----------
+
+SFT_LR = 5e-6  # full-parameter finetuning
+PEFT_LR = 1e-4  # adapters
+FINETUNE_TRAIN_ITERS = 1000
+
+
+def finetune_config(
+    model: GPTModelProvider,
+    *,
+    tensor_model_parallel_size: int,
+    pipeline_model_parallel_size: int = 1,
+    context_parallel_size: int = 1,
+    sequence_parallel: bool = False,
+    expert_model_parallel_size: int = 1,
+    peft: PeftConfig | None = None,
+    pretrained_checkpoint: str | None = None,
+    data_paths: list[str] | None = None,
+    data_kind: str = "sft",
+    dir: str | None = None,
+    name: str = "default",
+    seq_length: int = 2048,
+    packed: bool = True,
+    train_iters: int = FINETUNE_TRAIN_ITERS,
+    global_batch_size: int = 8,
+    lr: float | None = None,
+    lr_warmup_iters: int = 50,
+    lr_decay_iters: int | None = None,
+    eval_interval: int = 30,
+    save_interval: int = 50,
+    use_distributed_optimizer: bool = False,
+) -> ConfigContainer:
+    """A finetuning ConfigContainer: SFT when `peft` is None, else adapters with `peft`'s settings.
+
+    Published values: Adam (beta2 0.98) lr 5e-6 full / 1e-4 PEFT -> 0 cosine, 50 warmup iterations,
+    micro batch 1 with rows packed to seq_length (`packed`), global batch 8, 1000 iterations, evaluation
+    every 30 on 32 batches, saves every 50, bf16 mixed precision, seed 5678, a Hugging Face tokenizer.
+    `pretrained_checkpoint`: a Hugging Face folder (the model section follows its config.json and the
+    tokenizer defaults to it) or a torch_dist checkpoint. `data_paths`: .jsonl / .json / .parquet files of
+    `data_kind` (sft: {"input", "output"}; chat: {"messages"}).
+    """
+    model.tensor_model_parallel_size = tensor_model_parallel_size
+    model.pipeline_model_parallel_size = pipeline_model_parallel_size
+    model.virtual_pipeline_model_parallel_size = None
+    model.context_parallel_size = context_parallel_size
+    model.expert_model_parallel_size = expert_model_parallel_size
+    model.sequence_parallel = sequence_parallel
+    model.seq_length = seq_length
+    run_dir = os.path.join(dir if dir is not None else os.path.join(os.getcwd(), "experiments"), name)
+    return ConfigContainer(
+        model=model,
+        train=TrainingConfig(
+            train_iters=train_iters,
+            global_batch_size=global_batch_size,
+            micro_batch_size=1,
+            manual_gc=True,
+            manual_gc_interval=100,
+        ),
+        validation=ValidationConfig(eval_interval=eval_interval, eval_iters=32),
+        optimizer=OptimizerConfig(
+            optimizer="adam",
+            lr=lr if lr is not None else (PEFT_LR if peft is not None else SFT_LR),
+            min_lr=0.0,
+            weight_decay=0.1,
+            adam_beta1=0.9,
+            adam_beta2=0.98,
+            adam_eps=1e-5,
+            clip_grad=1.0,
+            use_distributed_optimizer=use_distributed_optimizer,
+        ),
+        scheduler=SchedulerConfig(
+            lr_decay_style="cosine", lr_warmup_iters=lr_warmup_iters, lr_decay_iters=lr_decay_iters
+        ),
+        dataset=DatasetConfig(
+            kind=data_kind,
+            data_paths=list(data_paths or []),
+            seq_length=None,
+            packed_sequence_size=seq_length if packed else 0,
+            num_workers=2,
+        ),
+        tokenizer=TokenizerConfig(tokenizer_type="HuggingFaceTokenizer", tokenizer_model=None),
+        checkpoint=CheckpointConfig(
+            save=os.path.join(run_dir, "checkpoints"),
+            save_interval=save_interval,
+            ckpt_format="torch_dist",
+            pretrained_checkpoint=pretrained_checkpoint,
+        ),
+        logger=LoggerConfig(log_interval=1, tensorboard_dir=os.path.join(run_dir, "tb_logs")),
+        # the finetuning recipes' DDP: no grad-reduce / param-gather overlap
+        distributed=DistributedConfig(overlap_grad_reduce=False, overlap_param_gather=False),
+        mixed_precision=MixedPrecisionConfig(precision="bf16_mixed"),
+        rng=RNGConfig(seed=5678),
+        peft=peft if peft is not None else PeftConfig(),
+    )
+
+
+def lora(scheme: str = "lora", **overrides) -> PeftConfig:
+    """Megatron-Bridge's default adapters (dim 32, alpha 32, no dropout, all four linear layers)."""
+    return PeftConfig(scheme=scheme, **overrides)

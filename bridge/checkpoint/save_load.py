@@ -50,9 +50,28 @@ def _model_keys(n_chunks: int) -> list[str]:
     return ["model"] if n_chunks == 1 else [f"model{i}" for i in range(n_chunks)]
 
 
-def model_sharded_state_dict(model_chunks: list) -> dict:
+# which model tensors a checkpoint holds: every one, only PEFT adapters, or everything but the adapters
+MODEL_PARTS = ("all", "adapters", "base")
+
+
+def has_adapters(model_chunks: list) -> bool:
+    from bridge.peft import is_adapter_param
+
+    return any(is_adapter_param(n) for c in unwrap_all(model_chunks) for n, _ in c.named_parameters())
+
+
+def model_sharded_state_dict(model_chunks: list, part: str = "all") -> dict:
+    """Megatron-Core's sharded state dict of each chunk, restricted to `part` (MODEL_PARTS)."""
     chunks = unwrap_all(model_chunks)
-    return {key: c.sharded_state_dict() for key, c in zip(_model_keys(len(chunks)), chunks, strict=True)}
+    out = {key: c.sharded_state_dict() for key, c in zip(_model_keys(len(chunks)), chunks, strict=True)}
+    if part == "all":
+        return out
+    from bridge.peft import is_adapter_param
+
+    keep_adapters = part == "adapters"
+    return {
+        key: {k: v for k, v in sd.items() if is_adapter_param(k) == keep_adapters} for key, sd in out.items()
+    }
 
 
 def _stage(stage: str, target: Path, iteration: int) -> None:
@@ -103,7 +122,9 @@ def save_checkpoint(
     ranks.barrier()
     _stage("staging_created", staging, iteration)
 
-    sd = model_sharded_state_dict(model_chunks)
+    # a PEFT run saves its adapters only: the frozen base comes from checkpoint.pretrained_checkpoint
+    adapters_only = has_adapters(model_chunks)
+    sd = model_sharded_state_dict(model_chunks, "adapters" if adapters_only else "all")
     if optimizer is not None:
         sd["optimizer"] = optimizer.sharded_state_dict(sd, metadata=state.OPTIMIZER_METADATA)
     if scheduler is not None:
@@ -111,7 +132,11 @@ def save_checkpoint(
     if save_rng:
         sd["rng_state"] = state.rng_sharded_object(state.rng_state())
     sd["train_state"] = {"iteration": int(iteration), **(train_state or {})}
-    sd["checkpoint_content"] = {"optimizer": optimizer is not None, "rng": save_rng}
+    sd["checkpoint_content"] = {
+        "optimizer": optimizer is not None,
+        "rng": save_rng,
+        "adapters_only": adapters_only,
+    }
 
     dist_checkpointing.save(sd, str(staging))
     if rank0 and run_config_yaml is not None:
@@ -242,9 +267,19 @@ def _load_one(
         raise CheckpointDamaged(f"common.pt cannot be read ({type(err).__name__}: {err})") from err
     has_optim = content.get("checkpoint_content", {}).get("optimizer", False)
     has_rng = content.get("checkpoint_content", {}).get("rng", False)
+    saved_adapters_only = content.get("checkpoint_content", {}).get("adapters_only", False)
 
     chunks = unwrap_all(model_chunks)
-    sd = model_sharded_state_dict(model_chunks)
+    with_adapters = has_adapters(model_chunks)
+    if saved_adapters_only and not with_adapters:
+        raise ConfigError(
+            f"checkpoint {target} holds PEFT adapters only (its run trained adapters on frozen weights): "
+            "load it into a model with the same peft settings (peft.scheme, target_modules, dim) and "
+            "checkpoint.pretrained_checkpoint set to its base, or export it with convert_checkpoint.py export"
+        )
+    # adapters-only checkpoint -> the adapters; a full (e.g. pretrained) one into a PEFT model -> the base
+    part = "adapters" if saved_adapters_only else "base" if with_adapters else "all"
+    sd = model_sharded_state_dict(model_chunks, part)
     compat.check_compatible(target, chunks, sd, model_config, strict=strict)
     if optimizer is not None:
         if not has_optim:
@@ -261,7 +296,7 @@ def _load_one(
 
     with torch.no_grad():  # the optimizer copies into views of the parameters
         for chunk, key in zip(chunks, _model_keys(len(chunks)), strict=True):
-            chunk.load_state_dict(loaded[key], strict=strict)
+            _load_part(chunk, loaded[key], part, strict)
         if optimizer is not None:
             if lr_from_config:
                 state.use_current_lr(optimizer, loaded["optimizer"])
@@ -272,6 +307,21 @@ def _load_one(
     if rng:
         state.set_rng_state(loaded["rng_state"])
     return {**dict(loaded.get("train_state", {})), "checkpoint_dir": str(target)}
+
+
+def _load_part(chunk, tensors: dict, part: str, strict: bool) -> None:
+    """load_state_dict of one part: the other part's keys are expected to be missing, nothing else."""
+    if part == "all":
+        chunk.load_state_dict(tensors, strict=strict)
+        return
+    from bridge.peft import is_adapter_param
+
+    result = chunk.load_state_dict(tensors, strict=False)
+    wrong_missing = [k for k in result.missing_keys if is_adapter_param(k) == (part == "adapters")]
+    if strict and (wrong_missing or result.unexpected_keys):
+        raise ConfigError(
+            f"loading the {part} tensors: missing {wrong_missing[:5]}, unexpected {result.unexpected_keys[:5]}"
+        )
 
 
 def read_common(target: Path) -> dict:

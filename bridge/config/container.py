@@ -68,6 +68,15 @@ class ConfigContainer:
                 "the data and the model must use one sequence length. Set model.seq_length only "
                 "(dataset.seq_length=null follows it), or set both to the same value."
             )
+        if (
+            self.tokenizer.tokenizer_type == "HuggingFaceTokenizer"
+            and self.tokenizer.tokenizer_model is None
+            and self.checkpoint.pretrained_checkpoint
+        ):
+            from bridge.config.finetune_rules import is_hf_folder
+
+            if is_hf_folder(self.checkpoint.pretrained_checkpoint):  # None follows the Hugging Face start
+                self.tokenizer.tokenizer_model = self.checkpoint.pretrained_checkpoint
         if self.tokenizer.tokenizer_type == "NullTokenizer":
             # Megatron-Core's NullTokenizer adds an EOD id equal to vocab_size: model vocab = vocab_size + 1.
             if self.tokenizer.vocab_size is None and self.model.vocab_size is not None:

@@ -35,7 +35,9 @@ def is_hf_folder(path: str | None) -> bool:
 def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
     d = cfg.dataset
     if d.truncation not in S.TRUNCATIONS:
-        raise _fail("dataset.truncation", d.truncation, f"must be one of {', '.join(S.TRUNCATIONS)}", "pick one")
+        raise _fail(
+            "dataset.truncation", d.truncation, f"must be one of {', '.join(S.TRUNCATIONS)}", "pick one"
+        )
     if d.packed_sequence_size and d.kind not in SFT_KINDS:
         raise _fail(
             "dataset.packed_sequence_size",
@@ -101,7 +103,9 @@ def check_peft(cfg: ConfigContainer) -> None:
     if p.scheme is None:
         return
     if p.scheme not in S.PEFT_SCHEMES:
-        raise _fail("peft.scheme", p.scheme, f"must be null or one of {', '.join(S.PEFT_SCHEMES)}", "pick one")
+        raise _fail(
+            "peft.scheme", p.scheme, f"must be null or one of {', '.join(S.PEFT_SCHEMES)}", "pick one"
+        )
     targets = list(p.target_modules)
     unknown = [t for t in targets if t not in S.PEFT_TARGETS]
     if not targets or unknown or len(set(targets)) != len(targets):
@@ -115,7 +119,9 @@ def check_peft(cfg: ConfigContainer) -> None:
     if isinstance(p.dim, bool) or not isinstance(p.dim, int) or p.dim < 1:
         raise _fail("peft.dim", p.dim, "the adapter rank must be an integer >= 1", "e.g. peft.dim=16")
     if not p.alpha > 0:
-        raise _fail("peft.alpha", p.alpha, "must be > 0 (the adapter scale is alpha / dim)", "e.g. peft.alpha=32")
+        raise _fail(
+            "peft.alpha", p.alpha, "must be > 0 (the adapter scale is alpha / dim)", "e.g. peft.alpha=32"
+        )
     if not 0.0 <= p.dropout < 1.0:
         raise _fail("peft.dropout", p.dropout, "must be in [0, 1)", "e.g. peft.dropout=0.05")
     if cfg.distributed.strategy not in PEFT_STRATEGIES:
@@ -142,6 +148,20 @@ def check_peft(cfg: ConfigContainer) -> None:
             f"peft.scheme={p.scheme} trains adapters on frozen pretrained weights, so it needs them (adapter "
             "checkpoints hold only the adapters)",
             "set checkpoint.pretrained_checkpoint=<Hugging Face folder or torch_dist checkpoint>",
+        )
+
+
+def check_finetune_start(cfg: ConfigContainer) -> None:
+    """finetune() starts from trained weights: checkpoint.pretrained_checkpoint or checkpoint.load."""
+    c = cfg.checkpoint
+    if not (c.pretrained_checkpoint or c.load):
+        raise _fail(
+            "checkpoint.pretrained_checkpoint",
+            None,
+            "finetuning starts from trained weights, and neither checkpoint.pretrained_checkpoint nor "
+            "checkpoint.load is set",
+            "set checkpoint.pretrained_checkpoint=<Hugging Face folder or torch_dist checkpoint> (or "
+            "checkpoint.load=<a finetuning run's checkpoints> to resume one)",
         )
 
 

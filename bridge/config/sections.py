@@ -10,6 +10,7 @@ bridge/config/validation.py; nothing here imports torch or megatron.core.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 # Accepted names, shared by validation and the docs.
 OPTIMIZERS = ("adam", "sgd")
 LR_DECAY_STYLES = ("cosine", "linear", "constant")

@@ -39,4 +39,6 @@ def stream_hf_weights(provider: GPTModelProvider, path: str) -> None:
     """Load the folder's safetensors into each chunk as it is built (this rank's shards only)."""
     from bridge.conversion.auto_bridge import AutoBridge
 
-    provider.register_post_build_hook(AutoBridge.from_hf_pretrained(path).load_hf_weights, replaces_weights=True)
+    provider.register_post_build_hook(
+        AutoBridge.from_hf_pretrained(path).load_hf_weights, replaces_weights=True
+    )

@@ -1,5 +1,10 @@
-"""pretrain(plan): build exactly what the RunPlan describes (distributed, model, optimizer, data,
-checkpoints), then train.
+"""pretrain(plan) and finetune(plan): build exactly what the RunPlan describes (distributed, model,
+optimizer, data, checkpoints), then train.
+
+finetune is the same loop, schedules, checkpoints and logging, started from trained weights
+(checkpoint.pretrained_checkpoint: a Hugging Face folder or a torch_dist checkpoint; or checkpoint.load
+to resume), with PEFT adapters when peft.scheme is set (base weights frozen, checkpoints hold only the
+adapters). A Hugging Face folder streams into each rank's shards while the model is built, in either entry.
 
 The same code runs on GPU (NCCL, bf16 as the recipe says) and CPU (gloo, fp32, Megatron-Core's CPU
 backend from bridge.parallel): the plan says which. Nothing here re-validates the configuration.
@@ -74,7 +79,9 @@ def _resume(cfg: ConfigContainer, model: list, optimizer, scheduler, layout_line
         return state
     if ck.load:
         logger.warning("checkpoint.load=%s holds no checkpoint yet: starting from scratch", ck.load)
-    if ck.pretrained_checkpoint:
+    from bridge.config.finetune_rules import is_hf_folder
+
+    if ck.pretrained_checkpoint and not is_hf_folder(ck.pretrained_checkpoint):  # HF: loaded at build
         checkpoint.load_checkpoint(
             ck.pretrained_checkpoint, model, None, None, load_rng=False, model_config=cfg.model
         )
@@ -142,6 +149,40 @@ def pretrain(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None
 
     Call on every rank (torchrun) or in one plain process.
     """
+    return _run(plan, forward_step_func)
+
+
+def finetune(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None = None) -> TrainResult:
+    """Finetune from checkpoint.pretrained_checkpoint (or resume checkpoint.load): full-parameter SFT,
+    or PEFT adapters when peft.scheme is set. Same loop as pretrain(); call on every rank."""
+    from bridge.config.finetune_rules import check_finetune_start
+
+    check_finetune_start(plan.config if isinstance(plan, RunPlan) else plan)
+    return _run(plan, forward_step_func)
+
+
+def _model_provider(plan: RunPlan):
+    """The plan's provider with the build-time steps of this run: Hugging Face weights streamed in,
+    then PEFT adapters attached (the hooks run in that order, before any DDP wrapper)."""
+    import copy
+    import functools
+
+    from bridge.config.finetune_rules import is_hf_folder
+
+    cfg = plan.config
+    provider = copy.deepcopy(plan.provider)
+    if is_hf_folder(cfg.checkpoint.pretrained_checkpoint):
+        from bridge.training.hf_start import stream_hf_weights
+
+        stream_hf_weights(provider, cfg.checkpoint.pretrained_checkpoint)
+    if cfg.peft.scheme is not None:
+        from bridge.peft import apply_peft
+
+        provider.register_post_build_hook(functools.partial(apply_peft, peft=cfg.peft, seed=cfg.rng.seed))
+    return provider
+
+
+def _run(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None) -> TrainResult:
     import torch
 
     from bridge.parallel import runtime
@@ -181,7 +222,7 @@ def pretrain(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None
             plan.provider.hidden_size,
         )
     wrapped = wrap_model(
-        plan.provider,
+        _model_provider(plan),
         cfg.distributed,
         cfg.optimizer,
         cuda_available=plan.cuda,
@@ -193,8 +234,13 @@ def pretrain(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None
     model = wrapped.chunks
     if is_rank_zero:
         local = sum(p.numel() for chunk in model for p in chunk.parameters())
+        trainable = sum(p.numel() for chunk in model for p in chunk.parameters() if p.requires_grad)
+        peft = f", {trainable / 1e6:.3f} M trainable ({cfg.peft.scheme} adapters)" if cfg.peft.scheme else ""
         logger.info(
-            "model built in %.1f s: %.2f M parameters on rank 0", time.perf_counter() - started, local / 1e6
+            "model built in %.1f s: %.2f M parameters on rank 0%s",
+            time.perf_counter() - started,
+            local / 1e6,
+            peft,
         )
     optimizer = build_optimizer(
         cfg.optimizer,

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from recipes import get_recipe, list_recipes
+    from recipes import get_recipe, list_recipes, recipe_info
 
     if args.list_recipes:
         rows = list_recipes()
@@ -99,10 +99,15 @@ def run(argv: list[str] | None = None) -> int:
             "Fix: drop --world-size (it is for dry runs) or launch that many ranks."
         )
     cfg, warnings = compose(get_recipe(args.recipe)(), config_file=args.config_file, overrides=args.overrides)
+    finetuning = recipe_info(args.recipe).entry == "finetune"
 
     if args.dry_run:
         cuda = None if args.device is None else args.device == "cuda"
         plan = cfg.validate(world_size, cuda=cuda)
+        if finetuning:  # what finetune() checks before it starts, in the same words
+            from bridge.config.finetune_rules import check_finetune_start
+
+            check_finetune_start(plan.config)
         print(plan.config.to_yaml(), end="")
         print("# plan (comments: this output loads back with --config-file)")
         for line in [*(f"warning: {w}" for w in warnings), *plan.summary_lines()]:
@@ -114,9 +119,9 @@ def run(argv: list[str] | None = None) -> int:
     if is_rank_zero():
         for line in warnings:  # the plan's own warnings are logged once by pretrain()
             print(f"warning: {line}", file=sys.stderr)
-    from bridge.training.pretrain import plan_for_this_process, pretrain
+    from bridge.training.pretrain import finetune, plan_for_this_process, pretrain
 
-    pretrain(plan_for_this_process(cfg))
+    (finetune if finetuning else pretrain)(plan_for_this_process(cfg))
     return 0
 
 

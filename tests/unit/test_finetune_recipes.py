@@ -1,0 +1,82 @@
+"""The finetuning recipes: Megatron-Bridge's published values, validated at their default world size."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.errors import ConfigError
+from recipes import RECIPES, get_recipe
+
+FINETUNE = sorted(name for name, info in RECIPES.items() if info.entry == "finetune")
+# name -> (tp, ep, sp, seq_length, global batch, train_iters, lr, peft (scheme, dim, alpha, targets) or None)
+ALL4 = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
+ATTN = ["linear_qkv", "linear_proj"]
+PUBLISHED = {
+    "llama32_1b_sft_config": (1, 1, False, 4096, 8, 1000, 5e-6, None),
+    "llama32_1b_peft_config": (1, 1, False, 4096, 8, 1000, 1e-4, ("lora", 32, 32.0, ALL4)),
+    "llama31_8b_sft_config": (2, 1, False, 4096, 8, 1000, 5e-6, None),
+    "llama31_8b_peft_config": (1, 1, False, 4096, 8, 1000, 1e-4, ("lora", 8, 16.0, ALL4)),
+    "qwen3_8b_sft_config": (4, 1, False, 2048, 32, 100, 5e-6, None),
+    "qwen3_8b_peft_config": (1, 1, False, 2048, 32, 100, 1e-4, ("lora", 8, 16.0, ATTN)),
+    "qwen3_30b_a3b_sft_config": (1, 16, False, 2048, 32, 1000, 5e-6, None),
+    "qwen3_30b_a3b_peft_config": (4, 4, True, 2048, 32, 100, 1e-4, ("lora", 8, 16.0, ATTN)),
+}
+
+
+def test_every_finetuning_recipe_is_listed_here():
+    assert set(FINETUNE) == set(PUBLISHED)
+
+
+@pytest.fixture()
+def start(tmp_path):
+    """A data file and a (torch_dist-shaped) pretrained folder: validation only checks they exist."""
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"input": "a", "output": "b"}\n')
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("0")
+    return [
+        f"dataset.data_paths=[{data}]",
+        f"checkpoint.pretrained_checkpoint={ckpt}",
+        f"tokenizer.tokenizer_model={tmp_path}",
+    ]
+
+
+@pytest.mark.parametrize("name", FINETUNE)
+def test_finetuning_recipe_has_published_values_and_validates(name, start):
+    from bridge.config.compose import compose
+
+    tp, ep, sp, seq, gbs, iters, lr, peft = PUBLISHED[name]
+    cfg, _ = compose(get_recipe(name)(), overrides=start)
+    plan = cfg.validate(RECIPES[name].default_world_size, cuda=True)
+    m, c = plan.config.model, plan.config
+    assert (m.tensor_model_parallel_size, m.expert_model_parallel_size, m.sequence_parallel) == (tp, ep, sp)
+    assert (m.seq_length, c.dataset.packed_sequence_size, c.train.micro_batch_size) == (seq, seq, 1)
+    assert (c.train.global_batch_size, c.train.train_iters, c.optimizer.lr, c.optimizer.min_lr) == (
+        gbs,
+        iters,
+        lr,
+        0.0,
+    )
+    assert (c.optimizer.adam_beta2, c.rng.seed, c.mixed_precision.precision) == (0.98, 5678, "bf16_mixed")
+    assert c.tokenizer.tokenizer_type == "HuggingFaceTokenizer" and c.dataset.kind == "sft"
+    p = c.peft
+    assert (None if p.scheme is None else (p.scheme, p.dim, p.alpha, p.target_modules)) == peft
+
+
+@pytest.mark.parametrize("name", ["llama32_1b_peft_config", "qwen3_8b_peft_config"])
+def test_dora_through_the_recipe_keyword(name):
+    assert get_recipe(name)(peft_scheme="dora").peft.scheme == "dora"
+
+
+def test_moe_expert_targets_are_refused(start):
+    from bridge.config.compose import compose
+
+    cfg, _ = compose(
+        get_recipe("qwen3_30b_a3b_peft_config")(),
+        overrides=[*start, "peft.target_modules=[linear_qkv,linear_fc1]"],
+    )
+    with pytest.raises(
+        ConfigError, match=r"peft.target_modules = .*linear_fc1 of a mixture-of-experts model"
+    ):
+        cfg.validate(4, cuda=True)
