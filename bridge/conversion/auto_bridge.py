@@ -254,21 +254,56 @@ class AutoBridge:
         megatron_path: str | os.PathLike,
         hf_path: str | os.PathLike,
         max_shard_size: int | None = None,
+        adapter_only: bool = False,
         **provider_fields: Any,
     ) -> None:
-        """Megatron torch_dist checkpoint -> HF folder with this bridge's config and source layout."""
+        """Megatron torch_dist checkpoint -> HF folder with this bridge's config and source layout.
+
+        A PEFT run's checkpoint (adapters only) is exported on its base (the run's
+        checkpoint.pretrained_checkpoint, from the run_config.yaml saved with it): merged weights by
+        default, or with `adapter_only` a Hugging Face PEFT adapter folder.
+        """
         from bridge.checkpoint import load_checkpoint, resolve_checkpoint
 
         target = check_target_dir(hf_path, "hf_path")
-        resolve_checkpoint(megatron_path)  # a missing / incomplete checkpoint fails before building
+        folder, _ = resolve_checkpoint(
+            megatron_path
+        )  # a missing / incomplete checkpoint fails before building
+        run = _run_config(folder)
+        peft = run.peft if run is not None and run.peft.scheme is not None else None
+        if adapter_only and peft is None:
+            raise ConfigError(
+                f"--adapter-only: checkpoint {folder} holds no PEFT adapters (its run had peft.scheme=null); "
+                "export it without --adapter-only"
+            )
         import_megatron()
         provider = GPTModelProvider(**self._provider_fields)
         for name, value in provider_fields.items():
             setattr(provider, name, value)
+        base = run.checkpoint.pretrained_checkpoint if peft is not None else None
+        if peft is not None:
+            import functools
+
+            from bridge.config.finetune_rules import is_hf_folder
+            from bridge.peft import apply_peft
+
+            if not base or not os.path.exists(base):
+                raise ConfigError(
+                    f"checkpoint {folder} holds PEFT adapters whose base (checkpoint.pretrained_checkpoint="
+                    f"{base!r} in its run_config.yaml) is not there; restore that folder to export"
+                )
+            if is_hf_folder(base):
+                provider.register_post_build_hook(
+                    AutoBridge.from_hf_pretrained(base).load_hf_weights, replaces_weights=True
+                )
+                base = None  # loaded at build
+            provider.register_post_build_hook(functools.partial(apply_peft, peft=peft, seed=run.rng.seed))
         chunks = provider.provide_distributed_model(  # every weight comes from the checkpoint (strict load)
             wrap_with_ddp=False, mixed_precision_wrapper=False, random_init=False
         )
         try:
+            if base is not None:  # a torch_dist base: its weights, then the adapters
+                load_checkpoint(base, chunks, load_rng=False, strict=True)
             load_checkpoint(megatron_path, chunks, load_rng=False, strict=True)
         except ConfigError as e:  # name the config the model was built from: it is the usual culprit
             source = self.hf_path / "config.json" if self.hf_path is not None else "the given HF config"
@@ -276,18 +311,31 @@ class AutoBridge:
                 f"the model built from {source} does not match the checkpoint {megatron_path} ({e}); "
                 "export with the HF config the checkpoint was imported or trained with (--hf-config)"
             ) from None
-        self.save_hf_pretrained(chunks, target, max_shard_size=max_shard_size)
+        if adapter_only:
+            self.save_hf_adapter(chunks, target)
+        else:
+            self.save_hf_pretrained(chunks, target, max_shard_size=max_shard_size)
 
     @classmethod
     def from_megatron_checkpoint(cls, megatron_path: str | os.PathLike) -> AutoBridge:
-        """The bridge recorded by import_ckpt in `<megatron_path>/hf_assets`."""
+        """The bridge recorded by import_ckpt in `<megatron_path>/hf_assets`; for a training run's
+        checkpoints, that of the run's checkpoint.pretrained_checkpoint (its run_config.yaml)."""
         assets = Path(megatron_path) / HF_ASSETS_DIR
-        if not (assets / "config.json").is_file():
-            raise ConfigError(
-                f"megatron_path={str(megatron_path)!r} has no {HF_ASSETS_DIR}/config.json (it was not "
-                "written by import_ckpt); pass the HF config folder explicitly (--hf-config)"
-            )
-        return cls.from_hf_pretrained(assets)
+        if (assets / "config.json").is_file():
+            return cls.from_hf_pretrained(assets)
+        start = _pretrained_of(megatron_path)
+        if start is not None:
+            from bridge.config.finetune_rules import is_hf_folder
+
+            if is_hf_folder(start):
+                return cls.from_hf_pretrained(start)
+            if (Path(start) / HF_ASSETS_DIR / "config.json").is_file():
+                return cls.from_hf_pretrained(Path(start) / HF_ASSETS_DIR)
+        raise ConfigError(
+            f"megatron_path={str(megatron_path)!r} has no {HF_ASSETS_DIR}/config.json (it was not "
+            "written by import_ckpt, nor trained from a Hugging Face folder or an imported checkpoint); pass "
+            "the HF config folder explicitly (--hf-config)"
+        )
 
     # ---- helpers -----------------------------------------------------------------------------------
 
@@ -339,6 +387,29 @@ class AutoBridge:
         (folder / SOURCE_TENSORS).write_text(
             json.dumps({k: list(v) for k, v in sorted(tensors.items())}, indent=1)
         )
+
+
+def _run_config(folder: Path):
+    """The ConfigContainer a training run saved next to its checkpoint (None for imports)."""
+    from bridge.checkpoint.paths import RUN_CONFIG_FILENAME
+
+    path = Path(folder) / RUN_CONFIG_FILENAME
+    if not path.is_file():
+        return None
+    from bridge.config.container import ConfigContainer
+
+    return ConfigContainer.from_yaml(path.read_text())
+
+
+def _pretrained_of(megatron_path: str | os.PathLike) -> str | None:
+    from bridge.checkpoint import resolve_checkpoint
+
+    try:
+        folder, _ = resolve_checkpoint(megatron_path)
+    except ConfigError:
+        return None
+    run = _run_config(folder)
+    return run.checkpoint.pretrained_checkpoint if run is not None else None
 
 
 def _as_list(model: Any) -> list:

@@ -61,6 +61,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="import weights holding NaN / Inf (by default that is an error naming the tensor)",
     )
+    exp.add_argument(
+        "--adapter-only",
+        action="store_true",
+        help="a PEFT run's checkpoint: write a Hugging Face PEFT adapter folder (adapter_config.json + "
+        "adapter_model.safetensors) instead of merged weights",
+    )
     exp.add_argument("--hf-config", help="HF folder with config.json (default: MEGATRON_PATH/hf_assets)")
     exp.add_argument(
         "--max-shard-size",
@@ -91,7 +97,13 @@ def main(argv: list[str] | None = None) -> int:
                 bridge = AutoBridge.from_hf_pretrained(args.hf_config)
             else:
                 bridge = AutoBridge.from_megatron_checkpoint(args.megatron_path)
-            bridge.export_ckpt(args.megatron_path, args.hf_path, max_shard_size=args.max_shard_size, **layout)
+            bridge.export_ckpt(
+                args.megatron_path,
+                args.hf_path,
+                max_shard_size=args.max_shard_size,
+                adapter_only=args.adapter_only,
+                **layout,
+            )
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_INVALID
