@@ -263,7 +263,11 @@ def save(ctx: TrainingContext, loss: float | None = None) -> str:
             summary=summary,
         )
     if torch.distributed.get_rank() == _log_rank():
-        logger.info("saved checkpoint at iteration %d to %s", ctx.state.iteration, path)
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        what = ", PEFT adapters only" if ctx.cfg.peft.scheme is not None else ""
+        logger.info(
+            "saved checkpoint at iteration %d to %s (%.2f MB%s)", ctx.state.iteration, path, size / 1e6, what
+        )
     return str(path)
 
 
