@@ -97,6 +97,27 @@ class HFTokenizer:
     def tokenize(self, text: str) -> list[int]:
         return self._tok(text, add_special_tokens=False)["input_ids"]
 
+    def tokenize_batch(self, texts: list[str]) -> list[list[int]]:
+        """tokenize() of each text in one batched call (the fast tokenizers run it in Rust)."""
+        return self._tok(list(texts), add_special_tokens=False)["input_ids"] if texts else []
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self._tok, "chat_template", None))
+
+    def apply_chat_template(
+        self, conversations: list[list[dict]], add_generation_prompt: bool = False
+    ) -> list[list[int]]:
+        """Token ids of each conversation rendered with the chat template (one batched call)."""
+        if not conversations:
+            return []
+        out = self._tok.apply_chat_template(
+            conversations, tokenize=True, add_generation_prompt=add_generation_prompt, return_dict=False
+        )
+        if not isinstance(out, list):  # a BatchEncoding where return_dict is not honoured
+            out = out["input_ids"]
+        return [list(ids) for ids in out]
+
 
 def build_tokenizer(tokenizer_cfg: TokenizerConfig, model_vocab_size: int) -> NullTokenizer | HFTokenizer:
     """Build the (validated) `tokenizer` section's tokenizer; its ids must fit the model's vocabulary."""
