@@ -292,6 +292,23 @@ def provider_fields(cfg: Any, family: Family) -> dict[str, Any]:
     return fields
 
 
+# Math fields provider_fields sets only for some configs (RoPE scaling, sliding windows, experts): a
+# model section filled from a config.json without them must have them at the provider's defaults.
+OPTIONAL_MATH_FIELDS = (
+    "rope_scaling",
+    "rope_scaling_factor",
+    "rope_scaling_low_freq_factor",
+    "rope_scaling_high_freq_factor",
+    "rope_scaling_original_max_position_embeddings",
+    "window_size",
+    "num_moe_experts",
+    "moe_router_topk",
+    "moe_ffn_hidden_size",
+    "moe_router_score_function",
+    "moe_router_pre_softmax",
+    "moe_shared_expert_intermediate_size",
+)
+
 _DTYPE_TO_HF = {v: k for k, v in HF_DTYPES.items()}
 # Provider fields a config.json does not need to reproduce: training choices, not the model's function.
 _NOT_MATH = frozenset(

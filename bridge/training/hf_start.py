@@ -21,12 +21,31 @@ def _fields(path: str) -> tuple[tuple[str, object], ...]:
     from bridge.conversion.auto_bridge import AutoBridge
 
     fields = AutoBridge.from_hf_pretrained(path)._provider_fields
-    return tuple((k, v) for k, v in fields.items() if k not in hfc._NOT_MATH)
+    math = {k: v for k, v in fields.items() if k not in hfc._NOT_MATH}
+    defaults = {f.name: f.default for f in dataclasses.fields(GPTModelProvider)}
+    for name in hfc.OPTIONAL_MATH_FIELDS:  # absent from this config.json: the provider's default
+        if name not in math and name in defaults:
+            math[name] = defaults[name]
+    return tuple(math.items())
+
+
+def _as_declared(name: str, value: object) -> object:
+    """The value in the provider field's declared type where that is exact (config.json writes
+    rope_theta 10000.0 for an int field): the config tree type-checks every field."""
+    declared = _DECLARED.get(name, "")
+    if isinstance(value, tuple):
+        return list(value)
+    if declared.startswith("int") and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+_DECLARED = {f.name: str(f.type) for f in dataclasses.fields(GPTModelProvider)}
 
 
 def architecture_fields(path: str) -> dict[str, object]:
     """The model fields config.json fixes (the weights' shapes and the model's function)."""
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in _fields(str(path))}
+    return {k: _as_declared(k, v) for k, v in _fields(str(path))}
 
 
 def model_from_hf(model: GPTModelProvider, path: str) -> GPTModelProvider:

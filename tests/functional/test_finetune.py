@@ -23,7 +23,7 @@ def _args(hf, data, ckpt, iters: int, *extra: str) -> list[str]:
         f"tokenizer.tokenizer_model={hf}", "dataset.kind=chat", f"dataset.data_paths=[{data}]",
         "model.tensor_model_parallel_size=2", f"checkpoint.save={ckpt}", "model.seq_length=64",
         "dataset.packed_sequence_size=64", f"train.train_iters={iters}", "train.global_batch_size=4",
-        "scheduler.lr_warmup_iters=2", "optimizer.lr=0.01", "validation.eval_interval=0", "dataset.split=1,0,0",
+        "scheduler.lr_warmup_iters=2", "optimizer.lr=0.01", "validation.eval_interval=0", "dataset.split=\"1,0,0\"",
         "peft.dim=8", "peft.alpha=16", f"logger.tensorboard_dir={ckpt}_tb", *extra,
     ]  # fmt: skip
 
