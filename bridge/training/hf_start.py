@@ -17,10 +17,20 @@ from bridge.models.gpt_provider import GPTModelProvider
 
 @lru_cache(maxsize=8)
 def _fields(path: str) -> tuple[tuple[str, object], ...]:
-    from bridge.conversion import hf_config as hfc
-    from bridge.conversion.auto_bridge import AutoBridge
+    # what AutoBridge.from_hf_pretrained reads, without importing torch (the dry run stays light)
+    from pathlib import Path
 
-    fields = AutoBridge.from_hf_pretrained(path)._provider_fields
+    from bridge.conversion import hf_config as hfc
+    from bridge.conversion import registry
+
+    config = hfc.read_config_json(Path(path) / "config.json")
+    merged = hfc.with_class_defaults(config)
+    if merged is None:  # a model type without recorded defaults: transformers reads it
+        from bridge.conversion.auto_bridge import AutoBridge
+
+        fields = AutoBridge.from_hf_pretrained(path)._provider_fields
+    else:
+        fields = hfc.provider_fields(merged, registry.family_for(merged.get("architectures")))
     math = {k: v for k, v in fields.items() if k not in hfc._NOT_MATH}
     defaults = {f.name: f.default for f in dataclasses.fields(GPTModelProvider)}
     for name in hfc.OPTIONAL_MATH_FIELDS:  # absent from this config.json: the provider's default
