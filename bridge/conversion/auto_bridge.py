@@ -189,11 +189,13 @@ class AutoBridge:
         Dtypes are the source checkpoint's; shards follow the source's file layout when the tensor
         names match, else `max_shard_size` bytes (default: one file up to 5 GB, as transformers).
         Written to a hidden folder renamed onto `path` when complete; rank 0 writes.
+        With PEFT adapters (bridge.peft) the weights are merged: W + s·BA (DoRA: m / ||W + s·BA||_row ·
+        (W + s·BA)), one merged copy per weight while it is written; the model itself is not changed.
         """
         from bridge.conversion.hf_io import OutTensor, ShardedWriter
 
         target = check_target_dir(path, "path")  # every rank: all raise together
-        exporter = self._exporter(_as_list(model))
+        exporter = self._exporter(_as_list(model), merge_adapters=True)
         if not ranks.is_rank_zero():
             for _ in exporter.iterate(dst=0):
                 pass
@@ -218,6 +220,17 @@ class AutoBridge:
             self._write_assets(staging)
         bar.close()
         ranks.barrier()
+
+    def save_hf_adapter(self, model: list, path: str | os.PathLike) -> None:
+        """Write the model's PEFT adapters as an HF PEFT folder (adapter_config.json +
+        adapter_model.safetensors, peft's names), for peft.PeftModel.from_pretrained on the HF base.
+
+        Gathered across TP / PP; every rank calls it, rank 0 writes (atomically, as save_hf_pretrained).
+        """
+        from bridge.peft.hf_adapter import save_hf_adapter
+
+        base = str(self.hf_path) if self.hf_path is not None else None
+        save_hf_adapter(_as_list(model), path, self.family, self._vocab_size(), base_model=base)
 
     # ---- whole checkpoints (torch_dist) ------------------------------------------------------------
 
@@ -342,7 +355,7 @@ class AutoBridge:
     def _vocab_size(self) -> int:
         return int(_config_get(self.hf_config, "vocab_size"))
 
-    def _exporter(self, chunks: list):
+    def _exporter(self, chunks: list, merge_adapters: bool = False):
         from bridge.conversion.weight_exporter import Exporter
 
         source = {n: DTYPES[d] for n, (_, d) in self._source_tensors().items()}
@@ -351,7 +364,15 @@ class AutoBridge:
         def dtype_for(name: str, _param_dtype) -> Any:
             return source.get(name, default)
 
-        return Exporter(chunks, self.family, self._vocab_size(), dtype_for)
+        local_tensor = None
+        if merge_adapters:
+            from bridge.peft.apply import has_adapters
+
+            if has_adapters(chunks):
+                from bridge.peft.merge import merged_local_tensor
+
+                local_tensor = merged_local_tensor(chunks)
+        return Exporter(chunks, self.family, self._vocab_size(), dtype_for, local_tensor=local_tensor)
 
     def _source_tensors(self) -> dict[str, tuple[str, str]]:
         """HF name -> (file, safetensors dtype) of the source checkpoint, if there is one."""

@@ -18,6 +18,7 @@ from bridge.conversion.mappings import Mapping, ModelDims, Piece
 from bridge.conversion.registry import Family, Rule
 from bridge.errors import ConfigError
 from bridge.parallel.wrappers import unwrap
+from bridge.peft.names import is_adapter_param
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
 _LOCAL_EXPERT = re.compile(r"\.mlp\.experts\.local_experts\.(\d+)\.")
@@ -136,6 +137,8 @@ def local_params(chunks: list[torch.nn.Module], family: Family, hf_vocab_size: i
         dims = model_dims(model, hf_vocab_size)
         tied = getattr(model, "share_embeddings_and_output_weights", False)
         for raw, param in model.named_parameters():
+            if is_adapter_param(raw):
+                continue  # PEFT adapters are not HF base weights (bridge.peft exports them)
             name = canonical_name(model, raw, ranks)
             # A tied output layer (last stage when PP > 1) holds the input embedding.
             lookup = EMBEDDING if tied and name == OUTPUT else name

@@ -9,7 +9,7 @@ covers entirely are views of the parameter (no copy).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -46,13 +46,24 @@ def _group_for(lp: LocalParam, expert: bool):
 
 
 class Exporter:
+    """`params`: export these LocalParams instead of the chunks' own (e.g. PEFT adapter tensors under
+    their HF names). `local_tensor(lp)`: the local tensor exported for `lp` (default: the parameter
+    itself; e.g. a merged copy); called on every holder of that parameter at the same time."""
+
     def __init__(
-        self, chunks: list[torch.nn.Module], family: Family, hf_vocab_size: int, dtype_for: callable
+        self,
+        chunks: list[torch.nn.Module],
+        family: Family,
+        hf_vocab_size: int,
+        dtype_for: callable,
+        params: Iterable[LocalParam] | None = None,
+        local_tensor: Callable[[LocalParam], torch.Tensor] | None = None,
     ):
         self.family = family
+        self.local_tensor = local_tensor
         tied = getattr(unwrap(chunks[0]), "share_embeddings_and_output_weights", False)
         self.local: dict[str, LocalParam] = {}
-        for lp in local_params(chunks, family, hf_vocab_size):
+        for lp in local_params(chunks, family, hf_vocab_size) if params is None else params:
             if tied and lp.name == OUTPUT:
                 continue  # the embedding is exported once, from the first stage
             self.local[lp.name] = lp
@@ -85,7 +96,7 @@ class Exporter:
 
     def _convert(self, unit: Unit) -> dict[str, torch.Tensor]:
         lp = self.local[unit.name]
-        local = lp.param.detach()
+        local = lp.param.detach() if self.local_tensor is None else self.local_tensor(lp)
         if lp.size > 1:
             group = _group_for(lp, lp.rule.is_expert)
             shards = [torch.empty_like(local) for _ in range(lp.size)]

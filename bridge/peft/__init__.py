@@ -1,0 +1,41 @@
+"""PEFT for Megatron-Core models: LoRA and DoRA adapters, tensor- and pipeline-parallel aware.
+
+    from bridge.peft import apply_peft
+    provider.register_post_build_hook(functools.partial(apply_peft, peft=cfg.peft, seed=cfg.rng.seed))
+    ...
+    bridge.save_hf_pretrained(model, "merged/")   # HF folder with the adapters merged in
+    bridge.save_hf_adapter(model, "adapter/")     # HF PEFT adapter folder (peft.PeftModel.from_pretrained)
+
+Modules: names (which parameters are adapters; no torch), adapters (the adapter module), apply (attach
+to model chunks), merge (merged weights), hf_adapter (HF PEFT folder export). `import bridge.peft`
+stays light: the names below load on first use.
+"""
+
+from bridge.peft.names import is_adapter_param
+
+_LAZY = {
+    "apply_peft": "bridge.peft.apply",
+    "adapted_linears": "bridge.peft.apply",
+    "adapter_parameters": "bridge.peft.apply",
+    "named_adapter_parameters": "bridge.peft.apply",
+    "adapter_sharded_state_dict": "bridge.peft.apply",
+    "has_adapters": "bridge.peft.apply",
+    "init_dora_magnitudes": "bridge.peft.apply",
+    "ParallelAdapter": "bridge.peft.adapters",
+    "merged_local_tensor": "bridge.peft.merge",
+    "export_adapter_tensors": "bridge.peft.hf_adapter",
+    "save_hf_adapter": "bridge.peft.hf_adapter",
+}
+
+__all__ = ["is_adapter_param", *_LAZY]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bridge.peft' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

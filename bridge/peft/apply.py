@@ -1,0 +1,192 @@
+"""Attach PEFT adapters to this rank's Megatron-Core GPTModel chunks, and find them again.
+
+    provider.register_post_build_hook(functools.partial(apply_peft, peft=cfg.peft, seed=cfg.rng.seed))
+
+runs on the bare chunks after the weights are loaded (earlier hooks) and before any DDP wrapper: every
+base parameter is frozen and each target linear of every TransformerLayer gets a ParallelAdapter
+sibling (bridge.peft.adapters) wired in by a forward hook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from bridge.errors import ConfigError
+from bridge.parallel.wrappers import unwrap, unwrap_all
+from bridge.peft.adapters import AdapterHook, NormSpec, ParallelAdapter, tp_size_rank
+from bridge.peft.names import TARGETS, adapter_name, is_adapter_param
+
+
+class AdaptedLinear(NamedTuple):
+    name: str  # the base linear's module path in its (unwrapped) chunk, e.g. decoder.layers.0.mlp.linear_fc1
+    base: nn.Module
+    adapter: ParallelAdapter
+
+
+def _check(peft: Any) -> None:
+    if peft.scheme not in ("lora", "dora"):
+        raise ConfigError(f"peft.scheme={peft.scheme!r}: apply_peft attaches lora or dora adapters")
+    unknown = [t for t in peft.target_modules if t not in TARGETS]
+    if not peft.target_modules or unknown or len(set(peft.target_modules)) != len(peft.target_modules):
+        raise ConfigError(
+            f"peft.target_modules={list(peft.target_modules)!r}: must be a non-empty list without repeats "
+            f"of {', '.join(TARGETS)}"
+        )
+    if not isinstance(peft.dim, int) or peft.dim < 1 or peft.alpha <= 0 or not 0 <= peft.dropout < 1:
+        raise ConfigError(
+            f"peft.dim={peft.dim!r} alpha={peft.alpha!r} dropout={peft.dropout!r}: need dim >= 1, alpha > 0, "
+            "0 <= dropout < 1"
+        )
+
+
+def _layers(model: nn.Module) -> list[nn.Module]:
+    decoder = getattr(model, "decoder", None)
+    return list(getattr(decoder, "layers", ())) if decoder is not None else []
+
+
+def _base_of(layer: nn.Module, target: str) -> tuple[nn.Module, nn.Module]:
+    holder_name, _ = TARGETS[target]
+    holder = getattr(layer, holder_name, None)
+    layer_no = getattr(layer, "layer_number", "?")
+    if holder_name == "mlp" and holder is not None and hasattr(holder, "experts"):
+        raise ConfigError(
+            f"peft.target_modules contains {target}, but layer {layer_no}'s MLP is a mixture of experts: "
+            "adapters on MoE expert layers are not supported. Fix: target the attention only, "
+            "peft.target_modules=[linear_qkv,linear_proj]"
+        )
+    base = getattr(holder, target, None) if holder is not None else None
+    weight = getattr(base, "weight", None)
+    if not isinstance(weight, torch.Tensor) or weight.ndim != 2:
+        raise ConfigError(
+            f"peft target {holder_name}.{target} of layer {layer_no} is not a linear layer with a 2-D weight "
+            f"({type(base).__name__}); build the model with bridge's GPTModelProvider"
+        )
+    if getattr(base, "gather_output", False) or not getattr(base, "input_is_parallel", True):
+        raise ConfigError(
+            f"{holder_name}.{target} of layer {layer_no}: gathered / scattered linears are not supported"
+        )
+    return holder, base
+
+
+def build_adapter(base: nn.Module, target: str, peft: Any, config: Any, layer_number: int) -> ParallelAdapter:
+    """The adapter for `base` (not attached): its shapes from the base's local weight and TP size."""
+    kind = TARGETS[target][1]
+    tp_size, tp_rank = tp_size_rank(base)
+    out_local, in_local = base.weight.shape
+    in_features, out_features = (
+        (in_local, out_local * tp_size) if kind == "column" else (in_local * tp_size, out_local)
+    )
+    norm = None
+    if hasattr(base, "layer_norm_weight"):  # Transformer Engine's fused norm + column linear
+        norm = NormSpec(
+            normalization=config.normalization,
+            eps=config.layernorm_epsilon,
+            zero_centered_gamma=bool(getattr(config, "layernorm_zero_centered_gamma", False)),
+        )
+    return ParallelAdapter(
+        target=target,
+        kind=kind,
+        scheme=peft.scheme,
+        dim=peft.dim,
+        alpha=peft.alpha,
+        dropout=peft.dropout,
+        in_features=in_features,
+        out_features=out_features,
+        tp_size=tp_size,
+        tp_rank=tp_rank,
+        sequence_parallel=bool(getattr(base, "sequence_parallel", config.sequence_parallel)),
+        gated=target == "linear_fc1" and bool(config.gated_linear_unit),
+        layer_number=layer_number,
+        norm=norm,
+        dtype=base.weight.dtype,
+        device=base.weight.device,
+    )
+
+
+def attach_adapter(holder: nn.Module, target: str, adapter: ParallelAdapter, seed: int) -> None:
+    """Register `adapter` as `holder.<target>_adapter`, hook it onto `holder.<target>`, initialise it."""
+    base = getattr(holder, target)
+    holder.add_module(adapter_name(target), adapter)
+    base.register_forward_hook(AdapterHook(adapter), with_kwargs=True)
+    adapter.reset_parameters(seed)
+    if adapter.scheme == "dora":
+        adapter.init_magnitude(base)
+
+
+def apply_peft(chunks: list, peft: Any, seed: int) -> None:
+    """Freeze every base parameter and attach an adapter to each target linear (in place).
+
+    `peft` is a PeftConfig (scheme None: nothing to do). Raises ConfigError for MoE expert targets, a
+    model that already has adapters, or bad settings.
+    """
+    if peft.scheme is None:
+        return
+    _check(peft)
+    models = unwrap_all(chunks)
+    if has_adapters(models):
+        raise ConfigError("apply_peft: the model already has PEFT adapters")
+    for model in models:
+        layers = _layers(model)
+        for layer in layers:  # check every layer before changing any
+            for target in peft.target_modules:
+                _base_of(layer, target)
+        for param in model.parameters():
+            param.requires_grad_(False)
+        for layer in layers:
+            for target in peft.target_modules:
+                holder, base = _base_of(layer, target)
+                adapter = build_adapter(base, target, peft, model.config, layer.layer_number)
+                attach_adapter(holder, target, adapter, seed)
+
+
+def adapted_linears(chunks: Any) -> list[AdaptedLinear]:
+    """Every (base linear, adapter) pair of these chunks, in module order."""
+    out = []
+    for model in unwrap_all(chunks):
+        for name, module in model.named_modules():
+            for target in TARGETS:
+                adapter = getattr(module, adapter_name(target), None)
+                if isinstance(adapter, ParallelAdapter):
+                    out.append(
+                        AdaptedLinear(
+                            f"{name}.{target}" if name else target, getattr(module, target), adapter
+                        )
+                    )
+    return out
+
+
+def has_adapters(chunks: Any) -> bool:
+    return any(is_adapter_param(n) for m in unwrap_all(chunks) for n, _ in m.named_parameters())
+
+
+def named_adapter_parameters(chunk: Any) -> Iterator[tuple[str, nn.Parameter]]:
+    """(name, parameter) of one chunk's adapters, names as in the unwrapped chunk."""
+    for name, param in unwrap(chunk).named_parameters():
+        if is_adapter_param(name):
+            yield name, param
+
+
+def adapter_parameters(chunks: Any) -> list[nn.Parameter]:
+    """The trainable adapter parameters of all chunks (what the optimizer gets)."""
+    return [p for c in unwrap_all(chunks) for _, p in named_adapter_parameters(c)]
+
+
+def adapter_sharded_state_dict(chunk: Any, prefix: str = "", metadata: dict | None = None) -> dict:
+    """The adapter entries of one chunk's Megatron-Core sharded state dict (for dist_checkpointing)."""
+    full = unwrap(chunk).sharded_state_dict(prefix=prefix, metadata=metadata)
+    return {k: v for k, v in full.items() if is_adapter_param(k)}
+
+
+def init_dora_magnitudes(chunks: Any) -> None:
+    """Set every DoRA m to ||W + s B A||_row of the current base weights.
+
+    apply_peft does this; call it again when the base weights were loaded after it (e.g. a torch_dist
+    pretrained checkpoint loaded after the build), before the optimizer copies the parameters.
+    """
+    for item in adapted_linears(chunks):
+        if item.adapter.scheme == "dora":
+            item.adapter.init_magnitude(item.base)
