@@ -54,12 +54,6 @@ def _model_keys(n_chunks: int) -> list[str]:
 MODEL_PARTS = ("all", "adapters", "base")
 
 
-def has_adapters(model_chunks: list) -> bool:
-    from bridge.peft import is_adapter_param
-
-    return any(is_adapter_param(n) for c in unwrap_all(model_chunks) for n, _ in c.named_parameters())
-
-
 def model_sharded_state_dict(model_chunks: list, part: str = "all") -> dict:
     """Megatron-Core's sharded state dict of each chunk, restricted to `part` (MODEL_PARTS)."""
     chunks = unwrap_all(model_chunks)
@@ -123,6 +117,8 @@ def save_checkpoint(
     _stage("staging_created", staging, iteration)
 
     # a PEFT run saves its adapters only: the frozen base comes from checkpoint.pretrained_checkpoint
+    from bridge.peft import has_adapters
+
     adapters_only = has_adapters(model_chunks)
     sd = model_sharded_state_dict(model_chunks, "adapters" if adapters_only else "all")
     if optimizer is not None:
@@ -268,6 +264,8 @@ def _load_one(
     has_optim = content.get("checkpoint_content", {}).get("optimizer", False)
     has_rng = content.get("checkpoint_content", {}).get("rng", False)
     saved_adapters_only = content.get("checkpoint_content", {}).get("adapters_only", False)
+
+    from bridge.peft import has_adapters
 
     chunks = unwrap_all(model_chunks)
     with_adapters = has_adapters(model_chunks)

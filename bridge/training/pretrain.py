@@ -85,6 +85,10 @@ def _resume(cfg: ConfigContainer, model: list, optimizer, scheduler, layout_line
         checkpoint.load_checkpoint(
             ck.pretrained_checkpoint, model, None, None, load_rng=False, model_config=cfg.model
         )
+        if cfg.peft.scheme == "dora":  # m starts at the row norms of the weights just loaded
+            from bridge.peft import init_dora_magnitudes
+
+            init_dora_magnitudes(model)
         optimizer.reload_model_params()
         logger.info("loaded pretrained weights from %s", ck.pretrained_checkpoint)
     return TrainState(layout=layout_line)
