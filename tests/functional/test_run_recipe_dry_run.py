@@ -90,7 +90,10 @@ def test_world_size_defaults_to_env_and_list_recipes():
     proc = run_script(str(SCRIPT), "--list-recipes")
     assert proc.returncode == 0
     lines = proc.stdout.splitlines()
-    assert len(lines) == 7 and lines[0].startswith("llama32_1b_pretrain_config  ") and "TP1 PP1" in lines[0]
+    from recipes import RECIPES
+
+    assert len(lines) == len(RECIPES) == 15  # 7 pretraining + 8 finetuning recipes
+    assert lines[0].startswith("llama32_1b_pretrain_config  ") and "TP1 PP1" in lines[0]
 
 
 @pytest.mark.parametrize(
