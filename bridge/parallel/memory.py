@@ -13,9 +13,11 @@ dtype (2 bytes for bf16/fp16/fp8, whose fp8 copies are transient; 4 for fp32), g
 buffer (4 bytes), and the optimizer's fp32 master weights (4, not for fp32 training) plus Adam's two fp32
 moments (8; SGD momentum 4), sharded over dp*cp (dense) and edp (experts): 6 + 12/dp bytes per parameter
 for bf16 + Adam. Parameters per rank are counted exactly (padded vocab, replicated norms, embedding on the
-first stage, output layer on the last). Activations follow the 1F1B schedule: the first stage keeps
-min(pp, M) micro batches of its layers in flight (times 1 + (pp-1)/(pp*vpp) when interleaved), the last
-stage one micro batch plus the fp32 logits. The estimate is the larger of the two stages.
+first stage, output layer on the last). Activations follow the pipeline schedule (1F1B unless
+`pp_schedule` says otherwise; bridge.parallel.schedules.activations_in_flight): the first stage keeps
+min(pp, M) micro batches of its layers in flight (times 1 + (pp-1)/(pp*vpp) when interleaved; all M for
+gpipe and looped_bfs), the last stage one micro batch plus the fp32 logits. The estimate is the larger
+of the two stages.
 
 Activation bytes per token and layer (flash attention, no dropout; 2-byte activations, 4 for fp32):
 norm inputs and outputs 4h (split by tp only with sequence parallelism) + Q, K, V and the attention
@@ -29,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bridge.errors import ConfigError
+from bridge.parallel import schedules
 from bridge.parallel.layout import ModelShape, ParallelLayout
 from bridge.parallel.param_count import count_parameters, padded_vocab_size, params_per_rank
 
@@ -50,6 +53,8 @@ class TrainingSetup:
     precision: str = "bf16"
     optimizer: str = "adam"
     recompute: str = "none"
+    # the pipeline schedule (bridge.parallel.schedules); None = Megatron-Core's 1f1b / interleaved by vpp
+    pp_schedule: str | None = None
 
     def __post_init__(self):
         for name in ("seq_length", "micro_batch_size"):
@@ -153,13 +158,12 @@ def activation_memory(
 
 
 def _in_flight_first_stage(layout: ParallelLayout, setup: TrainingSetup) -> float:
+    """Micro batches of the first stage's layers held at the schedule's peak (bridge.parallel.schedules)."""
     if layout.pp == 1:
         return 1.0
-    m = setup.num_microbatches(layout.dp)
-    in_flight = float(layout.pp if m is None else min(layout.pp, m))
-    if layout.interleaved:
-        in_flight *= 1 + (layout.pp - 1) / (layout.pp * layout.vpp)
-    return in_flight
+    vpp = layout.vpp if layout.interleaved else None
+    name = schedules.effective(setup.pp_schedule, vpp)
+    return schedules.activations_in_flight(name, layout.pp, setup.num_microbatches(layout.dp), vpp)
 
 
 def estimate_memory(
