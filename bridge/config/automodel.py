@@ -11,10 +11,11 @@
       sequence_parallel               -> model.sequence_parallel
       activation_checkpointing        -> distributed.activation_checkpointing
       pipeline:
-        pp_schedule                   -> distributed.pp_schedule (1f1b | interleaved1f1b/interleaved_1f1b;
-                                         AutoModel's gpipe, looped_bfs, dfs, v_schedule, zero_bubble do not
-                                         exist in Megatron-Core: ConfigError)
+        pp_schedule                   -> distributed.pp_schedule (1f1b, interleaved1f1b/interleaved_1f1b,
+                                         gpipe, looped_bfs, dfs, zero_bubble, v_schedule; torch's class names
+                                         LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble too; any case)
         pp_microbatch_size            -> train.micro_batch_size
+        scale_grads_in_schedule       -> distributed.scale_grads_in_schedule
         layers_per_stage              -> model.virtual_pipeline_model_parallel_size = num_layers / (pp * it)
     packed_sequence.packed_sequence_size -> dataset.packed_sequence_size
     step_scheduler: global_batch_size / local_batch_size / max_steps / ckpt_every_steps / val_every_steps
@@ -22,7 +23,7 @@
                                          checkpoint.save_interval / validation.eval_interval
 
 Keys that only tune AutoModel's own FSDP2 implementation and have no Megatron-Core counterpart
-(`defer_fsdp_grad_sync`, `pipeline.scale_grads_in_schedule` / `patch_*`, every `moe:` key) are accepted
+(`defer_fsdp_grad_sync`, `pipeline.patch_*`, every `moe:` key) are accepted
 only with strategy fsdp2, and each one accepted produces a warning saying it is ignored; with any other
 strategy they are a ConfigError (AutoModel itself rejects FSDP2 settings on other strategies). `moe:` also
 needs ep_size > 1, as in AutoModel. Any other key fails with the supported keys listed. Sizes given both
@@ -37,6 +38,7 @@ from typing import Any
 
 from bridge.config.tree import suggest
 from bridge.errors import ConfigError
+from bridge.parallel import schedules
 
 DISTRIBUTED_KEYS = {
     "tp_size": "model.tensor_model_parallel_size",
@@ -46,7 +48,11 @@ DISTRIBUTED_KEYS = {
     "dp_size": "distributed.dp_size",
     "sequence_parallel": "model.sequence_parallel",
 }
-PIPELINE_KEYS = {"pp_schedule": "distributed.pp_schedule", "pp_microbatch_size": "train.micro_batch_size"}
+PIPELINE_KEYS = {
+    "pp_schedule": "distributed.pp_schedule",
+    "pp_microbatch_size": "train.micro_batch_size",
+    "scale_grads_in_schedule": "distributed.scale_grads_in_schedule",
+}
 SECTION_KEYS = {
     "packed_sequence": {"packed_sequence_size": "dataset.packed_sequence_size"},
     "step_scheduler": {
@@ -59,7 +65,7 @@ SECTION_KEYS = {
 }
 # AutoModel FSDP2-implementation knobs with no Megatron-Core meaning (see module docstring).
 FSDP2_ONLY_DISTRIBUTED = {"defer_fsdp_grad_sync"}
-FSDP2_ONLY_PIPELINE = {"scale_grads_in_schedule", "patch_inner_model", "patch_causal_lm_model"}
+FSDP2_ONLY_PIPELINE = {"patch_inner_model", "patch_causal_lm_model"}
 MOE_KEYS = {
     "reshard_after_forward",
     "ignore_router_for_ac",
@@ -70,12 +76,6 @@ MOE_KEYS = {
     "activation_checkpointing",
     "activation_checkpointing_modules",
 }
-SCHEDULE_NAMES = {
-    "1f1b": "1f1b",
-    "interleaved1f1b": "interleaved_1f1b",
-    "interleaved_1f1b": "interleaved_1f1b",
-}
-AUTOMODEL_ONLY_SCHEDULES = ("gpipe", "looped_bfs", "dfs", "v_schedule", "zero_bubble")
 # AutoModel configs write `dp_size: none`; YAML reads that as the string "none", which means "unset" here.
 _NONE_STRINGS = ("none", "None")
 
@@ -206,21 +206,15 @@ class _Translation:
         for name, value in pipeline.items():
             origin = f"distributed.pipeline.{name}"
             if name == "pp_schedule":
-                normalized = SCHEDULE_NAMES.get(str(value).lower())
-                if normalized is None:
-                    extra = (
-                        " (a torch.distributed.pipelining schedule)"
-                        if value in AUTOMODEL_ONLY_SCHEDULES
-                        else ""
-                    )
+                normalized = schedules.normalize(value)
+                if normalized not in schedules.NAMES:
                     raise ConfigError(
-                        f"{self.source}: {origin}={value!r}{extra} is not available in Megatron-Core. Fix: use "
-                        "1f1b or interleaved1f1b (interleaving also needs virtual stages: "
-                        "distributed.pipeline.layers_per_stage or model.virtual_pipeline_model_parallel_size)."
+                        f"{self.source}: {origin}={value!r} is not a pipeline schedule. Fix: use one of "
+                        f"{', '.join(schedules.NAMES)} (interleaved1f1b = interleaved_1f1b)."
                     )
                 self.put("distributed.pp_schedule", normalized, origin)
-            elif name == "pp_microbatch_size":
-                self.put("train.micro_batch_size", value, origin)
+            elif name in ("pp_microbatch_size", "scale_grads_in_schedule"):
+                self.put(PIPELINE_KEYS[name], value, origin)
             elif name == "layers_per_stage":
                 if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                     raise ConfigError(f"{self.source}: {origin}={value!r}: must be a positive integer.")

@@ -79,6 +79,52 @@ class SchedulePlan:
 
 
 @dataclass(frozen=True)
+class PipelinePlan:
+    """The pipeline schedule that runs (bridge.parallel.schedules; docs/parallelism.md)."""
+
+    schedule: str | None  # 1f1b, interleaved_1f1b, gpipe, looped_bfs, dfs, zero_bubble; None with pp == 1
+    engine: (
+        str  # "megatron" (Megatron-Core's forward_backward function) | "torch" (bridge.training.pipelining)
+    )
+    torch_class: str | None  # the torch.distributed.pipelining.schedules class (engine "torch")
+    stages_per_rank: int  # model chunks per pipeline rank (vpp, or 1)
+    scale_grads_in_schedule: bool  # torch: the schedule divides the gradients by the micro batch count
+    bubble_fraction: float  # of a step, with equal stage times (bridge.parallel.schedules.bubble_fraction)
+
+    def describe(self, pp: int, num_microbatches: int) -> str:
+        if self.schedule is None:
+            return "pipeline: none (pp=1)"
+        engine = (
+            f"torch.distributed.pipelining {self.torch_class}" if self.engine == "torch" else "Megatron-Core"
+        )
+        return (
+            f"pipeline: {self.schedule} on {engine}, {pp * self.stages_per_rank} stages ({self.stages_per_rank} "
+            f"per rank), {num_microbatches} micro batches, bubble {100 * self.bubble_fraction:.1f}% "
+            "(equal stage times)"
+        )
+
+
+def pipeline_plan(cfg: ConfigContainer, layout: ParallelLayout, num_microbatches: int) -> PipelinePlan:
+    """The validated config's pipeline decision."""
+    from bridge.parallel import schedules
+
+    vpp = layout.vpp if layout.interleaved else None
+    stages = vpp or 1
+    if layout.pp == 1:
+        return PipelinePlan(None, "megatron", None, 1, False, 0.0)
+    name = schedules.effective(cfg.distributed.pp_schedule, vpp)
+    s = schedules.SCHEDULES[name]
+    return PipelinePlan(
+        schedule=name,
+        engine=s.engine,
+        torch_class=s.torch_class,
+        stages_per_rank=stages,
+        scale_grads_in_schedule=bool(cfg.distributed.scale_grads_in_schedule) and s.engine == "torch",
+        bubble_fraction=schedules.bubble_fraction(name, layout.pp, num_microbatches, vpp),
+    )
+
+
+@dataclass(frozen=True)
 class RunPlan:
     config: ConfigContainer  # the resolved config (a private copy: read it, do not change it)
     world_size: int
@@ -87,6 +133,7 @@ class RunPlan:
     provider: GPTModelProvider  # the run's model: precision and activation recompute applied
     precision: Precision
     num_microbatches: int
+    pipeline: PipelinePlan
     data: DataPlan
     schedule: SchedulePlan
     memory: MemoryEstimate | None  # per rank, the fullest pipeline stage (None: not estimable)
@@ -101,6 +148,7 @@ class RunPlan:
             f"{self.precision.name}",
             f"batch: global {cfg.train.global_batch_size} = micro {cfg.train.micro_batch_size} x "
             f"{self.num_microbatches} microbatches x DP {self.layout.dp}",
+            *([self.pipeline.describe(self.layout.pp, self.num_microbatches)] if self.layout.pp > 1 else []),
             f"samples: train {self.data.sample_counts[0]}, valid {self.data.sample_counts[1]}, "
             f"test {self.data.sample_counts[2]}",
             f"lr schedule: warmup {self.schedule.warmup_samples} samples, decay {self.schedule.decay_samples}",
@@ -145,6 +193,7 @@ def _memory(cfg: ConfigContainer, layout: ParallelLayout, precision: Precision) 
             precision=precision.name,
             optimizer=cfg.optimizer.optimizer,
             recompute=recompute,
+            pp_schedule=cfg.distributed.pp_schedule,
         )
         return estimate_memory(cfg.model.model_shape(), layout, setup)
     except (ValueError, TypeError, ZeroDivisionError):
@@ -199,6 +248,7 @@ def build_plan(config: ConfigContainer, world_size: int, cuda: bool) -> RunPlan:
         decay_samples=decay * t.global_batch_size,
         total_samples=max(train_samples, 1),
     )
+    num_microbatches = t.global_batch_size // (t.micro_batch_size * layout.dp)
     return RunPlan(
         config=cfg,
         world_size=world_size,
@@ -206,7 +256,8 @@ def build_plan(config: ConfigContainer, world_size: int, cuda: bool) -> RunPlan:
         layout=layout,
         provider=_run_provider(cfg, precision),
         precision=precision,
-        num_microbatches=t.global_batch_size // (t.micro_batch_size * layout.dp),
+        num_microbatches=num_microbatches,
+        pipeline=pipeline_plan(cfg, layout, num_microbatches),
         data=data,
         schedule=schedule,
         memory=_memory(cfg, layout, precision),

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bridge.parallel.schedules import NAMES as _PIPELINE_SCHEDULES
+
 # Accepted names, shared by validation and the docs.
 OPTIMIZERS = ("adam", "sgd")
 LR_DECAY_STYLES = ("cosine", "linear", "constant")
@@ -22,7 +24,9 @@ PEFT_SCHEMES = ("lora", "dora")
 PEFT_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
 TOKENIZER_TYPES = ("NullTokenizer", "HuggingFaceTokenizer")
 CKPT_FORMATS = ("torch_dist",)
-PP_SCHEDULES = ("1f1b", "interleaved_1f1b")
+# distributed.pp_schedule: Megatron-Core's 1f1b / interleaved_1f1b and torch.distributed.pipelining's
+# gpipe, looped_bfs, dfs, zero_bubble, v_schedule (bridge.parallel.schedules; interleaved1f1b is an alias)
+PP_SCHEDULES = _PIPELINE_SCHEDULES
 # mixed_precision.precision -> the dtype it trains in (with CUDA; CPU runs train in fp32).
 PRECISION_DTYPES = {"bf16_mixed": "bf16", "fp16_mixed": "fp16", "fp32": "fp32"}
 PRECISIONS = tuple(PRECISION_DTYPES)
@@ -153,8 +157,12 @@ class DistributedConfig:
     grad_reduce_in_fp32: bool = True
     average_in_collective: bool = True
     check_for_nan_in_grad: bool = True
-    # None = 1f1b, or interleaved_1f1b when model.virtual_pipeline_model_parallel_size is set
+    # None = 1f1b, or interleaved_1f1b when model.virtual_pipeline_model_parallel_size is set; gpipe,
+    # looped_bfs, dfs, zero_bubble run on torch.distributed.pipelining (docs/parallelism.md)
     pp_schedule: str | None = None
+    # torch schedules: the schedule divides the gradients by the number of micro batches (true), or each
+    # micro batch's loss is divided by it before its backward (false, AutoModel's default); same gradients
+    scale_grads_in_schedule: bool = False
     timeout_minutes: int = 10
     gpus_per_node: int = 8
     # Full recompute of every transformer layer (Megatron-Core recompute_granularity="full",

@@ -14,6 +14,7 @@ from bridge.config import finetune_rules
 from bridge.config import sections as S
 from bridge.config.sections import PRECISION_DTYPES
 from bridge.errors import ConfigError
+from bridge.parallel import schedules
 
 if TYPE_CHECKING:
     from bridge.config.container import ConfigContainer
@@ -487,25 +488,7 @@ def _distributed(cfg: ConfigContainer, layout: ParallelLayout) -> list[str]:
             f"({layout.tp} * {layout.pp} * {layout.cp}) = {layout.dp}",
             "leave distributed.dp_size unset (null), or change the world size or the model-parallel sizes",
         )
-    if d.pp_schedule is not None:
-        _one_of("distributed.pp_schedule", d.pp_schedule, S.PP_SCHEDULES)
-        vpp = m.virtual_pipeline_model_parallel_size
-        if m.pipeline_model_parallel_size == 1:
-            warnings.append(f"distributed.pp_schedule={d.pp_schedule} has no effect with pipeline size 1.")
-        elif d.pp_schedule == "interleaved_1f1b" and vpp is None:
-            raise fail(
-                "distributed.pp_schedule",
-                d.pp_schedule,
-                "interleaving needs virtual pipeline stages",
-                "set model.virtual_pipeline_model_parallel_size (>= 2), or use pp_schedule 1f1b",
-            )
-        elif d.pp_schedule == "1f1b" and vpp is not None:
-            raise fail(
-                "distributed.pp_schedule",
-                d.pp_schedule,
-                f"model.virtual_pipeline_model_parallel_size = {vpp} makes Megatron-Core run the interleaved schedule",
-                "use pp_schedule interleaved_1f1b (or null), or unset model.virtual_pipeline_model_parallel_size",
-            )
+    warnings += _pipeline(cfg, layout)
     if d.activation_checkpointing and m.recompute_granularity is not None:
         raise fail(
             "distributed.activation_checkpointing",
@@ -540,6 +523,133 @@ def _distributed(cfg: ConfigContainer, layout: ParallelLayout) -> list[str]:
                 f"{d.strategy} does not use."
             )
     return warnings
+
+
+def _pipeline(cfg: ConfigContainer, layout: ParallelLayout) -> list[str]:
+    """distributed.pp_schedule and distributed.scale_grads_in_schedule against the layout and the batch
+    (docs/parallelism.md, "Pipeline schedules"). Normalises the schedule's spelling (interleaved1f1b)."""
+    d, m = cfg.distributed, cfg.model
+    given = d.pp_schedule
+    if given is not None:
+        name = schedules.normalize(given)
+        if name not in schedules.NAMES:
+            raise fail(
+                "distributed.pp_schedule",
+                given,
+                f"must be one of {', '.join(schedules.NAMES)}",
+                "pick one of those",
+            )
+        d.pp_schedule = name
+    if not isinstance(d.scale_grads_in_schedule, bool):
+        raise fail(
+            "distributed.scale_grads_in_schedule",
+            d.scale_grads_in_schedule,
+            "must be true or false",
+            "use false",
+        )
+    if layout.pp == 1:
+        out = []
+        if given is not None:
+            out.append(f"distributed.pp_schedule={d.pp_schedule} has no effect with pipeline size 1.")
+        if d.scale_grads_in_schedule:
+            out.append("distributed.scale_grads_in_schedule=true has no effect with pipeline size 1.")
+        return out
+    vpp = m.virtual_pipeline_model_parallel_size
+    name = schedules.effective(d.pp_schedule, vpp)
+    schedule = schedules.SCHEDULES[name]
+    if name == "interleaved_1f1b" and vpp is None:
+        raise fail(
+            "distributed.pp_schedule",
+            name,
+            "interleaving needs virtual pipeline stages",
+            "set model.virtual_pipeline_model_parallel_size (>= 2), or use pp_schedule 1f1b",
+        )
+    if name == "1f1b" and vpp is not None:
+        raise fail(
+            "distributed.pp_schedule",
+            name,
+            f"model.virtual_pipeline_model_parallel_size = {vpp} makes Megatron-Core run the interleaved schedule",
+            "use pp_schedule interleaved_1f1b (or null), or unset model.virtual_pipeline_model_parallel_size",
+        )
+    if schedule.engine == "megatron":
+        if d.scale_grads_in_schedule:
+            return [
+                f"distributed.scale_grads_in_schedule=true has no effect with pp_schedule {name}: Megatron-Core's "
+                "schedules divide each micro batch's loss by the number of micro batches themselves."
+            ]
+        return []
+    if name == "v_schedule":
+        raise fail("distributed.pp_schedule", name, schedules.V_SCHEDULE_REFUSAL, schedules.V_SCHEDULE_FIX)
+    several = vpp is not None and vpp > 1
+    if schedule.multi_stage and not several:
+        raise fail(
+            "distributed.pp_schedule",
+            name,
+            f"{schedule.torch_class} is a multi-stage schedule: it needs several virtual stages per pipeline "
+            f"rank, and model.virtual_pipeline_model_parallel_size = {vpp}",
+            "set model.virtual_pipeline_model_parallel_size >= 2 (num_layers % (pp*vpp) == 0), or use gpipe",
+        )
+    if not schedule.multi_stage and several:
+        raise fail(
+            "distributed.pp_schedule",
+            name,
+            f"{schedule.torch_class} runs one stage per pipeline rank, and "
+            f"model.virtual_pipeline_model_parallel_size = {vpp} builds {vpp}",
+            "unset model.virtual_pipeline_model_parallel_size, or use looped_bfs, dfs or zero_bubble",
+        )
+    t = cfg.train
+    micro = t.global_batch_size // (t.micro_batch_size * layout.dp)
+    rule = schedules.microbatch_rule(name, layout.pp, micro)
+    if rule:
+        raise fail(
+            "train.global_batch_size",
+            t.global_batch_size,
+            f"pp_schedule {name} with {micro} micro batches per step (global_batch_size / (micro_batch_size "
+            f"{t.micro_batch_size} x dp {layout.dp})): {rule}",
+            f"use a multiple of pp={layout.pp} micro batches per step, or another schedule",
+        )
+    if name == "zero_bubble" and d.strategy == "fsdp2":
+        raise fail(
+            "distributed.strategy",
+            "fsdp2",
+            "pp_schedule zero_bubble computes the weight gradients in a separate pass (torch.autograd.grad), "
+            "outside FSDP2's post-backward reduce-scatter; measured on 2 CPU ranks, the step never finishes "
+            "(gloo timed out after 60 s)",
+            "use distributed.strategy=megatron with zero_bubble, or gpipe, looped_bfs or dfs with fsdp2",
+        )
+    if name == "zero_bubble":
+        if d.activation_checkpointing or m.recompute_granularity is not None:
+            field = (
+                "distributed.activation_checkpointing"
+                if d.activation_checkpointing
+                else "model.recompute_granularity"
+            )
+            raise fail(
+                field,
+                True if d.activation_checkpointing else m.recompute_granularity,
+                "pp_schedule zero_bubble computes input gradients with torch.autograd.grad, and Megatron-Core's "
+                'activation recompute (CheckpointFunction) refuses it: "Checkpointing is not compatible '
+                'with .grad(), please use .backward() if possible"',
+                "turn activation recompute off, or use gpipe, looped_bfs or dfs (full backward)",
+            )
+        if m.gradient_accumulation_fusion:
+            raise fail(
+                "model.gradient_accumulation_fusion",
+                True,
+                "pp_schedule zero_bubble's weight pass runs the backward of Megatron-Core's linear autograd "
+                "function again (the input pass already ran it once), and with fusion that backward adds the "
+                "weight gradient into main_grad itself: every weight gradient would be added twice",
+                "set model.gradient_accumulation_fusion=false, or use gpipe, looped_bfs or dfs",
+            )
+    if getattr(m, "calculate_per_token_loss", False) and d.scale_grads_in_schedule:
+        raise fail(
+            "distributed.scale_grads_in_schedule",
+            True,
+            "with model.calculate_per_token_loss the gradients are divided by the step's token count, and the "
+            "schedule would divide them by the number of micro batches again",
+            "set distributed.scale_grads_in_schedule=false",
+        )
+    return []
 
 
 def _precision(cfg: ConfigContainer) -> list[str]:

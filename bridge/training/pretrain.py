@@ -278,12 +278,15 @@ def _run(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None) ->
 
     is_log_rank = torch.distributed.get_rank() == torch.distributed.get_world_size() - 1
     writers = MetricWriters(cfg.logger if is_log_rank else None)  # TensorBoard / W&B on the logging rank
+    from bridge.training.pipelining import build_runner
+
+    forward_step_func = forward_step_func or default_forward_step
     ctx = TrainingContext(
         plan=plan,
         model=model,
         optimizer=optimizer,
         scheduler=scheduler,
-        forward_step_func=forward_step_func or default_forward_step,
+        forward_step_func=forward_step_func,
         train_iterators=iterators(train_ds, state.consumed_train_samples),
         valid_iterators=iterators(valid_ds, state.consumed_valid_samples),
         state=state,
@@ -292,6 +295,7 @@ def _run(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None) ->
         flops_per_token=training_flops_per_token(plan.provider, plan.data.seq_length),
         writers=writers,
         run_config_yaml=cfg.to_yaml() if cfg.checkpoint.save else None,
+        pipeline_runner=build_runner(plan, model, forward_step_func),  # None: Megatron-Core's schedules
     )
     try:
         return train(ctx)

@@ -1,4 +1,6 @@
-"""One training step, evaluation, and the iteration loop, on Megatron-Core's pipeline schedules."""
+"""One training step, evaluation, and the iteration loop, on Megatron-Core's pipeline schedules or (the
+plan's torch schedules: gpipe, looped_bfs, dfs, zero_bubble) on torch.distributed.pipelining's
+(bridge/training/pipelining.py)."""
 
 from __future__ import annotations
 
@@ -41,6 +43,8 @@ class TrainingContext:
     flops_per_token: float
     writers: MetricWriters
     run_config_yaml: str | None
+    # bridge.training.pipelining.TorchPipelineRunner when plan.pipeline.engine == "torch", else None
+    pipeline_runner: Any = None
 
     @property
     def cfg(self) -> ConfigContainer:
@@ -91,6 +95,10 @@ def _broadcast_loss(totals: dict[str, torch.Tensor]) -> float:
 
 
 def _forward_backward(ctx: TrainingContext, iterators: list, forward_only: bool) -> list[dict]:
+    """All micro batches of one step through the plan's pipeline schedule: Megatron-Core's forward_backward
+    function, or the torch.distributed.pipelining runner (the one place that chooses)."""
+    if ctx.plan.pipeline.engine == "torch":
+        return ctx.pipeline_runner.forward_backward(iterators, forward_only)
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     return get_forward_backward_func()(

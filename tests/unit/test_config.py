@@ -162,7 +162,11 @@ def test_valid_config_gives_layout_and_no_warnings():
         ),
         (["train.micro_batch_size=3"], 2, r"train.micro_batch_size \(3\) x data-parallel size \(2\) = 6"),
         (["peft.scheme=qlora"], 1, r"peft.scheme = 'qlora': must be null or one of lora, dora"),
-        (["peft.scheme=lora"], 1, r"checkpoint.pretrained_checkpoint = None: peft.scheme=lora trains adapters"),
+        (
+            ["peft.scheme=lora"],
+            1,
+            r"checkpoint.pretrained_checkpoint = None: peft.scheme=lora trains adapters",
+        ),
         (
             ["peft.scheme=lora", "peft.target_modules=[linear_qkv,q_proj]"],
             1,
@@ -279,9 +283,10 @@ def test_valid_config_gives_layout_and_no_warnings():
             r"makes Megatron-Core run the interleaved schedule",
         ),
         (
-            ["distributed.pp_schedule=gpipe"],
+            ["distributed.pp_schedule=pipedream"],
             1,
-            r"distributed.pp_schedule = 'gpipe': must be one of 1f1b, interleaved_1f1b",
+            r"distributed.pp_schedule = 'pipedream': must be one of 1f1b, interleaved_1f1b, gpipe, looped_bfs, "
+            r"dfs, zero_bubble, v_schedule",
         ),
         (
             ["distributed.activation_checkpointing=True", "model.recompute_granularity=full"],

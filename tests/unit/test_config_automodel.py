@@ -170,21 +170,53 @@ def test_unknown_keys_fail_with_suggestions():
         merge("step_scheduler: {num_epochs: 2}")
 
 
-def test_autmodel_only_schedules_are_rejected():
+def test_every_seed_schedule_name_maps_onto_pp_schedule():
+    names = {
+        "1f1b": "1f1b",
+        "interleaved1f1b": "interleaved_1f1b",
+        "interleaved_1f1b": "interleaved_1f1b",
+        "gpipe": "gpipe",
+        "looped_bfs": "looped_bfs",
+        "dfs": "dfs",
+        "zero_bubble": "zero_bubble",
+        "v_schedule": "v_schedule",
+        "LoopedBFS": "looped_bfs",  # torch's get_schedule_class names, any case
+        "InterleavedZeroBubble": "zero_bubble",
+        "ZBVZeroBubble": "v_schedule",
+    }
+    for given, expected in names.items():
+        cfg, warnings = merge(f"distributed: {{pp_size: 2, pipeline: {{pp_schedule: {given}}}}}")
+        assert (cfg.distributed.pp_schedule, warnings) == (expected, []), given
     with pytest.raises(
-        ConfigError,
-        match=r"pp_schedule='gpipe' \(a torch.distributed.pipelining schedule\) is not available in Megatron-Core",
+        ConfigError, match=r"pp_schedule='pipedream' is not a pipeline schedule. Fix: use one of 1f1b"
     ):
-        merge("distributed: {pp_size: 2, pipeline: {pp_schedule: gpipe}}")
+        merge("distributed: {pp_size: 2, pipeline: {pp_schedule: pipedream}}")
+
+
+def test_scale_grads_in_schedule_maps_onto_its_field_with_any_strategy():
+    cfg, warnings = merge(
+        "distributed: {pp_size: 2, pipeline: {pp_schedule: gpipe, pp_microbatch_size: 2, "
+        "scale_grads_in_schedule: true}}"
+    )
+    assert warnings == []
+    assert (cfg.distributed.pp_schedule, cfg.distributed.scale_grads_in_schedule) == ("gpipe", True)
+    assert cfg.train.micro_batch_size == 2
+    plan = cfg.validate(4, cuda=True)  # pp 2 x dp 2, global 64 / (2 x 2) = 16 micro batches
+    assert (plan.pipeline.engine, plan.pipeline.torch_class, plan.pipeline.scale_grads_in_schedule) == (
+        "torch",
+        "ScheduleGPipe",
+        True,
+    )
+    assert plan.num_microbatches == 16
 
 
 def test_fsdp2_only_keys_warn_with_fsdp2_and_fail_otherwise():
     _, warnings = merge(
-        "distributed: {strategy: fsdp2, defer_fsdp_grad_sync: true, pipeline: {scale_grads_in_schedule: false}}"
+        "distributed: {strategy: fsdp2, defer_fsdp_grad_sync: true, pipeline: {patch_inner_model: false}}"
     )
     assert warnings == [
         "distributed.defer_fsdp_grad_sync has no Megatron-Core equivalent and is ignored (accepted for strategy fsdp2).",
-        "distributed.pipeline.scale_grads_in_schedule has no Megatron-Core equivalent and is ignored (accepted for strategy fsdp2).",
+        "distributed.pipeline.patch_inner_model has no Megatron-Core equivalent and is ignored (accepted for strategy fsdp2).",
     ]
     with pytest.raises(
         ConfigError,

@@ -1,0 +1,163 @@
+"""Pipeline schedules: names, bubble and memory formulas (bridge.parallel.schedules), the validation rules of
+distributed.pp_schedule / scale_grads_in_schedule, and the plan's pipeline decision. No process group."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.config.container import ConfigContainer
+from bridge.config.overrides import apply_overrides
+from bridge.errors import ConfigError
+from bridge.models.gpt_provider import GPTModelProvider
+from bridge.parallel import schedules
+
+
+def tiny(*overrides: str) -> ConfigContainer:
+    cfg = ConfigContainer(
+        model=GPTModelProvider(
+            num_layers=8, hidden_size=64, num_attention_heads=4, seq_length=32, vocab_size=128
+        )
+    )
+    cfg.train.train_iters, cfg.train.global_batch_size = 10, 16
+    cfg.scheduler.lr_warmup_iters = 0
+    cfg.validation.eval_interval = 0
+    return apply_overrides(cfg, list(overrides))
+
+
+def pp(n: int, vpp: int | None = None, schedule: str | None = None) -> list[str]:
+    out = [f"model.pipeline_model_parallel_size={n}"]
+    out += [f"model.virtual_pipeline_model_parallel_size={vpp}"] if vpp else []
+    return out + ([f"distributed.pp_schedule={schedule}"] if schedule else [])
+
+
+def test_bubble_fractions_are_the_documented_formulas():
+    p, m, v = 4, 8, 2
+    assert schedules.bubble_fraction("1f1b", p, m) == pytest.approx(3 / 11)  # (p-1)/(m+p-1)
+    assert schedules.bubble_fraction("gpipe", p, m) == pytest.approx(3 / 11)
+    for name in ("interleaved_1f1b", "dfs", "looped_bfs"):  # (p-1)/(v*m+p-1)
+        assert schedules.bubble_fraction(name, p, m, v) == pytest.approx(3 / 19), name
+    assert schedules.bubble_fraction("zero_bubble", p, m, v) == pytest.approx(3 / 51)  # (p-1)/(3vm+p-1)
+    assert schedules.bubble_fraction("v_schedule", p, m, 2) == 0.0  # m >= 2p - 1
+    assert schedules.bubble_fraction("gpipe", 1, m) == 0.0
+    # more micro batches or more virtual stages always shrink the bubble
+    assert schedules.bubble_fraction("1f1b", p, 32) < schedules.bubble_fraction("1f1b", p, 8)
+    assert schedules.bubble_fraction("dfs", p, m, 4) < schedules.bubble_fraction("dfs", p, m, 2)
+
+
+def test_activations_in_flight_per_schedule():
+    assert schedules.activations_in_flight("1f1b", 4, 16) == 4.0  # min(p, m)
+    assert schedules.activations_in_flight("1f1b", 4, 2) == 2.0
+    assert schedules.activations_in_flight("gpipe", 4, 16) == 16.0  # every forward before a backward
+    assert schedules.activations_in_flight("looped_bfs", 4, 16, 2) == 16.0
+    for name in ("interleaved_1f1b", "dfs", "zero_bubble"):
+        assert schedules.activations_in_flight(name, 4, 16, 2) == pytest.approx(4 * (1 + 3 / 8)), name
+    assert schedules.activations_in_flight("gpipe", 1, 16) == 1.0
+
+
+def test_names_aliases_and_microbatch_rules():
+    assert schedules.NAMES == (
+        "1f1b",
+        "interleaved_1f1b",
+        "gpipe",
+        "looped_bfs",
+        "dfs",
+        "zero_bubble",
+        "v_schedule",
+    )
+    assert [schedules.normalize(n) for n in ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble")] == [
+        "interleaved_1f1b",
+        "looped_bfs",
+        "zero_bubble",
+    ]
+    assert schedules.effective(None, None) == "1f1b" and schedules.effective(None, 2) == "interleaved_1f1b"
+    assert schedules.microbatch_rule("dfs", 4, 8) is None and schedules.microbatch_rule("dfs", 4, 3) is None
+    assert "max(1, m // pp) = 2 rounds" in schedules.microbatch_rule("zero_bubble", 4, 9)
+    assert (
+        schedules.microbatch_rule("gpipe", 4, 9) is None
+        and schedules.microbatch_rule("looped_bfs", 4, 9) is None
+    )
+
+
+@pytest.mark.parametrize(
+    "overrides, world, engine, torch_class, stages",
+    [
+        (pp(4, schedule="gpipe"), 4, "torch", "ScheduleGPipe", 1),
+        (pp(2, 2, "looped_bfs"), 4, "torch", "ScheduleLoopedBFS", 2),
+        (pp(2, 2, "dfs"), 4, "torch", "ScheduleInterleaved1F1B", 2),
+        (pp(4, 2, "zero_bubble"), 4, "torch", "ScheduleInterleavedZeroBubble", 2),
+        (pp(2, 2, "interleaved1f1b"), 2, "megatron", None, 2),  # AutoModel's spelling
+        (pp(2, schedule="1f1b"), 2, "megatron", None, 1),
+        (pp(2, 2), 2, "megatron", None, 2),  # no schedule: Megatron-Core's choice by vpp
+        ([*pp(2, 2, "dfs"), "distributed.strategy=fsdp2", "optimizer.use_distributed_optimizer=False"], 4,
+         "torch", "ScheduleInterleaved1F1B", 2),
+    ],
+)  # fmt: skip
+def test_accepted_schedules_and_the_plan_they_make(overrides, world, engine, torch_class, stages):
+    plan = tiny(*overrides).validate(world, cuda=False)
+    p = plan.pipeline
+    assert (p.engine, p.torch_class, p.stages_per_rank) == (engine, torch_class, stages)
+    assert p.schedule in schedules.NAMES and plan.config.distributed.pp_schedule in (None, p.schedule)
+    vpp = plan.layout.vpp if plan.layout.interleaved else None
+    assert p.bubble_fraction == schedules.bubble_fraction(
+        p.schedule, plan.layout.pp, plan.num_microbatches, vpp
+    )
+    assert not any("pp_schedule" in w for w in plan.warnings)
+    line = next(x for x in plan.summary_lines() if x.startswith("pipeline: "))
+    assert p.schedule in line and (torch_class or "Megatron-Core") in line
+
+
+@pytest.mark.parametrize(
+    "overrides, world, expected",
+    [
+        (pp(2, 2, "v_schedule"), 2,
+         r"distributed.pp_schedule = 'v_schedule': ScheduleZBVZeroBubble needs the V stage layout .* "
+         r"Megatron-Core builds virtual stage v\*pp \+ r on pipeline rank r \(loop order\)"),
+        (pp(2, 2, "gpipe"), 2,
+         r"distributed.pp_schedule = 'gpipe': ScheduleGPipe runs one stage per pipeline rank, and "
+         r"model.virtual_pipeline_model_parallel_size = 2 builds 2"),
+        (pp(2, schedule="looped_bfs"), 2,
+         r"distributed.pp_schedule = 'looped_bfs': ScheduleLoopedBFS is a multi-stage schedule"),
+        (pp(2, schedule="zero_bubble"), 2, r"ScheduleInterleavedZeroBubble is a multi-stage schedule"),
+        ([*pp(2, 2, "dfs"), "train.global_batch_size=5"], 2,
+         r"train.global_batch_size = 5: pp_schedule dfs with 5 micro batches per step .* "
+         r"max\(1, m // pp\) = 2 rounds and needs m = 5 to be a multiple of that"),
+        ([*pp(2, 2, "zero_bubble"), "distributed.activation_checkpointing=True"], 2,
+         r"distributed.activation_checkpointing = True: .*\"Checkpointing is not compatible with .grad\(\)"),
+        ([*pp(2, 2, "zero_bubble"), "model.recompute_granularity=selective"], 2,
+         r"model.recompute_granularity = 'selective': pp_schedule zero_bubble computes input gradients"),
+        ([*pp(2, 2, "zero_bubble"), "model.gradient_accumulation_fusion=True"], 2,
+         r"model.gradient_accumulation_fusion = True: .*every weight gradient would be added twice"),
+        ([*pp(2, 2, "zero_bubble"), "distributed.strategy=fsdp2", "optimizer.use_distributed_optimizer=False"], 2,
+         r"distributed.strategy = 'fsdp2': pp_schedule zero_bubble .* the step never finishes"),
+        ([*pp(2, schedule="gpipe"), "model.calculate_per_token_loss=True",
+          "distributed.scale_grads_in_schedule=True"], 2,
+         r"distributed.scale_grads_in_schedule = True: with model.calculate_per_token_loss"),
+        (pp(2, schedule="pipedream"), 2, r"distributed.pp_schedule = 'pipedream': must be one of 1f1b"),
+    ],
+)  # fmt: skip
+def test_refused_before_launch(overrides, world, expected):
+    with pytest.raises(ConfigError, match=expected) as err:
+        tiny(*overrides).validate(world, cuda=False)
+    assert "Fix:" in str(err.value)
+
+
+def test_settings_without_effect_are_warnings():
+    w = tiny("distributed.pp_schedule=gpipe", "distributed.scale_grads_in_schedule=true").validate(1).warnings
+    assert "distributed.pp_schedule=gpipe has no effect with pipeline size 1." in w
+    assert "distributed.scale_grads_in_schedule=true has no effect with pipeline size 1." in w
+    w = tiny(*pp(2, schedule="1f1b"), "distributed.scale_grads_in_schedule=true").validate(2).warnings
+    assert any("Megatron-Core's schedules divide each micro batch's loss" in x for x in w)
+    plan = tiny(*pp(2, schedule="gpipe"), "distributed.scale_grads_in_schedule=true").validate(2, cuda=True)
+    assert plan.pipeline.scale_grads_in_schedule is True and plan.warnings == ()
+
+
+def test_memory_estimate_follows_the_schedule():
+    # 16 micro batches on pp=4: gpipe holds all 16 in flight on the first stage, 1f1b 4
+    one = tiny(*pp(4, schedule="1f1b")).validate(4, cuda=True).memory
+    fill_drain = tiny(*pp(4, schedule="gpipe")).validate(4, cuda=True).memory
+    assert fill_drain.activations > 3 * one.activations
+    assert (fill_drain.params, fill_drain.grads, fill_drain.optimizer) == (
+        one.params,
+        one.grads,
+        one.optimizer,
+    )
