@@ -163,6 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for flag in SIZE_FLAGS:
         ap.add_argument(f"--{flag}", type=int, default=None, help=f"keep {flag} fixed and plan the rest")
+    ap.add_argument(
+        "--pp-schedule",
+        default=None,
+        help="pipeline schedule to plan for (1f1b, interleaved_1f1b, gpipe, looped_bfs, dfs, zero_bubble; "
+        "default: Megatron-Core's choice by vpp)",
+    )
     out = ap.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument("--overrides", action="store_true", help="print the dotted overrides for run_recipe.py")
@@ -194,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             optimizer=args.optimizer or "adam",
             memory_model=args.memory_model,
             fixed={f: getattr(args, f) for f in SIZE_FLAGS if getattr(args, f) is not None},
+            pp_schedule=args.pp_schedule,
         )
         result = plan(req)
     except ConfigError as err:

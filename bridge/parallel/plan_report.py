@@ -76,6 +76,8 @@ def plan_overrides(p: Plan, explicit: dict[str, object] | None = None) -> list[s
         f"model.expert_tensor_parallel_size={lay.etp}",
         f"model.sequence_parallel={lay.sequence_parallel}",
     ]
+    if p.request.pp_schedule is not None:
+        out.append(f"distributed.pp_schedule={p.request.pp_schedule}")
     if p.recompute == "full":
         out += [
             "model.recompute_granularity=full",

@@ -12,7 +12,10 @@ fits the memory budget:
   fit; the smallest model-parallel group that fits wins (the rest is data parallelism), larger tp first.
 - MoE models: tp stays small (sized by the *active* parameters), ep is the main dimension (as many
   experts spread as the GPUs allow), pp handles depth across nodes; etp stays 1 (rarely useful).
-- pp > 1 is interleaved (vpp: about four layers per virtual stage) when the micro batches allow it.
+- pp > 1 is interleaved (vpp: about four layers per virtual stage) when the micro batches allow it; a
+  requested pipeline schedule (PlanRequest.pp_schedule: one of bridge.parallel.schedules.NAMES) decides
+  instead: gpipe and 1f1b keep one stage per rank, the multi-stage ones need vpp >= 2. The reasons state
+  the schedule's bubble fraction and the other schedules' at the same layout (bridge.parallel.schedules).
 - sequence_parallel whenever tp > 1 (it shards the norm activations; MoE with tp > 1 requires it).
 - activation recomputation (full): for dense models only when no layout fits without it; for MoE
   models before raising tp (small TP is worth the recompute, as in the MoE recipes).
@@ -25,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from bridge.errors import ConfigError
+from bridge.parallel import schedules
 from bridge.parallel.layout import ModelShape, ParallelLayout
 from bridge.parallel.memory import (
     MEMORY_MODELS,
@@ -57,8 +61,21 @@ class PlanRequest:
     optimizer: str = "adam"
     memory_model: str = "megatron"
     fixed: dict[str, int] = field(default_factory=dict)  # sizes to keep: tp, pp, vpp, cp, ep, etp
+    pp_schedule: str | None = None  # None: Megatron-Core's 1f1b / interleaved_1f1b by vpp
 
     def __post_init__(self):
+        if self.pp_schedule is not None:
+            name = schedules.normalize(self.pp_schedule)
+            if name not in schedules.NAMES:
+                raise ConfigError(
+                    f"pp_schedule = {self.pp_schedule!r}: must be one of {', '.join(schedules.NAMES)}. "
+                    "Fix: pick one of those."
+                )
+            if name == "v_schedule":
+                raise ConfigError(
+                    f"pp_schedule = 'v_schedule': {schedules.V_SCHEDULE_REFUSAL}. Fix: {schedules.V_SCHEDULE_FIX}."
+                )
+            object.__setattr__(self, "pp_schedule", name)
         for name in ("gpus", "gpus_per_node"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -104,6 +121,7 @@ class PlanRequest:
             precision=self.precision,
             optimizer=self.optimizer,
             recompute=recompute,
+            pp_schedule=self.pp_schedule,
         )
 
 
@@ -190,14 +208,25 @@ def _cp_choices(seq: int, gpus: int) -> list[int]:
 
 
 def _choose_vpp(shape: ModelShape, pp: int, setup: TrainingSetup, dp: int) -> int | None:
-    if pp == 1:
+    """vpp for pp stages: the schedule's (setup.pp_schedule), else interleaving when the micro batches allow.
+    A schedule that needs virtual stages and gets none raises ConfigError (the candidate is invalid)."""
+    schedule = setup.pp_schedule
+    if pp == 1 or schedule in ("1f1b", "gpipe"):
         return None
     m = setup.num_microbatches(dp)
-    if m is not None and (m < pp or m % pp):
-        return None  # Megatron-Core's interleaved schedule needs the micro batches in groups of pp
     per_stage = shape.num_layers // pp
     options = [v for v in _divisors(per_stage) if v >= 2]
-    if not options:
+    if schedule is None or schedule == "interleaved_1f1b":
+        # Megatron-Core's interleaved schedule needs the micro batches in groups of pp
+        ok = m is None or (m >= pp and m % pp == 0)
+    else:
+        ok = m is None or schedules.microbatch_rule(schedule, pp, m) is None
+    if not ok or not options:
+        if schedule is not None:
+            raise ConfigError(
+                f"pp_schedule = {schedule!r}: needs virtual stages, and pp={pp} with {per_stage} layers per "
+                f"stage and {m} micro batches per step has none. Fix: another layout or schedule."
+            )
         return None
     return min(options, key=lambda v: (abs(per_stage / v - 4), -v))
 
@@ -336,17 +365,26 @@ def _reasons(req: PlanRequest, count: ParamCount, layout: ParallelLayout, recomp
         )
     out.append(fixed_or("pp", pp_text))
     if layout.pp > 1:
-        if layout.interleaved:
+        schedule = schedules.effective(req.pp_schedule, layout.vpp if layout.interleaved else None)
+        if layout.interleaved and schedule != "interleaved_1f1b":
+            vpp_text = (
+                f"vpp={layout.vpp}: {layout.vpp} virtual stages per rank for {schedule}, "
+                f"{shape.num_layers // (layout.pp * layout.vpp)} layers per virtual stage"
+            )
+        elif layout.interleaved:
             vpp_text = (
                 f"vpp={layout.vpp}: interleaved 1F1B, {shape.num_layers // (layout.pp * layout.vpp)} "
                 "layers per virtual stage, to shrink the pipeline bubble"
             )
+        elif schedule in ("1f1b", "gpipe") and req.pp_schedule is not None:
+            vpp_text = f"vpp unset: pp_schedule {schedule} runs one stage per pipeline rank"
         else:
             vpp_text = (
                 "vpp unset: no interleaving (the layers per stage or the micro batches per step "
                 "do not divide into virtual stages)"
             )
         out.append(fixed_or("vpp", vpp_text))
+        out.append(_bubble_reason(req, layout))
     if layout.cp == 1 and req.seq < LONG_SEQUENCE:
         cp_text = f"cp=1: sequence {req.seq} < {LONG_SEQUENCE} needs no context parallelism"
     elif layout.cp == 1:
@@ -389,6 +427,42 @@ def _reasons(req: PlanRequest, count: ParamCount, layout: ParallelLayout, recomp
             f"micro_batch_size*dp = {req.micro_batch_size}*{layout.dp} (give --global-batch-size to choose)"
         )
     return out
+
+
+def _bubble_reason(req: PlanRequest, layout: ParallelLayout) -> str:
+    """The schedule, its bubble fraction, and the other schedules' at this layout (equal stage times)."""
+    vpp = layout.vpp if layout.interleaved else None
+    name = schedules.effective(req.pp_schedule, vpp)
+    p = layout.pp
+    gbs = planned_global_batch(req, layout.dp)
+    m = None if gbs is None else gbs // (req.micro_batch_size * layout.dp)
+    formula = {
+        "1f1b": "(p-1)/(m+p-1)",
+        "gpipe": "(p-1)/(m+p-1)",
+        "interleaved_1f1b": "(p-1)/(v*m+p-1)",
+        "dfs": "(p-1)/(v*m+p-1)",
+        "looped_bfs": "(p-1)/(v*m+p-1)",
+        "zero_bubble": "(p-1)/(3*v*m+p-1)",
+    }[name]
+    engine = (
+        "Megatron-Core" if schedules.SCHEDULES[name].engine == "megatron" else "torch.distributed.pipelining"
+    )
+    if m is None:
+        return f"pp_schedule={name} ({engine}): bubble {formula} of a step (no global batch: m unknown)"
+    text = (
+        f"pp_schedule={name} ({engine}): bubble {formula} = {100 * schedules.bubble_fraction(name, p, m, vpp):.2f}% "
+        f"of a step with p={p}, m={m} micro batches per data-parallel rank" + (f", v={vpp}" if vpp else "")
+    )
+    v = vpp or 2
+    others = [("1f1b", None), ("interleaved_1f1b", v), ("zero_bubble", v)]
+    text += "; at this p and m: " + ", ".join(
+        f"{o}{f' (v={ov})' if ov else ''} {100 * schedules.bubble_fraction(o, p, m, ov):.2f}%"
+        for o, ov in others
+        if o != name
+    )
+    if name in ("gpipe", "looped_bfs"):
+        text += f"; {name} keeps all {m} micro batches' activations until the backward"
+    return text + " (equal stage times; zero_bubble: equal forward, input- and weight-backward times)"
 
 
 def _advice(req: PlanRequest, active: int) -> list[str]:

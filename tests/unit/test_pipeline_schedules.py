@@ -161,3 +161,45 @@ def test_memory_estimate_follows_the_schedule():
         one.grads,
         one.optimizer,
     )
+
+
+def test_planner_plans_for_a_requested_schedule():
+    from bridge.parallel.planner import PlanRequest, plan
+    from tests.unit.published_shapes import LLAMA31_8B
+
+    def request(schedule):
+        return PlanRequest(
+            model=LLAMA31_8B, gpus=16, global_batch_size=32, fixed={"pp": 4}, pp_schedule=schedule
+        )
+
+    default, fill_drain, zb = plan(request(None)), plan(request("gpipe")), plan(request("zero_bubble"))
+    assert default.layout.vpp == 2 and fill_drain.layout.vpp is None and zb.layout.vpp == 2
+    m = 32 // fill_drain.layout.dp
+    assert (fill_drain.layout.pp, fill_drain.layout.dp, m) == (4, 4, 8)  # 16 GPUs: tp 1, cp 1 (4096 tokens)
+    line = next(
+        r for r in fill_drain.reasons if r.startswith("pp_schedule=gpipe (torch.distributed.pipelining)")
+    )
+    assert "bubble (p-1)/(m+p-1) = 27.27% of a step with p=4, m=8" in line  # 3/11
+    assert "keeps all 8 micro batches' activations" in line
+    zb_line = next(
+        r for r in zb.reasons if r.startswith("pp_schedule=zero_bubble (torch.distributed.pipelining)")
+    )
+    assert (
+        "bubble (p-1)/(3*v*m+p-1) = 5.88% of a step with p=4, m=8 micro batches per data-parallel rank, v=2"
+        in (zb_line)
+    )  # 3/51
+    assert any(r.startswith("pp_schedule=interleaved_1f1b (Megatron-Core)") for r in default.reasons)
+    # gpipe holds all 8 micro batches in flight on the first stage, interleaved 1F1B 4 x (1 + 3/8) = 5.5
+    assert fill_drain.memory.activations > 1.3 * default.memory.activations
+    with pytest.raises(ConfigError, match=r"pp_schedule = 'v_schedule': ScheduleZBVZeroBubble needs the V"):
+        request("v_schedule")
+
+
+def test_planner_cli_overrides_carry_the_schedule(capsys):
+    from bridge.plan import main
+
+    code = main(["--model", "llama31_8b_pretrain_config", "--gpus", "16", "--global-batch-size", "32", "--pp", "4",
+                 "--pp-schedule", "looped_bfs", "--overrides"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and "distributed.pp_schedule=looped_bfs" in out
+    assert "model.virtual_pipeline_model_parallel_size=2" in out
