@@ -1,9 +1,10 @@
 """torch.distributed.pipelining schedules over Megatron-Core chunks (gpipe, looped_bfs, dfs, zero_bubble) on 2
-and 4 gloo ranks reproduce a PP=1 run of the same batches from the same weights: losses and grad norms over
-2 steps, and every parameter's finalised gradient (tp = 1: elementwise; TP=2 + SP: per-parameter norms),
-within 1e-5 relative; with DP > 1 (Megatron-Core DDP all-reduce, distributed optimizer), tied embeddings
-across the first and last stage, micro batches of 2, scale_grads_in_schedule both ways, and strategy fsdp2
-under dfs (tests/functional/workers/pipeline_schedules.py)."""
+and 4 gloo ranks reproduce a PP=1 run of the same batches from the same weights: the losses and grad norms
+of 2 steps (on 2 ranks also the validation losses, forward only, after each step) and every parameter's
+finalised gradient (tp = 1: elementwise; TP=2 + SP: per-parameter norms), within 1e-5 relative; with DP > 1
+(Megatron-Core DDP all-reduce, distributed optimizer), tied embeddings across the first and last stage,
+micro batches of 2, scale_grads_in_schedule both ways, and strategy fsdp2 under dfs. The refused schedules
+are refused by the launched run with the dry run's message (tests/functional/workers/pipeline_schedules.py)."""
 
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ def _rel(a: float, b: float) -> float:
 
 
 def _check_same_training(got: dict, ref: dict) -> None:
-    for key in ("losses", "grad_norms"):
+    keys = ["losses", "grad_norms"] + (["validation_losses"] if ref["validation_losses"] else [])
+    for key in keys:
         assert sorted(got[key]) == ["1", "2"], (got["run"], key, got[key])
         worst = max(_rel(got[key][it], ref[key][it]) for it in ref[key])
         assert worst <= TOL, (got["run"], key, worst, got[key], ref[key])
@@ -76,6 +78,7 @@ def _check(runs: dict, name: str) -> None:
 
 @pytest.mark.parametrize("name", RUNS["world2"])
 def test_two_ranks_match_pp1_losses_and_gradients(world2, name):
+    assert sorted(world2["pp1"]["validation_losses"]) == ["1", "2"]  # the forward-only path ran too
     _check(world2, name)
 
 

@@ -5,7 +5,7 @@ Every run trains 2 steps with pretrain(); after each step's forward/backward (be
 worker takes every parameter's finalised gradient (Megatron-Core DDP's main_grad), named by its global
 layer number, gathers them on rank 0 and compares them with the reference run's: full tensors when
 tp = 1, per-parameter norms (TP shards summed) when tp = 2. Prints one @@run line per run:
-{"run", "losses", "grad_norms", "names_match" (the same parameters as the reference), "max_grad_diff" (max over
+{"run", "losses", "grad_norms", "validation_losses" (world2: after each step), "names_match" (the same parameters as the reference), "max_grad_diff" (max over
 parameters and steps of max|g - g_ref| / max|g_ref|; null for tp > 1 and for reduce-scattered gradients),
 "max_norm_diff" (the same for the per-parameter gradient norms), "engine", "pipeline"}. The weights: what a
 PP=2 x VPP=2 run builds from the seed, saved once as the runs' pretrained checkpoint; the seeded_* runs
@@ -171,6 +171,8 @@ def main(workdir: str, suite: str) -> None:
         "distributed.overlap_param_gather=False",
         f"checkpoint.pretrained_checkpoint={workdir}/init",
     ]
+    if world == 2:  # evaluation (the schedules' forward-only path) after every step, between the train steps
+        common += ["validation.eval_interval=1", "validation.eval_iters=1"]
 
     def pp(n, vpp=None, schedule=None):
         out = [f"model.pipeline_model_parallel_size={n}"]
@@ -224,7 +226,12 @@ def main(workdir: str, suite: str) -> None:
         plan = tiny_config(*common, *extra).validate(world, cuda=torch.cuda.is_available())
         result = pretrain(plan)
         gathered = [_gather(s) for s in SNAPSHOTS]
-        record = {"run": name, "losses": result.losses, "grad_norms": result.grad_norms}
+        record = {
+            "run": name,
+            "losses": result.losses,
+            "grad_norms": result.grad_norms,
+            "validation_losses": result.validation_losses,
+        }
         if torch.distributed.get_rank() == 0:
             full = [f for f, _ in gathered]
             norms = [n for _, n in gathered]
