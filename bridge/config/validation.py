@@ -61,6 +61,8 @@ def validate_config(cfg: ConfigContainer, world_size: int, cuda: bool) -> tuple[
     _checkpoint(cfg)
     warnings += _logger(cfg)
     warnings += _distributed(cfg, layout)
+    if cfg.distributed.pp_schedule == "gpipe":  # its bubble note replaces the layout's "set vpp" advice
+        warnings = [w for w in warnings if "without interleaving has large pipeline bubbles" not in w]
     _strategy_available(cfg.distributed.strategy, cuda)
     _fsdp2(cfg)
     finetune_rules.check_sft_data(cfg, cuda)
@@ -649,6 +651,14 @@ def _pipeline(cfg: ConfigContainer, layout: ParallelLayout) -> list[str]:
             "schedule would divide them by the number of micro batches again",
             "set distributed.scale_grads_in_schedule=false",
         )
+    if name == "gpipe" and layout.pp > 2:
+        bubble = schedules.bubble_fraction("gpipe", layout.pp, micro)
+        return [
+            f"pp_schedule gpipe on pp={layout.pp}: {100 * bubble:.1f}% of each step is pipeline bubble "
+            f"((p-1)/(m+p-1) with m={micro}) and every micro batch's activations are held until the backward; "
+            "more micro batches per step shrink the bubble, looped_bfs / dfs / zero_bubble with "
+            "model.virtual_pipeline_model_parallel_size shrink it further."
+        ]
     return []
 
 

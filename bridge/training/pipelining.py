@@ -116,7 +116,7 @@ class TorchPipelineRunner:
             torch.device(torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         )
         group = ps.get_pipeline_model_parallel_group()
-        hidden = self._hidden_example(plan, device)
+        hidden = self._hidden_example(plan)
         losses = torch.empty(plan.config.train.micro_batch_size, plan.data.seq_length // plan.layout.cp)
         stage_class = _stage_class()
         self.stages = []
@@ -149,7 +149,7 @@ class TorchPipelineRunner:
         self.num_tokens = torch.zeros((), dtype=torch.int, device=device)
 
     @staticmethod
-    def _hidden_example(plan, device) -> torch.Tensor:
+    def _hidden_example(plan) -> torch.Tensor:
         """The hidden states one stage sends the next for one micro batch: [s, b, h] in the pipeline dtype."""
         lay, provider = plan.layout, plan.provider
         seq = plan.data.seq_length // lay.cp

@@ -101,7 +101,7 @@ def test_accepted_schedules_and_the_plan_they_make(overrides, world, engine, tor
     assert p.bubble_fraction == schedules.bubble_fraction(
         p.schedule, plan.layout.pp, plan.num_microbatches, vpp
     )
-    assert not any("pp_schedule" in w for w in plan.warnings)
+    assert not any("has no effect" in w or "distributed.pp_schedule" in w for w in plan.warnings)
     line = next(x for x in plan.summary_lines() if x.startswith("pipeline: "))
     assert p.schedule in line and (torch_class or "Megatron-Core") in line
 
@@ -149,6 +149,14 @@ def test_settings_without_effect_are_warnings():
     assert any("Megatron-Core's schedules divide each micro batch's loss" in x for x in w)
     plan = tiny(*pp(2, schedule="gpipe"), "distributed.scale_grads_in_schedule=true").validate(2, cuda=True)
     assert plan.pipeline.scale_grads_in_schedule is True and plan.warnings == ()
+    # gpipe on pp > 2: its own bubble note instead of the layout's "set vpp" advice (gpipe refuses vpp)
+    (w,) = tiny(*pp(4, schedule="gpipe")).validate(4, cuda=True).warnings
+    assert w.startswith(
+        "pp_schedule gpipe on pp=4: 15.8% of each step is pipeline bubble ((p-1)/(m+p-1) with m=16)"
+    )
+    assert any(
+        "without interleaving has large pipeline bubbles" in x for x in tiny(*pp(4)).validate(4).warnings
+    )
 
 
 def test_memory_estimate_follows_the_schedule():
