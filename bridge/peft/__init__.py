@@ -18,7 +18,6 @@ _LAZY = {
     "adapted_linears": "bridge.peft.apply",
     "adapter_parameters": "bridge.peft.apply",
     "named_adapter_parameters": "bridge.peft.apply",
-    "adapter_sharded_state_dict": "bridge.peft.apply",
     "has_adapters": "bridge.peft.apply",
     "init_dora_magnitudes": "bridge.peft.apply",
     "ParallelAdapter": "bridge.peft.adapters",

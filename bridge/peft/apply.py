@@ -175,12 +175,6 @@ def adapter_parameters(chunks: Any) -> list[nn.Parameter]:
     return [p for c in unwrap_all(chunks) for _, p in named_adapter_parameters(c)]
 
 
-def adapter_sharded_state_dict(chunk: Any, prefix: str = "", metadata: dict | None = None) -> dict:
-    """The adapter entries of one chunk's Megatron-Core sharded state dict (for dist_checkpointing)."""
-    full = unwrap(chunk).sharded_state_dict(prefix=prefix, metadata=metadata)
-    return {k: v for k, v in full.items() if is_adapter_param(k)}
-
-
 def init_dora_magnitudes(chunks: Any) -> None:
     """Set every DoRA m to ||W + s B A||_row of the current base weights.
 

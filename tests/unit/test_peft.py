@@ -204,7 +204,7 @@ def test_base_frozen_names_unchanged_and_fresh_adapters_are_the_identity(sources
 def test_same_seed_same_adapters_and_sharded_state_dict(sources):
     from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
 
-    from bridge.peft import adapter_sharded_state_dict
+    from bridge.checkpoint.save_load import model_sharded_state_dict
 
     _, c1 = _build(sources / "qwen3", _peft("dora"), seed=3)
     _, c2 = _build(sources / "qwen3", _peft("dora"), seed=3)
@@ -213,7 +213,7 @@ def test_same_seed_same_adapters_and_sharded_state_dict(sources):
     key = "decoder.layers.1.self_attention.linear_proj_adapter.linear_in.weight"
     assert torch.equal(s1[key], s2[key]) and not torch.equal(s1[key], s3[key])
 
-    sharded = adapter_sharded_state_dict(c1)
+    (sharded,) = model_sharded_state_dict([c1], "adapters").values()
     assert len(sharded) == 2 * 4 * 3  # layers x targets x (A, B, m)
     # layers are stacked along a prepended axis (global layer number), as the base weights are
     qkv_b = sharded["decoder.layers.1.self_attention.linear_qkv_adapter.linear_out.weight"]

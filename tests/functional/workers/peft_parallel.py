@@ -119,9 +119,9 @@ def sgd(chunks) -> None:
 
 
 def checkpoint_dict(chunks) -> dict:
-    from bridge.peft import adapter_sharded_state_dict
+    from bridge.checkpoint.save_load import model_sharded_state_dict
 
-    return {"model": adapter_sharded_state_dict(chunks[0])}
+    return model_sharded_state_dict(chunks[:1], "adapters")
 
 
 def train(root: Path, layout: str, scheme: str) -> None:
