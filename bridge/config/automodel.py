@@ -22,11 +22,17 @@
                                       -> train.global_batch_size / train.micro_batch_size / train.train_iters /
                                          checkpoint.save_interval / validation.eval_interval
 
-Keys that only tune AutoModel's own FSDP2 implementation and have no Megatron-Core counterpart
-(`defer_fsdp_grad_sync`, `pipeline.patch_*`, every `moe:` key) are accepted
-only with strategy fsdp2, and each one accepted produces a warning saying it is ignored; with any other
-strategy they are a ConfigError (AutoModel itself rejects FSDP2 settings on other strategies). `moe:` also
-needs ep_size > 1, as in AutoModel. Any other key fails with the supported keys listed. Sizes given both
+      defer_fsdp_grad_sync            -> distributed.defer_fsdp_grad_sync (fsdp2 only)
+      moe.reshard_after_forward       -> distributed.moe_reshard_after_forward (fsdp2, ep_size > 1)
+      moe.activation_checkpointing    -> distributed.activation_checkpointing
+    checkpoint.model_save_format: safetensors
+                                      -> (accepted: consolidated copies, checkpoint.save_consolidated, are
+                                         safetensors; the sharded state is torch_dist / torch DCP)
+
+The other keys that only tune AutoModel's own FSDP2 implementation (`pipeline.patch_*`, the remaining
+`moe:` keys) are accepted only with strategy fsdp2, and each one accepted produces a warning saying it is
+ignored; with any other strategy they are a ConfigError (AutoModel itself rejects FSDP2 settings on other
+strategies). `moe:` also needs ep_size > 1, as in AutoModel. Any other key fails with the supported keys listed. Sizes given both
 ways in one file (e.g. `distributed.tp_size: 2` and `model.tensor_model_parallel_size: 4`) must agree.
 Keys of the file in the ConfigContainer's own shape pass through unchanged.
 """
@@ -64,36 +70,43 @@ SECTION_KEYS = {
     },
 }
 # AutoModel FSDP2-implementation knobs with no Megatron-Core meaning (see module docstring).
-FSDP2_ONLY_DISTRIBUTED = {"defer_fsdp_grad_sync"}
 FSDP2_ONLY_PIPELINE = {"patch_inner_model", "patch_causal_lm_model"}
+MOE_FIELDS = {  # moe: keys that are fields of the container
+    "reshard_after_forward": "distributed.moe_reshard_after_forward",
+    "activation_checkpointing": "distributed.activation_checkpointing",
+}
 MOE_KEYS = {
-    "reshard_after_forward",
+    *MOE_FIELDS,
     "ignore_router_for_ac",
     "wrap_outer_model",
     "lm_head_precision",
     "mp_policy",
     "offload_policy",
-    "activation_checkpointing",
     "activation_checkpointing_modules",
 }
+# checkpoint.model_save_format: the format of AutoModel's consolidated copies; bridge writes safetensors
+MODEL_SAVE_FORMATS = ("safetensors",)
 # AutoModel configs write `dp_size: none`; YAML reads that as the string "none", which means "unset" here.
 _NONE_STRINGS = ("none", "None")
 
 
 def automodel_keys() -> list[str]:
     """The AutoModel spellings this module understands, as dotted keys (for "did you mean" hints)."""
-    keys = [f"distributed.{k}" for k in (*DISTRIBUTED_KEYS, *FSDP2_ONLY_DISTRIBUTED)]
+    keys = [f"distributed.{k}" for k in DISTRIBUTED_KEYS]
     keys += [f"distributed.pipeline.{k}" for k in (*PIPELINE_KEYS, "layers_per_stage", *FSDP2_ONLY_PIPELINE)]
     keys += [f"distributed.moe.{k}" for k in MOE_KEYS]
     keys += [f"{section}.{k}" for section, names in SECTION_KEYS.items() for k in names]
-    return keys
+    return [*keys, "checkpoint.model_save_format"]
 
 
 def is_automodel_form(data: dict) -> bool:
     dist = data.get("distributed")
-    automodel_keys = set(DISTRIBUTED_KEYS) | FSDP2_ONLY_DISTRIBUTED | {"pipeline", "moe"}
-    return (isinstance(dist, dict) and bool(automodel_keys & set(dist))) or bool(
-        set(SECTION_KEYS) & set(data)
+    automodel_keys = set(DISTRIBUTED_KEYS) | {"pipeline", "moe"}
+    ckpt = data.get("checkpoint")
+    return (
+        (isinstance(dist, dict) and bool(automodel_keys & set(dist)))
+        or bool(set(SECTION_KEYS) & set(data))
+        or (isinstance(ckpt, dict) and "model_save_format" in ckpt)
     )
 
 
@@ -126,14 +139,6 @@ class _Translation:
                 self.put(DISTRIBUTED_KEYS[name], None if value in _NONE_STRINGS else value, origin)
             elif name == "dp_replicate_size" and value in _NONE_STRINGS:
                 self.dist[name] = None
-            elif name in FSDP2_ONLY_DISTRIBUTED:
-                del self.dist[name]
-                if value is not True:
-                    raise ConfigError(
-                        f"{self.source}: {origin}={value!r}: Megatron-Core's wrappers always reduce gradients "
-                        "after the last microbatch (what defer_fsdp_grad_sync: true means). Fix: remove the key."
-                    )
-                self.fsdp2_only(origin)
             elif name == "pipeline":
                 del self.dist[name]
                 layers_per_stage = self.pipeline(self.mapping(value, origin))
@@ -152,6 +157,7 @@ class _Translation:
                         f"Supported: {', '.join(known)}."
                     )
                 self.put(keys[name], value, f"{section}.{name}")
+        self.model_save_format()
         if moe is not None:
             self.moe(moe)
         if layers_per_stage is not None:
@@ -191,12 +197,16 @@ class _Translation:
             return in_file[field]
         return _get(self.base, key)
 
-    def fsdp2_only(self, origin: str) -> None:
+    def require_fsdp2(self, origin: str) -> None:
         if self.strategy != "fsdp2":
             raise ConfigError(
                 f"{self.source}: {origin} is an FSDP2 setting of NeMo AutoModel and strategy is "
                 f"{self.strategy!r}. Fix: remove it, or set distributed.strategy: fsdp2."
             )
+
+    def fsdp2_only(self, origin: str) -> None:
+        """An FSDP2 knob of AutoModel's own implementation: accepted (and ignored) with fsdp2 only."""
+        self.require_fsdp2(origin)
         self.warnings.append(
             f"{origin} has no Megatron-Core equivalent and is ignored (accepted for strategy fsdp2)."
         )
@@ -254,7 +264,23 @@ class _Translation:
                     f"{self.source}: unknown key distributed.moe.{name}.{suggest(name, sorted(MOE_KEYS))} "
                     f"Supported: {', '.join(sorted(MOE_KEYS))}."
                 )
-            self.fsdp2_only(f"distributed.moe.{name}")
+            if name in MOE_FIELDS:
+                self.require_fsdp2(f"distributed.moe.{name}")
+                self.put(MOE_FIELDS[name], moe[name], f"distributed.moe.{name}")
+            else:
+                self.fsdp2_only(f"distributed.moe.{name}")
+
+    def model_save_format(self) -> None:
+        ckpt = self.out.get("checkpoint")
+        if not isinstance(ckpt, dict) or "model_save_format" not in ckpt:
+            return
+        value = ckpt.pop("model_save_format")
+        if value not in MODEL_SAVE_FORMATS:
+            raise ConfigError(
+                f"{self.source}: checkpoint.model_save_format={value!r}: bridge writes consolidated copies "
+                "(checkpoint.save_consolidated) as safetensors and the sharded state as torch_dist / torch DCP. "
+                "Fix: use model_save_format: safetensors, or remove the key."
+            )
 
     def merge_into_out(self) -> None:
         if self.dist:

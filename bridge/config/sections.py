@@ -131,6 +131,10 @@ class CheckpointConfig:
     ckpt_step: int | None = None  # load this iteration of checkpoint.load (a root) instead of the tracker's
     # a damaged latest checkpoint (it fails its manifest) is reported and the previous complete one loaded
     fallback_to_previous: bool = True
+    # also write each checkpoint's weights as a Hugging Face folder (config.json + safetensors, the
+    # family's HF names) in <iter_N>/consolidated, loadable by transformers (AutoModel's
+    # `save_consolidated: true` with `model_save_format: safetensors`)
+    save_consolidated: bool = False
 
 
 @dataclass
@@ -168,6 +172,12 @@ class DistributedConfig:
     # Full recompute of every transformer layer (Megatron-Core recompute_granularity="full",
     # recompute_method="uniform", recompute_num_layers=1). For finer control set model.recompute_* instead.
     activation_checkpointing: bool = False
+    # fsdp2 only. true (AutoModel's default): gradients are reduce-scattered once, after the last micro
+    # batch's backward (unsharded gradients accumulate in between); false: after every micro batch
+    defer_fsdp_grad_sync: bool = True
+    # fsdp2 with ep > 1 only (AutoModel's `moe.reshard_after_forward`): keep the MoE model's gathered
+    # parameters from the forward to the backward (false, fewer all-gathers) or free them (true)
+    moe_reshard_after_forward: bool = False
 
 
 @dataclass

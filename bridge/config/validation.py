@@ -95,9 +95,28 @@ def _strategy_available(strategy: str, cuda: bool) -> None:
 
 
 def _fsdp2(cfg: ConfigContainer) -> None:
-    """What strategy fsdp2 (PyTorch fully_shard, bridge/training/strategies.py) does not do yet."""
-    if cfg.distributed.strategy != "fsdp2":
+    """The fsdp2 knobs (only with fsdp2), and what strategy fsdp2 (PyTorch fully_shard,
+    bridge/training/strategies.py) does not do yet."""
+    d = cfg.distributed
+    if d.strategy != "fsdp2":
+        for field, default in (("defer_fsdp_grad_sync", True), ("moe_reshard_after_forward", False)):
+            if getattr(d, field) != default:
+                raise fail(
+                    f"distributed.{field}",
+                    getattr(d, field),
+                    f"an FSDP2 setting, and strategy is {d.strategy!r} (Megatron-Core's DDP reduces "
+                    "gradients after the last micro batch, overlapped with the backward)",
+                    f"remove distributed.{field}, or set distributed.strategy=fsdp2",
+                )
         return
+    if d.moe_reshard_after_forward and (cfg.model.expert_model_parallel_size or 1) == 1:
+        raise fail(
+            "distributed.moe_reshard_after_forward",
+            True,
+            "applies to the MoE mesh, which exists only with expert parallelism "
+            f"(model.expert_model_parallel_size is {cfg.model.expert_model_parallel_size or 1})",
+            "remove it, or set model.expert_model_parallel_size > 1",
+        )
     if cfg.mixed_precision.precision == "fp16_mixed":
         raise fail(
             "mixed_precision.precision",

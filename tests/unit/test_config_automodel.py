@@ -211,33 +211,42 @@ def test_scale_grads_in_schedule_maps_onto_its_field_with_any_strategy():
 
 
 def test_fsdp2_only_keys_warn_with_fsdp2_and_fail_otherwise():
-    _, warnings = merge(
-        "distributed: {strategy: fsdp2, defer_fsdp_grad_sync: true, pipeline: {patch_inner_model: false}}"
-    )
+    _, warnings = merge("distributed: {strategy: fsdp2, pipeline: {patch_inner_model: false}}")
     assert warnings == [
-        "distributed.defer_fsdp_grad_sync has no Megatron-Core equivalent and is ignored (accepted for strategy fsdp2).",
         "distributed.pipeline.patch_inner_model has no Megatron-Core equivalent and is ignored (accepted for strategy fsdp2).",
     ]
     with pytest.raises(
         ConfigError,
-        match=r"defer_fsdp_grad_sync is an FSDP2 setting of NeMo AutoModel and strategy is 'megatron'",
+        match=r"patch_inner_model is an FSDP2 setting of NeMo AutoModel and strategy is 'megatron'",
     ):
-        merge("distributed: {defer_fsdp_grad_sync: true}")
+        merge("distributed: {pipeline: {patch_inner_model: false}}")
+
+
+def test_defer_fsdp_grad_sync_is_a_field_of_fsdp2():
+    cfg, warnings = merge("distributed: {strategy: fsdp2, tp_size: 1, defer_fsdp_grad_sync: false}")
+    assert (cfg.distributed.defer_fsdp_grad_sync, warnings) == (False, [])
+    cfg.validate(4, cuda=False)
+    cfg, _ = merge("distributed: {tp_size: 1, defer_fsdp_grad_sync: false}")
     with pytest.raises(
-        ConfigError, match=r"defer_fsdp_grad_sync=False: Megatron-Core's wrappers always reduce"
+        ConfigError,
+        match=r"distributed.defer_fsdp_grad_sync = False: an FSDP2 setting, and strategy is 'megatron'",
     ):
-        merge("distributed: {strategy: fsdp2, defer_fsdp_grad_sync: false}")
+        cfg.validate(4, cuda=False)
 
 
 def test_moe_sub_config_rules():
     moe_base = base(num_moe_experts=8, moe_router_topk=2)
     cfg, warnings = merge(
-        "distributed: {strategy: fsdp2, ep_size: 8, moe: {reshard_after_forward: false}}", moe_base
+        "distributed: {strategy: fsdp2, ep_size: 8, moe: {reshard_after_forward: true, wrap_outer_model: true}}",
+        moe_base,
     )
     assert cfg.model.expert_model_parallel_size == 8
+    assert cfg.distributed.moe_reshard_after_forward is True  # a field: it acts (strategies.py)
     assert warnings == [
-        "distributed.moe.reshard_after_forward has no Megatron-Core equivalent and is ignored (accepted for strategy fsdp2)."
+        "distributed.moe.wrap_outer_model has no Megatron-Core equivalent and is ignored (accepted for strategy fsdp2)."
     ]
+    cfg, _ = merge("distributed: {strategy: fsdp2, ep_size: 2, moe: {activation_checkpointing: true}}", moe_base)
+    assert cfg.distributed.activation_checkpointing is True
     with pytest.raises(ConfigError, match=r"distributed.moe is given but ep_size=1"):
         merge("distributed: {strategy: fsdp2, moe: {reshard_after_forward: false}}", moe_base)
     with pytest.raises(
@@ -246,6 +255,24 @@ def test_moe_sub_config_rules():
         merge("distributed: {strategy: fsdp2, ep_size: 8, moe: {reshard_after_fwd: false}}", moe_base)
     with pytest.raises(ConfigError, match=r"distributed.moe.reshard_after_forward is an FSDP2 setting"):
         merge("distributed: {strategy: megatron, ep_size: 8, moe: {reshard_after_forward: false}}", moe_base)
+
+
+def test_moe_reshard_after_forward_needs_expert_parallelism():
+    cfg, _ = merge("distributed: {strategy: fsdp2, tp_size: 1}\n")
+    cfg.distributed.moe_reshard_after_forward = True
+    with pytest.raises(
+        ConfigError, match=r"distributed.moe_reshard_after_forward = True: applies to the MoE mesh"
+    ):
+        cfg.validate(4, cuda=False)
+
+
+def test_model_save_format_safetensors_is_understood():
+    cfg, warnings = merge(
+        "distributed: {strategy: fsdp2}\ncheckpoint: {model_save_format: safetensors, save_consolidated: true}"
+    )
+    assert (cfg.checkpoint.save_consolidated, warnings) == (True, [])
+    with pytest.raises(ConfigError, match=r"checkpoint.model_save_format='torch_save': bridge writes"):
+        merge("checkpoint: {model_save_format: torch_save}")
 
 
 def test_own_shape_file_passes_through_unchanged():
