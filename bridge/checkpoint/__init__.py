@@ -8,6 +8,7 @@
     preflight.py  before the first iteration: lock, leftovers cleaned, writable, room; writer reaper
     state.py      RNG state and optimizer-state fixes kept in a checkpoint
     compat.py     checkpoint vs model checks before a load (names, shapes, tied embeddings, RoPE)
+    fsdp2_state.py strategy fsdp2's parameters and optimizer state as torch DCP shards (dp-reshardable)
 
 Names are re-exported here lazily: `import bridge.checkpoint` imports no torch.
 """
@@ -29,6 +30,7 @@ _LAZY = {
     "save_checkpoint": "bridge.checkpoint.save_load",
     "load_checkpoint": "bridge.checkpoint.save_load",
     "saved_layout": "bridge.checkpoint.save_load",
+    "is_fsdp2_checkpoint": "bridge.checkpoint.save_load",
     "read_common": "bridge.checkpoint.save_load",
     "AFTER_SHARDS_WRITTEN_HOOKS": "bridge.checkpoint.save_load",
     "SAVE_STAGE_HOOKS": "bridge.checkpoint.save_load",

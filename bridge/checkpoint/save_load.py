@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from bridge.checkpoint import compat, manifest, state
+from bridge.checkpoint import compat, fsdp2_state, manifest, state
 from bridge.checkpoint.atomic import fsync_dir
 from bridge.checkpoint.paths import (
     MANIFEST_FILENAME,
@@ -85,6 +85,7 @@ def save_checkpoint(
     save_rng: bool = True,
     most_recent_k: int = -1,
     summary: dict | None = None,
+    consolidated: Callable[[Path], None] | None = None,
 ) -> Path:
     """Save a complete checkpoint for `iteration` on all ranks, publish it, then move the tracker.
 
@@ -94,6 +95,8 @@ def save_checkpoint(
     leaves the previous complete checkpoint tracked and loadable. The tracked checkpoint itself is
     never rewritten: saving the iteration it names again is a no-op. An untracked complete `iter_N`
     (a run resumed from an older step) is moved aside and removed only after the new one is published.
+    `consolidated(staging)`, called on every rank after the shards are written, adds the Hugging Face
+    copy (checkpoint.save_consolidated) inside the folder, so that it is published with it.
     """
     from megatron.core import dist_checkpointing
 
@@ -120,8 +123,11 @@ def save_checkpoint(
     from bridge.peft import has_adapters
 
     adapters_only = has_adapters(model_chunks)
-    sd = model_sharded_state_dict(model_chunks, "adapters" if adapters_only else "all")
-    if optimizer is not None:
+    # strategy fsdp2: DTensor parameters and optimizer state go to torch DCP (fsdp2_state); the rest
+    # (scheduler, RNG, train state) is Megatron-Core's common state as for every strategy
+    fsdp2 = fsdp2_state.is_fsdp2(model_chunks)
+    sd = {} if fsdp2 else model_sharded_state_dict(model_chunks, "adapters" if adapters_only else "all")
+    if optimizer is not None and not fsdp2:
         sd["optimizer"] = optimizer.sharded_state_dict(sd, metadata=state.OPTIMIZER_METADATA)
     if scheduler is not None:
         sd["opt_param_scheduler"] = scheduler.state_dict()
@@ -132,9 +138,14 @@ def save_checkpoint(
         "optimizer": optimizer is not None,
         "rng": save_rng,
         "adapters_only": adapters_only,
+        "fsdp2": fsdp2_state.current_sizes(model_chunks) if fsdp2 else None,
     }
 
     dist_checkpointing.save(sd, str(staging))
+    if fsdp2:
+        fsdp2_state.save(staging, model_chunks, optimizer)
+    if consolidated is not None:
+        consolidated(staging)
     if rank0 and run_config_yaml is not None:
         (staging / RUN_CONFIG_FILENAME).write_text(run_config_yaml)
     ranks.barrier()
@@ -264,6 +275,16 @@ def _load_one(
     has_optim = content.get("checkpoint_content", {}).get("optimizer", False)
     has_rng = content.get("checkpoint_content", {}).get("rng", False)
     saved_adapters_only = content.get("checkpoint_content", {}).get("adapters_only", False)
+    saved_fsdp2 = content.get("checkpoint_content", {}).get("fsdp2")
+    if (saved_fsdp2 is not None) != fsdp2_state.is_fsdp2(model_chunks):
+        saved_by = "strategy fsdp2 (torch DCP shards)" if saved_fsdp2 is not None else "Megatron-Core's torch_dist"
+        raise ConfigError(
+            f"checkpoint {target} holds {saved_by} state and this run's model is "
+            f"{'not ' if saved_fsdp2 is not None else ''}an fsdp2 one: a checkpoint resumes under the strategy "
+            "that saved it. Use that distributed.strategy, or start from the checkpoint's weights "
+            "(checkpoint.pretrained_checkpoint: its consolidated Hugging Face copy for fsdp2, the "
+            "checkpoint itself for torch_dist)"
+        )
 
     from bridge.peft import has_adapters
 
@@ -275,16 +296,18 @@ def _load_one(
             "load it into a model with the same peft settings (peft.scheme, target_modules, dim) and "
             "checkpoint.pretrained_checkpoint set to its base, or export it with convert_checkpoint.py export"
         )
+    if optimizer is not None and not has_optim:
+        raise ConfigError(
+            f"checkpoint {target} has no optimizer state: load it as "
+            "checkpoint.pretrained_checkpoint (weights only) or set checkpoint.load_optim=False"
+        )
+    if saved_fsdp2 is not None:
+        return _load_fsdp2(target, content, model_chunks, optimizer, scheduler, load_rng and has_rng)
     # adapters-only checkpoint -> the adapters; a full (e.g. pretrained) one into a PEFT model -> the base
     part = "adapters" if saved_adapters_only else "base" if with_adapters else "all"
     sd = model_sharded_state_dict(model_chunks, part)
     compat.check_compatible(target, chunks, sd, model_config, strict=strict)
     if optimizer is not None:
-        if not has_optim:
-            raise ConfigError(
-                f"checkpoint {target} has no optimizer state: load it as "
-                "checkpoint.pretrained_checkpoint (weights only) or set checkpoint.load_optim=False"
-            )
         state.ensure_optimizer_state(optimizer)
         sd["optimizer"] = optimizer.sharded_state_dict(sd, is_loading=True, metadata=state.OPTIMIZER_METADATA)
     rng = load_rng and has_rng
@@ -307,6 +330,23 @@ def _load_one(
     return {**dict(loaded.get("train_state", {})), "checkpoint_dir": str(target)}
 
 
+def _load_fsdp2(target: Path, content: dict, model_chunks, optimizer, scheduler, rng: bool) -> dict:
+    """An fsdp2 checkpoint: DCP tensors resharded onto this run's mesh, then the common state."""
+    from megatron.core import dist_checkpointing
+
+    fsdp2_state.check_model_parallel_sizes(
+        target, content["checkpoint_content"]["fsdp2"], fsdp2_state.current_sizes(model_chunks)
+    )
+    fsdp2_state.load(target, model_chunks, optimizer)
+    sd: dict = {"rng_state": state.rng_sharded_object(None)} if rng else {}
+    loaded = dist_checkpointing.load(sd, str(target)) if rng else content
+    if scheduler is not None and "opt_param_scheduler" in content:
+        scheduler.load_state_dict(content["opt_param_scheduler"])
+    if rng:
+        state.set_rng_state(loaded["rng_state"])
+    return {**dict(content.get("train_state", {})), "checkpoint_dir": str(target)}
+
+
 def _load_part(chunk, tensors: dict, part: str, strict: bool) -> None:
     """load_state_dict of one part: the other part's keys are expected to be missing, nothing else."""
     if part == "all":
@@ -326,6 +366,12 @@ def read_common(target: Path) -> dict:
     from megatron.core.dist_checkpointing.serialization import load_common_state_dict
 
     return load_common_state_dict(str(target))
+
+
+def is_fsdp2_checkpoint(path: str | os.PathLike, iteration: int | None = None) -> bool:
+    """Whether the checkpoint at `path` was saved by strategy fsdp2 (torch DCP tensors)."""
+    target, _ = resolve_checkpoint(path, iteration)
+    return read_common(target).get("checkpoint_content", {}).get("fsdp2") is not None
 
 
 def saved_layout(path: str | os.PathLike, iteration: int | None = None) -> str | None:

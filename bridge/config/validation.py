@@ -124,16 +124,6 @@ def _fsdp2(cfg: ConfigContainer) -> None:
             "strategy fsdp2 has no fp16 loss scaler (as in Megatron-LM's and AutoModel's FSDP2)",
             "use bf16_mixed, or distributed.strategy=megatron for fp16",
         )
-    c = cfg.checkpoint
-    for field in ("save", "load", "pretrained_checkpoint"):
-        if getattr(c, field):
-            raise fail(
-                f"checkpoint.{field}",
-                getattr(c, field),
-                "strategy fsdp2 holds DTensor shards that bridge's torch_dist checkpoints do not read or "
-                "write yet",
-                f"set checkpoint.{field}=null, or use distributed.strategy=megatron to checkpoint",
-            )
 
 
 def _train(cfg: ConfigContainer, layout: ParallelLayout) -> None:

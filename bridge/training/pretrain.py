@@ -42,7 +42,15 @@ def _resume(cfg: ConfigContainer, model: list, optimizer, scheduler, layout_line
             except Exception:  # noqa: BLE001 - a damaged one: load_checkpoint reports it
                 continue
         same_layout = saved == layout_line
-        if saved is not None and not same_layout and (ck.load_optim or ck.load_rng):
+        # fsdp2's optimizer state is DTensors in torch DCP: it reshards with the weights (over dp / cp)
+        optim_reshards = cfg.distributed.strategy == "fsdp2"
+        if saved is not None and not same_layout and ck.load_rng and optim_reshards:
+            raise ConfigError(
+                f"checkpoint.load={ck.load!r} was saved with layout {saved} but this run is {layout_line}: "
+                "weights and optimizer state reshard, the per-rank RNG state does not. Set "
+                "checkpoint.load_rng=False to continue with fresh RNG state, or keep the saved layout."
+            )
+        if saved is not None and not same_layout and not optim_reshards and (ck.load_optim or ck.load_rng):
             raise ConfigError(
                 f"checkpoint.load={ck.load!r} was saved with layout {saved} but this run is {layout_line}: "
                 "model weights reshard, optimizer and RNG state do not. Set checkpoint.load_optim=False "
@@ -81,7 +89,12 @@ def _resume(cfg: ConfigContainer, model: list, optimizer, scheduler, layout_line
         logger.warning("checkpoint.load=%s holds no checkpoint yet: starting from scratch", ck.load)
     from bridge.config.finetune_rules import is_hf_folder
 
-    if ck.pretrained_checkpoint and not is_hf_folder(ck.pretrained_checkpoint):  # HF: loaded at build
+    # HF folders, and torch_dist checkpoints under fsdp2, were loaded at build (_model_provider)
+    if (
+        ck.pretrained_checkpoint
+        and not is_hf_folder(ck.pretrained_checkpoint)
+        and not _loads_before_fully_shard(cfg)
+    ):
         checkpoint.load_checkpoint(
             ck.pretrained_checkpoint, model, None, None, load_rng=False, model_config=cfg.model
         )
@@ -165,6 +178,15 @@ def finetune(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None
     return _run(plan, forward_step_func)
 
 
+def _loads_before_fully_shard(cfg: ConfigContainer) -> bool:
+    """strategy fsdp2 with a torch_dist checkpoint.pretrained_checkpoint: Megatron-Core's sharded
+    state dict describes the plain chunks, so those weights load at build, before fully_shard (an
+    fsdp2 checkpoint's DTensors load after it, in _resume)."""
+    from bridge.checkpoint import is_fsdp2_checkpoint
+
+    return cfg.distributed.strategy == "fsdp2" and not is_fsdp2_checkpoint(cfg.checkpoint.pretrained_checkpoint)
+
+
 def _model_provider(plan: RunPlan):
     """The plan's provider with the build-time steps of this run: Hugging Face weights streamed in,
     then PEFT adapters attached (the hooks run in that order, before any DDP wrapper)."""
@@ -175,10 +197,18 @@ def _model_provider(plan: RunPlan):
 
     cfg = plan.config
     provider = copy.deepcopy(plan.provider)
-    if is_hf_folder(cfg.checkpoint.pretrained_checkpoint):
+    pretrained = cfg.checkpoint.pretrained_checkpoint
+    if is_hf_folder(pretrained):
         from bridge.training.hf_start import stream_hf_weights
 
-        stream_hf_weights(provider, cfg.checkpoint.pretrained_checkpoint)
+        stream_hf_weights(provider, pretrained)
+    elif pretrained and _loads_before_fully_shard(cfg):
+        from bridge import checkpoint
+
+        def load_pretrained(chunks: list) -> None:  # into the plain chunks: fully_shard keeps the values
+            checkpoint.load_checkpoint(pretrained, chunks, None, None, load_rng=False, model_config=cfg.model)
+
+        provider.register_post_build_hook(load_pretrained, replaces_weights=True)
     if cfg.peft.scheme is not None:
         from bridge.peft import apply_peft
 
