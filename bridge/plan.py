@@ -3,6 +3,7 @@
     bridge plan --model llama31_70b_pretrain_config --gpus 64 --json
     bridge plan --model /path/to/hf_model --gpus 16 --seq-length 32768 --overrides
     bridge plan --model mixtral_8x7b --gpus 64 --tp 2 --ep 8
+    bridge plan --model llama31_70b --gpus 64 --strategy fsdp2 --dp-replicate-size 2
 
 --model is a recipe name, a provider preset name (e.g. llama31_70b) or a Hugging Face config.json (or
 the folder holding it). Nothing heavy is imported (no torch, megatron.core or transformers): the whole
@@ -22,7 +23,7 @@ from bridge.errors import ConfigError
 from bridge.parallel.layout import ModelShape
 from bridge.parallel.memory import MEMORY_MODELS, OPTIMIZERS, PRECISIONS
 from bridge.parallel.plan_report import format_table, plan_overrides, plan_to_json
-from bridge.parallel.planner import INTERCONNECTS, SIZE_FLAGS, PlanRequest, plan
+from bridge.parallel.planner import INTERCONNECTS, SIZE_FLAGS, STRATEGY_CHOICES, PlanRequest, plan
 
 
 def _positive_int(cfg: dict, key: str, source: str, *, required: bool = True) -> int | None:
@@ -161,6 +162,19 @@ def build_parser() -> argparse.ArgumentParser:
         default="megatron",
         help="seed: 2+2+4 bytes per parameter; megatron: mixed precision + distributed optimizer",
     )
+    # no argparse `choices`: PlanRequest refuses a bad value as one ConfigError line naming the rule
+    ap.add_argument(
+        "--strategy",
+        default="auto",
+        help=f"data-parallel strategy: {' | '.join(STRATEGY_CHOICES)} (default auto: fsdp2 on more than one "
+        "GPU where the layout allows it, else megatron; the reasons say which and why)",
+    )
+    ap.add_argument(
+        "--dp-replicate-size",
+        type=int,
+        default=None,
+        help="fsdp2 only: HSDP replicas (must divide dp and be < dp); sharded within each replica",
+    )
     for flag in SIZE_FLAGS:
         ap.add_argument(f"--{flag}", type=int, default=None, help=f"keep {flag} fixed and plan the rest")
     ap.add_argument(
@@ -201,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
             memory_model=args.memory_model,
             fixed={f: getattr(args, f) for f in SIZE_FLAGS if getattr(args, f) is not None},
             pp_schedule=args.pp_schedule,
+            strategy=args.strategy,
+            dp_replicate_size=args.dp_replicate_size,
         )
         result = plan(req)
     except ConfigError as err:

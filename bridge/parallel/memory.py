@@ -24,6 +24,32 @@ norm inputs and outputs 4h (split by tp only with sequence parallelism) + Q, K, 
 output 2q + 2kv (split by tp) + the MLP 3f gated / 2f plain (split by tp); for MoE the routed tokens
 top_k * (2h + 3f_expert) and the router's fp32 logits, split by tp. Full recomputation keeps only each
 layer's input (h) plus one layer's activations for the recompute. Sequence length is split by cp.
+
+The `megatron` accounting depends on the layout's data-parallel strategy (ParallelLayout.strategy); the
+activations do not. Per rank, with P_d its dense and P_e its expert parameters (params_per_rank: TP/EP
+slices of its stage), w the compute width (2 for bf16/fp16/fp8, 4 for fp32), m = 4 bytes per optimizer
+moment times the moments (8 Adam, 4 SGD) and M = 4 bytes of fp32 master weights (0 for fp32 training):
+
+- megatron (Megatron-Core DDP + distributed optimizer): params P*w, grads P*4 (fp32 grad buffer),
+  optimizer (M + m) * (P_d / (dp*cp) + P_e / edp).
+- fsdp2 (PyTorch fully_shard per TransformerLayer + root, bridge/training/strategies.py): the sharded
+  parameters are fp32 (FSDP2 keeps fp32 shards; the MixedPrecisionPolicy casts to the compute dtype at the
+  all-gather), gradients are reduced and kept in fp32, Adam's moments fp32, no separate master copy:
+  (4 + 4 + m) * (P_d / (dp_shard*cp) + P_e / S_e), with dp_shard = dp / dp_replicate_size (HSDP
+  replicates over dp_replicate) and S_e the MoE mesh's ep_shard = world / (pp*ep) when ep > 1 (the ranks
+  holding the same experts; dp*cp/ep when tp = 1), dp_shard*cp when ep = 1 (the experts shard with
+  their layer). Plus `gathered`, the unsharded compute-dtype copies alive at the peak:
+  w * (R + 2 * L), where R is the root unit (this stage's embedding, final norm and output layer: the
+  root reshards only after its whole forward / backward) and L one transformer layer's parameters; two
+  layers because FSDP2 prefetches the next layer's all-gather while the current one computes. The
+  unsharded gradients of a unit before its reduce-scatter are not counted.
+- megatron_fsdp (Megatron-FSDP, optim_grads_params, i.e. ZeRO-3 through the distributed optimizer):
+  params w, grads 4, optimizer M + m, all sharded over dp*cp (experts over edp), plus the same
+  `gathered` w * (R + 2 * L) (assumed: per-TransformerLayer units with one prefetched).
+- ddp (PyTorch DDP + Megatron-Core's non-distributed optimizer): nothing sharded over dp: params P*w,
+  grads P*4, optimizer (M + m) * P.
+For bf16 + Adam that is 6 + 12/(dp*cp) (megatron), 16/(dp_shard*cp) + gathered (fsdp2),
+18/(dp*cp) + gathered (megatron_fsdp) and 18 (ddp) bytes per parameter.
 """
 
 from __future__ import annotations
@@ -32,7 +58,7 @@ from dataclasses import dataclass
 
 from bridge.errors import ConfigError
 from bridge.parallel import schedules
-from bridge.parallel.layout import ModelShape, ParallelLayout
+from bridge.parallel.layout import STRATEGIES, ModelShape, ParallelLayout
 from bridge.parallel.param_count import count_parameters, padded_vocab_size, params_per_rank
 
 GB = 1e9
@@ -41,6 +67,7 @@ OPTIMIZERS = ("adam", "sgd")
 MEMORY_MODELS = ("megatron", "seed")
 RECOMPUTE = ("none", "full")
 OPTIMIZER_STATES = {"adam": 2, "sgd": 1}  # moments kept per parameter
+GATHERED_LAYERS = 2  # FSDP units unsharded at once: the computing layer and the prefetched next one
 
 
 @dataclass(frozen=True)
@@ -92,13 +119,16 @@ class MemoryEstimate:
     activations: float
     memory_model: str
     stage: int = 0  # the pipeline stage the estimate is for (the fullest one)
+    gathered: float = 0.0  # fsdp2 / megatron_fsdp: unsharded parameter copies alive at the peak
+    strategy: str = "megatron"  # the layout's data-parallel strategy the estimate is for
 
     @property
     def total(self) -> float:
-        return self.params + self.grads + self.optimizer + self.activations
+        return self.params + self.grads + self.optimizer + self.activations + self.gathered
 
     def as_dict(self) -> dict[str, float]:
-        out = {k: round(getattr(self, k), 3) for k in ("params", "grads", "optimizer", "activations")}
+        keys = ("params", "grads", "optimizer", "activations", "gathered")
+        out = {k: round(getattr(self, k), 3) for k in keys}
         out["total"] = round(self.total, 3)
         return out
 
@@ -181,7 +211,7 @@ def estimate_memory(
         )
         flat = ParallelLayout(1, model=None)
         act = activation_memory(shape, flat, setup, 0, in_flight=1.0) / (layout.tp * layout.pp * layout.cp)
-        return MemoryEstimate(params, grads, opt, act / GB, "seed")
+        return MemoryEstimate(params, grads, opt, act / GB, "seed", strategy=layout.strategy)
 
     return max(
         (stage_memory(shape, layout, setup, stage) for stage in sorted({0, layout.pp - 1})),
@@ -189,17 +219,66 @@ def estimate_memory(
     )
 
 
+def _root_params(shape: ModelShape, layout: ParallelLayout, stage: int) -> int:
+    """Parameters of this rank outside the transformer layers (the FSDP root unit), as params_per_rank
+    counts them: the embedding on the first stage; the final norm and the output layer on the last
+    (with tied weights and pp = 1 the output layer is the embedding)."""
+    table = padded_vocab_size(shape.vocab_size, layout.tp) * shape.hidden_size // layout.tp
+    root = table if stage == 0 else 0
+    if stage == layout.pp - 1:
+        root += shape.hidden_size
+        if not shape.share_embeddings_and_output_weights or layout.pp > 1:
+            root += table
+    return root
+
+
+def gathered_params(shape: ModelShape, layout: ParallelLayout, stage: int) -> int:
+    """Parameters an FSDP rank holds unsharded at the peak: the root unit and GATHERED_LAYERS layers."""
+    rank = params_per_rank(shape, layout, stage)
+    root = _root_params(shape, layout, stage)
+    per_layer = (rank.total - root) // (shape.num_layers // layout.pp)
+    return root + GATHERED_LAYERS * per_layer
+
+
+def _shards(layout: ParallelLayout) -> tuple[int, int]:
+    """(dense, expert) ranks that split one rank's parameter slice: see the module docstring."""
+    s = layout.strategy
+    if s == "ddp":
+        return 1, 1
+    if s == "fsdp2":
+        dense = layout.dp // (layout.dp_replicate_size or 1) * layout.cp
+        return dense, (layout.moe_mesh_shape[1] if layout.ep > 1 else dense)
+    return layout.dp * layout.cp, layout.edp  # megatron (distributed optimizer), megatron_fsdp
+
+
 def stage_memory(
     shape: ModelShape, layout: ParallelLayout, setup: TrainingSetup, stage: int
 ) -> MemoryEstimate:
-    """The `megatron` accounting for one rank of pipeline stage `stage`."""
+    """The `megatron` accounting for one rank of pipeline stage `stage`, for the layout's strategy."""
+    strategy = layout.strategy
+    if strategy not in STRATEGIES:  # ParallelLayout validates it; a hand-built one may not
+        raise ConfigError(
+            f"distributed.strategy = {strategy!r}: must be one of {', '.join(STRATEGIES)}. Fix: pick one."
+        )
     mixed = setup.precision != "fp32"
     width = 2 if mixed else 4
-    opt_bytes = 4 * OPTIMIZER_STATES[setup.optimizer] + (4 if mixed else 0)
+    moments = 4 * OPTIMIZER_STATES[setup.optimizer]
+    master = 4 if mixed else 0
     rank = params_per_rank(shape, layout, stage)
-    params = rank.total * width
-    grads = rank.total * 4
-    opt = rank.dense * opt_bytes / (layout.dp * layout.cp) + rank.expert * opt_bytes / layout.edp
+    dense_shards, expert_shards = _shards(layout)
+    sharded = rank.dense / dense_shards + rank.expert / expert_shards  # one rank's share of its slice
+    gathered = 0.0
+    if strategy == "fsdp2":
+        # fp32 shards of params, grads and moments; no master copy (the shards are the fp32 weights)
+        params, grads, opt = sharded * 4, sharded * 4, sharded * moments
+        gathered = gathered_params(shape, layout, stage) * width
+    elif strategy == "megatron_fsdp":
+        params, grads, opt = sharded * width, sharded * 4, sharded * (master + moments)
+        gathered = gathered_params(shape, layout, stage) * width
+    else:  # megatron: only the optimizer state is sharded; ddp: _shards is (1, 1)
+        params, grads, opt = rank.total * width, rank.total * 4, sharded * (master + moments)
     in_flight = _in_flight_first_stage(layout, setup) if stage == 0 else 1.0
     act = activation_memory(shape, layout, setup, stage, in_flight=in_flight)
-    return MemoryEstimate(params / GB, grads / GB, opt / GB, act / GB, "megatron", stage)
+    return MemoryEstimate(
+        params / GB, grads / GB, opt / GB, act / GB, "megatron", stage, gathered / GB, strategy
+    )

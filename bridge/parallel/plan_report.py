@@ -17,7 +17,10 @@ _LAYOUT_KEYS = (
 
 
 def _layout_fields(layout: ParallelLayout | None) -> dict:
-    out = {"strategy": layout.strategy if layout else None}
+    out = {
+        "strategy": layout.strategy if layout else None,
+        "dp_replicate_size": layout.dp_replicate_size if layout else None,
+    }
     out.update({key: getattr(layout, attr) if layout else None for key, attr in _LAYOUT_KEYS})
     out["data_parallel_size"] = layout.dp if layout else None
     out["expert_data_parallel_size"] = layout.edp if layout else None
@@ -46,6 +49,7 @@ def plan_to_json(p: Plan) -> dict:
         gpu_memory_gb=req.gpu_memory_gb,
         usable_memory_gb=round(p.budget_gb, 3),
         memory_model=req.memory_model,
+        strategy_requested=req.strategy,
         seq_length=req.seq,
         global_batch_size=p.global_batch_size,
     )
@@ -66,8 +70,13 @@ def plan_overrides(p: Plan, explicit: dict[str, object] | None = None) -> list[s
     if p.layout is None:
         return []
     lay = p.layout
-    out = [
-        f"distributed.strategy={lay.strategy}",
+    out = [f"distributed.strategy={lay.strategy}"]
+    if lay.dp_replicate_size is not None:
+        out.append(f"distributed.dp_replicate_size={lay.dp_replicate_size}")
+    if lay.strategy in ("fsdp2", "ddp"):
+        # validation warns that the distributed optimizer (Megatron-Core's ZeRO-1) does nothing there
+        out.append("optimizer.use_distributed_optimizer=False")
+    out += [
         f"model.tensor_model_parallel_size={lay.tp}",
         f"model.pipeline_model_parallel_size={lay.pp}",
         f"model.virtual_pipeline_model_parallel_size={'null' if lay.vpp is None else lay.vpp}",
@@ -111,13 +120,22 @@ def _b(n: int) -> str:
 
 
 def _memory_lines(mem, budget: float, gpu_gb: float) -> list[str]:
-    lines = [f"memory per GPU (GB, {mem.memory_model} accounting, pipeline stage {mem.stage})"]
-    for name in ("params", "grads", "optimizer", "activations"):
+    accounting = f"{mem.memory_model} accounting" + (
+        f" for strategy {mem.strategy}" if mem.memory_model == "megatron" else ""
+    )
+    lines = [f"memory per GPU (GB, {accounting}, pipeline stage {mem.stage})"]
+    names = ["params", "grads", "optimizer", "activations"] + (["gathered"] if mem.gathered else [])
+    for name in names:
         lines.append(f"  {name:<12} {getattr(mem, name):8.2f}")
     lines.append(
         f"  {'total':<12} {mem.total:8.2f}   of {budget:.1f} usable ({gpu_gb:g} GB x {USABLE_FRACTION:g})"
     )
     return lines
+
+
+def _strategy_field(layout: ParallelLayout) -> str:
+    replicate = layout.dp_replicate_size
+    return f"strategy={layout.strategy}" + (f" dp_replicate_size={replicate}" if replicate else "")
 
 
 def format_table(p: Plan, model_name: str, overrides: list[str]) -> str:
@@ -134,7 +152,7 @@ def format_table(p: Plan, model_name: str, overrides: list[str]) -> str:
         lay = p.layout
         lines += [
             f"layout   {lay.describe()}",
-            f"         strategy={lay.strategy} vpp={lay.vpp} sequence_parallel={lay.sequence_parallel} "
+            f"         {_strategy_field(lay)} vpp={lay.vpp} sequence_parallel={lay.sequence_parallel} "
             f"recompute={p.recompute} min_gpus={lay.min_gpus}",
             "",
             *_memory_lines(p.memory, p.budget_gb, req.gpu_memory_gb),
@@ -151,7 +169,7 @@ def format_table(p: Plan, model_name: str, overrides: list[str]) -> str:
             layout, recompute, mem = p.closest
             lines += [
                 f"closest  {layout.describe()}",
-                f"         strategy={layout.strategy} vpp={layout.vpp} "
+                f"         {_strategy_field(layout)} vpp={layout.vpp} "
                 f"sequence_parallel={layout.sequence_parallel} recompute={recompute} min_gpus={layout.min_gpus}",
                 "",
                 *_memory_lines(mem, p.budget_gb, req.gpu_memory_gb),

@@ -21,6 +21,14 @@ fits the memory budget:
   models before raising tp (small TP is worth the recompute, as in the MoE recipes).
 dp and edp are implied: world / (tp*pp*cp) and world / (pp*ep*etp). A default global batch (a recipe's,
 round_global_batch) is rounded down to a multiple of micro_batch_size*dp rather than ruling a layout out.
+
+The data-parallel strategy (PlanRequest.strategy) does not change the order of the candidates, only
+which of them are valid (ParallelLayout's strategy rules) and the memory model that checks the fit
+(bridge.parallel.memory). `auto` (NeMo AutoModel's decision tree) picks per candidate: one GPU:
+megatron with everything 1 (no distributed setup); otherwise fsdp2 whenever fsdp2 accepts the request
+(not fp16, not zero_bubble) and the layout (for MoE: ep | dp*cp, not pp > 1 with ep > 1, etp 1), else
+megatron, and the reasons name the branch and fsdp2's refusal. megatron_fsdp plans turn sequence
+parallelism off (Megatron-FSDP refuses it).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from dataclasses import dataclass, field, replace
 
 from bridge.errors import ConfigError
 from bridge.parallel import schedules
-from bridge.parallel.layout import ModelShape, ParallelLayout
+from bridge.parallel.layout import STRATEGIES, ModelShape, ParallelLayout
 from bridge.parallel.memory import (
     MEMORY_MODELS,
     MemoryEstimate,
@@ -42,6 +50,8 @@ INTERCONNECTS = ("nvlink", "infiniband", "ethernet")
 USABLE_FRACTION = 0.9  # of GPU memory: the rest for the CUDA context, NCCL buffers and fragmentation
 SIZE_FLAGS = ("tp", "pp", "vpp", "cp", "ep", "etp")
 LONG_SEQUENCE = 8192
+STRATEGY_CHOICES = ("auto", *STRATEGIES)
+LARGE_DENSE = 70e9  # parameters: auto's "large model" branch (fsdp2 with PP + TP)
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,8 @@ class PlanRequest:
     memory_model: str = "megatron"
     fixed: dict[str, int] = field(default_factory=dict)  # sizes to keep: tp, pp, vpp, cp, ep, etp
     pp_schedule: str | None = None  # None: Megatron-Core's 1f1b / interleaved_1f1b by vpp
+    strategy: str = "auto"  # auto | megatron | fsdp2 | megatron_fsdp | ddp (module docstring)
+    dp_replicate_size: int | None = None  # fsdp2 only: HSDP replicas (sharded within each)
 
     def __post_init__(self):
         if self.pp_schedule is not None:
@@ -102,6 +114,29 @@ class PlanRequest:
                     f"--{name} = {value!r}: must be a positive integer. Fix: give an integer >= 1."
                 )
         self.setup(recompute="none")  # validates seq/batch/precision/optimizer
+        self._check_strategy()
+
+    def _check_strategy(self) -> None:
+        if self.strategy not in STRATEGY_CHOICES:
+            raise ConfigError(
+                f"--strategy = {self.strategy!r}: must be one of {', '.join(STRATEGY_CHOICES)}. "
+                "Fix: pick one of those (auto chooses fsdp2 or megatron per layout)."
+            )
+        r = self.dp_replicate_size
+        if r is not None:
+            if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+                raise ConfigError(
+                    f"--dp-replicate-size = {r!r}: must be a positive integer. Fix: give an integer >= 1."
+                )
+            if self.strategy != "fsdp2":
+                raise ConfigError(
+                    f"--dp-replicate-size = {r}: HSDP replication is an fsdp2 option; --strategy is "
+                    f"{self.strategy!r}. Fix: add --strategy fsdp2, or drop --dp-replicate-size."
+                )
+        if self.strategy == "fsdp2":
+            refusal = fsdp2_request_refusal(self)
+            if refusal is not None:
+                raise ConfigError(f"--strategy = 'fsdp2': {refusal}.")
 
     @property
     def link(self) -> str:
@@ -123,6 +158,31 @@ class PlanRequest:
             recompute=recompute,
             pp_schedule=self.pp_schedule,
         )
+
+
+def fsdp2_request_refusal(req: PlanRequest) -> str | None:
+    """Why strategy fsdp2 cannot train this request whatever the layout (bridge/config/validation.py's
+    rules), with the fix; None when it can."""
+    if req.precision == "fp16":
+        return (
+            "fsdp2 has no fp16 loss scaler (validation refuses mixed_precision.precision=fp16_mixed with "
+            "it). Fix: --precision bf16, or --strategy megatron for fp16"
+        )
+    if req.pp_schedule == "zero_bubble":
+        return (
+            "pp_schedule zero_bubble computes the weight gradients outside FSDP2's reduce-scatter (the "
+            "step never finishes). Fix: another --pp-schedule, or --strategy megatron"
+        )
+    return None
+
+
+def strategies_to_try(req: PlanRequest) -> tuple[str, ...]:
+    """The strategies a candidate's sizes are tried with, in order; the first that accepts them wins."""
+    if req.strategy != "auto":
+        return (req.strategy,)
+    if req.gpus == 1 or fsdp2_request_refusal(req) is not None:
+        return ("megatron",)
+    return ("fsdp2", "megatron")
 
 
 @dataclass
@@ -281,9 +341,9 @@ def planned_global_batch(req: PlanRequest, dp: int) -> int | None:
 
 
 def _layout(
-    req: PlanRequest, tp, pp, cp, ep, etp, setup: TrainingSetup
+    req: PlanRequest, tp, pp, cp, ep, etp, setup: TrainingSetup, strategy: str = "megatron"
 ) -> tuple[ParallelLayout, TrainingSetup]:
-    """The validated layout for these sizes, and `setup` with the global batch it trains with."""
+    """The validated layout for these sizes and strategy, and `setup` with the global batch it trains with."""
     world = req.gpus
     dp = world // (tp * pp * cp) if world % (tp * pp * cp) == 0 else 1
     setup = replace(setup, global_batch_size=planned_global_batch(req, dp))
@@ -296,7 +356,9 @@ def _layout(
         cp=cp,
         ep=ep,
         etp=etp,
-        sequence_parallel=tp > 1,
+        sequence_parallel=tp > 1 and strategy != "megatron_fsdp",  # Megatron-FSDP refuses SP
+        strategy=strategy,
+        dp_replicate_size=req.dp_replicate_size if strategy == "fsdp2" else None,
         gpus_per_node=req.gpus_per_node,
         model=req.model,
     )
@@ -314,17 +376,30 @@ def _search(req: PlanRequest, active: int):
     budget = req.gpu_memory_gb * USABLE_FRACTION
     closest = None
     setups = {r: req.setup(r) for r in ("none", "full")}
+    strategies = strategies_to_try(req)
     for sizes, recompute in _candidates(req, active):
-        try:
-            layout, setup = _layout(req, *sizes, setups[recompute])
-        except ConfigError:
+        built = _first_valid(req, sizes, setups[recompute], strategies)
+        if built is None:
             continue
+        layout, setup = built
         mem = estimate_memory(req.model, layout, setup, req.memory_model)
         if closest is None or mem.total < closest[2].total:
             closest = (layout, recompute, mem)
         if mem.total <= budget:
             return (layout, recompute, mem), closest
     return None, closest
+
+
+def _first_valid(
+    req: PlanRequest, sizes: tuple, setup: TrainingSetup, strategies: tuple[str, ...]
+) -> tuple[ParallelLayout, TrainingSetup] | None:
+    """The layout of these sizes under the first strategy that accepts them (None: none does)."""
+    for strategy in strategies:
+        try:
+            return _layout(req, *sizes, setup, strategy)
+        except ConfigError:
+            continue
+    return None
 
 
 # ---- reasons and advice ------------------------------------------------------------------------------
@@ -341,10 +416,7 @@ def _reasons(req: PlanRequest, count: ParamCount, layout: ParallelLayout, recomp
     def fixed_or(name: str, text: str) -> str:
         return f"{name}={getattr(layout, name)}: fixed by --{name}" if name in fixed else text
 
-    out = [
-        "strategy=megatron: Megatron-Core DDP with the distributed optimizer supports every dimension "
-        "(TP, PP, VPP, CP, EP, SP)"
-    ]
+    out = [_strategy_reason(req, count, layout, recompute)]
     if layout.tp == 1:
         tp_text = f"tp=1: {_b(count.active)} active parameters fit without tensor parallelism"
     else:
@@ -411,6 +483,8 @@ def _reasons(req: PlanRequest, count: ParamCount, layout: ParallelLayout, recomp
             "sequence_parallel=True: with tp > 1 it shards norm activations by tp"
             + (" (and MoE with tp > 1 requires it)" if shape.is_moe else "")
         )
+    elif layout.tp > 1:  # megatron_fsdp: the only strategy the planner turns SP off for
+        out.append(f"sequence_parallel=False: strategy {layout.strategy} does not support it")
     else:
         out.append("sequence_parallel=False: needs tp > 1")
     if recompute == "none":
@@ -427,6 +501,88 @@ def _reasons(req: PlanRequest, count: ParamCount, layout: ParallelLayout, recomp
             f"micro_batch_size*dp = {req.micro_batch_size}*{layout.dp} (give --global-batch-size to choose)"
         )
     return out
+
+
+def _strategy_text(layout: ParallelLayout) -> str:
+    """What the layout's strategy does with its data-parallel ranks."""
+    s = layout.strategy
+    if s == "fsdp2":
+        r = layout.dp_replicate_size or 1
+        text = f"PyTorch FSDP2 shards params, grads and optimizer state over dp_shard*cp = {layout.dp // r * layout.cp}"
+        if r > 1:
+            text += f", replicated over dp_replicate = {r} (HSDP)"
+        if layout.ep > 1:
+            text += f"; experts over ep_shard = world/(pp*ep) = {layout.moe_mesh_shape[1]}"
+        return text
+    if s == "megatron_fsdp":
+        return (
+            f"Megatron-FSDP shards params, grads and optimizer state over dp*cp = {layout.dp * layout.cp} "
+            "(no PP, EP or SP)"
+        )
+    if s == "ddp":
+        return "PyTorch DDP replicates the whole model on every rank (data parallelism only)"
+    return (
+        "Megatron-Core DDP with the distributed optimizer supports every dimension (TP, PP, VPP, CP, EP, SP)"
+    )
+
+
+def _auto_branch(req: PlanRequest, count: ParamCount, layout: ParallelLayout) -> str:
+    """Which branch of auto's decision tree the request takes (docs/parallelism.md)."""
+    shape = req.model
+    if shape.is_moe:
+        branch = f"MoE ({shape.num_moe_experts} experts): expert parallelism first (ep={layout.ep})"
+    elif count.total >= LARGE_DENSE:
+        branch = (
+            f"large dense model ({_b(count.total)} >= 70B parameters): fsdp2 with TP, plus PP where "
+            f"memory needs it (tp={layout.tp}, pp={layout.pp})"
+        )
+    elif req.gpus > req.gpus_per_node:
+        nodes = -(-req.gpus // req.gpus_per_node)
+        branch = (
+            f"dense, multi-node ({req.gpus} GPUs on {nodes} nodes): fsdp2 with TP/PP sized to fit "
+            f"(tp={layout.tp}, pp={layout.pp})"
+        )
+    else:
+        branch = f"dense, one node ({req.gpus} GPUs): fsdp2, the multi-GPU default"
+    if req.seq >= LONG_SEQUENCE:
+        branch += f"; long sequence ({req.seq} >= {LONG_SEQUENCE}): cp={layout.cp}"
+    return branch
+
+
+def _fsdp2_layout_refusal(req: PlanRequest, layout: ParallelLayout, recompute: str) -> str:
+    """The ConfigError fsdp2 raises for the sizes of `layout` (which auto then planned with megatron)."""
+    sizes = (layout.tp, layout.pp, layout.cp, layout.ep, layout.etp)
+    try:
+        _layout(req, *sizes, req.setup(recompute), "fsdp2")
+    except ConfigError as err:
+        return " ".join(str(err).split())
+    return "none"  # not reached: auto plans with megatron only when fsdp2 refuses the sizes
+
+
+def _strategy_reason(req: PlanRequest, count: ParamCount, layout: ParallelLayout, recompute: str) -> str:
+    """One line: the strategy, and (auto) the decision tree's branch and why."""
+    s = layout.strategy
+    if req.strategy != "auto":
+        return f"strategy={s}: given by --strategy; {_strategy_text(layout)}"
+    if req.gpus == 1:
+        return "strategy=megatron (auto): one GPU: no data parallelism, no distributed setup"
+    refusal = fsdp2_request_refusal(req)
+    if refusal is not None:
+        return f"strategy=megatron (auto): fsdp2 refuses this request: {refusal}"
+    branch = _auto_branch(req, count, layout)
+    if s == "megatron":
+        return (
+            f"strategy=megatron (auto): {branch}; but fsdp2 refuses this layout: "
+            f"{_fsdp2_layout_refusal(req, layout, recompute)}"
+        )
+    if req.model.is_moe and layout.ep > 1:
+        branch += (
+            f"; fsdp2 accepts it (ep={layout.ep} divides dp*cp = {layout.dp * layout.cp}, "
+            f"no PP with EP, etp={layout.etp})"
+        )
+    elif req.model.is_moe:
+        branch += "; fsdp2 accepts it (ep=1: the experts shard with their layer)"
+    return f"strategy=fsdp2 (auto): {branch}. {_strategy_text(layout)}"
 
 
 def _bubble_reason(req: PlanRequest, layout: ParallelLayout) -> str:
@@ -474,7 +630,7 @@ def _advice(req: PlanRequest, active: int) -> list[str]:
         if found is not None:
             layout, recompute, mem = found
             out.append(
-                f"more GPUs: {gpus} GPUs fit ({layout.describe()}, recompute={recompute}, "
+                f"more GPUs: {gpus} GPUs fit ({layout.describe()}, strategy={layout.strategy}, recompute={recompute}, "
                 f"{mem.total:.1f} GB per GPU)"
             )
             break
@@ -502,8 +658,8 @@ def _no_valid_layout(req: PlanRequest) -> ConfigError:
     choose (tp, pp, cp, ep, etp not given) are taken at 1, so no message blames a size the user never set.
     That layout is among the candidates, so its own rule violation is the reason nothing is valid."""
     sizes = {name: req.fixed.get(name, 1) for name in ("tp", "pp", "cp", "ep", "etp")}
-    try:
-        _layout(req, **sizes, setup=req.setup("none"))
+    try:  # the last strategy tried is the most permissive one (auto: megatron)
+        _layout(req, **sizes, setup=req.setup("none"), strategy=strategies_to_try(req)[-1])
     except ConfigError as err:
         return err
     given = ", ".join(f"--{k} {v}" for k, v in req.fixed.items()) or "no fixed sizes"

@@ -57,6 +57,8 @@ def _check_plan(p):
         ep=lay.ep,
         etp=lay.etp,
         sequence_parallel=lay.sequence_parallel,
+        strategy=lay.strategy,
+        dp_replicate_size=lay.dp_replicate_size,
         model=p.request.model,
     )
     assert again == lay
@@ -96,7 +98,7 @@ def test_seed_tp2_ep8_example_through_the_planner(gpus, dp, edp):
 
 
 def test_llama_70b_on_64_gpus_tp_inside_node_pp_across_nodes():
-    p = plan(PlanRequest(LLAMA31_70B, 64))
+    p = plan(PlanRequest(LLAMA31_70B, 64, strategy="megatron"))
     lay = _check_plan(p)
     assert 4 <= lay.tp <= 8  # sized by 70B active parameters, inside one 8-GPU node
     assert lay.pp > 1 and lay.world_size // lay.pp > 8  # each pipeline stage spans more than one node
@@ -107,7 +109,7 @@ def test_llama_70b_on_64_gpus_tp_inside_node_pp_across_nodes():
 def test_moe_671b_on_256_gpus_small_tp_ep_main_pp_across_nodes():
     count = count_parameters(MOE_671B)
     assert round(count.total / 1e9) == 672 and round(count.active / 1e9) == 38
-    p = plan(PlanRequest(MOE_671B, 256))
+    p = plan(PlanRequest(MOE_671B, 256, strategy="megatron"))
     lay = _check_plan(p)
     assert lay.tp <= 2
     assert lay.ep > max(lay.tp, lay.pp, lay.cp)  # EP is the main dimension
@@ -225,7 +227,7 @@ def test_interleaving_only_when_microbatches_divide_into_pp_groups():
 
 
 def test_ethernet_keeps_tp_at_most_4():
-    lay = _check_plan(plan(PlanRequest(LLAMA31_70B, 64, interconnect="ethernet")))
+    lay = _check_plan(plan(PlanRequest(LLAMA31_70B, 64, interconnect="ethernet", strategy="megatron")))
     assert lay.tp <= 4 and lay.pp > 1
 
 
@@ -278,7 +280,7 @@ def test_cli_json_for_a_recipe():
     assert code == 0
     data = json.loads(out)
     assert JSON_KEYS <= set(data)
-    assert set(data["memory_gb"]) == {"params", "grads", "optimizer", "activations", "total"}
+    assert set(data["memory_gb"]) == {"params", "grads", "optimizer", "activations", "gathered", "total"}
     assert data["params_total"] == count_parameters(LLAMA31_70B).total
     lay = ParallelLayout(
         64,
