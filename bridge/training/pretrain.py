@@ -117,14 +117,17 @@ def _configure_model_hooks(model: list, optimizer, wrapped, dist_cfg) -> bool:
     config.grad_scale_func = optimizer.scale_loss
     config.finalize_model_grads_func = finalize_model_grads
     config.no_sync_func = config.grad_sync_func = config.param_sync_func = None
-    if getattr(wrapped, "fsdp2", False):
-        from bridge.training.strategies import finalize_fsdp2_grads
-
-        config.finalize_model_grads_func = finalize_fsdp2_grads  # FSDP2 reduced over dp*cp in backward
-        return False
 
     def one_or_list(fns):
         return fns[0] if len(fns) == 1 else fns
+
+    if getattr(wrapped, "fsdp2", False):
+        from bridge.training.strategies import finalize_fsdp2_grads, fsdp2_no_sync
+
+        config.finalize_model_grads_func = finalize_fsdp2_grads  # FSDP2 reduced over dp*cp in backward
+        if dist_cfg.defer_fsdp_grad_sync:  # one reduce-scatter per step, after the last micro batch
+            config.no_sync_func = one_or_list([fsdp2_no_sync(m) for m in model])
+        return False
 
     is_mcore_ddp = isinstance(model[0], DistributedDataParallel)
     if is_mcore_ddp and dist_cfg.overlap_grad_reduce:

@@ -19,6 +19,8 @@ does the rest of Megatron-Core's finalize_model_grads (sequence-parallel norm gr
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,7 +79,10 @@ def wrap_model(
         chunks = provider.provide_distributed_model(
             wrap_with_ddp=False, mixed_precision_wrapper=False, seed=seed
         )
-        return WrappedModel(fully_shard_chunks(chunks, layout, precision), False, False, fsdp2=True)
+        sharded = fully_shard_chunks(
+            chunks, layout, precision, moe_reshard_after_forward=bool(dist_cfg.moe_reshard_after_forward)
+        )
+        return WrappedModel(sharded, False, False, fsdp2=True)
     chunks = provider.provide_distributed_model(wrap_with_ddp=False, seed=seed)
     if strategy == "ddp":
         return WrappedModel([_torch_ddp(c) for c in chunks], False, megatron_ddp=False)
@@ -138,8 +143,13 @@ def mixed_precision_policy(precision):
     )
 
 
-def fully_shard_chunks(chunks: list, layout, precision, reshard_after_forward: bool = True) -> list:
-    """fully_shard each TransformerLayer, then the root, over the layout's FSDP mesh (in place)."""
+def fully_shard_chunks(
+    chunks: list, layout, precision, reshard_after_forward: bool = True, moe_reshard_after_forward: bool = False
+) -> list:
+    """fully_shard each TransformerLayer, then the root, over the layout's FSDP mesh (in place).
+
+    With ep > 1 (AutoModel's MoE parallelizer) the layers and their experts keep their gathered
+    parameters from forward to backward unless `moe_reshard_after_forward` (distributed.moe_*)."""
     import torch
     from megatron.core.transformer.transformer_layer import TransformerLayer
     from torch.distributed.fsdp import fully_shard
@@ -149,6 +159,7 @@ def fully_shard_chunks(chunks: list, layout, precision, reshard_after_forward: b
     meshes = build_meshes(layout)
     mesh = meshes.fsdp_mesh()
     mp_policy = mixed_precision_policy(precision)
+    layer_reshard = moe_reshard_after_forward if layout.ep > 1 else reshard_after_forward
     for chunk in chunks:
         # FSDP2 replaces each parameter by a DTensor Parameter and drops the attributes Megatron-Core set
         # on it (tensor_model_parallel, sequence_parallel, shared, allreduce, ...): keep them.
@@ -165,17 +176,33 @@ def fully_shard_chunks(chunks: list, layout, precision, reshard_after_forward: b
                     experts,
                     mesh=meshes.moe["ep_shard"],
                     mp_policy=mp_policy,
-                    reshard_after_forward=reshard_after_forward,
+                    reshard_after_forward=layer_reshard,
                 )
                 experts.set_gradient_divide_factor(float(layout.dp * layout.cp))
                 if not torch.cuda.is_available():
                     experts.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
-            fully_shard(layer, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
+            fully_shard(layer, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=layer_reshard)
         fully_shard(chunk, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
         for name, p in chunk.named_parameters():
             for key, value in attrs.get(name, {}).items():
                 setattr(p, key, value)
     return chunks
+
+
+def fsdp2_no_sync(chunk) -> Callable[[], contextlib.AbstractContextManager]:
+    """Megatron-Core's `no_sync_func` for one FSDP2 chunk (distributed.defer_fsdp_grad_sync): inside
+    it the backward accumulates unsharded gradients without reducing them. Megatron-Core's schedules
+    leave it before each chunk's last micro batch backward, which then reduce-scatters the sum."""
+
+    @contextlib.contextmanager
+    def no_sync():
+        chunk.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            chunk.set_requires_gradient_sync(True)
+
+    return no_sync
 
 
 def _local(tensor):

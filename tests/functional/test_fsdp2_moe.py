@@ -14,6 +14,7 @@ PAIRS = {  # fsdp2 run -> the megatron run it must reproduce
     "fsdp2_moe_ep2": "megatron_moe_ep2",
     "fsdp2_moe_hsdp2x2_ep2": "megatron_moe_ep2",
     "fsdp2_moe_tp2ep2": "megatron_moe_tp2ep2",
+    "fsdp2_moe_ep2_reshard": "megatron_moe_ep2",  # distributed.moe_reshard_after_forward=True
 }
 
 
@@ -30,3 +31,9 @@ def test_fsdp2_matches_megatron_losses_and_grad_norms(runs, fsdp2_run):
 @pytest.mark.parametrize("fsdp2_run", sorted(PAIRS))
 def test_fsdp2_mesh_groups_are_megatron_core_groups(runs, fsdp2_run):
     assert runs[fsdp2_run]["mesh_ok"] is True
+
+
+def test_moe_reshard_after_forward_reaches_fully_shard(runs):
+    assert runs["fsdp2_moe_ep2"]["layers_reshard_after_forward"] == [False]  # AutoModel's MoE default
+    assert runs["fsdp2_moe_ep2_reshard"]["layers_reshard_after_forward"] == [True]
+    assert runs["fsdp2_moe_dp4"]["layers_reshard_after_forward"] == [True]  # ep = 1: FSDP2's default

@@ -1,18 +1,54 @@
 """4 ranks: strategy fsdp2 (PyTorch fully_shard) against strategy megatron, 5 iterations from the same
 seed-initialised weights (tied embeddings, as Llama-3.2). Suite dp_tp: megatron DP=4 vs fsdp2
-dp_shard=4 and HSDP (dp_replicate=2, dp_shard=2); megatron TP=2+SP vs fsdp2 TP=2+SP (dp_shard=2).
+dp_shard=4, HSDP (dp_replicate=2, dp_shard=2), gradients reduced after every micro batch
+(defer_fsdp_grad_sync=False) and CP=2 (sharded over dp_shard*cp); megatron TP=2+SP vs fsdp2 TP=2+SP
+(dp_shard=2).
 Suite pipeline: PP=2 (1f1b, dp_shard=2), TP=2 x PP=2 x VPP=2 (interleaved, dp_shard=1), and PP=2 with
 full activation recompute. Each fsdp2
 run also checks its DeviceMesh groups against Megatron-Core's live process groups. Suite moe: a 4-expert
-MoE (top-2) with EP=1 (dp_shard=4), EP=2 (experts sharded over ep_shard=2), EP=2 with HSDP 2x2
+MoE (top-2) with EP=1 (dp_shard=4), EP=2 (experts sharded over ep_shard=2; also with
+moe_reshard_after_forward), EP=2 with HSDP 2x2
 and TP=2+SP x EP=2 (ETP=1).
 usage: fsdp2_equivalence.py WORKDIR SUITE"""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from train_common import emit, reset_parallel_state, tiny_config, write_learnable_indexed_data
+
+
+FSDP_RESHARD: list[bool] = []  # per fully_shard'ed TransformerLayer of the last fsdp2 run
+
+
+@contextlib.contextmanager
+def counting_reduce_scatters():
+    """Count FSDP2's gradient reduce-scatters (torch.distributed.reduce_scatter_single) and record the
+    reshard_after_forward each TransformerLayer is sharded with."""
+    import torch.distributed as dist
+    from torch.distributed import fsdp  # bridge.training.strategies imports fully_shard from here per call
+
+    calls = {"n": 0}
+    original, original_shard = dist.reduce_scatter_single, fsdp.fully_shard
+    FSDP_RESHARD.clear()
+
+    def counted(*args, **kwargs):
+        calls["n"] += 1
+        return original(*args, **kwargs)
+
+    def recording_shard(module, **kwargs):
+        from megatron.core.transformer.transformer_layer import TransformerLayer
+
+        if isinstance(module, TransformerLayer):
+            FSDP_RESHARD.append(bool(kwargs.get("reshard_after_forward", True)))
+        return original_shard(module, **kwargs)
+
+    dist.reduce_scatter_single, fsdp.fully_shard = counted, recording_shard
+    try:
+        yield calls
+    finally:
+        dist.reduce_scatter_single, fsdp.fully_shard = original, original_shard
 
 
 def main(workdir: str, suite: str) -> None:
@@ -51,6 +87,8 @@ def main(workdir: str, suite: str) -> None:
             "fsdp2_hsdp2x2": [*fsdp2, "distributed.dp_replicate_size=2"],
             "megatron_tp2": tp2,
             "fsdp2_tp2": [*fsdp2, *tp2],
+            "fsdp2_dp4_sync_each_microbatch": [*fsdp2, "distributed.defer_fsdp_grad_sync=False"],
+            "fsdp2_cp2": [*fsdp2, "model.context_parallel_size=2"],  # dp_shard 2 x cp 2: shards over 4
         },
         "pipeline": {
             "megatron_pp2": pp2,
@@ -72,17 +110,26 @@ def main(workdir: str, suite: str) -> None:
             "model.expert_model_parallel_size=2",
             "distributed.dp_replicate_size=2",
         ],
+        "fsdp2_moe_ep2_reshard": [
+            *fsdp2,
+            *moe,
+            "model.expert_model_parallel_size=2",
+            "distributed.moe_reshard_after_forward=True",
+        ],
         "megatron_moe_tp2ep2": [*moe, *tp2, "model.expert_model_parallel_size=2"],
         "fsdp2_moe_tp2ep2": [*fsdp2, *moe, *tp2, "model.expert_model_parallel_size=2"],
     }
     runs = suites[suite]
     for name, extra in runs.items():
         plan = tiny_config(*common, *extra).validate(4, cuda=torch.cuda.is_available())
-        result = pretrain(plan)
+        with counting_reduce_scatters() as calls:
+            result = pretrain(plan)
         record = {"run": name, "losses": result.losses, "grad_norms": result.grad_norms}
         if name.startswith("fsdp2"):
             check_against_parallel_state(build_meshes(plan.layout))
             record["mesh_ok"] = True
+            record["reduce_scatters"] = calls["n"]
+            record["layers_reshard_after_forward"] = sorted(set(FSDP_RESHARD))
         emit("run", record)
         reset_parallel_state()
 
