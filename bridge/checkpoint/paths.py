@@ -25,6 +25,9 @@ from bridge.errors import ConfigError
 
 TRACKER_FILENAME = "latest_checkpointed_iteration.txt"
 RUN_CONFIG_FILENAME = "run_config.yaml"
+# Written by AutoBridge.import_ckpt next to the Megatron checkpoint, so that export can rebuild the HF folder.
+HF_ASSETS_DIR = "hf_assets"
+CONSOLIDATED_DIR = "consolidated"  # checkpoint.save_consolidated: the HF copy inside an iter_* folder
 METADATA_FILENAME = "metadata.json"  # written by dist_checkpointing when a save is complete
 COMMON_FILENAME = "common.pt"
 MANIFEST_FILENAME = "manifest.json"  # bridge.checkpoint.manifest: written last, before the publish

@@ -409,6 +409,24 @@ def _checkpoint(cfg: ConfigContainer) -> None:
             "periodic saves need a directory, but checkpoint.save is not set",
             "set checkpoint.save=/path/to/dir, or checkpoint.save_interval=0 to not save",
         )
+    if c.save_consolidated:
+        if not c.save:
+            raise fail(
+                "checkpoint.save_consolidated",
+                True,
+                "writes a Hugging Face copy inside each saved checkpoint, but checkpoint.save is not set",
+                "set checkpoint.save=/path/to/dir, or checkpoint.save_consolidated=false",
+            )
+        from bridge.config.consolidated import consolidated_source
+
+        consolidated_source(cfg)  # a ConfigError when the copy's architecture is unknown
+    elif c.hf_architecture:
+        raise fail(
+            "checkpoint.hf_architecture",
+            c.hf_architecture,
+            "names the architecture of the consolidated copies, and checkpoint.save_consolidated is false",
+            "set checkpoint.save_consolidated=true, or remove checkpoint.hf_architecture",
+        )
     if c.save and os.path.exists(c.save) and not os.path.isdir(c.save):
         raise fail("checkpoint.save", c.save, "exists and is not a directory", "give a directory path")
     if c.load and not os.path.isdir(c.load):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.checkpoint.atomic import atomic_dir, check_target_dir
+from bridge.checkpoint.paths import HF_ASSETS_DIR  # import_ckpt writes it, export_ckpt reads it
 from bridge.conversion import hf_config as hfc
 from bridge.conversion import registry
 from bridge.conversion.hf_io import DTYPES, HFCheckpoint
@@ -50,8 +51,6 @@ ASSET_FILES = (
     "chat_template.jinja",
     "chat_template.json",
 )
-# Written by import_ckpt next to the Megatron checkpoint, so that export_ckpt can rebuild the HF folder.
-HF_ASSETS_DIR = "hf_assets"
 SOURCE_TENSORS = "source_tensors.json"  # HF name -> [file, dtype] of the source checkpoint
 
 
@@ -365,6 +364,8 @@ class AutoBridge:
             return source.get(name, default)
 
         local_tensor = None
+        if _has_dtensor_params(chunks):  # strategy fsdp2: each holder gathers its data-parallel shards
+            local_tensor = _full_tensor
         if merge_adapters:
             from bridge.peft.apply import has_adapters
 
@@ -431,6 +432,18 @@ def _pretrained_of(megatron_path: str | os.PathLike) -> str | None:
         return None
     run = _run_config(folder)
     return run.checkpoint.pretrained_checkpoint if run is not None else None
+
+
+def _has_dtensor_params(chunks: list) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for c in chunks for p in c.parameters())
+
+
+def _full_tensor(lp) -> Any:
+    """The Megatron-Core local tensor of an FSDP2 parameter (a collective over its dp mesh, which is
+    what the exporter's holders of one parameter are)."""
+    return lp.param.detach().full_tensor()
 
 
 def _as_list(model: Any) -> list:

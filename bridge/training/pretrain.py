@@ -187,7 +187,9 @@ def _loads_before_fully_shard(cfg: ConfigContainer) -> bool:
     fsdp2 checkpoint's DTensors load after it, in _resume)."""
     from bridge.checkpoint import is_fsdp2_checkpoint
 
-    return cfg.distributed.strategy == "fsdp2" and not is_fsdp2_checkpoint(cfg.checkpoint.pretrained_checkpoint)
+    return cfg.distributed.strategy == "fsdp2" and not is_fsdp2_checkpoint(
+        cfg.checkpoint.pretrained_checkpoint
+    )
 
 
 def _model_provider(plan: RunPlan):
@@ -225,6 +227,7 @@ def _run(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None) ->
     from bridge.parallel import runtime
 
     runtime.quiet_known_warnings()  # before the imports below pull in Megatron-Core (some warn on import)
+    from bridge.training.consolidated import consolidated_writer
     from bridge.training.data.loaders import build_datasets, build_iterator
     from bridge.training.data.tokenizer import build_tokenizer
     from bridge.training.flops import training_flops_per_token
@@ -329,6 +332,7 @@ def _run(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None) ->
         writers=writers,
         run_config_yaml=cfg.to_yaml() if cfg.checkpoint.save else None,
         pipeline_runner=build_runner(plan, model, forward_step_func),  # None: Megatron-Core's schedules
+        consolidated=consolidated_writer(cfg, plan.provider, model),
     )
     try:
         return train(ctx)

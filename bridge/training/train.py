@@ -45,6 +45,8 @@ class TrainingContext:
     run_config_yaml: str | None
     # bridge.training.pipelining.TorchPipelineRunner when plan.pipeline.engine == "torch", else None
     pipeline_runner: Any = None
+    # bridge.training.consolidated's hook writing the Hugging Face copy into each save, or None
+    consolidated: Callable | None = None
 
     @property
     def cfg(self) -> ConfigContainer:
@@ -269,6 +271,7 @@ def save(ctx: TrainingContext, loss: float | None = None) -> str:
             save_rng=cfg.save_rng,
             most_recent_k=cfg.most_recent_k,
             summary=summary,
+            consolidated=ctx.consolidated,
         )
     if torch.distributed.get_rank() == _log_rank():
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())

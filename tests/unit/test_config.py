@@ -365,3 +365,53 @@ def test_config_layer_imports_no_torch():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["checkpoint.save_consolidated=True", "checkpoint.save=null", "checkpoint.save_interval=0"],
+            r"checkpoint.save_consolidated = True: writes a Hugging Face copy inside each saved checkpoint, "
+            r"but checkpoint.save is not set",
+        ),
+        (
+            ["checkpoint.save_consolidated=True", "checkpoint.save=/tmp/bridge-consolidated-x"],
+            r"the Hugging Face copy needs an architecture.*Fix: set checkpoint.hf_architecture \(one of .*LlamaForCausalLM",
+        ),
+        (
+            [
+                "checkpoint.save_consolidated=True",
+                "checkpoint.save=/tmp/x",
+                "checkpoint.hf_architecture=GPT2LMHead",
+            ],
+            r"architectures=\['GPT2LMHead'\]: no conversion is registered",
+        ),
+        (
+            ["checkpoint.hf_architecture=LlamaForCausalLM"],
+            r"checkpoint.hf_architecture = 'LlamaForCausalLM': names the architecture of the consolidated copies",
+        ),
+    ],
+)
+def test_save_consolidated_rules(overrides, message):
+    from bridge.config.overrides import apply_overrides
+    from recipes.llama import llama32_1b_pretrain_config
+
+    cfg = apply_overrides(llama32_1b_pretrain_config(), overrides)
+    with pytest.raises(ConfigError, match=message):
+        cfg.validate(8, cuda=True)
+
+
+def test_save_consolidated_with_an_architecture_validates():
+    from bridge.config.overrides import apply_overrides
+    from recipes.llama import llama32_1b_pretrain_config
+
+    cfg = apply_overrides(
+        llama32_1b_pretrain_config(),
+        [
+            "checkpoint.save_consolidated=True",
+            "checkpoint.save=/tmp/x",
+            "checkpoint.hf_architecture=LlamaForCausalLM",
+        ],
+    )
+    cfg.validate(8, cuda=True)

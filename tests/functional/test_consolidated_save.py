@@ -1,0 +1,34 @@
+"""checkpoint.save_consolidated on 2 gloo ranks (tests/functional/workers/consolidated_save.py): each
+checkpoint holds a Hugging Face folder that transformers loads with the trained model's logits (fp32),
+for strategy fsdp2 (shards gathered over dp) and strategy megatron; the copy is in the manifest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
+
+WORKER = REPO_ROOT / "tests/functional/workers/consolidated_save.py"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("consolidated")
+    out = assert_ok(torchrun(WORKER, 2, str(work), timeout=400))
+    decode = json.JSONDecoder().raw_decode  # another rank's output can continue a line
+    records = [
+        decode(line.split(" ", 1)[1])[0] for line in out.splitlines() if line.startswith("@@consolidated ")
+    ]
+    return work, {r["strategy"]: r for r in records if "max_abs_diff" in r}
+
+
+@pytest.mark.parametrize("strategy", ["fsdp2", "megatron"])
+def test_transformers_loads_the_copy_with_equal_logits(run, strategy):
+    work, records = run
+    r = records[strategy]
+    assert r["files"] == ["config.json", "model.safetensors"]
+    assert r["max_abs_diff"] <= 1e-5 * r["logit_scale"], r
+    manifest = json.loads((work / strategy / "iter_0000002" / "manifest.json").read_text())
+    assert "consolidated/model.safetensors" in manifest["files"]  # published and verified with the checkpoint
