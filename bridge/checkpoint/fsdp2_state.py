@@ -74,7 +74,11 @@ def current_sizes(model_chunks: list) -> dict[str, int | None]:
 
 def check_model_parallel_sizes(target: Path, saved: dict, current: dict) -> None:
     """A ConfigError when the checkpoint's TP / PP / EP / VPP differ from this run's."""
-    wrong = [f"{k} {saved.get(k)} -> {current.get(k)}" for k in MODEL_PARALLEL_SIZES if saved.get(k) != current.get(k)]
+    wrong = [
+        f"{k} {saved.get(k)} -> {current.get(k)}"
+        for k in MODEL_PARALLEL_SIZES
+        if saved.get(k) != current.get(k)
+    ]
     if wrong:
         have = " ".join(f"{k}={saved.get(k)}" for k in MODEL_PARALLEL_SIZES)
         raise ConfigError(
@@ -129,7 +133,9 @@ def load(folder: Path, model_chunks: list, optimizer=None) -> None:
                 if shape is None:  # a non-tensor value
                     continue
                 like = torch.zeros_like(p.detach(), dtype=meta.properties.dtype)
-                state[name[len(prefix) :]] = like if shape == tuple(p.shape) else torch.zeros(shape, dtype=meta.properties.dtype)
+                state[name[len(prefix) :]] = (
+                    like if shape == tuple(p.shape) else torch.zeros(shape, dtype=meta.properties.dtype)
+                )
         for name, tensor in state.items():
             sd[prefix + name] = tensor
         if state:

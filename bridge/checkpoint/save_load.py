@@ -277,7 +277,9 @@ def _load_one(
     saved_adapters_only = content.get("checkpoint_content", {}).get("adapters_only", False)
     saved_fsdp2 = content.get("checkpoint_content", {}).get("fsdp2")
     if (saved_fsdp2 is not None) != fsdp2_state.is_fsdp2(model_chunks):
-        saved_by = "strategy fsdp2 (torch DCP shards)" if saved_fsdp2 is not None else "Megatron-Core's torch_dist"
+        saved_by = (
+            "strategy fsdp2 (torch DCP shards)" if saved_fsdp2 is not None else "Megatron-Core's torch_dist"
+        )
         raise ConfigError(
             f"checkpoint {target} holds {saved_by} state and this run's model is "
             f"{'not ' if saved_fsdp2 is not None else ''}an fsdp2 one: a checkpoint resumes under the strategy "

@@ -144,7 +144,11 @@ def mixed_precision_policy(precision):
 
 
 def fully_shard_chunks(
-    chunks: list, layout, precision, reshard_after_forward: bool = True, moe_reshard_after_forward: bool = False
+    chunks: list,
+    layout,
+    precision,
+    reshard_after_forward: bool = True,
+    moe_reshard_after_forward: bool = False,
 ) -> list:
     """fully_shard each TransformerLayer, then the root, over the layout's FSDP mesh (in place).
 

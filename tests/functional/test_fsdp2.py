@@ -37,5 +37,8 @@ def test_fsdp2_mesh_groups_are_megatron_core_groups(runs, fsdp2_run):
 
 def test_defer_fsdp_grad_sync_reduces_once_per_step(runs):
     # 8 samples / (micro batch 1 x dp 4) = 2 micro batches: deferring halves the reduce-scatters
-    deferred, each = runs["fsdp2_dp4"]["reduce_scatters"], runs["fsdp2_dp4_sync_each_microbatch"]["reduce_scatters"]
+    deferred, each = (
+        runs["fsdp2_dp4"]["reduce_scatters"],
+        runs["fsdp2_dp4_sync_each_microbatch"]["reduce_scatters"],
+    )
     assert deferred > 0 and each == 2 * deferred, (deferred, each)

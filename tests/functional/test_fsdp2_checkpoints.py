@@ -63,8 +63,12 @@ def test_torch_dist_weights_start_an_fsdp2_run(runs):
 
 
 def test_mistakes_are_config_errors(runs):
-    assert "saved by strategy fsdp2 with tp=1 pp=1 ep=1 vpp=None; this run changes tp 1 -> 2" in runs["tp2_error"]
-    assert "holds strategy fsdp2 (torch DCP shards) state and this run's model is not an fsdp2 one" in (
-        runs["strategy_error"]
+    assert (
+        "saved by strategy fsdp2 with tp=1 pp=1 ep=1 vpp=None; this run changes tp 1 -> 2"
+        in runs["tp2_error"]
+    )
+    assert (
+        "holds strategy fsdp2 (torch DCP shards) state and this run's model is not an fsdp2 one"
+        in (runs["strategy_error"])
     )
     assert "the per-rank RNG state does not. Set checkpoint.load_rng=False" in runs["dp2_rng_error"]

@@ -245,7 +245,9 @@ def test_moe_sub_config_rules():
     assert warnings == [
         "distributed.moe.wrap_outer_model has no Megatron-Core equivalent and is ignored (accepted for strategy fsdp2)."
     ]
-    cfg, _ = merge("distributed: {strategy: fsdp2, ep_size: 2, moe: {activation_checkpointing: true}}", moe_base)
+    cfg, _ = merge(
+        "distributed: {strategy: fsdp2, ep_size: 2, moe: {activation_checkpointing: true}}", moe_base
+    )
     assert cfg.distributed.activation_checkpointing is True
     with pytest.raises(ConfigError, match=r"distributed.moe is given but ep_size=1"):
         merge("distributed: {strategy: fsdp2, moe: {reshard_after_forward: false}}", moe_base)

@@ -63,7 +63,11 @@ def main(workdir: str, mode: str) -> None:
         emit("resumed", {**run(f"checkpoint.load={w}/a", f"checkpoint.save={w}/b"),
                          "latest": checkpointing.latest_iteration(w / "b")})  # fmt: skip
         emit("hsdp", run(f"checkpoint.load={w}/a", "distributed.dp_replicate_size=2"))  # same ranks: RNG too
-        tp2 = ["model.tensor_model_parallel_size=2", "model.sequence_parallel=True", "checkpoint.load_rng=False"]
+        tp2 = [
+            "model.tensor_model_parallel_size=2",
+            "model.sequence_parallel=True",
+            "checkpoint.load_rng=False",
+        ]
         emit("tp2_error", error(f"checkpoint.load={w}/a", *tp2))
         megatron = ["distributed.strategy=megatron", "optimizer.use_distributed_optimizer=True"]
         emit("strategy_error", error(f"checkpoint.load={w}/a", *megatron))

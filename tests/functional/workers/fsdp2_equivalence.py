@@ -18,7 +18,6 @@ import sys
 
 from train_common import emit, reset_parallel_state, tiny_config, write_learnable_indexed_data
 
-
 FSDP_RESHARD: list[bool] = []  # per fully_shard'ed TransformerLayer of the last fsdp2 run
 
 
