@@ -18,6 +18,22 @@ import sys
 
 from train_common import emit, reset_parallel_state, tiny_config, write_learnable_indexed_data
 
+from bridge.config.yaml_io import merge_yaml
+
+# NeMo AutoModel's `distributed:` section as the seeds write it (strategy fsdp2, HSDP 2 x 2 on 4 ranks)
+SEED_YAML = """
+distributed:
+  strategy: fsdp2
+  dp_size: none
+  dp_replicate_size: 2
+  tp_size: 1
+  pp_size: 1
+  cp_size: 1
+  ep_size: 1
+  sequence_parallel: false
+  activation_checkpointing: false
+  defer_fsdp_grad_sync: true
+"""
 FSDP_RESHARD: list[bool] = []  # per fully_shard'ed TransformerLayer of the last fsdp2 run
 
 
@@ -118,9 +134,13 @@ def main(workdir: str, suite: str) -> None:
         "megatron_moe_tp2ep2": [*moe, *tp2, "model.expert_model_parallel_size=2"],
         "fsdp2_moe_tp2ep2": [*fsdp2, *moe, *tp2, "model.expert_model_parallel_size=2"],
     }
+    suites["dp_tp"]["fsdp2_automodel_yaml_hsdp"] = []  # SEED_YAML below
     runs = suites[suite]
     for name, extra in runs.items():
-        plan = tiny_config(*common, *extra).validate(4, cuda=torch.cuda.is_available())
+        cfg = tiny_config(*common, *extra)
+        if name == "fsdp2_automodel_yaml_hsdp":
+            cfg, _ = merge_yaml(cfg, SEED_YAML, source="seed.yaml")
+        plan = cfg.validate(4, cuda=torch.cuda.is_available())
         with counting_reduce_scatters() as calls:
             result = pretrain(plan)
         record = {"run": name, "losses": result.losses, "grad_norms": result.grad_norms}
