@@ -1,0 +1,73 @@
+"""bridge.inference.generate under TP=2 and PP=2 (2 gloo ranks): the TP=1 tokens, on every rank.
+
+One launch: TP=1 (two replicas), TP=2 and PP=2 for one dense (llama) and one MoE (qwen3_moe) family,
+greedy and seeded sampling, then scripts/inference/generate.py --hf-path --pp 2 --json.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.functional.launch import assert_ok, torchrun
+from tests.functional.workers.convert_models import save_hf_model
+from tests.functional.workers.generate_parallel import CLI_ARGS, FAMILIES, LAYOUTS, NEW_TOKENS, PROMPT
+
+WORKER = Path(__file__).parent / "workers" / "generate_parallel.py"
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def _hf_greedy(model, n: int) -> list[int]:
+    prompt = torch.tensor([PROMPT])
+    out = model.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        do_sample=False,
+        max_new_tokens=n,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
+    return out[0, len(PROMPT) :].tolist()
+
+
+def _results(stdout: str) -> dict[tuple[str, str, str, int], list[int]]:
+    # not anchored at a line start: another rank's unterminated output (a warning, a progress bar) can
+    # precede a RESULT on its line
+    found = re.finditer(r"RESULT (\S+) (\S+) (greedy|sampled) (\d) (\[[\d, ]*\])", stdout)
+    return {(m[1], m[2], m[3], int(m[4])): json.loads(m[5]) for m in found}
+
+
+def _json_line(stdout: str) -> dict:
+    """The CLI's JSON line; raw_decode, since under load another rank's output can continue the line."""
+    decoder = json.JSONDecoder()
+    for line in reversed(stdout.splitlines()):
+        start = line.find('{"ids"')
+        if start >= 0:
+            return decoder.raw_decode(line, start)[0]
+    raise AssertionError(f"no JSON line in\n{stdout[-4000:]}")
+
+
+def test_tp2_and_pp2_generate_the_tp1_tokens(tmp_path):
+    hf = {family: save_hf_model(family, tmp_path / "hf" / family) for family in FAMILIES}
+    out = assert_ok(torchrun(WORKER, 2, str(tmp_path), timeout=600))
+    results = _results(out)
+    for family in FAMILIES:
+        reference = results[("tp1", family, "greedy", 0)]
+        assert len(reference) == NEW_TOKENS
+        assert reference == _hf_greedy(hf[family], NEW_TOKENS), family
+        for kind in ("greedy", "sampled"):
+            expected = results[("tp1", family, kind, 0)]
+            for layout in LAYOUTS:
+                for rank in (0, 1):
+                    assert results[(layout, family, kind, rank)] == expected, (layout, family, kind, rank)
+        # sampling really sampled: not the greedy tokens
+        assert results[("tp1", family, "sampled", 0)] != reference, family
+
+    cli = _json_line(out)
+    assert set(cli) == {"ids", "tokens_per_s"} and cli["tokens_per_s"] > 0
+    n = int(CLI_ARGS[CLI_ARGS.index("--max-new-tokens") + 1])
+    assert cli["ids"] == results[("tp1", "llama", "greedy", 0)][:n]
