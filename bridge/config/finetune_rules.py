@@ -38,6 +38,13 @@ def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
         raise _fail(
             "dataset.truncation", d.truncation, f"must be one of {', '.join(S.TRUNCATIONS)}", "pick one"
         )
+    if d.pad_seq_to_mult is not None and not d.packed_sequence_size:
+        raise _fail(
+            "dataset.pad_seq_to_mult",
+            d.pad_seq_to_mult,
+            "pads the samples of packed rows, and dataset.packed_sequence_size is 0 (no packing)",
+            "set dataset.packed_sequence_size, or remove dataset.pad_seq_to_mult",
+        )
     if d.packed_sequence_size and d.kind not in SFT_KINDS:
         raise _fail(
             "dataset.packed_sequence_size",
@@ -80,15 +87,7 @@ def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
                 f"a packed row is longer than model.seq_length={cfg.model.seq_length}",
                 f"set model.seq_length={n} or a smaller packed_sequence_size",
             )
-        if cfg.model.context_parallel_size > 1:
-            raise _fail(
-                "dataset.packed_sequence_size",
-                n,
-                "packed rows with context parallelism need every sample padded to a multiple of 2*cp and split "
-                "per sample over the CP ranks (Transformer Engine's THD path), which bridge does not do yet",
-                "set model.context_parallel_size=1 for packed finetuning (the row length already satisfies "
-                "packed_sequence_size % cp == 0), or dataset.packed_sequence_size=0 to keep CP",
-            )
+        _check_pad_seq_to_mult(cfg, n)
         if cfg.model.window_size is not None and not cuda:
             raise _fail(
                 "model.window_size",
@@ -96,6 +95,37 @@ def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
                 "packed rows on CPU run through bridge's sdpa attention, which has no sliding window",
                 "set dataset.packed_sequence_size=0 for this model on CPU",
             )
+
+
+def packing_multiple(cfg: ConfigContainer) -> int:
+    """What every packed sample's segment is padded to a multiple of: dataset.pad_seq_to_mult, or
+    2*cp with context parallelism (each segment splits into 2*cp chunks over the CP ranks), else 1."""
+    cp = cfg.model.context_parallel_size or 1
+    given = cfg.dataset.pad_seq_to_mult
+    return int(given) if given is not None else (2 * cp if cp > 1 else 1)
+
+
+def _check_pad_seq_to_mult(cfg: ConfigContainer, n: int) -> None:
+    given, cp = cfg.dataset.pad_seq_to_mult, cfg.model.context_parallel_size or 1
+    if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given < 1):
+        raise _fail("dataset.pad_seq_to_mult", given, "must be a positive integer or null", "give e.g. 4")
+    m = packing_multiple(cfg)
+    if cp > 1 and m % (2 * cp):
+        raise _fail(
+            "dataset.pad_seq_to_mult",
+            given,
+            f"with context parallelism every packed sample splits into 2*cp = {2 * cp} chunks, so its padding "
+            f"multiple must be a multiple of {2 * cp}",
+            f"set dataset.pad_seq_to_mult={2 * cp} (or null, which means 2*cp)",
+        )
+    if n % m:
+        raise _fail(
+            "dataset.packed_sequence_size",
+            n,
+            f"packed samples are padded to multiples of {m} (dataset.pad_seq_to_mult, 2*cp with context "
+            "parallelism), so the row length must be one too",
+            f"use a packed_sequence_size that is a multiple of {m}",
+        )
 
 
 def check_peft(cfg: ConfigContainer) -> None:

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from bridge.config import finetune_rules
 from bridge.config.validation import (
     PRECISION_DTYPES,
     blend_paths,
@@ -67,6 +68,7 @@ class DataPlan:
     sample_counts: tuple[int, int, int]  # samples each split provides over the run (Megatron's formula)
     # sft / chat data (bridge.training.data.sft)
     packed_sequence_size: int = 0  # 0 = one sample per row, padded to seq_length
+    pad_seq_to_mult: int = 1  # packing: each sample's segment padded to a multiple of this (2*cp with CP)
     answer_only_loss: bool = True
     truncation: str = "right"  # right | drop
 
@@ -239,6 +241,7 @@ def build_plan(config: ConfigContainer, world_size: int, cuda: bool) -> RunPlan:
         cache_dir=d.cache_dir,
         sample_counts=(train_samples, valid, test),
         packed_sequence_size=d.packed_sequence_size,
+        pad_seq_to_mult=finetune_rules.packing_multiple(cfg),
         answer_only_loss=d.answer_only_loss,
         truncation=d.truncation,
     )

@@ -96,6 +96,9 @@ class DatasetConfig:
     # sft / chat: rows of this many tokens holding several samples each (0 = one sample per row,
     # padded to seq_length); needs train.micro_batch_size=1
     packed_sequence_size: int = 0
+    # packing: every sample's segment padded to a multiple of this (None: 2*cp with context
+    # parallelism, which splits each segment into 2*cp chunks, else 1); Megatron-Bridge's pad_seq_to_mult
+    pad_seq_to_mult: int | None = None
     answer_only_loss: bool = True  # sft / chat: loss on the output / assistant tokens only
     truncation: str = "right"  # sft / chat: right | drop (TRUNCATIONS)
     reset_position_ids: bool = False

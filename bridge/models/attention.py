@@ -9,9 +9,10 @@ Supported: self attention with causal, padding (explicit boolean mask) or no mas
 softmax_scale and apply_query_key_layer_scaling as DotProductAttention applies them; context
 parallelism (below); packed sequences (Megatron-Core's THD format: `packed_seq_params` with
 qkv_format="thd" and cu_seqlens; Attention hands over [t, heads, dim] tensors and each token attends
-causally within its own segment only). Not supported (refused, see `unsupported_reason`): sliding
-windows, softmax_type other than "vanilla" and attention bias; packed sequences with context
-parallelism (Transformer Engine's THD attention is that path). `bridge.models.specs` keeps
+causally within its own segment only; with context parallelism each rank holds chunks r and
+2*cp-1-r of every segment, `thd_partition_indices`, and attends to every rank's gathered K/V by
+global position within its segment). Not supported (refused, see `unsupported_reason`): sliding
+windows, softmax_type other than "vanilla" and attention bias. `bridge.models.specs` keeps
 DotProductAttention for those configs (without CP; with CP the model build refuses them).
 
 Context parallelism (context_parallel_size = cp > 1), the local spec's CP path (Transformer Engine's
@@ -176,17 +177,40 @@ class SDPAttention(MegatronModule):
             raise NotImplementedError(
                 f"sdpa attention takes packed sequences in the thd format, got {packed_seq_params.qkv_format!r}"
             )
-        if self.cp_group is not None:
-            raise NotImplementedError(
-                "sdpa attention with packed sequences runs without context parallelism (Transformer Engine's "
-                "THD attention splits packed rows over CP ranks)"
-            )
         if query.dim() != 3:
-            raise ValueError(f"packed (thd) attention expects [t, heads, dim] tensors, got {tuple(query.shape)}")
-        mask = packed_causal_mask(packed_seq_params.cu_seqlens_q, query.size(0), query.device)
+            raise ValueError(
+                f"packed (thd) attention expects [t, heads, dim] tensors, got {tuple(query.shape)}"
+            )
+        if self.cp_group is not None:
+            # This rank holds chunks r and 2*cp-1-r of every segment (thd_partition_indices); gather every
+            # rank's K/V (rank-major) and mask by global position and segment.
+            key = gather_cp_tokens(key, self.cp_group)
+            value = gather_cp_tokens(value, self.cp_group)
+            mask = self._packed_cp_mask(packed_seq_params.cu_seqlens_q, query.size(0), query.device)
+        else:
+            mask = packed_causal_mask(packed_seq_params.cu_seqlens_q, query.size(0), query.device)
         q, k, v = (t.permute(1, 0, 2).unsqueeze(0) for t in (query, key, value))  # [1, n, t, d]
         context = self._sdpa(q, k, v, mask, False)
         return context.squeeze(0).permute(1, 0, 2).reshape(query.size(0), self.hidden_size_per_partition)
+
+    def _packed_cp_mask(self, cu_seqlens: torch.Tensor, local: int, device) -> torch.Tensor:
+        """[local t, cp * local t] (True = attend): this rank's packed tokens against every rank's, causal
+        within a segment by global position (`cu_seqlens` are the row's global, padded boundaries)."""
+        cp, rank = self.cp_group.size(), self.cp_group.rank()
+        cu = cu_seqlens.to(device=device, dtype=torch.int64).view(-1)
+        if int(cu[-1]) != local * cp:
+            raise ValueError(
+                f"context parallelism: {local} local packed tokens need a row of {local * cp}, got {cu.tolist()}"
+            )
+        key = ("thd", tuple(cu.tolist()), rank, cp, str(device))
+        mask = self._cp_masks.get(key)
+        if mask is None:
+            k_pos = torch.cat([thd_partition_indices(cu, cp, r) for r in range(cp)])
+            q_pos = thd_partition_indices(cu, cp, rank)
+            full = packed_causal_mask(cu, local * cp, device)  # [t, t] in global order
+            mask = full[q_pos][:, k_pos]
+            self._cp_masks = {key: mask}
+        return mask
 
     def _sdpa_mask(
         self, attention_mask: torch.Tensor | None, sq: int, sk: int
@@ -261,6 +285,30 @@ def cp_local_positions(seq_length: int, cp: int, rank: int, device=None) -> torc
             torch.arange(rank * chunk, (rank + 1) * chunk, device=device),
             torch.arange((2 * cp - 1 - rank) * chunk, (2 * cp - rank) * chunk, device=device),
         ]
+    )
+
+
+def thd_partition_indices(cu_seqlens: torch.Tensor, cp: int, rank: int) -> torch.Tensor:
+    """Positions in a packed row of CP rank `rank`'s tokens: chunks rank and 2*cp-1-rank of every segment
+    (each segment's length a multiple of 2*cp), segment after segment; what Transformer Engine's
+    thd_get_partitioned_indices gives, so the same split serves TE's THD attention on GPU."""
+    cu = cu_seqlens.to(torch.int64).view(-1).tolist()
+    parts = []
+    for start, end in zip(cu[:-1], cu[1:], strict=True):
+        length = end - start
+        if length % (2 * cp):
+            raise ValueError(
+                f"a packed segment of {length} tokens does not split into 2*cp = {2 * cp} chunks"
+            )
+        parts.append(start + cp_local_positions(length, cp, rank, device=cu_seqlens.device))
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64, device=cu_seqlens.device)
+
+
+def gather_cp_tokens(x: torch.Tensor, cp_group) -> torch.Tensor:
+    """[local t, ...] on each CP rank -> [cp * local t, ...] rank-major (rank 0's tokens, then rank 1's ...),
+    autograd-correct (all-gather forward, reduce-scatter of the gradients backward)."""
+    return tensor_parallel.gather_from_sequence_parallel_region(
+        x.contiguous(), tensor_parallel_output_grad=True, group=cp_group
     )
 
 

@@ -16,7 +16,8 @@ tokens (eod_mask_loss). The report stays [local sum, local count] (the loop sums
 Packed rows (finetuning data with dataset.packed_sequence_size, micro batch 1) carry `cu_seqlens`, the
 segment boundaries; they become Megatron-Core's PackedSeqParams in the THD format, so RoPE restarts and
 attention stays inside every segment (Transformer Engine's THD attention on GPU, bridge's sdpa attention
-on CPU).
+on CPU). With cp > 1 every segment is padded to a multiple of 2*cp (the packing) and each CP rank takes
+chunks r and 2*cp-1-r of every segment (`split_packed_batch_for_cp`).
 """
 
 from __future__ import annotations
@@ -39,8 +40,25 @@ def get_batch(data_iterator) -> dict[str, torch.Tensor]:
     batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
     batch.setdefault("attention_mask", None)
     if parallel_state.get_context_parallel_world_size() > 1:
-        batch = split_batch_for_cp(batch, parallel_state.get_context_parallel_group())
+        cp_group = parallel_state.get_context_parallel_group()
+        if "cu_seqlens" in batch:
+            batch = split_packed_batch_for_cp(batch, cp_group)
+        else:
+            batch = split_batch_for_cp(batch, cp_group)
     return batch
+
+
+def split_packed_batch_for_cp(batch: dict, cp_group) -> dict:
+    """A packed row (micro batch 1): this CP rank's chunks r and 2*cp-1-r of every segment of the [1, t]
+    tensors (bridge.models.attention.thd_partition_indices); cu_seqlens stay the row's global
+    boundaries, which Megatron-Core's THD RoPE and the attention read with the CP group."""
+    from bridge.models.attention import thd_partition_indices
+
+    index = thd_partition_indices(batch["cu_seqlens"].view(-1), cp_group.size(), cp_group.rank())
+    out = dict(batch)
+    for name in ("tokens", "labels", "loss_mask", "position_ids"):
+        out[name] = batch[name].index_select(1, index.to(batch[name].device))
+    return out
 
 
 def split_batch_for_cp(batch: dict, cp_group) -> dict:
@@ -88,8 +106,15 @@ def packed_seq_params(cu_seqlens: torch.Tensor):
 
     cu = cu_seqlens.reshape(-1).to(torch.int32)
     longest = int((cu[1:] - cu[:-1]).max())
+    # the segments are already padded (to 2*cp with CP): the padded boundaries are the same ones
     return PackedSeqParams(
-        qkv_format="thd", cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=longest, max_seqlen_kv=longest
+        qkv_format="thd",
+        cu_seqlens_q=cu,
+        cu_seqlens_kv=cu,
+        cu_seqlens_q_padded=cu,
+        cu_seqlens_kv_padded=cu,
+        max_seqlen_q=longest,
+        max_seqlen_kv=longest,
     )
 
 

@@ -185,6 +185,11 @@ def test_valid_config_gives_layout_and_no_warnings():
         ),
         (["dataset.truncation=left"], 1, r"dataset.truncation = 'left': must be one of right, drop"),
         (
+            ["dataset.pad_seq_to_mult=4"],
+            1,
+            r"dataset.pad_seq_to_mult = 4: pads the samples of packed rows, and dataset.packed_sequence_size is 0",
+        ),
+        (
             ["mixed_precision.precision=bf16"],
             1,
             r"mixed_precision.precision = 'bf16': must be one of bf16_mixed, fp16_mixed, fp32",
@@ -415,3 +420,38 @@ def test_save_consolidated_with_an_architecture_validates():
         ],
     )
     cfg.validate(8, cuda=True)
+
+
+@pytest.mark.parametrize(
+    "overrides, world, expected",
+    [
+        (
+            ["dataset.packed_sequence_size=32", "model.context_parallel_size=2", "dataset.pad_seq_to_mult=2"],
+            2,
+            r"dataset.pad_seq_to_mult = 2: with context parallelism every packed sample splits into 2\*cp = 4 "
+            r"chunks.*Fix: set dataset.pad_seq_to_mult=4",
+        ),
+        (
+            ["dataset.packed_sequence_size=30", "dataset.pad_seq_to_mult=4"],
+            1,
+            r"dataset.packed_sequence_size = 30: packed samples are padded to multiples of 4",
+        ),
+    ],
+)
+def test_packing_pad_multiple_rules(tmp_path, overrides, world, expected):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"input": "a", "output": "b"}\n')
+    cfg = apply_overrides(tiny(), ["dataset.kind=sft", f"dataset.data_paths=[{data}]", *overrides])
+    with pytest.raises(ConfigError, match=expected):
+        cfg.validate(world, cuda=True)
+
+
+def test_packed_rows_with_context_parallelism_validate_and_plan_the_padding(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"input": "a", "output": "b"}\n')
+    cfg = apply_overrides(
+        tiny(),
+        ["dataset.kind=sft", f"dataset.data_paths=[{data}]", "dataset.packed_sequence_size=32",
+         "model.context_parallel_size=2"],
+    )  # fmt: skip
+    assert cfg.validate(2, cuda=True).data.pad_seq_to_mult == 4  # null means 2*cp

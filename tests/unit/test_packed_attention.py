@@ -38,7 +38,8 @@ def parallel_groups():
 def test_packed_mask_is_causal_within_segments_only():
     mask = packed_causal_mask(torch.tensor([0, 2, 5], dtype=torch.int32), 5, "cpu")
     expected = torch.tensor(
-        [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 1, 1, 1]], dtype=torch.bool
+        [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 1, 1, 1]],
+        dtype=torch.bool,
     )
     assert torch.equal(mask, expected)
     with pytest.raises(ValueError, match="cu_seqlens must rise from 0"):
@@ -71,3 +72,13 @@ def test_packed_row_losses_equal_the_samples_run_alone(overrides, monkeypatch):
     torch.testing.assert_close(packed[0, :17], torch.cat(alone), rtol=1e-5, atol=1e-5)
     for name, p in model.named_parameters():
         torch.testing.assert_close(packed_grads[name], p.grad, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_thd_partition_takes_chunks_r_and_2cp_minus_1_minus_r_of_every_segment():
+    from bridge.models.attention import thd_partition_indices
+
+    cu = torch.tensor([0, 8, 12], dtype=torch.int32)  # segments of 8 and 4 tokens, cp = 2: chunks of 2 and 1
+    assert thd_partition_indices(cu, 2, 0).tolist() == [0, 1, 6, 7, 8, 11]
+    assert thd_partition_indices(cu, 2, 1).tolist() == [2, 3, 4, 5, 9, 10]
+    with pytest.raises(ValueError, match=r"segment of 6 tokens does not split into 2\*cp = 4"):
+        thd_partition_indices(torch.tensor([0, 6, 8]), 2, 0)

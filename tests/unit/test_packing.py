@@ -113,3 +113,35 @@ def test_packing_truncates_to_the_packed_size_and_collates_cu_seqlens(tmp_path, 
     loader = torch.utils.data.DataLoader(packed, batch_size=1)
     batch = next(iter(loader))
     assert batch["tokens"].shape == (1, 10) and batch["cu_seqlens"].shape[0] == 1
+
+
+def test_pad_multiple_pads_every_segment_with_loss_free_pads(tmp_path, tok):
+    # dataset.pad_seq_to_mult = 4 (2*cp for cp = 2): each sample's segment rounded up to a multiple of 4
+    f = tmp_path / "d.jsonl"
+    write_sft_jsonl(f, 40, seed=6)
+    n, pad, m = 48, tok.pad, 4
+    plain = build_datasets(plan(tmp_path, "sft", f, (40, 0, 0), 64, 0), tok)[0]
+    want = Counter()
+    for i in range(40):
+        s = plain[i]
+        k = int((s["labels"] != pad).sum())
+        want[unpadded(s, k)] += 1
+    packed = build_datasets(plan(tmp_path, "sft", f, (40, 0, 0), 64, n, pad_seq_to_mult=m), tok)[0]
+    assert packed.pad_multiple == m
+    got = Counter()
+    for r in range(packed.num_rows):
+        row = packed.row(r)
+        cu = row["cu_seqlens"].tolist()
+        assert (
+            cu[0] == 0 and cu[-1] == n and all((b - a) % m == 0 for a, b in zip(cu[:-1], cu[1:], strict=True))
+        )
+        for a, b in zip(cu[:-1], cu[1:], strict=True):
+            assert row["position_ids"][a:b].tolist() == list(range(b - a))
+            k = int((row["labels"][a:b] != pad).sum())  # the sample, then at most m - 1 pads
+            if k:
+                assert b - a - k < m and row["loss_mask"][a + k : b].sum() == 0
+                assert (row["tokens"][a + k : b] == pad).all()
+                got[
+                    tuple(tuple(row[key][a : a + k].tolist()) for key in ("tokens", "labels", "loss_mask"))
+                ] += 1
+    assert got == want  # every sample exactly once, unchanged

@@ -8,7 +8,8 @@ samples at N = 4096 (benchmarks/pack_sequences.py), with rows over 99.9% full.
 
 A row is the samples' tokens back to back, positions restarting at 0 at every sample, and
 `cu_seqlens` [k + 1] (int32): the segment boundaries from 0 to N, the trailing padding its own last
-segment. The training step turns them into Megatron-Core's PackedSeqParams (THD), so attention never
+segment. With a padding multiple m (context parallelism: 2*cp) each segment is the sample padded to a
+multiple of m, the pads after it (attended by nothing but later pads, no loss). The training step turns them into Megatron-Core's PackedSeqParams (THD), so attention never
 crosses a boundary; with micro batch 1 a DataLoader batch carries cu_seqlens as [1, k + 1].
 """
 
@@ -55,15 +56,34 @@ def pack_lengths(lengths: np.ndarray, capacity: int, seed: int = 0) -> list[list
     return rows
 
 
-class PackedDataset(torch.utils.data.Dataset):
-    """Rows of `pack_size` tokens, each several whole samples (a sample of n ids gives n - 1 tokens)."""
+def padded_lengths(lengths: np.ndarray, multiple: int) -> np.ndarray:
+    """Each length rounded up to a multiple of `multiple` (a sample's segment in a packed row)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return -(-lengths // multiple) * multiple
 
-    def __init__(self, samples: TokenizedSamples, num_samples: int, pack_size: int, seed: int, pad: int):
+
+class PackedDataset(torch.utils.data.Dataset):
+    """Rows of `pack_size` tokens, each several whole samples (a sample of n ids gives n - 1 tokens).
+
+    `pad_multiple` > 1 (dataset.pad_seq_to_mult; 2*cp with context parallelism): every sample's segment
+    is padded to a multiple of it (pad tokens after the sample, no loss), so that context parallelism
+    can split each segment into 2*cp equal chunks; the packing sees the padded lengths."""
+
+    def __init__(
+        self,
+        samples: TokenizedSamples,
+        num_samples: int,
+        pack_size: int,
+        seed: int,
+        pad: int,
+        pad_multiple: int = 1,
+    ):
         self.samples = samples
         self.num_samples = int(num_samples)
         self.pack_size = int(pack_size)
         self.pad = int(pad)
-        rows = pack_lengths(samples.lengths - 1, self.pack_size, seed)
+        self.pad_multiple = int(pad_multiple)
+        rows = pack_lengths(padded_lengths(samples.lengths - 1, self.pad_multiple), self.pack_size, seed)
         self.members = np.fromiter((i for row in rows for i in row), dtype=np.int64)
         self.row_offsets = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum([len(row) for row in rows], out=self.row_offsets[1:])
@@ -96,8 +116,9 @@ class PackedDataset(torch.utils.data.Dataset):
             ids, mask = self.samples.sample(int(i))
             a, b = bounds[-1], bounds[-1] + len(ids) - 1
             tokens[a:b], labels[a:b], loss_mask[a:b] = ids[:-1], ids[1:], mask[1:]
-            position_ids[a:b] = np.arange(b - a)
-            bounds.append(b)
+            end = a + int(padded_lengths(np.array([b - a]), self.pad_multiple)[0])  # pads: no loss
+            position_ids[a:end] = np.arange(end - a)
+            bounds.append(end)
         if bounds[-1] < n:  # the padding is a segment of its own, so no sample attends to it
             position_ids[bounds[-1] :] = np.arange(n - bounds[-1])
             bounds.append(n)

@@ -486,7 +486,9 @@ def build_sft_datasets(data: DataPlan, tokenizer) -> list[torch.utils.data.Datas
         if data.packed_sequence_size:
             from bridge.training.data.packing import PackedDataset
 
-            dataset = PackedDataset(samples, size, data.packed_sequence_size, data.seed, pad_id(tokenizer))
+            dataset = PackedDataset(
+                samples, size, data.packed_sequence_size, data.seed, pad_id(tokenizer), data.pad_seq_to_mult
+            )
             _log(logging.INFO, f"dataset ({name} split): {dataset.describe()}")
         else:
             dataset = SFTDataset(samples, size, data.seq_length, data.seed, pad_id(tokenizer))
