@@ -75,24 +75,26 @@ def parse_prompt_ids(text: str) -> list[int]:
     return [int(p) for p in parts]
 
 
+def _exactly_one(flags: str, values: tuple, what: str, fix: str) -> None:
+    given = sum(v is not None for v in values)
+    if given != 1:
+        raise _fail(flags, f"{'both' if given else 'neither'} given", f"exactly one {what} is needed", fix)
+
+
 def check_args(args: argparse.Namespace, world_size: int) -> None:
     """Every rule that needs no model, before anything heavy is imported."""
-    if (args.hf_path is None) == (args.megatron_path is None):
-        given = "both" if args.hf_path is not None else "neither"
-        raise _fail(
-            "--hf-path / --megatron-path",
-            f"{given} given",
-            "exactly one model source is needed",
-            "pass --hf-path HF_DIR (a Hugging Face folder) or --megatron-path CKPT_DIR (a bridge checkpoint)",
-        )
-    if (args.prompt is None) == (args.prompt_ids is None):
-        given = "both" if args.prompt is not None else "neither"
-        raise _fail(
-            "--prompt / --prompt-ids",
-            f"{given} given",
-            "exactly one prompt form is needed",
-            'pass --prompt "some text" (tokenized with the model\'s tokenizer) or --prompt-ids 1,2,3',
-        )
+    _exactly_one(
+        "--hf-path / --megatron-path",
+        (args.hf_path, args.megatron_path),
+        "model source",
+        "pass --hf-path HF_DIR (a Hugging Face folder) or --megatron-path CKPT_DIR (a bridge checkpoint)",
+    )
+    _exactly_one(
+        "--prompt / --prompt-ids",
+        (args.prompt, args.prompt_ids),
+        "prompt form",
+        'pass --prompt "some text" (tokenized with the model\'s tokenizer) or --prompt-ids 1,2,3',
+    )
     if args.prompt_ids is not None:
         parse_prompt_ids(args.prompt_ids)
     if args.prompt is not None and args.prompt == "":
