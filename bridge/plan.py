@@ -41,7 +41,7 @@ def _positive_int(cfg: dict, key: str, source: str, *, required: bool = True) ->
 
 
 def shape_from_hf_config(cfg: dict, source: str = "config.json") -> ModelShape:
-    """ModelShape from a Hugging Face config.json (Llama, Mistral, Qwen2/3, Qwen MoE, Mixtral families).
+    """ModelShape from a Hugging Face config.json (Llama, Mistral, Phi-3, Qwen2/3, Qwen MoE, Mixtral families).
 
     Raises ConfigError (naming `source`) when the JSON is not an object or lacks a key the planner needs.
     """
@@ -68,6 +68,13 @@ def shape_from_hf_config(cfg: dict, source: str = "config.json") -> ModelShape:
     ):
         _positive_int(cfg, key, source, required=False)
     model_type = cfg.get("model_type", "")
+    moe_layer_freq: int | tuple[int, ...] = 1
+    if experts is not None and ("decoder_sparse_step" in cfg or cfg.get("mlp_only_layers")):
+        # Qwen2-MoE / Qwen3-MoE: dense layers by decoder_sparse_step and mlp_only_layers
+        from bridge.conversion.hf_config import moe_layer_pattern
+
+        pattern = tuple(moe_layer_pattern(cfg))
+        moe_layer_freq = 1 if all(pattern) else pattern
     return ModelShape(
         num_layers=layers,
         num_attention_heads=heads,
@@ -84,6 +91,9 @@ def shape_from_hf_config(cfg: dict, source: str = "config.json") -> ModelShape:
         moe_router_topk=cfg.get("num_experts_per_tok", 2) if experts else 2,
         moe_ffn_hidden_size=cfg.get("moe_intermediate_size") if experts else None,
         moe_shared_expert_intermediate_size=cfg.get("shared_expert_intermediate_size") if experts else None,
+        # Qwen2-MoE scales its shared expert by sigmoid(shared_expert_gate(x)): one [1, hidden] weight
+        moe_shared_expert_gate=bool(experts and cfg.get("shared_expert_intermediate_size")),
+        moe_layer_freq=moe_layer_freq,
     )
 
 

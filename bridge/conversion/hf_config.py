@@ -94,6 +94,37 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         num_experts_per_tok=2,
         router_jitter_noise=0.0,
     ),
+    "phi3": dict(
+        _BASE,
+        hidden_size=3072,
+        num_hidden_layers=32,
+        intermediate_size=8192,
+        num_attention_heads=32,
+        max_position_embeddings=4096,
+        vocab_size=32064,
+        rms_norm_eps=1e-05,
+        sliding_window=None,
+    ),
+    "qwen2_moe": dict(
+        _BASE | _MOE,
+        hidden_size=2048,
+        num_hidden_layers=24,
+        intermediate_size=5632,
+        num_attention_heads=16,
+        num_key_value_heads=16,
+        max_position_embeddings=32768,
+        vocab_size=151936,
+        use_sliding_window=False,
+        sliding_window=0,  # transformers sets 0 when use_sliding_window is false
+        num_experts=60,
+        num_experts_per_tok=4,
+        moe_intermediate_size=1408,
+        shared_expert_intermediate_size=5632,
+        norm_topk_prob=False,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        qkv_bias=True,
+    ),
     "qwen3_moe": dict(
         _BASE | _MOE,
         hidden_size=2048,
@@ -178,11 +209,20 @@ def _rope_fields(cfg: Any) -> dict[str, Any]:
     if rope_type == "default":
         return out
     if rope_type != "llama3":
+        extra = ""
+        if rope_type in ("longrope", "su", "yarn") and _get(cfg, "model_type") == "phi3":
+            extra = (
+                " (Phi-3 128k / Phi-3.5 LongRoPE: per-dimension short/long factors switched at "
+                "original_max_position_embeddings, which Megatron-Core's rotary embedding does not implement)"
+            )
         raise _refuse(
             "rope_parameters.rope_type",
             rope_type,
-            "only 'default' and 'llama3' RoPE are supported",
-            "convert a model with default or llama3 RoPE",
+            f"only 'default' and 'llama3' RoPE are supported{extra}",
+            "convert a model with default or llama3 RoPE (for Phi-3: a 4k-context variant such as "
+            "microsoft/Phi-3-mini-4k-instruct)"
+            if extra
+            else "convert a model with default or llama3 RoPE",
         )
     out.update(
         rope_scaling=True,
@@ -196,26 +236,36 @@ def _rope_fields(cfg: Any) -> dict[str, Any]:
     return out
 
 
+def moe_layer_pattern(cfg: Any) -> list[int]:
+    """Per layer 1 (MoE block) or 0 (dense MLP), as transformers' Qwen2-MoE / Qwen3-MoE decide it:
+    MoE where the layer is not in mlp_only_layers and (layer + 1) % decoder_sparse_step == 0."""
+    layers = int(_get(cfg, "num_hidden_layers"))
+    step = _get(cfg, "decoder_sparse_step", 1)
+    step = 1 if step is None else step
+    dense = set(_get(cfg, "mlp_only_layers") or [])
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise _refuse("decoder_sparse_step", step, "must be a positive integer", "use 1 (every layer MoE)")
+    bad = sorted(i for i in dense if not isinstance(i, int) or not 0 <= i < layers)
+    if bad:
+        raise _refuse(
+            "mlp_only_layers",
+            sorted(dense, key=str),
+            f"holds {bad}, not layer indices of a {layers}-layer model",
+            f"list layer indices between 0 and {layers - 1}",
+        )
+    return [int(i not in dense and (i + 1) % step == 0) for i in range(layers)]
+
+
 def _moe_fields(cfg: Any) -> dict[str, Any]:
     experts = _get(cfg, "num_local_experts") or _get(cfg, "num_experts")
     if not experts:
         return {}
-    sparse_step = _get(cfg, "decoder_sparse_step", 1)
-    dense_layers = _get(cfg, "mlp_only_layers") or []
-    if sparse_step != 1 or dense_layers:
-        raise _refuse(
-            "decoder_sparse_step/mlp_only_layers",
-            (sparse_step, dense_layers),
-            "only models with a MoE block in every layer convert (the provider's moe_layer_freq "
-            "is a single integer)",
-            "use decoder_sparse_step=1 and mlp_only_layers=[]",
-        )
     ffn = _get(cfg, "moe_intermediate_size") or _get(cfg, "intermediate_size")
     # Mixtral always renormalises the top-k weights; Qwen3-MoE does when norm_topk_prob is set.
     # Megatron: top-k then softmax (pre_softmax=False) == softmax, top-k, renormalise.
     renormalise = _get(cfg, "norm_topk_prob", True)
     jitter = _get(cfg, "router_jitter_noise", 0.0) or None
-    return dict(
+    out = dict(
         num_moe_experts=int(experts),
         moe_router_topk=int(_get(cfg, "num_experts_per_tok")),
         moe_ffn_hidden_size=int(ffn),
@@ -227,6 +277,46 @@ def _moe_fields(cfg: Any) -> dict[str, Any]:
         moe_token_dispatcher_type="alltoall",
         moe_grouped_gemm=False,
     )
+    pattern = moe_layer_pattern(cfg)
+    if not any(pattern):
+        raise _refuse(
+            "decoder_sparse_step/mlp_only_layers",
+            (_get(cfg, "decoder_sparse_step", 1), _get(cfg, "mlp_only_layers") or []),
+            "leave no MoE layer, but the config declares experts",
+            "keep at least one MoE layer, or convert the model as a dense family",
+        )
+    if not all(pattern):
+        # Megatron-Core's list form of moe_layer_freq: 1 = MoE layer, 0 = dense MLP of ffn_hidden_size
+        # (HF intermediate_size). Its integer form (i % N == 0) starts with a MoE layer, HF's
+        # decoder_sparse_step ((i + 1) % N == 0) ends with one: always the list.
+        out["moe_layer_freq"] = pattern
+    return out
+
+
+def _shared_expert_fields(cfg: Any, family: Family) -> dict[str, Any]:
+    """Qwen2-MoE's shared expert: an MLP every token goes through, scaled by sigmoid(shared_expert_gate(x))."""
+    if family.model_type != "qwen2_moe":
+        return {}
+    size = _get(cfg, "shared_expert_intermediate_size")
+    if not size or int(size) <= 0:
+        raise _refuse(
+            "shared_expert_intermediate_size",
+            size,
+            "Qwen2-MoE builds a shared expert in every MoE layer, so it must be a positive size",
+            "use the published config.json",
+        )
+    from bridge.models.transformer_fields import AVAILABLE_FIELDS, INSTALLED_RELEASE
+
+    for name in ("moe_shared_expert_intermediate_size", "moe_shared_expert_gate"):
+        if name not in AVAILABLE_FIELDS:
+            raise _refuse(
+                "shared_expert_intermediate_size",
+                size,
+                f"the gated shared expert needs TransformerConfig.{name}, which megatron-core "
+                f"{INSTALLED_RELEASE} does not have",
+                "install a megatron-core release with it (0.16.1 and 0.19.2 have both)",
+            )
+    return dict(moe_shared_expert_intermediate_size=int(size), moe_shared_expert_gate=True)
 
 
 def provider_fields(cfg: Any, family: Family) -> dict[str, Any]:
@@ -245,6 +335,13 @@ def provider_fields(cfg: Any, family: Family) -> dict[str, Any]:
             True,
             f"the {family.name} mapping has no attention biases",
             "convert a model with attention_bias=false",
+        )
+    if family.model_type == "qwen2_moe" and not _get(cfg, "qkv_bias", True):
+        raise _refuse(
+            "qkv_bias",
+            False,
+            "the qwen2_moe mapping has q/k/v biases (every published Qwen2-MoE has them)",
+            "convert a model with qkv_bias=true",
         )
     if _get(cfg, "use_sliding_window", False):
         raise _refuse(
@@ -279,15 +376,19 @@ def provider_fields(cfg: Any, family: Family) -> dict[str, Any]:
     )
     window = _get(cfg, "sliding_window")
     if window is not None and _get(cfg, "use_sliding_window") is None:
-        # Mistral/Mixtral (Qwen's window only acts with use_sliding_window, refused above).
         # HF attends to the last `window` keys including itself; Megatron's (left, right) excludes it.
-        fields["window_size"] = [int(window) - 1, 0]
+        # Mistral/Mixtral/Phi-3 (Qwen's window only acts with use_sliding_window, refused above).
+        # A window of at least max_position_embeddings keys never masks a key of a sequence the model
+        # takes (Phi-3.5-mini: 262144 vs 131072): no window, so the fused sdpa attention stays usable.
+        if int(window) < fields["seq_length"]:
+            fields["window_size"] = [int(window) - 1, 0]
     dtype = hf_dtype_name(cfg)
     fields["params_dtype"] = dtype
     fields["bf16"] = dtype == "bf16"
     fields["fp16"] = dtype == "fp16"
     fields.update(_rope_fields(cfg))
     fields.update(_moe_fields(cfg))
+    fields.update(_shared_expert_fields(cfg, family))
     fields.update(family.provider_fields)
     return fields
 
@@ -307,6 +408,8 @@ OPTIONAL_MATH_FIELDS = (
     "moe_router_score_function",
     "moe_router_pre_softmax",
     "moe_shared_expert_intermediate_size",
+    "moe_shared_expert_gate",
+    "moe_layer_freq",
 )
 
 _DTYPE_TO_HF = {v: k for k, v in HF_DTYPES.items()}
@@ -328,6 +431,14 @@ _NOT_MATH = frozenset(
         "moe_input_jitter_eps",
     }
 )
+
+
+def _dense_layers(p: Any) -> list[int]:
+    """HF mlp_only_layers for the provider's moe_layer_freq (an integer N: MoE where layer % N == 0)."""
+    freq = p.moe_layer_freq
+    if isinstance(freq, int):
+        return [i for i in range(p.num_layers) if i % freq]
+    return [i for i, moe in enumerate(freq) if not moe]
 
 
 def hf_config_dict(provider: Any, family: Family, architecture: str) -> dict[str, Any]:
@@ -363,9 +474,9 @@ def hf_config_dict(provider: Any, family: Family, architecture: str) -> dict[str
             "high_freq_factor": p.rope_scaling_high_freq_factor,
             "original_max_position_embeddings": p.rope_scaling_original_max_position_embeddings,
         }
-    if family.model_type in ("mistral", "mixtral"):
+    if family.model_type in ("mistral", "mixtral", "phi3"):
         out["sliding_window"] = p.window_size[0] + 1 if p.window_size else None
-    if family.model_type in ("qwen2", "qwen3", "qwen3_moe"):
+    if family.model_type in ("qwen2", "qwen3", "qwen3_moe", "qwen2_moe"):
         out["use_sliding_window"] = False
     if p.num_moe_experts:
         out["num_experts_per_tok"] = p.moe_router_topk
@@ -382,8 +493,12 @@ def hf_config_dict(provider: Any, family: Family, architecture: str) -> dict[str
                 "moe_intermediate_size": p.moe_ffn_hidden_size,
                 "norm_topk_prob": not p.moe_router_pre_softmax,
                 "decoder_sparse_step": 1,
-                "mlp_only_layers": [],
+                "mlp_only_layers": _dense_layers(p),
             }
+        if p.moe_shared_expert_intermediate_size:
+            out["shared_expert_intermediate_size"] = p.moe_shared_expert_intermediate_size
+        if family.model_type == "qwen2_moe":
+            out["qkv_bias"] = True
     # Whatever the family cannot express shows up as a math field that does not come back.
     for name, value in provider_fields(out, family).items():
         have = getattr(p, name)

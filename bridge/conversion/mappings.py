@@ -166,8 +166,14 @@ class FusedQKV(Mapping):
         }
 
     def pieces(self, local, rank, size, dims):
+        return self._grouped(local, rank, size, dims, self.hf, (0, 0, 0))
+
+    def _grouped(self, local, rank, size, dims, names, offsets):
+        # q, k, v rows of each of this rank's groups, from tensors `names` (starting at `offsets`)
         groups, hpg = self._layout(size, dims)
         d, nd = dims.kv_channels, len(local)
+        nq, nk, nv = names
+        oq, ok, ov = offsets
         block = (hpg + 2) * d
         if local[0] != groups * block:
             raise ConfigError(
@@ -178,13 +184,12 @@ class FusedQKV(Mapping):
         for lg in range(groups):
             g = rank * groups + lg
             at = lg * block
-            out.append(
-                Piece(self.hf[0], _rows(g * hpg * d, (g + 1) * hpg * d, nd), _rows(at, at + hpg * d, nd))
-            )
+            q = _rows(oq + g * hpg * d, oq + (g + 1) * hpg * d, nd)
+            out.append(Piece(nq, q, _rows(at, at + hpg * d, nd)))
             at += hpg * d
-            out.append(Piece(self.hf[1], _rows(g * d, (g + 1) * d, nd), _rows(at, at + d, nd)))
+            out.append(Piece(nk, _rows(ok + g * d, ok + (g + 1) * d, nd), _rows(at, at + d, nd)))
             at += d
-            out.append(Piece(self.hf[2], _rows(g * d, (g + 1) * d, nd), _rows(at, at + d, nd)))
+            out.append(Piece(nv, _rows(ov + g * d, ov + (g + 1) * d, nd), _rows(at, at + d, nd)))
         return out
 
 
@@ -206,11 +211,70 @@ class FusedGatedMLP(Mapping):
         return [Piece(self.hf[0], src, _rows(0, n, nd)), Piece(self.hf[1], src, _rows(n, 2 * n, nd))]
 
 
+@dataclass(frozen=True)
+class PackedQKV(FusedQKV):
+    """One HF tensor holding [all q heads; all k heads; all v heads] (Phi-3's qkv_proj), cut into
+    Megatron's grouped layout: per query group its q heads, its k head, its v head."""
+
+    kind = "qkv_packed"
+
+    def hf_shapes(self, local, size, dims):
+        d = dims.kv_channels
+        rows = (dims.num_attention_heads + 2 * dims.num_query_groups) * d
+        return {self.hf[0]: (rows, *local[1:])}
+
+    def pieces(self, local, rank, size, dims):
+        q_rows = dims.num_attention_heads * dims.kv_channels
+        kv_rows = dims.num_query_groups * dims.kv_channels
+        offsets = (0, q_rows, q_rows + kv_rows)  # where q, k and v start in the packed tensor
+        return self._grouped(local, rank, size, dims, (self.hf[0],) * 3, offsets)
+
+
+@dataclass(frozen=True)
+class PackedGatedMLP(FusedGatedMLP):
+    """One HF tensor holding [gate rows; up rows] (Phi-3's gate_up_proj): each TP rank holds
+    [its gate rows; its up rows]."""
+
+    kind = "gated_mlp_packed"
+
+    def hf_shapes(self, local, size, dims):
+        if local[0] % 2:
+            raise ConfigError(f"{self.megatron}: {local[0]} rows cannot hold gate and up halves")
+        return {self.hf[0]: (local[0] * size, *local[1:])}
+
+    def pieces(self, local, rank, size, dims):
+        n, nd = local[0] // 2, len(local)
+        up = n * size  # the up rows start after all gate rows
+        return [
+            Piece(self.hf[0], _rows(rank * n, (rank + 1) * n, nd), _rows(0, n, nd)),
+            Piece(self.hf[0], _rows(up + rank * n, up + (rank + 1) * n, nd), _rows(n, 2 * n, nd)),
+        ]
+
+
 KINDS: dict[str, type[Mapping]] = {
-    k.kind: k for k in (Replicated, ColumnParallel, RowParallel, VocabParallel, FusedQKV, FusedGatedMLP)
+    k.kind: k
+    for k in (
+        Replicated,
+        ColumnParallel,
+        RowParallel,
+        VocabParallel,
+        FusedQKV,
+        FusedGatedMLP,
+        PackedQKV,
+        PackedGatedMLP,
+    )
 }
 # How many HF tensors each kind takes (the family tables are checked against it at load).
-HF_ARITY = {"replicated": 1, "column": 1, "row": 1, "vocab": 1, "qkv": 3, "gated_mlp": 2}
+HF_ARITY = {
+    "replicated": 1,
+    "column": 1,
+    "row": 1,
+    "vocab": 1,
+    "qkv": 3,
+    "gated_mlp": 2,
+    "qkv_packed": 1,
+    "gated_mlp_packed": 1,
+}
 
 
 def make_mapping(kind: str, megatron: str, hf: tuple[str, ...]) -> Mapping:

@@ -112,7 +112,15 @@ def canonical_name(model: torch.nn.Module, name: str, ranks: Ranks) -> str:
     return name
 
 
-_SPLIT_DIM = {"column": 0, "vocab": 0, "qkv": 0, "gated_mlp": 0, "row": 1}
+_SPLIT_DIM = {
+    "column": 0,
+    "vocab": 0,
+    "qkv": 0,
+    "gated_mlp": 0,
+    "qkv_packed": 0,
+    "gated_mlp_packed": 0,
+    "row": 1,
+}
 
 
 def _check_split(lp: LocalParam) -> None:

@@ -223,6 +223,17 @@ class GPTModelProvider(TransformerFields):
                 raise _fail(
                     "num_moe_experts", self.num_moe_experts, "must be positive", "use None for a dense model"
                 )
+            freq = self.moe_layer_freq
+            if isinstance(freq, (list, tuple)) and (
+                len(freq) != self.num_layers or any(v not in (0, 1) for v in freq)
+            ):
+                raise _fail(
+                    "moe_layer_freq",
+                    list(freq),
+                    f"a per-layer pattern must hold num_layers={self.num_layers} values of 1 (MoE layer) "
+                    "or 0 (dense MLP of ffn_hidden_size)",
+                    "give one 0/1 per layer, or an integer N (a MoE layer every N layers)",
+                )
             if not 1 <= self.moe_router_topk <= self.num_moe_experts:
                 raise _fail(
                     "moe_router_topk",
@@ -252,6 +263,10 @@ class GPTModelProvider(TransformerFields):
             moe_router_topk=self.moe_router_topk,
             moe_ffn_hidden_size=self.moe_ffn_hidden_size,
             moe_shared_expert_intermediate_size=self.moe_shared_expert_intermediate_size,
+            moe_shared_expert_gate=bool(self.moe_shared_expert_gate),
+            moe_layer_freq=(
+                tuple(self.moe_layer_freq) if isinstance(self.moe_layer_freq, list) else self.moe_layer_freq
+            ),
         )
 
     def layout(

@@ -1,7 +1,9 @@
 """Parameter counts from a ModelShape: the whole model (total, active per token) and one rank's share.
 
 Assumes the GPT family bridge builds: rotary positions (no position table), RMSNorm (one weight vector),
-no linear biases except the optional QKV bias, every layer MoE when num_moe_experts is set. Pure Python.
+no linear biases except the optional QKV bias. With num_moe_experts set, the layers moe_layer_freq marks
+hold a router, the routed experts and the optional (gated) shared expert; the others a dense MLP of
+ffn_hidden_size. Pure Python.
 """
 
 from __future__ import annotations
@@ -61,8 +63,11 @@ def _require(shape: ModelShape, *names: str) -> None:
         )
 
 
-def _layer_parts(shape: ModelShape) -> dict[str, int]:
-    """Parameters of one transformer layer, by part."""
+def _layer_parts(shape: ModelShape, moe: bool | None = None) -> dict[str, int]:
+    """Parameters of one transformer layer, by part: a MoE layer or a dense one (default: the model's
+    first layer kind, MoE for a model whose every layer is MoE)."""
+    if moe is None:
+        moe = shape.is_moe and any(shape.moe_layers())
     _require(shape, "hidden_size")
     h = shape.hidden_size
     kv = shape.kv_channels or h // shape.num_attention_heads
@@ -84,7 +89,7 @@ def _layer_parts(shape: ModelShape) -> dict[str, int]:
         "active_experts": 0,
         "per_expert": 0,
     }
-    if shape.is_moe:
+    if moe:
         expert_ffn = shape.moe_ffn_hidden_size or shape.ffn_hidden_size
         if expert_ffn is None:
             _require(shape, "moe_ffn_hidden_size")
@@ -95,27 +100,41 @@ def _layer_parts(shape: ModelShape) -> dict[str, int]:
         parts["active_experts"] = shape.moe_router_topk * per_expert
         if shape.moe_shared_expert_intermediate_size:
             parts["shared"] = mats * h * shape.moe_shared_expert_intermediate_size
+            if shape.moe_shared_expert_gate:
+                parts["shared"] += h  # the gate's [1, hidden] weight
     else:
         _require(shape, "ffn_hidden_size")
         parts["mlp"] = mats * h * shape.ffn_hidden_size
     return parts
 
 
+def _summed_parts(shape: ModelShape, layers: range | None = None) -> dict[str, int]:
+    """_layer_parts summed over `layers` (default all), each layer MoE or dense as moe_layer_freq says."""
+    kinds = shape.moe_layers()
+    layers = range(shape.num_layers) if layers is None else layers
+    cache = {moe: _layer_parts(shape, moe) for moe in set(kinds[i] for i in layers)}
+    total: dict[str, int] = {}
+    for i in layers:
+        for k, v in cache[kinds[i]].items():
+            total[k] = total.get(k, 0) + v
+    return total
+
+
 def count_parameters(shape: ModelShape) -> ParamCount:
     """Whole-model parameter count (vocab unpadded, as in the Hugging Face checkpoint)."""
     _require(shape, "hidden_size", "vocab_size")
-    h, v, n = shape.hidden_size, shape.vocab_size, shape.num_layers
-    p = _layer_parts(shape)
+    h, v = shape.hidden_size, shape.vocab_size
+    p = _summed_parts(shape)
     return ParamCount(
         embedding=v * h,
         output=0 if shape.share_embeddings_and_output_weights else v * h,
-        attention=n * p["attention"],
-        mlp=n * p["mlp"],
-        router=n * p["router"],
-        experts=n * p["experts"],
-        shared_experts=n * p["shared"],
-        norms=n * p["norms"] + h,
-        active_experts=n * p["active_experts"],
+        attention=p["attention"],
+        mlp=p["mlp"],
+        router=p["router"],
+        experts=p["experts"],
+        shared_experts=p["shared"],
+        norms=p["norms"] + h,
+        active_experts=p["active_experts"],
     )
 
 
@@ -150,21 +169,24 @@ def params_per_rank(
     if not 0 <= stage < layout.pp:
         raise ValueError(f"stage {stage} outside 0..{layout.pp - 1}")
     tp, h = layout.tp, shape.hidden_size
-    p = _layer_parts(shape)
     kv = shape.kv_channels or h // shape.num_attention_heads
-    norm_like = p["norms"] + (2 * kv if shape.qk_layernorm else 0)  # replicated across tp
-    per_layer_dense = (
-        (p["attention"] - (2 * kv if shape.qk_layernorm else 0)) // tp
-        + norm_like
-        + p["mlp"] // tp
-        + p["router"]
-        + p["shared"] // tp
-    )
-    per_layer_expert = 0
-    if shape.is_moe:
-        per_layer_expert = (shape.num_moe_experts // layout.ep) * (p["per_expert"] // layout.etp)
-    layers = shape.num_layers // layout.pp
-    dense = layers * per_layer_dense
+    per_stage = shape.num_layers // layout.pp
+    dense = expert = 0
+    kinds = shape.moe_layers()
+    for i in range(stage * per_stage, (stage + 1) * per_stage):
+        p = _layer_parts(shape, kinds[i])
+        norm_like = p["norms"] + (2 * kv if shape.qk_layernorm else 0)  # replicated across tp
+        gate = h if p["shared"] and shape.moe_shared_expert_gate else 0  # replicated across tp
+        dense += (
+            (p["attention"] - (2 * kv if shape.qk_layernorm else 0)) // tp
+            + norm_like
+            + p["mlp"] // tp
+            + p["router"]
+            + (p["shared"] - gate) // tp
+            + gate
+        )
+        if kinds[i]:
+            expert += (shape.num_moe_experts // layout.ep) * (p["per_expert"] // layout.etp)
     vocab = padded_vocab_size(shape.vocab_size, tp, make_vocab_size_divisible_by)
     table = vocab * h // tp
     if stage == 0:
@@ -173,4 +195,4 @@ def params_per_rank(
         dense += h  # final norm
         if not shape.share_embeddings_and_output_weights or layout.pp > 1:
             dense += table
-    return RankParams(dense=dense, expert=layers * per_layer_expert)
+    return RankParams(dense=dense, expert=expert)

@@ -183,8 +183,10 @@ def fully_shard_chunks(
                     reshard_after_forward=layer_reshard,
                 )
                 experts.set_gradient_divide_factor(float(layout.dp * layout.cp))
-                if not torch.cuda.is_available():
-                    experts.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
+                if not torch.cuda.is_available() and meshes.moe["ep_shard"].size() > 1:
+                    # gloo has no PREMUL_SUM. (Not on a 1-rank ep_shard axis: there torch 2.13's FSDP2
+                    # divides twice under forced sum reduction, measured: 1/(dp*cp)^2; it needs no comms.)
+                    experts.set_force_sum_reduction_for_comms(True)
             fully_shard(layer, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=layer_reshard)
         fully_shard(chunk, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
         for name, p in chunk.named_parameters():

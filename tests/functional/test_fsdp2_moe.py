@@ -15,6 +15,8 @@ PAIRS = {  # fsdp2 run -> the megatron run it must reproduce
     "fsdp2_moe_hsdp2x2_ep2": "megatron_moe_ep2",
     "fsdp2_moe_tp2ep2": "megatron_moe_tp2ep2",
     "fsdp2_moe_ep2_reshard": "megatron_moe_ep2",  # distributed.moe_reshard_after_forward=True
+    "fsdp2_moe_ep4": "megatron_moe_ep4",  # ep_shard = 1
+    "fsdp2_moe_pp2ep2": "megatron_moe_pp2ep2",  # PP x EP (ep_shard = 1)
 }
 
 

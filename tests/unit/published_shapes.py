@@ -30,3 +30,32 @@ QWEN3_30B_A3B = ModelShape(
 MIXTRAL_8X7B = ModelShape(
     32, 32, 8, 14336, num_moe_experts=8, moe_router_topk=2, hidden_size=4096, vocab_size=32000
 )
+PHI3_MINI_4K = ModelShape(32, 32, 32, 8192, hidden_size=3072, vocab_size=32064)
+QWEN15_MOE_A27B = ModelShape(
+    24,
+    16,
+    16,
+    5632,
+    num_moe_experts=60,
+    moe_router_topk=4,
+    moe_ffn_hidden_size=1408,
+    moe_shared_expert_intermediate_size=5632,
+    moe_shared_expert_gate=True,
+    hidden_size=2048,
+    vocab_size=151936,
+    add_qkv_bias=True,
+)
+QWEN2_57B_A14B = ModelShape(
+    28,
+    28,
+    4,
+    18944,
+    num_moe_experts=64,
+    moe_router_topk=8,
+    moe_ffn_hidden_size=2560,
+    moe_shared_expert_intermediate_size=20480,
+    moe_shared_expert_gate=True,
+    hidden_size=3584,
+    vocab_size=151936,
+    add_qkv_bias=True,
+)

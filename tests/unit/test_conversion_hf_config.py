@@ -133,14 +133,99 @@ def test_settings_the_provider_cannot_express_are_refused(change, message):
         fields_of(cfg)
 
 
-def test_partially_dense_moe_is_refused():
+def test_partially_dense_moe_maps_onto_a_moe_layer_freq_list():
+    from transformers import Qwen2MoeConfig, Qwen3MoeConfig
+
+    f = fields_of(
+        Qwen3MoeConfig(architectures=["Qwen3MoeForCausalLM"], num_hidden_layers=4, mlp_only_layers=[0])
+    )
+    assert (
+        f["moe_layer_freq"] == [0, 1, 1, 1] and f["ffn_hidden_size"] == 6144
+    )  # dense layers: intermediate_size
+    # HF decoder_sparse_step N: MoE where (layer + 1) % N == 0 (Megatron's integer N would start with MoE)
+    f = fields_of(
+        Qwen2MoeConfig(architectures=["Qwen2MoeForCausalLM"], num_hidden_layers=4, decoder_sparse_step=2)
+    )
+    assert f["moe_layer_freq"] == [0, 1, 0, 1]
+    f = fields_of(Qwen3MoeConfig(architectures=["Qwen3MoeForCausalLM"], num_hidden_layers=4))
+    assert "moe_layer_freq" not in f  # every layer MoE: the provider's default (1)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"mlp_only_layers": [0, 1]},
+            r"decoder_sparse_step/mlp_only_layers=\(1, \[0, 1\]\): leave no MoE layer",
+        ),
+        (
+            {"mlp_only_layers": [2]},
+            r"mlp_only_layers=\[2\]: holds \[2\], not layer indices of a 2-layer model",
+        ),
+        ({"decoder_sparse_step": 0}, r"decoder_sparse_step=0: must be a positive integer"),
+    ],
+)
+def test_moe_layer_patterns_that_cannot_be_built_are_refused(change, message):
     from transformers import Qwen3MoeConfig
 
-    with pytest.raises(ConfigError, match="mlp_only_layers"):
-        fields_of(Qwen3MoeConfig(architectures=["Qwen3MoeForCausalLM"], mlp_only_layers=[0]))
+    cfg = Qwen3MoeConfig(architectures=["Qwen3MoeForCausalLM"], num_hidden_layers=2).to_dict()
+    with pytest.raises(ConfigError, match=message):
+        fields_of({**cfg, **change})
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe"])
+def test_qwen2_moe_gated_shared_expert_and_biases():
+    from transformers import Qwen2MoeConfig
+
+    f = fields_of(Qwen2MoeConfig(architectures=["Qwen2MoeForCausalLM"], shared_expert_intermediate_size=96))
+    assert f["moe_shared_expert_intermediate_size"] == 96 and f["moe_shared_expert_gate"] is True
+    assert f["add_qkv_bias"] and f["moe_router_pre_softmax"] is True  # norm_topk_prob defaults to False
+    assert "window_size" not in f  # sliding_window only acts with use_sliding_window
+    cfg = Qwen2MoeConfig(architectures=["Qwen2MoeForCausalLM"]).to_dict()
+    with pytest.raises(
+        ConfigError, match=r"HF config qkv_bias=False: the qwen2_moe mapping has q/k/v biases"
+    ):
+        fields_of({**cfg, "qkv_bias": False})
+    with pytest.raises(ConfigError, match=r"shared_expert_intermediate_size=0: Qwen2-MoE builds a shared"):
+        fields_of({**cfg, "shared_expert_intermediate_size": 0})
+
+
+def test_qwen2_moe_is_refused_where_megatron_core_lacks_the_shared_expert_gate(monkeypatch):
+    from transformers import Qwen2MoeConfig
+
+    from bridge.models import transformer_fields
+
+    without = tuple(f for f in transformer_fields.AVAILABLE_FIELDS if f != "moe_shared_expert_gate")
+    monkeypatch.setattr(transformer_fields, "AVAILABLE_FIELDS", without)
+    with pytest.raises(
+        ConfigError, match=r"needs TransformerConfig.moe_shared_expert_gate, which megatron-core"
+    ):
+        fields_of(Qwen2MoeConfig(architectures=["Qwen2MoeForCausalLM"]))
+
+
+def test_phi3_sliding_window_partial_rotary_and_longrope():
+    from transformers import Phi3Config
+
+    def phi3(**kw):
+        return Phi3Config(architectures=["Phi3ForCausalLM"], pad_token_id=0, **kw)
+
+    f = fields_of(phi3(sliding_window=2047, max_position_embeddings=4096, partial_rotary_factor=0.75))
+    assert f["window_size"] == [2046, 0] and f["rotary_percent"] == 0.75
+    # a window of at least max_position_embeddings keys masks nothing (Phi-3.5-mini: 262144 vs 131072)
+    assert "window_size" not in fields_of(phi3(sliding_window=262144, max_position_embeddings=131072))
+    assert "window_size" not in fields_of(phi3(sliding_window=None))
+    longrope = {"rope_type": "longrope", "short_factor": [1.0] * 48, "long_factor": [2.0] * 48}
+    cfg = phi3(max_position_embeddings=131072, original_max_position_embeddings=4096, rope_scaling=longrope)
+    with pytest.raises(
+        ConfigError,
+        match=r"HF config rope_parameters.rope_type='longrope': only 'default' and 'llama3' RoPE are "
+        r"supported \(Phi-3 128k / Phi-3.5 LongRoPE.*Fix: .*Phi-3-mini-4k-instruct",
+    ):
+        fields_of(cfg)
+
+
+@pytest.mark.parametrize(
+    "family", ["llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe", "phi3", "qwen2_moe"]
+)
 def test_provider_to_config_json_and_back(family):
     import transformers
 
@@ -179,6 +264,8 @@ _ARCH = {
     "qwen3": "Qwen3ForCausalLM",
     "mixtral": "MixtralForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
+    "phi3": "Phi3ForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM",
 }
 
 

@@ -78,6 +78,30 @@ def test_gated_mlp_splits_gate_and_up_per_rank(size):
     assert torch.equal(back["gate"], gate) and torch.equal(back["up"], up)
 
 
+@pytest.mark.parametrize("size", [1, 2, 4])
+def test_packed_qkv_and_gate_up_cut_like_their_separate_tensors(size):
+    # Phi-3's qkv_proj = [q; k; v] and gate_up_proj = [gate; up]: the same shards as the separate tensors
+    q, k, v = numbered(HEADS * D, H), 1000 + numbered(GROUPS * D, H), 2000 + numbered(GROUPS * D, H)
+    separate = make_mapping("qkv", "w", ("q", "k", "v"))
+    packed = make_mapping("qkv_packed", "w", ("qkv",))
+    local = ((HEADS + 2 * GROUPS) * D // size, H)
+    hf = {"q": q, "k": k, "v": v, "qkv": torch.cat([q, k, v])}
+    shards = [load(packed, hf, local, r, size) for r in range(size)]
+    for r in range(size):
+        assert torch.equal(shards[r], load(separate, hf, local, r, size))
+    assert packed.hf_shapes(local, size, DIMS) == {"qkv": tuple(hf["qkv"].shape)}
+    assert torch.equal(export(packed, shards, size)["qkv"], hf["qkv"])
+
+    gate, up = numbered(8, H), -numbered(8, H) - 1
+    hf = {"gate": gate, "up": up, "gate_up": torch.cat([gate, up])}
+    separate = make_mapping("gated_mlp", "x", ("gate", "up"))
+    packed = make_mapping("gated_mlp_packed", "x", ("gate_up",))
+    shards = [load(packed, hf, (16 // size, H), r, size) for r in range(size)]
+    for r in range(size):
+        assert torch.equal(shards[r], load(separate, hf, (16 // size, H), r, size))
+    assert torch.equal(export(packed, shards, size)["gate_up"], hf["gate_up"])
+
+
 def test_column_row_and_replicated():
     w = numbered(4, 6)
     col = make_mapping("column", "c", ("w",))
@@ -137,7 +161,16 @@ def test_family_tables_resolve_global_names():
         "Qwen3ForCausalLM",
         "MixtralForCausalLM",
         "Qwen3MoeForCausalLM",
+        "Phi3ForCausalLM",
+        "Qwen2MoeForCausalLM",
     }
+    qwen2_moe = family_for(["Qwen2MoeForCausalLM"])
+    rule, m = qwen2_moe.resolve("decoder.layers.5.mlp.shared_experts.gate_weight")
+    assert m.hf == ("model.layers.5.mlp.shared_expert_gate.weight",) and m.kind == "replicated"
+    _, m = qwen2_moe.resolve("decoder.layers.5.mlp.linear_fc1.weight")  # a dense layer
+    assert m.hf == ("model.layers.5.mlp.gate_proj.weight", "model.layers.5.mlp.up_proj.weight")
+    _, m = family_for(["Phi3ForCausalLM"]).resolve("decoder.layers.2.self_attention.linear_qkv.weight")
+    assert m.kind == "qkv_packed" and m.hf == ("model.layers.2.self_attn.qkv_proj.weight",)
 
 
 def test_canonical_names_are_global_and_local_spec():

@@ -78,8 +78,15 @@ def test_provider_fields_follow_the_hf_config(sources):
     q = AutoBridge.from_hf_pretrained(sources["qwen3_moe"][0]).to_megatron_provider(load_weights=False)
     assert q.qk_layernorm and q.kv_channels == 16 and q.num_moe_experts == 4 and q.moe_router_topk == 2
     assert q.moe_router_pre_softmax and q.moe_ffn_hidden_size == 32 and q.layernorm_epsilon == 1e-5
+    assert q.moe_layer_freq == [1, 0] and q.ffn_hidden_size == 96  # layer 1 is a dense MLP
     m = AutoBridge.from_hf_pretrained(sources["mistral"][0]).to_megatron_provider(load_weights=False)
     assert m.window_size == [5, 0]
+    phi = AutoBridge.from_hf_pretrained(sources["phi3"][0]).to_megatron_provider(load_weights=False)
+    assert phi.window_size == [5, 0] and phi.rotary_percent == 0.5 and phi.num_query_groups == 2
+    assert not phi.add_qkv_bias and not phi.add_bias_linear
+    q2 = AutoBridge.from_hf_pretrained(sources["qwen2_moe"][0]).to_megatron_provider(load_weights=False)
+    assert q2.add_qkv_bias and q2.moe_layer_freq == [0, 1] and not q2.moe_router_pre_softmax
+    assert q2.moe_shared_expert_intermediate_size == 64 and q2.moe_shared_expert_gate
 
 
 def test_bf16_checkpoint_keeps_its_dtype_and_sharding(tmp_path):
@@ -224,11 +231,32 @@ def test_unsupported_architecture(sources, tmp_path):
             "LlamaForCausalLM",
             "MistralForCausalLM",
             "MixtralForCausalLM",
+            "Phi3ForCausalLM",
             "Qwen2ForCausalLM",
+            "Qwen2MoeForCausalLM",
             "Qwen3ForCausalLM",
             "Qwen3MoeForCausalLM",
         ]
     )
+
+
+def test_phi3_longrope_is_refused_when_the_bridge_is_made(sources, tmp_path):
+    # the 128k-context Phi-3 / Phi-3.5 configs: one ConfigError naming the field, before anything is built
+    from bridge import AutoBridge
+
+    folder = tmp_path / "phi3_128k"
+    shutil.copytree(sources["phi3"][0], folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["rope_parameters"] = {
+        "rope_type": "longrope",
+        "rope_theta": 10000.0,
+        "partial_rotary_factor": 0.5,
+        "short_factor": [1.0] * 4,
+        "long_factor": [2.0] * 4,
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=r"rope_parameters.rope_type='longrope'.*LongRoPE"):
+        AutoBridge.from_hf_pretrained(folder)
 
 
 def test_non_empty_target(sources, tmp_path):

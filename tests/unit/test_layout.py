@@ -238,11 +238,6 @@ RULES = {
         "model.expert_tensor_parallel_size",
         "only with etp = 1",
     ),
-    "fsdp2: not pp and ep together": (
-        dict(world_size=8, pp=2, ep=2, strategy="fsdp2", model=MOE_8),
-        "model.pipeline_model_parallel_size",
-        "expert parallelism and pipeline parallelism together",
-    ),
     "heads % tp": (
         dict(world_size=3, tp=3, model=DENSE),
         "model.tensor_model_parallel_size",
@@ -336,3 +331,9 @@ def test_model_shape_rules():
         ModelShape(num_layers=2, num_attention_heads=8, num_moe_experts=8, moe_router_topk=9)
     assert not ModelShape(2, 8, num_moe_experts=0).is_moe
     assert ModelShape(2, 8).query_groups == 8
+
+
+def test_fsdp2_runs_pipeline_and_expert_parallelism_together():
+    # PP=2 x EP=2 (ep_shard = 1) equals strategy megatron: tests/functional/test_fsdp2_moe.py
+    layout = ParallelLayout(8, pp=2, ep=2, strategy="fsdp2", model=MOE_8)
+    assert (layout.dp, layout.ep, layout.pp) == (4, 2, 2)

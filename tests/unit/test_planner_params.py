@@ -1,5 +1,7 @@
 """Parameter counts (total and active) against transformers' own models built on the meta device."""
 
+from dataclasses import replace
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -8,7 +10,15 @@ transformers = pytest.importorskip("transformers")
 from bridge.parallel.layout import ParallelLayout  # noqa: E402
 from bridge.parallel.param_count import count_parameters, padded_vocab_size, params_per_rank  # noqa: E402
 from bridge.plan import shape_from_hf_config  # noqa: E402
-from tests.unit.published_shapes import LLAMA31_8B, LLAMA32_1B, MIXTRAL_8X7B, QWEN3_30B_A3B  # noqa: E402
+from tests.unit.published_shapes import (  # noqa: E402
+    LLAMA31_8B,
+    LLAMA32_1B,
+    MIXTRAL_8X7B,
+    PHI3_MINI_4K,
+    QWEN2_57B_A14B,
+    QWEN3_30B_A3B,
+    QWEN15_MOE_A27B,
+)
 
 # Published Hugging Face config values.
 CONFIGS = {
@@ -80,6 +90,106 @@ CONFIGS = {
             model_type="mixtral",
         ),
     ),
+    "phi3_mini_4k": (
+        "Phi3Config",
+        "Phi3ForCausalLM",
+        dict(
+            vocab_size=32064,
+            hidden_size=3072,
+            intermediate_size=8192,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=32,
+            sliding_window=2047,
+            pad_token_id=32000,
+            tie_word_embeddings=False,
+            hidden_act="silu",
+            model_type="phi3",
+        ),
+    ),
+    "qwen15_moe_a27b": (
+        "Qwen2MoeConfig",
+        "Qwen2MoeForCausalLM",
+        dict(
+            vocab_size=151936,
+            hidden_size=2048,
+            intermediate_size=5632,
+            moe_intermediate_size=1408,
+            shared_expert_intermediate_size=5632,
+            num_hidden_layers=24,
+            num_attention_heads=16,
+            num_key_value_heads=16,
+            num_experts=60,
+            num_experts_per_tok=4,
+            decoder_sparse_step=1,
+            tie_word_embeddings=False,
+            hidden_act="silu",
+            model_type="qwen2_moe",
+        ),
+    ),
+    "qwen2_57b_a14b": (
+        "Qwen2MoeConfig",
+        "Qwen2MoeForCausalLM",
+        dict(
+            vocab_size=151936,
+            hidden_size=3584,
+            intermediate_size=18944,
+            moe_intermediate_size=2560,
+            shared_expert_intermediate_size=20480,
+            num_hidden_layers=28,
+            num_attention_heads=28,
+            num_key_value_heads=4,
+            num_experts=64,
+            num_experts_per_tok=8,
+            decoder_sparse_step=1,
+            tie_word_embeddings=False,
+            hidden_act="silu",
+            model_type="qwen2_moe",
+        ),
+    ),
+    # partly dense: every second layer MoE (decoder_sparse_step=2) and layer 0 dense too (mlp_only_layers)
+    "qwen2_moe_sparse_step2": (
+        "Qwen2MoeConfig",
+        "Qwen2MoeForCausalLM",
+        dict(
+            vocab_size=151936,
+            hidden_size=2048,
+            intermediate_size=5632,
+            moe_intermediate_size=1408,
+            shared_expert_intermediate_size=5632,
+            num_hidden_layers=24,
+            num_attention_heads=16,
+            num_key_value_heads=16,
+            num_experts=60,
+            num_experts_per_tok=4,
+            decoder_sparse_step=2,
+            mlp_only_layers=[1],
+            tie_word_embeddings=False,
+            hidden_act="silu",
+            model_type="qwen2_moe",
+        ),
+    ),
+    "qwen3_moe_partly_dense": (
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        dict(
+            vocab_size=151936,
+            hidden_size=2048,
+            intermediate_size=6144,
+            moe_intermediate_size=768,
+            num_hidden_layers=48,
+            num_attention_heads=32,
+            num_key_value_heads=4,
+            head_dim=128,
+            num_experts=128,
+            num_experts_per_tok=8,
+            decoder_sparse_step=1,
+            mlp_only_layers=[0, 1, 47],
+            tie_word_embeddings=False,
+            hidden_act="silu",
+            model_type="qwen3_moe",
+        ),
+    ),
 }
 # The same models written as ModelShapes by hand (Megatron field names).
 SHAPES = {
@@ -87,6 +197,15 @@ SHAPES = {
     "llama31_8b": LLAMA31_8B,
     "qwen3_30b_a3b": QWEN3_30B_A3B,
     "mixtral_8x7b": MIXTRAL_8X7B,
+    "phi3_mini_4k": PHI3_MINI_4K,
+    "qwen15_moe_a27b": QWEN15_MOE_A27B,
+    "qwen2_57b_a14b": QWEN2_57B_A14B,
+    "qwen2_moe_sparse_step2": replace(
+        QWEN15_MOE_A27B, moe_layer_freq=tuple(int(i % 2 == 1 and i != 1) for i in range(24))
+    ),
+    "qwen3_moe_partly_dense": replace(
+        QWEN3_30B_A3B, moe_layer_freq=tuple(int(i not in (0, 1, 47)) for i in range(48))
+    ),
 }
 
 
@@ -100,11 +219,13 @@ def _hf_counts(name):
     active = total
     experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
     if experts:
-        # the routed experts of one layer, whatever module layout this transformers version uses
-        layer = model.model.layers[0]
-        modules = [m for n, m in layer.named_modules() if n.endswith("experts")]
-        per_expert = sum(p.numel() for p in modules[0].parameters()) // experts
-        active = total - config.num_hidden_layers * (experts - config.num_experts_per_tok) * per_expert
+        # the routed experts of each MoE layer, whatever module layout this transformers version uses
+        # (dense layers of a partly dense model have none)
+        for layer in model.model.layers:
+            modules = [m for n, m in layer.named_modules() if n.endswith("experts")]
+            if modules:
+                per_expert = sum(p.numel() for p in modules[0].parameters()) // experts
+                active -= (experts - config.num_experts_per_tok) * per_expert
     return total, active
 
 
@@ -126,6 +247,23 @@ def test_published_sizes():
     assert round(q.total / 1e9, 1) == 30.5 and round(q.active / 1e9, 1) == 3.4
     m = count_parameters(SHAPES["mixtral_8x7b"])
     assert round(m.total / 1e9, 1) == 46.7 and round(m.active / 1e9, 1) == 12.9
+    assert round(count_parameters(SHAPES["phi3_mini_4k"]).total / 1e9, 2) == 3.82  # "3.8B"
+    q = count_parameters(SHAPES["qwen15_moe_a27b"])  # "14.3B in total and 2.7B activated"
+    assert round(q.total / 1e9, 1) == 14.3 and round(q.active / 1e9, 1) == 2.7
+    q = count_parameters(SHAPES["qwen2_57b_a14b"])  # "57B ... A14B"
+    assert round(q.total / 1e9) == 57 and round(q.active / 1e9) == 14
+
+
+def test_partly_dense_stage_shares_follow_their_layers():
+    # Stages of a partly dense MoE hold the experts of their own MoE layers only.
+    shape = SHAPES["qwen3_moe_partly_dense"]
+    layout = ParallelLayout(16, tp=2, pp=2, ep=4, sequence_parallel=True, model=shape)
+    per_expert = 3 * shape.hidden_size * shape.moe_ffn_hidden_size
+    experts = [params_per_rank(shape, layout, s).expert for s in range(2)]
+    assert experts == [22 * 32 * per_expert, 23 * 32 * per_expert]  # 2 and 1 dense layers of 24
+    total = count_parameters(shape)
+    summed_experts = sum(experts) * layout.ep
+    assert summed_experts == total.experts
 
 
 @pytest.mark.parametrize("tp,pp", [(1, 1), (2, 1), (1, 2), (2, 2), (4, 4)])

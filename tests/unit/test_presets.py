@@ -63,7 +63,30 @@ PUBLISHED = {
         num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2, vocab_size=32000,
         max_position_embeddings=32768, rms_norm_eps=1e-5, rope_theta=1000000.0,
         router_aux_loss_coef=0.02, sliding_window=None, tie_word_embeddings=False)),
+    "phi3_mini_4k": ("Phi3Config", dict(  # microsoft/Phi-3-mini-4k-instruct
+        hidden_size=3072, intermediate_size=8192, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=32, vocab_size=32064, max_position_embeddings=4096, rms_norm_eps=1e-5,
+        rope_theta=10000.0, sliding_window=2047, pad_token_id=32000, tie_word_embeddings=False)),
+    "phi4": ("Phi3Config", dict(  # microsoft/phi-4
+        hidden_size=5120, intermediate_size=17920, num_hidden_layers=40, num_attention_heads=40,
+        num_key_value_heads=10, vocab_size=100352, max_position_embeddings=16384, rms_norm_eps=1e-5,
+        rope_theta=250000.0, sliding_window=None, pad_token_id=100257, tie_word_embeddings=False)),
+    "qwen15_moe_a27b": ("Qwen2MoeConfig", dict(  # Qwen/Qwen1.5-MoE-A2.7B
+        hidden_size=2048, intermediate_size=5632, moe_intermediate_size=1408,
+        shared_expert_intermediate_size=5632, num_experts=60, num_experts_per_tok=4,
+        norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[], num_hidden_layers=24,
+        num_attention_heads=16, num_key_value_heads=16, vocab_size=151936, max_position_embeddings=8192,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, router_aux_loss_coef=0.001, use_sliding_window=False,
+        tie_word_embeddings=False)),
+    "qwen2_57b_a14b": ("Qwen2MoeConfig", dict(  # Qwen/Qwen2-57B-A14B
+        hidden_size=3584, intermediate_size=18944, moe_intermediate_size=2560,
+        shared_expert_intermediate_size=20480, num_experts=64, num_experts_per_tok=8,
+        norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[], num_hidden_layers=28,
+        num_attention_heads=28, num_key_value_heads=4, vocab_size=151936, max_position_embeddings=131072,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, router_aux_loss_coef=0.001, use_sliding_window=False,
+        tie_word_embeddings=False)),
 }  # fmt: skip
+QKV_BIAS = {"qwen25_7b", "qwen15_moe_a27b", "qwen2_57b_a14b"}
 
 
 def test_every_preset_has_a_published_config():
@@ -87,7 +110,7 @@ def test_preset_values_equal_published_config(name):
     assert p.share_embeddings_and_output_weights == hf["tie_word_embeddings"]
     assert (p.normalization, p.activation_func, p.gated_linear_unit) == ("RMSNorm", "silu", True)
     assert p.position_embedding_type == "rope" and not p.add_bias_linear
-    assert p.add_qkv_bias == name.startswith("qwen2")
+    assert p.add_qkv_bias == (name in QKV_BIAS)
     assert p.qk_layernorm == name.startswith("qwen3")
     rope = hf.get("rope_scaling")
     assert p.rope_scaling == (rope is not None)
@@ -102,9 +125,15 @@ def test_preset_values_equal_published_config(name):
         assert p.moe_router_topk == hf["num_experts_per_tok"]
         assert p.moe_ffn_hidden_size == hf.get("moe_intermediate_size", hf["intermediate_size"])
         assert p.moe_aux_loss_coeff == hf["router_aux_loss_coef"]
-        assert p.moe_router_pre_softmax is False  # top-k probabilities renormalised, as in HF
+        # renormalised top-k (pre_softmax False) exactly where HF renormalises (Mixtral always)
+        assert p.moe_router_pre_softmax is not hf.get("norm_topk_prob", True)
+        shared = hf.get("shared_expert_intermediate_size")
+        assert p.moe_shared_expert_intermediate_size == shared
+        assert p.moe_shared_expert_gate == bool(shared)  # Qwen2-MoE gates its shared expert
     else:
         assert p.ffn_hidden_size == hf["intermediate_size"]
+    window = hf.get("sliding_window")
+    assert p.window_size == ([window - 1, 0] if window else None)
     p.finalize()
 
 
@@ -136,6 +165,9 @@ def test_parameter_count_equals_hugging_face(name, single_process_groups):
         model = provider.provide()
     assert all(p.device.type == "meta" for p in model.parameters())
     ours = sum(p.numel() for p in model.parameters())
-    # Every preset's vocabulary is already a multiple of 128: no padding rows to discount.
-    assert provider.padded_vocab_size() == provider.vocab_size
-    assert ours == _hf_meta_param_count(name)
+    # Megatron pads the vocabulary to a multiple of 128 (Phi-3's 32064 -> 32128): discount those rows
+    # of the embedding and, untied, of the output layer.
+    padding = provider.padded_vocab_size() - provider.vocab_size
+    tables = 1 if provider.share_embeddings_and_output_weights else 2
+    assert padding == (64 if name == "phi3_mini_4k" else 0)
+    assert ours - padding * provider.hidden_size * tables == _hf_meta_param_count(name)

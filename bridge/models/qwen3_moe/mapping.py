@@ -1,6 +1,7 @@
-"""Qwen3-MoE: Qwen3 attention (q/k norms) and a MoE block (router `mlp.gate`) in every layer."""
+"""Qwen3-MoE: Qwen3 attention (q/k norms) and a MoE block (router `mlp.gate`) per layer; layers left
+dense by decoder_sparse_step / mlp_only_layers (Megatron moe_layer_freq 0) hold a plain MLP."""
 
-from bridge.models.llama.mapping import ATTENTION, EMBEDDINGS, L, M
+from bridge.models.llama.mapping import ATTENTION, DENSE_MLP, EMBEDDINGS, L, M
 from bridge.models.qwen3.mapping import QK_NORM
 
 ARCHITECTURES = ("Qwen3MoeForCausalLM",)
@@ -16,4 +17,4 @@ MOE = (
     ("row", f"{E}.linear_fc2.weight", f"{H}.down_proj.weight"),
 )
 
-MAPPINGS = EMBEDDINGS + ATTENTION + QK_NORM + MOE
+MAPPINGS = EMBEDDINGS + ATTENTION + QK_NORM + MOE + DENSE_MLP

@@ -61,6 +61,7 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
         dict(tie_word_embeddings=False, num_local_experts=4, num_experts_per_tok=2, sliding_window=None),
     ),
     # norm_topk_prob=False: the top-k probabilities are not renormalised (Mixtral's are).
+    # mlp_only_layers=[1]: layer 0 is MoE, layer 1 a dense MLP (Megatron moe_layer_freq [1, 0]).
     "qwen3_moe": (
         "Qwen3MoeConfig",
         "Qwen3MoeForCausalLM",
@@ -71,10 +72,40 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             moe_intermediate_size=32,
             norm_topk_prob=False,
             decoder_sparse_step=1,
+            mlp_only_layers=[1],
+        ),
+    ),
+    # Phi-3: packed qkv_proj / gate_up_proj; GQA (2 heads per group), partial rotary, a sliding window
+    # shorter than the test sequence. pad/bos/eos inside the tiny vocabulary.
+    "phi3": (
+        "Phi3Config",
+        "Phi3ForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            sliding_window=6,
+            partial_rotary_factor=0.5,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
+    # Qwen2-MoE: q/k/v biases, a gated shared expert; decoder_sparse_step=2: layer 0 dense, layer 1 MoE.
+    "qwen2_moe": (
+        "Qwen2MoeConfig",
+        "Qwen2MoeForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=64,
+            norm_topk_prob=True,
+            decoder_sparse_step=2,
             mlp_only_layers=[],
         ),
     ),
 }
+MOE_FAMILIES = ("mixtral", "qwen3_moe", "qwen2_moe")
 
 
 def make_hf_config(family: str, **overrides):

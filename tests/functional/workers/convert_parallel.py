@@ -27,9 +27,13 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from tests.functional.workers.convert_models import FAMILIES, VOCAB, megatron_logits, tokens  # noqa: E402
-
-MOE = ("mixtral", "qwen3_moe")
+from tests.functional.workers.convert_models import (  # noqa: E402
+    FAMILIES,
+    VOCAB,
+    megatron_logits,
+    tokens,
+)
+from tests.functional.workers.convert_models import MOE_FAMILIES as MOE  # noqa: E402
 
 
 def check(ok: bool, message: str) -> None:

@@ -131,6 +131,10 @@ def main(workdir: str, suite: str) -> None:
             "model.expert_model_parallel_size=2",
             "distributed.moe_reshard_after_forward=True",
         ],
+        "megatron_moe_ep4": [*moe, "model.expert_model_parallel_size=4"],
+        "fsdp2_moe_ep4": [*fsdp2, *moe, "model.expert_model_parallel_size=4"],  # ep_shard = 1
+        "megatron_moe_pp2ep2": [*moe, *pp2, "model.expert_model_parallel_size=2"],
+        "fsdp2_moe_pp2ep2": [*fsdp2, *moe, *pp2, "model.expert_model_parallel_size=2"],  # ep_shard = 1
         "megatron_moe_tp2ep2": [*moe, *tp2, "model.expert_model_parallel_size=2"],
         "fsdp2_moe_tp2ep2": [*fsdp2, *moe, *tp2, "model.expert_model_parallel_size=2"],
     }

@@ -1,0 +1,5 @@
+"""qwen2_moe family: provider presets (mapping.py, the HF mapping table, belongs to the conversion layer)."""
+
+from bridge.models.qwen2_moe.presets import qwen2_57b_a14b, qwen15_moe_a27b
+
+__all__ = ["qwen15_moe_a27b", "qwen2_57b_a14b"]
