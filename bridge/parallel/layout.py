@@ -66,6 +66,10 @@ class ModelShape:
     moe_router_topk: int = 2
     moe_ffn_hidden_size: int | None = None
     moe_shared_expert_intermediate_size: int | None = None
+    moe_shared_expert_gate: bool = False  # a [1, hidden] sigmoid gate on the shared expert (Qwen2-MoE)
+    # Megatron-Core's moe_layer_freq: N = a MoE layer every N layers (layer % N == 0), or a per-layer
+    # tuple of 1 (MoE) / 0 (dense MLP of ffn_hidden_size)
+    moe_layer_freq: int | tuple[int, ...] = 1
 
     def __post_init__(self):
         for name in ("num_layers", "num_attention_heads"):
@@ -101,6 +105,16 @@ class ModelShape:
                     f"cannot exceed num_moe_experts ({self.num_moe_experts})",
                     "route each token to at most num_moe_experts experts",
                 )
+        freq = self.moe_layer_freq
+        if isinstance(freq, int):
+            _check_positive_int("model.moe_layer_freq", freq)
+        elif len(freq) != self.num_layers or any(v not in (0, 1) for v in freq):
+            _fail(
+                "model.moe_layer_freq",
+                list(freq),
+                f"a per-layer pattern must hold num_layers={self.num_layers} values of 1 (MoE) or 0 (dense)",
+                "give one 0/1 per layer, or an integer N (a MoE layer every N layers)",
+            )
         groups = self.query_groups
         if self.num_attention_heads % groups:
             _fail(
@@ -113,6 +127,15 @@ class ModelShape:
     @property
     def is_moe(self) -> bool:
         return bool(self.num_moe_experts)
+
+    def moe_layers(self) -> tuple[bool, ...]:
+        """Per layer: whether it is a MoE layer (all False for a dense model)."""
+        if not self.is_moe:
+            return (False,) * self.num_layers
+        freq = self.moe_layer_freq
+        if isinstance(freq, int):
+            return tuple(i % freq == 0 for i in range(self.num_layers))
+        return tuple(bool(v) for v in freq)
 
     @property
     def query_groups(self) -> int:
