@@ -211,8 +211,8 @@ def test_kill_9_at_seeded_points_of_saves_never_loses_a_checkpoint(tmp_path):
     root = tmp_path / "ck"
     losses: dict[int, set[str]] = {}
     tracked, log = 0, []
-    for round_ in range(4):
-        final = round_ == 3
+    for round_ in range(3):
+        final = round_ == 2
         it = min(6, tracked + rng.choice([1, 2]))
         stage, victims = rng.choice(STAGES), rng.choice(["all", "0", "1"])
         if stage in ("published", "tracked"):  # rank 0's stages

@@ -13,11 +13,10 @@ from tests.functional.fsdp2_checks import check_matches, run_suite
 SUITE = "dp_tp"
 PAIRS = {  # fsdp2 run -> the megatron run it must reproduce
     "fsdp2_dp4": "megatron_dp4",
-    "fsdp2_hsdp2x2": "megatron_dp4",
     "fsdp2_tp2": "megatron_tp2",
     "fsdp2_dp4_sync_each_microbatch": "megatron_dp4",  # distributed.defer_fsdp_grad_sync=False
-    "fsdp2_cp2": "megatron_dp4",
-    "fsdp2_automodel_yaml_hsdp": "megatron_dp4",  # the seeds' AutoModel `distributed:` YAML, HSDP 2 x 2  # CP=2 x dp_shard=2: the same global batch, so DP=4's numbers
+    "fsdp2_cp2": "megatron_dp4",  # CP=2 x dp_shard=2: the same global batch, so DP=4's numbers
+    "fsdp2_automodel_yaml_hsdp": "megatron_dp4",  # HSDP 2 x 2 from the seeds' AutoModel `distributed:` YAML
 }
 
 

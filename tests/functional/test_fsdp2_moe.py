@@ -12,10 +12,8 @@ SUITE = "moe"
 PAIRS = {  # fsdp2 run -> the megatron run it must reproduce
     "fsdp2_moe_dp4": "megatron_moe_dp4",
     "fsdp2_moe_ep2": "megatron_moe_ep2",
-    "fsdp2_moe_hsdp2x2_ep2": "megatron_moe_ep2",
+    "fsdp2_moe_hsdp2x2_ep2_reshard": "megatron_moe_ep2",  # HSDP x EP, moe_reshard_after_forward=True
     "fsdp2_moe_tp2ep2": "megatron_moe_tp2ep2",
-    "fsdp2_moe_ep2_reshard": "megatron_moe_ep2",  # distributed.moe_reshard_after_forward=True
-    "fsdp2_moe_ep4": "megatron_moe_ep4",  # ep_shard = 1
     "fsdp2_moe_pp2ep2": "megatron_moe_pp2ep2",  # PP x EP (ep_shard = 1)
 }
 
@@ -37,5 +35,5 @@ def test_fsdp2_mesh_groups_are_megatron_core_groups(runs, fsdp2_run):
 
 def test_moe_reshard_after_forward_reaches_fully_shard(runs):
     assert runs["fsdp2_moe_ep2"]["layers_reshard_after_forward"] == [False]  # AutoModel's MoE default
-    assert runs["fsdp2_moe_ep2_reshard"]["layers_reshard_after_forward"] == [True]
+    assert runs["fsdp2_moe_hsdp2x2_ep2_reshard"]["layers_reshard_after_forward"] == [True]
     assert runs["fsdp2_moe_dp4"]["layers_reshard_after_forward"] == [True]  # ep = 1: FSDP2's default

@@ -99,7 +99,6 @@ def main(workdir: str, suite: str) -> None:
         "dp_tp": {
             "megatron_dp4": [],
             "fsdp2_dp4": fsdp2,
-            "fsdp2_hsdp2x2": [*fsdp2, "distributed.dp_replicate_size=2"],
             "megatron_tp2": tp2,
             "fsdp2_tp2": [*fsdp2, *tp2],
             "fsdp2_dp4_sync_each_microbatch": [*fsdp2, "distributed.defer_fsdp_grad_sync=False"],
@@ -119,26 +118,19 @@ def main(workdir: str, suite: str) -> None:
         "fsdp2_moe_dp4": [*fsdp2, *moe],
         "megatron_moe_ep2": [*moe, "model.expert_model_parallel_size=2"],
         "fsdp2_moe_ep2": [*fsdp2, *moe, "model.expert_model_parallel_size=2"],
-        "fsdp2_moe_hsdp2x2_ep2": [
+        "fsdp2_moe_hsdp2x2_ep2_reshard": [
             *fsdp2,
             *moe,
             "model.expert_model_parallel_size=2",
             "distributed.dp_replicate_size=2",
-        ],
-        "fsdp2_moe_ep2_reshard": [
-            *fsdp2,
-            *moe,
-            "model.expert_model_parallel_size=2",
             "distributed.moe_reshard_after_forward=True",
         ],
-        "megatron_moe_ep4": [*moe, "model.expert_model_parallel_size=4"],
-        "fsdp2_moe_ep4": [*fsdp2, *moe, "model.expert_model_parallel_size=4"],  # ep_shard = 1
         "megatron_moe_pp2ep2": [*moe, *pp2, "model.expert_model_parallel_size=2"],
         "fsdp2_moe_pp2ep2": [*fsdp2, *moe, *pp2, "model.expert_model_parallel_size=2"],  # ep_shard = 1
         "megatron_moe_tp2ep2": [*moe, *tp2, "model.expert_model_parallel_size=2"],
         "fsdp2_moe_tp2ep2": [*fsdp2, *moe, *tp2, "model.expert_model_parallel_size=2"],
     }
-    suites["dp_tp"]["fsdp2_automodel_yaml_hsdp"] = []  # SEED_YAML below
+    suites["dp_tp"]["fsdp2_automodel_yaml_hsdp"] = []  # HSDP 2 x 2 from the seeds' YAML (SEED_YAML)
     runs = suites[suite]
     for name, extra in runs.items():
         cfg = tiny_config(*common, *extra)
