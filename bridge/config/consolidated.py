@@ -35,7 +35,7 @@ def consolidated_source(cfg) -> ConsolidatedSource:
         except ConfigError as err:
             raise ConfigError(
                 f"checkpoint.hf_architecture = {c.hf_architecture!r}: cannot express this run's model ({err}). "
-                "Fix: name the architecture of the model's family, or set checkpoint.save_consolidated=false"
+                "Fix: name the architecture of the model's family, or remove checkpoint.hf_architecture"
             ) from None
         return ConsolidatedSource(architecture=c.hf_architecture)
     start = c.pretrained_checkpoint

@@ -138,8 +138,9 @@ class CheckpointConfig:
     # family's HF names) in <iter_N>/consolidated, loadable by transformers (AutoModel's
     # `save_consolidated: true` with `model_save_format: safetensors`)
     save_consolidated: bool = False
-    # the Hugging Face architecture (e.g. LlamaForCausalLM) of the consolidated copies of a run that has
-    # no HF source; a run started from an HF folder or an imported checkpoint uses its source's
+    # the Hugging Face architecture (e.g. LlamaForCausalLM) of the consolidated copies and of the
+    # exports (convert_checkpoint.py export) of a run's checkpoints: config.json generated from the
+    # run's model; unset, a run started from an HF folder or an imported checkpoint uses its source's
     hf_architecture: str | None = None
 
 

@@ -420,13 +420,10 @@ def _checkpoint(cfg: ConfigContainer) -> None:
         from bridge.config.consolidated import consolidated_source
 
         consolidated_source(cfg)  # a ConfigError when the copy's architecture is unknown
-    elif c.hf_architecture:
-        raise fail(
-            "checkpoint.hf_architecture",
-            c.hf_architecture,
-            "names the architecture of the consolidated copies, and checkpoint.save_consolidated is false",
-            "set checkpoint.save_consolidated=true, or remove checkpoint.hf_architecture",
-        )
+    elif c.hf_architecture:  # the architecture the run's checkpoints export as (convert_checkpoint.py)
+        from bridge.config.consolidated import consolidated_source
+
+        consolidated_source(cfg)
     if c.save and os.path.exists(c.save) and not os.path.isdir(c.save):
         raise fail("checkpoint.save", c.save, "exists and is not a directory", "give a directory path")
     if c.load and not os.path.isdir(c.load):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,17 +73,21 @@ class AutoBridge:
 
     @classmethod
     def from_hf_pretrained(cls, path: str | os.PathLike, **kwargs: Any) -> AutoBridge:
-        """A local HF folder (config.json + safetensors); kwargs go to transformers' AutoConfig.
+        """A local HF folder (config.json + safetensors), or a Hub model id ("org/name") that is not a
+        local path: its snapshot in the local Hugging Face cache (offline), else downloaded (`hub_snapshot`).
+        kwargs go to transformers' AutoConfig.
 
         config.json is read as JSON completed with the transformers class defaults of its model type
         (bridge.conversion.hf_config.CLASS_DEFAULTS); transformers is imported only with kwargs or
         for a model type not listed there.
         """
         folder = Path(path)
+        if not folder.exists() and HUB_REPO_ID.fullmatch(str(path)):
+            folder = hub_snapshot(str(path))
         if not (folder / "config.json").is_file():
             raise ConfigError(
-                f"hf_path={str(folder)!r} has no config.json; point it at a folder written by "
-                "save_pretrained (model ids are not downloaded here: download the model first)"
+                f"hf_path={str(path)!r} has no config.json; point it at a folder written by "
+                "save_pretrained, or give a Hub model id (org/name)"
             )
         config = hfc.read_config_json(folder / "config.json")  # a malformed file is one clear error
         merged = None if kwargs else hfc.with_class_defaults(config)
@@ -331,11 +336,15 @@ class AutoBridge:
     @classmethod
     def from_megatron_checkpoint(cls, megatron_path: str | os.PathLike) -> AutoBridge:
         """The bridge recorded by import_ckpt in `<megatron_path>/hf_assets`; for a training run's
-        checkpoints, that of the run's checkpoint.pretrained_checkpoint (its run_config.yaml)."""
+        checkpoints, its checkpoint.hf_architecture (config.json generated from the saved run config's
+        model), else that of the run's checkpoint.pretrained_checkpoint (its run_config.yaml)."""
         assets = Path(megatron_path) / HF_ASSETS_DIR
         if (assets / "config.json").is_file():
             return cls.from_hf_pretrained(assets)
-        start = _pretrained_of(megatron_path)
+        run = _run_of(megatron_path)
+        if run is not None and run.checkpoint.hf_architecture:
+            return cls.from_provider(run.model, run.checkpoint.hf_architecture)
+        start = run.checkpoint.pretrained_checkpoint if run is not None else None
         if start is not None:
             from bridge.config.finetune_rules import is_hf_folder
 
@@ -345,8 +354,8 @@ class AutoBridge:
                 return cls.from_hf_pretrained(Path(start) / HF_ASSETS_DIR)
         raise ConfigError(
             f"megatron_path={str(megatron_path)!r} has no {HF_ASSETS_DIR}/config.json (it was not "
-            "written by import_ckpt, nor trained from a Hugging Face folder or an imported checkpoint); pass "
-            "the HF config folder explicitly (--hf-config)"
+            "written by import_ckpt, nor trained from a Hugging Face folder or an imported checkpoint, and its "
+            "run set no checkpoint.hf_architecture); pass the HF config folder explicitly (--hf-config)"
         )
 
     # ---- helpers -----------------------------------------------------------------------------------
@@ -423,15 +432,44 @@ def _run_config(folder: Path):
     return ConfigContainer.from_yaml(path.read_text())
 
 
-def _pretrained_of(megatron_path: str | os.PathLike) -> str | None:
+def _run_of(megatron_path: str | os.PathLike):
+    """The run config saved with the checkpoint at `megatron_path` (None: not a training run's)."""
     from bridge.checkpoint import resolve_checkpoint
 
     try:
         folder, _ = resolve_checkpoint(megatron_path)
     except ConfigError:
         return None
-    run = _run_config(folder)
-    return run.checkpoint.pretrained_checkpoint if run is not None else None
+    return _run_config(folder)
+
+
+HUB_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+# what a checkpoint folder needs: config, weights (+ index), tokenizer files, chat template
+HUB_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+
+
+def hub_snapshot(repo_id: str) -> Path:
+    """The local folder of Hub model `repo_id`: the cached snapshot of its main revision, or (unless
+    HF_HUB_OFFLINE is set) a download of its config, safetensors and tokenizer files into the cache."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True, allow_patterns=HUB_FILES))
+    except LocalEntryNotFoundError:
+        pass
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        raise ConfigError(
+            f"hf_path={repo_id!r} is not a local folder and not in the Hugging Face cache, and HF_HUB_OFFLINE "
+            "is set. Fix: download it first (huggingface-cli download REPO), or give a local folder"
+        )
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=HUB_FILES))
+    except Exception as err:  # noqa: BLE001 - network, auth, missing repo: one message
+        raise ConfigError(
+            f"hf_path={repo_id!r} is not a local folder or a cached model, and downloading it failed "
+            f"({type(err).__name__}: {err}). Fix: check the model id and your access, or give a local folder"
+        ) from None
 
 
 def _has_dtensor_params(chunks: list) -> bool:

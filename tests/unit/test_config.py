@@ -392,10 +392,6 @@ def test_config_layer_imports_no_torch():
             ],
             r"architectures=\['GPT2LMHead'\]: no conversion is registered",
         ),
-        (
-            ["checkpoint.hf_architecture=LlamaForCausalLM"],
-            r"checkpoint.hf_architecture = 'LlamaForCausalLM': names the architecture of the consolidated copies",
-        ),
     ],
 )
 def test_save_consolidated_rules(overrides, message):
@@ -404,6 +400,19 @@ def test_save_consolidated_rules(overrides, message):
 
     cfg = apply_overrides(llama32_1b_pretrain_config(), overrides)
     with pytest.raises(ConfigError, match=message):
+        cfg.validate(8, cuda=True)
+
+
+def test_hf_architecture_alone_names_the_export_architecture():
+    from bridge.config.overrides import apply_overrides
+    from recipes.llama import llama32_1b_pretrain_config
+
+    cfg = apply_overrides(llama32_1b_pretrain_config(), ["checkpoint.hf_architecture=LlamaForCausalLM"])
+    cfg.validate(8, cuda=True)
+    cfg = apply_overrides(llama32_1b_pretrain_config(), ["checkpoint.hf_architecture=Qwen3ForCausalLM"])
+    with pytest.raises(
+        ConfigError, match=r"checkpoint.hf_architecture = 'Qwen3ForCausalLM': cannot express.*qk_layernorm"
+    ):
         cfg.validate(8, cuda=True)
 
 
