@@ -30,7 +30,9 @@ from bridge.peft.names import SUFFIX
 PREFIX = "base_model.model."  # peft's prefix of the wrapped model's module names
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
-COLUMN_KINDS = ("column", "qkv", "gated_mlp")
+# column-parallel mappings an adapter's B (and DoRA's magnitude) follows; the *_packed ones are HF's fused
+# qkv_proj / gate_up_proj (Phi-3), one peft module each
+COLUMN_KINDS = ("column", "qkv", "gated_mlp", "qkv_packed", "gated_mlp_packed")
 
 
 def _adapter_params(

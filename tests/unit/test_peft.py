@@ -21,7 +21,8 @@ from tests.functional.workers.convert_models import (
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-FAMILIES = ("llama", "qwen2", "qwen3")  # qwen2: q/k/v biases; qwen3: head_dim != hidden / heads
+# qwen2: q/k/v biases; qwen3: head_dim != hidden / heads; phi3: HF's fused qkv_proj / gate_up_proj
+FAMILIES = ("llama", "qwen2", "qwen3", "phi3")
 ALL_TARGETS = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
 
 
@@ -99,6 +100,8 @@ def test_adapter_folder_and_merged_export_match_peft(family, scheme, sources, tm
     bridge.save_hf_adapter([chunk], tmp_path / "adapter")
     config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
     hf_modules = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    if family == "phi3":  # HF fuses them: one peft module each
+        hf_modules = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
     assert config["target_modules"] == hf_modules
     assert (config["r"], config["lora_alpha"], config["use_dora"]) == (4, 8, scheme == "dora")
     assert config["base_model_name_or_path"] == str(folder)
@@ -118,7 +121,8 @@ def test_adapter_folder_and_merged_export_match_peft(family, scheme, sources, tm
 
     merged_ref = peft_model.merge_and_unload().state_dict()
     merged = read_tensors(tmp_path / "merged")
-    assert set(merged) <= set(merged_ref) and "model.layers.0.self_attn.q_proj.weight" in merged
+    attn = "qkv_proj" if family == "phi3" else "q_proj"
+    assert set(merged) <= set(merged_ref) and f"model.layers.0.self_attn.{attn}.weight" in merged
     wdiff = max((merged[k] - merged_ref[k]).abs().max().item() for k in merged)
     print(f"{family} {scheme}: max |merged - peft merge_and_unload| = {wdiff:.2e}")
     assert wdiff <= 1e-6, wdiff
