@@ -106,8 +106,15 @@ class ModelShape:
                     "route each token to at most num_moe_experts experts",
                 )
         freq = self.moe_layer_freq
-        if isinstance(freq, int):
+        if isinstance(freq, int) and not isinstance(freq, bool):
             _check_positive_int("model.moe_layer_freq", freq)
+        elif not isinstance(freq, (list, tuple)):
+            _fail(
+                "model.moe_layer_freq",
+                freq,
+                "must be an integer N (a MoE layer every N layers) or a per-layer list of 1 (MoE) / 0 (dense)",
+                "give e.g. 1, or one 0/1 per layer",
+            )
         elif len(freq) != self.num_layers or any(v not in (0, 1) for v in freq):
             _fail(
                 "model.moe_layer_freq",

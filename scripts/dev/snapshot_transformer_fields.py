@@ -62,6 +62,12 @@ def _py(value) -> str:
     return repr(value)
 
 
+# Union fields kept whole (annotation Any: OmegaConf has no Union) because both forms are used.
+BOTH_FORMS = {
+    "moe_layer_freq": "int or per-layer list of 0/1 in Megatron-Core; both forms here (Any)",
+}
+
+
 def _is_torch_dtype(tp) -> bool:
     return getattr(tp, "__module__", None) == "torch" and getattr(tp, "__name__", None) == "dtype"
 
@@ -176,7 +182,10 @@ def render() -> str:
             lines.append(f"    {_py(f.name)}: ({_py('str')}, {_py(ACTIVATION_FIELDS[f.name])}),")
             continue
         try:
-            ann, ch, kind, note = _yaml_type(f.type)
+            if f.name in BOTH_FORMS:  # the Union's scalar and list forms both mean something here
+                ann, ch, kind, note = "Any", None, None, BOTH_FORMS[f.name]
+            else:
+                ann, ch, kind, note = _yaml_type(f.type)
         except _Skip:
             raise SystemExit(
                 f"{f.name}: type {f.type} has no YAML form; add it to EXCLUDED or ACTIVATION_FIELDS"

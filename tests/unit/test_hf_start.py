@@ -54,3 +54,28 @@ def test_finetune_needs_a_starting_point():
 
     with pytest.raises(ConfigError, match=r"finetuning starts from trained weights"):
         check_finetune_start(get_recipe("llama32_1b_sft_config")())
+
+
+def test_a_partly_dense_moe_folder_starts_a_finetune(tmp_path):
+    # Qwen3-MoE with mlp_only_layers: the per-layer moe_layer_freq list goes through the config tree
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "functional" / "workers"))
+    from convert_models import save_hf_model
+
+    folder = tmp_path / "qwen3_moe"
+    save_hf_model("qwen3_moe", folder)
+    write_chat_jsonl(tmp_path / "chat.jsonl", 4)
+    overrides = [
+        f"checkpoint.pretrained_checkpoint={folder}", "dataset.kind=chat", f"dataset.data_paths=[{tmp_path}/chat.jsonl]",
+        "model.expert_model_parallel_size=1", "model.tensor_model_parallel_size=1", "model.sequence_parallel=False",
+        f"tokenizer.tokenizer_model={Path(make_tiny_llama(tmp_path / 'tok'))}",
+    ]  # fmt: skip
+    cfg = compose(get_recipe("qwen3_30b_a3b_sft_config")(), overrides=overrides)[0]
+    assert list(cfg.model.moe_layer_freq) == [1, 0]  # layer 0 MoE, layer 1 dense (convert_models)
+    plan = cfg.validate(1, cuda=False)
+    assert list(plan.provider.moe_layer_freq) == [1, 0]
+    from bridge.config.container import ConfigContainer
+
+    assert list(ConfigContainer.from_yaml(cfg.to_yaml()).model.moe_layer_freq) == [1, 0]  # run_config.yaml

@@ -75,7 +75,7 @@ for _other in SNAPSHOTS:
 # The fields passed to TransformerConfig, in its order.
 AVAILABLE_FIELDS: tuple[str, ...] = tuple(SNAPSHOT.FIELDS)
 
-_ANNOTATION_NAMES = {"int": int, "float": float, "bool": bool, "str": str, "list": list}
+_ANNOTATION_NAMES = {"int": int, "float": float, "bool": bool, "str": str, "list": list, "Any": Any}
 
 
 def _field(name: str, annotation: str, default: Any) -> tuple[str, Any, dataclasses.Field]:
