@@ -1,8 +1,7 @@
 """strategy fsdp2 checkpoints (torch DCP shards of the DTensor parameters and optimizer state) on gloo
 ranks (tests/functional/workers/fsdp2_checkpoints.py): save at 3 + resume to 6 equals the uninterrupted
 run exactly; the same checkpoint resumes under HSDP (2 x 2) and on 2 ranks (dp 4 -> 2) with the
-uninterrupted losses and grad norms (1e-5 relative); torch_dist weights start an fsdp2 run; the
-mistakes (another TP size, another strategy, RNG state across world sizes) are ConfigErrors."""
+uninterrupted losses and grad norms (1e-5 relative); its weights start a run; the mistakes (another TP size, another strategy, RNG state across world sizes) are ConfigErrors."""
 
 from __future__ import annotations
 
@@ -55,11 +54,11 @@ def test_checkpoint_reshards_over_data_parallelism(runs, run):
     _close(runs[run], runs["uninterrupted"], (4, 5, 6))
 
 
-def test_torch_dist_weights_start_an_fsdp2_run(runs):
-    # loaded into the plain chunks before fully_shard: the same first step as strategy megatron's
-    _close(runs["from_torch_dist"], runs["megatron_from_torch_dist"], (1,))
-    # the fsdp2 checkpoint's weights (same training as the torch_dist one, other strategy) as well
-    _close(runs["from_fsdp2"], runs["megatron_from_torch_dist"], (1,))
+def test_fsdp2_weights_start_a_run(runs):
+    # the first batch again, on the weights of iteration 3: measured 5.3253 (init: 5.5878); random or
+    # untouched weights would give the uninterrupted run's iteration-1 loss
+    got, init = runs["from_fsdp2"]["losses"]["1"], runs["uninterrupted"]["losses"]["1"]
+    assert got < init - 0.1, (got, init)
 
 
 def test_mistakes_are_config_errors(runs):

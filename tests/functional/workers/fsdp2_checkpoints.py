@@ -71,11 +71,9 @@ def main(workdir: str, mode: str) -> None:
         emit("tp2_error", error(f"checkpoint.load={w}/a", *tp2))
         megatron = ["distributed.strategy=megatron", "optimizer.use_distributed_optimizer=True"]
         emit("strategy_error", error(f"checkpoint.load={w}/a", *megatron))
-        # a torch_dist checkpoint of the megatron strategy as fsdp2's pretrained weights (loaded at build)
+        # an fsdp2 checkpoint as weights only (loaded after fully_shard); torch_dist weights into fsdp2:
+        # tests/functional/test_training_parallel.py
         one = ["train.train_iters=1", "scheduler.lr_warmup_iters=0"]
-        run(*megatron, f"checkpoint.save={w}/m", "train.exit_interval=3")  # the weights of {w}/a
-        emit("from_torch_dist", run(f"checkpoint.pretrained_checkpoint={w}/m", *one))
-        emit("megatron_from_torch_dist", run(*megatron, f"checkpoint.pretrained_checkpoint={w}/m", *one))
         emit("from_fsdp2", run(f"checkpoint.pretrained_checkpoint={w}/a", *one))
     else:  # 2 ranks: dp 4 -> 2, same global batch
         emit("dp2_rng_error", error(f"checkpoint.load={w}/a"))
