@@ -18,7 +18,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(script: str | Path, nproc: int, *args: str, timeout: float = 240, env: dict | None = None):
+def torchrun(script: str | Path, nproc: int, *args: str, timeout: float = 600, env: dict | None = None):
     """Launch `script` on `nproc` local ranks; returns the CompletedProcess (stdout and stderr merged)."""
     cmd = [
         sys.executable,
