@@ -127,6 +127,12 @@ def main() -> None:
                                     group=parallel_state.get_tensor_model_parallel_group())  # fmt: skip
         torch.testing.assert_close(grad, other, rtol=0, atol=0, msg=f"{name} differs across TP ranks")
     print(f"rank {torch.distributed.get_rank()} OK", flush=True)
+    # every rank done before any tears down: a rank exiting with gloo's threads still alive can abort
+    # ("terminate called without an active exception", seen once with the CI legs side by side)
+    torch.distributed.barrier()
+    from bridge.parallel import runtime
+
+    runtime.destroy_distributed()
 
 
 if __name__ == "__main__":
