@@ -24,18 +24,13 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _single_process_groups():
+def _single_process_groups(single_process_groups):  # tests/unit/conftest.py
     yield
-    from bridge.parallel import runtime
-
-    runtime.destroy_distributed()
 
 
 @pytest.fixture(scope="module")
-def sources(tmp_path_factory):
-    """family -> (folder, HF model) saved with save_pretrained in fp32."""
-    root = tmp_path_factory.mktemp("hf")
-    return {f: (root / f, save_hf_model(f, root / f)) for f in FAMILIES}
+def sources(family_sources):  # tests/unit/conftest.py
+    return family_sources
 
 
 def _import(folder):

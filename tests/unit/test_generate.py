@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from bridge.errors import ConfigError
-from tests.functional.workers.convert_models import FAMILIES, save_hf_model
+from tests.functional.workers.convert_models import FAMILIES
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
@@ -26,18 +26,13 @@ CLI_PATH = Path(__file__).resolve().parents[2] / "scripts" / "inference" / "gene
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _single_process_groups():
+def _single_process_groups(single_process_groups):  # tests/unit/conftest.py
     yield
-    from bridge.parallel import runtime
-
-    runtime.destroy_distributed()
 
 
 @pytest.fixture(scope="module")
-def sources(tmp_path_factory):
-    """family -> (folder, HF model) saved with save_pretrained in fp32."""
-    root = tmp_path_factory.mktemp("hf")
-    return {f: (root / f, save_hf_model(f, root / f)) for f in FAMILIES}
+def sources(family_sources):  # tests/unit/conftest.py
+    return family_sources
 
 
 @pytest.fixture(scope="module")

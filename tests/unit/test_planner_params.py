@@ -21,6 +21,24 @@ from tests.unit.published_shapes import (  # noqa: E402
 )
 
 # Published Hugging Face config values.
+# Qwen1.5-MoE-A2.7B's published config.json (also the base of the partly-dense case below)
+QWEN15_MOE_A27B_HF = dict(
+    vocab_size=151936,
+    hidden_size=2048,
+    intermediate_size=5632,
+    moe_intermediate_size=1408,
+    shared_expert_intermediate_size=5632,
+    num_hidden_layers=24,
+    num_attention_heads=16,
+    num_key_value_heads=16,
+    num_experts=60,
+    num_experts_per_tok=4,
+    decoder_sparse_step=1,
+    tie_word_embeddings=False,
+    hidden_act="silu",
+    model_type="qwen2_moe",
+)
+
 CONFIGS = {
     "llama32_1b": (
         "LlamaConfig",
@@ -110,22 +128,7 @@ CONFIGS = {
     "qwen15_moe_a27b": (
         "Qwen2MoeConfig",
         "Qwen2MoeForCausalLM",
-        dict(
-            vocab_size=151936,
-            hidden_size=2048,
-            intermediate_size=5632,
-            moe_intermediate_size=1408,
-            shared_expert_intermediate_size=5632,
-            num_hidden_layers=24,
-            num_attention_heads=16,
-            num_key_value_heads=16,
-            num_experts=60,
-            num_experts_per_tok=4,
-            decoder_sparse_step=1,
-            tie_word_embeddings=False,
-            hidden_act="silu",
-            model_type="qwen2_moe",
-        ),
+        QWEN15_MOE_A27B_HF,
     ),
     "qwen2_57b_a14b": (
         "Qwen2MoeConfig",
@@ -151,23 +154,7 @@ CONFIGS = {
     "qwen2_moe_sparse_step2": (
         "Qwen2MoeConfig",
         "Qwen2MoeForCausalLM",
-        dict(
-            vocab_size=151936,
-            hidden_size=2048,
-            intermediate_size=5632,
-            moe_intermediate_size=1408,
-            shared_expert_intermediate_size=5632,
-            num_hidden_layers=24,
-            num_attention_heads=16,
-            num_key_value_heads=16,
-            num_experts=60,
-            num_experts_per_tok=4,
-            decoder_sparse_step=2,
-            mlp_only_layers=[1],
-            tie_word_embeddings=False,
-            hidden_act="silu",
-            model_type="qwen2_moe",
-        ),
+        {**QWEN15_MOE_A27B_HF, "decoder_sparse_step": 2, "mlp_only_layers": [1]},
     ),
     "qwen3_moe_partly_dense": (
         "Qwen3MoeConfig",

@@ -1,0 +1,25 @@
+"""Fixtures of the single-process tests over every family's tiny Hugging Face model
+(tests/functional/workers/convert_models.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def single_process_groups():
+    """The module's tests share one single-process group, torn down after the module
+    (use with `pytestmark = pytest.mark.usefixtures("single_process_groups")`)."""
+    yield
+    from bridge.parallel import runtime
+
+    runtime.destroy_distributed()
+
+
+@pytest.fixture(scope="module")
+def family_sources(tmp_path_factory):
+    """family -> (folder, HF model) saved with save_pretrained in fp32."""
+    from tests.functional.workers.convert_models import FAMILIES, save_hf_model
+
+    root = tmp_path_factory.mktemp("hf")
+    return {f: (root / f, save_hf_model(f, root / f)) for f in FAMILIES}
