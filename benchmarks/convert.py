@@ -127,7 +127,7 @@ def child(work: str, src: Path, out: Path) -> dict:
         # imports are reported apart from the work: exactly what conversion imports (config.json is
         # read without transformers; Megatron-Core through the conversion's own import helper)
         from bridge.conversion.auto_bridge import AutoBridge
-        from bridge.conversion.megatron_import import import_megatron
+        from bridge.parallel.megatron_import import import_megatron
 
         import_megatron()
     t_imports = time.perf_counter() - t0

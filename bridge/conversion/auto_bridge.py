@@ -28,7 +28,7 @@ from bridge.checkpoint.paths import HF_ASSETS_DIR  # import_ckpt writes it, expo
 from bridge.conversion import hf_config as hfc
 from bridge.conversion import registry
 from bridge.conversion.hf_io import DTYPES, HFCheckpoint
-from bridge.conversion.megatron_import import import_megatron
+from bridge.parallel.megatron_import import import_megatron
 from bridge.conversion.progress import progress_bar
 from bridge.errors import ConfigError
 from bridge.models.dtypes import DTYPES as TRAINING_DTYPES

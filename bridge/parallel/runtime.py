@@ -122,6 +122,9 @@ def initialize_distributed(layout: ParallelLayout, *, seed: int = 1234, timeout_
         _make_visible(logging.getLogger("bridge"))
 
     quiet_known_warnings()  # before cpu_backend.install() and parallel_state import Megatron-Core
+    from bridge.parallel.megatron_import import import_megatron
+
+    import_megatron()  # torch.compile deferred to first use: inductor's compiler is not imported per rank
     use_cuda = torch.cuda.is_available()
     if use_cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
