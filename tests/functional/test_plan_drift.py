@@ -9,9 +9,9 @@ import json
 import pytest
 
 from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
+from tests.functional.workers.plan_drift import ACCEPTED_CASES_ON, CASES, ON_EVERY_RECIPE, REFUSED_CASES
 
-REFUSED = {"packed_sequences", "warmup_equal_to_iters", "async_save", "bad_heads",
-           "tensor_parallel_2_on_1"}  # fmt: skip
+REFUSED = set(REFUSED_CASES)
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,12 @@ def results():
 def test_dry_run_verdict_is_the_run_verdict(results):
     from recipes import RECIPES
 
-    assert {r[0] for r in results} == {name for name, info in RECIPES.items() if info.entry == "pretrain"}
+    pretrain = {name for name, info in RECIPES.items() if info.entry == "pretrain"}
+    assert {r[0] for r in results} == pretrain
+    assert set(ACCEPTED_CASES_ON) <= pretrain
+    expected = {(recipe, case) for recipe in pretrain for case in CASES}
+    expected = {(r, c) for r, c in expected if c in ON_EVERY_RECIPE or r in ACCEPTED_CASES_ON}
+    assert {(r[0], r[1]) for r in results} == expected
     for recipe, case, dry_code, dry_error, run_code, run_error in results:
         where = f"{recipe} / {case}"
         if case in REFUSED:
