@@ -22,9 +22,9 @@ def _rel(a: float, b: float) -> float:
 
 
 def check_matches(runs: dict[str, dict], fsdp2_run: str, reference: str) -> None:
-    """Losses and grad norms over the 5 steps within 1e-5 relative; clipping was active."""
+    """Losses and grad norms over the 3 steps within 1e-5 relative; clipping was active."""
     got, ref = runs[fsdp2_run], runs[reference]
-    assert sorted(got["losses"], key=int) == ["1", "2", "3", "4", "5"]
+    assert sorted(got["losses"], key=int) == ["1", "2", "3"]
     for key in ("losses", "grad_norms"):
         worst = max(_rel(got[key][it], ref[key][it]) for it in ref[key])
         assert worst <= 1e-5, (fsdp2_run, key, worst, got[key], ref[key])

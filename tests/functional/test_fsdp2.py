@@ -1,5 +1,5 @@
 """strategy fsdp2 (PyTorch fully_shard on bridge.parallel.mesh's DeviceMesh) on 4 gloo ranks reproduces
-strategy megatron: the same losses and grad norms over 5 steps (1e-5 relative), from the same seed, with
+strategy megatron: the same losses and grad norms over 3 steps (1e-5 relative), from the same seed, with
 tied embeddings and gradient clipping active (tests/functional/workers/fsdp2_equivalence.py); with
 gradients reduced once per step (defer_fsdp_grad_sync, the default) or after every micro batch, and with
 CP=2."""

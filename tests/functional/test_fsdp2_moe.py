@@ -1,6 +1,6 @@
 """strategy fsdp2 with a 4-expert MoE on 4 gloo ranks: experts sharded with their layer (EP=1) or over
 the MoE mesh's ep_shard axis (EP=2, also with HSDP 2x2 and TP=2+SP) reproduce strategy megatron's
-losses and grad norms over 5 steps (1e-5 relative) (tests/functional/workers/fsdp2_equivalence.py)."""
+losses and grad norms over 3 steps (1e-5 relative) (tests/functional/workers/fsdp2_equivalence.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""4 ranks: strategy fsdp2 (PyTorch fully_shard) against strategy megatron, 5 iterations from the same
+"""4 ranks: strategy fsdp2 (PyTorch fully_shard) against strategy megatron, 3 iterations from the same
 seed-initialised weights (tied embeddings, as Llama-3.2). Suite dp_tp: megatron DP=4 vs fsdp2
 dp_shard=4, HSDP (dp_replicate=2, dp_shard=2), gradients reduced after every micro batch
 (defer_fsdp_grad_sync=False) and CP=2 (sharded over dp_shard*cp); megatron TP=2+SP vs fsdp2 TP=2+SP
@@ -79,7 +79,7 @@ def main(workdir: str, suite: str) -> None:
         f"dataset.data_paths=[{data}]",
         'dataset.split="1,0,0"',
         f"dataset.cache_dir={workdir}/cache",
-        "train.train_iters=5",
+        "train.train_iters=3",  # 3 steps: warm-up, then two steps at the decaying LR
         "optimizer.lr=0.003",
         "optimizer.min_lr=0.0003",
         "optimizer.clip_grad=0.5",  # small enough that clipping acts on some steps
