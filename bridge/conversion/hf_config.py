@@ -144,6 +144,17 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         decoder_sparse_step=1,
         mlp_only_layers=[],
     ),
+    "olmo2": dict(
+        _BASE,
+        hidden_size=4096,
+        num_hidden_layers=32,
+        intermediate_size=11008,
+        num_attention_heads=32,
+        max_position_embeddings=2048,
+        vocab_size=50304,
+        rms_norm_eps=1e-05,
+        attention_bias=False,
+    ),
 }
 
 

@@ -104,6 +104,12 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             mlp_only_layers=[],
         ),
     ),
+    # OLMo 2: norms after the branches, q/k RMSNorms over whole projections (GQA: 2 heads per group).
+    "olmo2": (
+        "Olmo2Config",
+        "Olmo2ForCausalLM",
+        dict(tie_word_embeddings=False, rope_theta=500000.0, pad_token_id=1, eos_token_id=2),
+    ),
 }
 MOE_FAMILIES = ("mixtral", "qwen3_moe", "qwen2_moe")
 
