@@ -40,6 +40,9 @@ class Family:
     model_type: str
     provider_fields: dict
     rules: tuple[Rule, ...]
+    # The family's own config translation (its mapping module's optional HF_CONFIG module, with
+    # provider_fields(cfg) and hf_fields(provider)); None for the families the generic rules cover.
+    hf_config: ModuleType | None = None
 
     def resolve(self, name: str) -> tuple[Rule, Mapping] | None:
         for rule in self.rules:
@@ -69,6 +72,7 @@ def _load(module_name: str) -> Family:
         model_type=module.HF_MODEL_TYPE,
         provider_fields=dict(module.PROVIDER_FIELDS),
         rules=tuple(_compile(row) for row in module.MAPPINGS),
+        hf_config=getattr(module, "HF_CONFIG", None),
     )
 
 
