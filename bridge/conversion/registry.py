@@ -92,6 +92,14 @@ def families() -> dict[str, Family]:
     return _FAMILIES
 
 
+def refused_architectures() -> dict[str, str]:
+    """Architecture -> why it does not convert (a family's mapping module's REFUSED_ARCHITECTURES)."""
+    table: dict[str, str] = {}
+    for module_name in mapping_modules():
+        table |= getattr(importlib.import_module(module_name), "REFUSED_ARCHITECTURES", {})
+    return table
+
+
 def supported_architectures() -> list[str]:
     return sorted(families())
 
@@ -101,6 +109,10 @@ def family_for(architectures: list[str] | None) -> Family:
     for arch in architectures or ():
         if arch in table:
             return table[arch]
+    refused = refused_architectures()
+    for arch in architectures or ():
+        if arch in refused:
+            raise ConfigError(f"architectures={architectures!r}: {refused[arch]}")
     raise ConfigError(
         f"architectures={architectures!r}: no conversion is registered for it; supported architectures "
         f"are {', '.join(supported_architectures())}. Fix: convert a checkpoint of one of those, or add "

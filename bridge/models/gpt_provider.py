@@ -315,6 +315,8 @@ class GPTModelProvider(TransformerFields):
             moe_layer_freq=(
                 tuple(self.moe_layer_freq) if isinstance(self.moe_layer_freq, list) else self.moe_layer_freq
             ),
+            layer_norms=4 if self.layernorm_placement == "sandwich" else 2,
+            qk_layernorm_per_projection=self.qk_layernorm and self.qk_layernorm_scope == "projection",
         )
 
     def layout(
