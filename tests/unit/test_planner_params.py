@@ -288,15 +288,16 @@ def test_partly_dense_stage_shares_follow_their_layers():
 
 
 @pytest.mark.parametrize("tp,pp", [(1, 1), (2, 1), (1, 2), (2, 2), (4, 4)])
-def test_rank_shares_add_up_to_the_model(tp, pp):
+@pytest.mark.parametrize("name", ["llama32_1b", "olmo2_7b"])  # OLMo 2's q/k norms are split by heads
+def test_rank_shares_add_up_to_the_model(tp, pp, name):
     # Summed over tp ranks and stages, the shares give the whole model plus what Megatron duplicates:
     # the norms (tp copies), the vocab padding, and a tied output copy on the last stage when pp > 1.
-    shape = SHAPES["llama32_1b"]
+    shape = SHAPES[name]
     layout = ParallelLayout(tp * pp, tp=tp, pp=pp, sequence_parallel=tp > 1, model=shape)
     summed = sum(params_per_rank(shape, layout, s).total for s in range(pp)) * tp
     count = count_parameters(shape)
     padded = padded_vocab_size(shape.vocab_size, tp)
     expected = count.total + (tp - 1) * count.norms + (padded - shape.vocab_size) * shape.hidden_size
-    if pp > 1:
+    if pp > 1 and shape.share_embeddings_and_output_weights:
         expected += padded * shape.hidden_size
     assert summed == expected
