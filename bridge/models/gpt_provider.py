@@ -278,7 +278,9 @@ class GPTModelProvider(TransformerFields):
         for name in ("attn_logit_softcapping", "final_logit_softcapping"):
             value = getattr(self, name)
             if value is not None and not value > 0:
-                raise _fail(name, value, "must be positive or None (no soft-capping)", "use e.g. 50.0 or None")
+                raise _fail(
+                    name, value, "must be positive or None (no soft-capping)", "use e.g. 50.0 or None"
+                )
 
     def layer_variant(self):
         """The layer variant bridge's spec builds for this model (pure data)."""

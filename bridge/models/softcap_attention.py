@@ -87,7 +87,9 @@ class SoftcapAttention(SDPAttention):
         k_pos = torch.arange(sk, device=device)[None, :]
         if attention_mask is not None:
             if attention_mask.dtype != torch.bool:
-                raise TypeError(f"attention_mask must be boolean (True = masked out), got {attention_mask.dtype}")
+                raise TypeError(
+                    f"attention_mask must be boolean (True = masked out), got {attention_mask.dtype}"
+                )
             attend = ~attention_mask
         elif self.attn_mask_type == AttnMaskType.causal:
             attend = k_pos <= q_pos

@@ -183,7 +183,6 @@ def params_per_rank(
     if not 0 <= stage < layout.pp:
         raise ValueError(f"stage {stage} outside 0..{layout.pp - 1}")
     tp, h = layout.tp, shape.hidden_size
-    kv = shape.kv_channels or h // shape.num_attention_heads
     per_stage = shape.num_layers // layout.pp
     dense = expert = 0
     kinds = shape.moe_layers()

@@ -61,7 +61,14 @@ QWEN2_57B_A14B = ModelShape(
 )
 # allenai/OLMo-2-1124-7B: q/k norms over whole projections (2 x 4096 weights per layer)
 OLMO2_7B = ModelShape(
-    32, 32, 32, 11008, hidden_size=4096, vocab_size=100352, qk_layernorm=True, qk_layernorm_per_projection=True
+    32,
+    32,
+    32,
+    11008,
+    hidden_size=4096,
+    vocab_size=100352,
+    qk_layernorm=True,
+    qk_layernorm_per_projection=True,
 )
 # google/gemma-2-2b: four norms per layer (sandwich), head_dim 256, tied embeddings
 GEMMA2_2B = ModelShape(

@@ -206,8 +206,14 @@ def test_olmo2_post_norms_and_projection_qk_norms():
     from tests.functional.workers.convert_models import make_hf_config
 
     f = fields_of(make_hf_config("olmo2"))
-    assert (f["layernorm_placement"], f["qk_layernorm"], f["qk_layernorm_scope"]) == ("post", True, "projection")
-    with pytest.raises(ConfigError, match=r"HF config attention_bias=True: the olmo2 mapping has no attention"):
+    assert (f["layernorm_placement"], f["qk_layernorm"], f["qk_layernorm_scope"]) == (
+        "post",
+        True,
+        "projection",
+    )
+    with pytest.raises(
+        ConfigError, match=r"HF config attention_bias=True: the olmo2 mapping has no attention"
+    ):
         fields_of(make_hf_config("olmo2", attention_bias=True))
 
 
@@ -222,7 +228,10 @@ def test_gemma2_fields_and_refusals():
     assert f["layernorm_zero_centered_gamma"] and f["scale_embeddings_by_sqrt_hidden"]
     assert f["layernorm_placement"] == "sandwich" and f["share_embeddings_and_output_weights"]
     three = ["sliding_attention", "sliding_attention", "full_attention"] * 2
-    assert fields_of(make_hf_config("gemma2", num_hidden_layers=6, layer_types=three))["window_attn_skip_freq"] == 3
+    assert (
+        fields_of(make_hf_config("gemma2", num_hidden_layers=6, layer_types=three))["window_attn_skip_freq"]
+        == 3
+    )
     f = fields_of(make_hf_config("gemma2", layer_types=["full_attention"] * 2))
     assert f["window_size"] is None  # no sliding layer
     f = fields_of(make_hf_config("gemma2", attn_logit_softcapping=None, final_logit_softcapping=None))
@@ -263,7 +272,8 @@ def test_phi3_sliding_window_partial_rotary_and_longrope():
 
 
 @pytest.mark.parametrize(
-    "family", ["llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe", "phi3", "qwen2_moe", "olmo2", "gemma2"]
+    "family",
+    ["llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe", "phi3", "qwen2_moe", "olmo2", "gemma2"],
 )
 def test_provider_to_config_json_and_back(family):
     import transformers

@@ -11,10 +11,10 @@ from bridge.parallel.layout import ParallelLayout  # noqa: E402
 from bridge.parallel.param_count import count_parameters, padded_vocab_size, params_per_rank  # noqa: E402
 from bridge.plan import shape_from_hf_config  # noqa: E402
 from tests.unit.published_shapes import (  # noqa: E402
+    GEMMA2_2B,
     LLAMA31_8B,
     LLAMA32_1B,
     MIXTRAL_8X7B,
-    GEMMA2_2B,
     OLMO2_7B,
     PHI3_MINI_4K,
     QWEN2_57B_A14B,

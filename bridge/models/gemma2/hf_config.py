@@ -1,12 +1,12 @@
 """Gemma 2 config.json <-> provider fields beyond the generic ones (bridge.conversion.hf_config).
 
-  hidden_activation   gelu_pytorch_tanh -> activation_func "gelu_tanh" (gelu -> "gelu"), gated (GeGLU)
-  query_pre_attn_scalar  softmax_scale = query_pre_attn_scalar ** -0.5
-  attn_logit_softcapping / final_logit_softcapping  the same-named provider fields
-  sliding_window + layer_types  window_size = [sliding_window - 1, 0] on the "sliding_attention"
-      layers; Megatron-Core's window_attn_skip_freq N (the provider keeps its integer form) makes
-      every N-th layer (1-based) global, which expresses transformers' default pattern and any
-      "N - 1 sliding, 1 full" pattern; other patterns are refused.
+hidden_activation   gelu_pytorch_tanh -> activation_func "gelu_tanh" (gelu -> "gelu"), gated (GeGLU)
+query_pre_attn_scalar  softmax_scale = query_pre_attn_scalar ** -0.5
+attn_logit_softcapping / final_logit_softcapping  the same-named provider fields
+sliding_window + layer_types  window_size = [sliding_window - 1, 0] on the "sliding_attention"
+    layers; Megatron-Core's window_attn_skip_freq N (the provider keeps its integer form) makes
+    every N-th layer (1-based) global, which expresses transformers' default pattern and any
+    "N - 1 sliding, 1 full" pattern; other patterns are refused.
 """
 
 from __future__ import annotations
@@ -62,7 +62,10 @@ def provider_fields(cfg: Any) -> dict[str, Any]:
     act = _get(cfg, "hidden_activation", "gelu_pytorch_tanh")
     if act not in _ACTIVATIONS:
         raise _refuse(
-            "hidden_activation", act, f"Gemma 2's GeGLU is built for {list(_ACTIVATIONS)}", "use gelu_pytorch_tanh"
+            "hidden_activation",
+            act,
+            f"Gemma 2's GeGLU is built for {list(_ACTIVATIONS)}",
+            "use gelu_pytorch_tanh",
         )
     if _get(cfg, "use_bidirectional_attention"):
         raise _refuse(

@@ -28,22 +28,40 @@ _GEMMA2: dict[str, Any] = dict(
 def gemma2_2b() -> GPTModelProvider:
     """google/gemma-2-2b."""
     return llama_style_provider(
-        **_GEMMA2, num_layers=26, hidden_size=2304, ffn_hidden_size=9216, num_attention_heads=8,
-        num_query_groups=4, kv_channels=256, softmax_scale=256**-0.5,
+        **_GEMMA2,
+        num_layers=26,
+        hidden_size=2304,
+        ffn_hidden_size=9216,
+        num_attention_heads=8,
+        num_query_groups=4,
+        kv_channels=256,
+        softmax_scale=256**-0.5,
     )
 
 
 def gemma2_9b() -> GPTModelProvider:
     """google/gemma-2-9b."""
     return llama_style_provider(
-        **_GEMMA2, num_layers=42, hidden_size=3584, ffn_hidden_size=14336, num_attention_heads=16,
-        num_query_groups=8, kv_channels=256, softmax_scale=256**-0.5,
+        **_GEMMA2,
+        num_layers=42,
+        hidden_size=3584,
+        ffn_hidden_size=14336,
+        num_attention_heads=16,
+        num_query_groups=8,
+        kv_channels=256,
+        softmax_scale=256**-0.5,
     )
 
 
 def gemma2_27b() -> GPTModelProvider:
     """google/gemma-2-27b: query_pre_attn_scalar 144 (hidden / heads), not the head dimension 128."""
     return llama_style_provider(
-        **_GEMMA2, num_layers=46, hidden_size=4608, ffn_hidden_size=36864, num_attention_heads=32,
-        num_query_groups=16, kv_channels=128, softmax_scale=144**-0.5,
+        **_GEMMA2,
+        num_layers=46,
+        hidden_size=4608,
+        ffn_hidden_size=36864,
+        num_attention_heads=32,
+        num_query_groups=16,
+        kv_channels=128,
+        softmax_scale=144**-0.5,
     )

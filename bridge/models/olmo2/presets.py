@@ -21,7 +21,11 @@ _OLMO2: dict[str, Any] = dict(
 def olmo2_1b() -> GPTModelProvider:
     """allenai/OLMo-2-0425-1B."""
     return llama_style_provider(
-        **_OLMO2, num_layers=16, hidden_size=2048, ffn_hidden_size=8192, num_attention_heads=16,
+        **_OLMO2,
+        num_layers=16,
+        hidden_size=2048,
+        ffn_hidden_size=8192,
+        num_attention_heads=16,
         num_query_groups=16,
     )
 
@@ -29,7 +33,11 @@ def olmo2_1b() -> GPTModelProvider:
 def olmo2_7b() -> GPTModelProvider:
     """allenai/OLMo-2-1124-7B."""
     return llama_style_provider(
-        **_OLMO2, num_layers=32, hidden_size=4096, ffn_hidden_size=11008, num_attention_heads=32,
+        **_OLMO2,
+        num_layers=32,
+        hidden_size=4096,
+        ffn_hidden_size=11008,
+        num_attention_heads=32,
         num_query_groups=32,
     )
 
@@ -37,6 +45,10 @@ def olmo2_7b() -> GPTModelProvider:
 def olmo2_13b() -> GPTModelProvider:
     """allenai/OLMo-2-1124-13B."""
     return llama_style_provider(
-        **_OLMO2, num_layers=40, hidden_size=5120, ffn_hidden_size=13824, num_attention_heads=40,
+        **_OLMO2,
+        num_layers=40,
+        hidden_size=5120,
+        ffn_hidden_size=13824,
+        num_attention_heads=40,
         num_query_groups=40,
     )
