@@ -84,10 +84,16 @@ def shape_from_hf_config(cfg: dict, source: str = "config.json") -> ModelShape:
         hidden_size=hidden,
         vocab_size=cfg.get("vocab_size"),
         kv_channels=cfg.get("head_dim") or None,
-        gated_linear_unit=cfg.get("hidden_act", "silu") in ("silu", "swish", "swiglu"),
-        share_embeddings_and_output_weights=bool(cfg.get("tie_word_embeddings", False)),
+        # Gemma 2's GeGLU is gated too (its activation is hidden_activation)
+        gated_linear_unit=cfg.get("hidden_act", "silu") in ("silu", "swish", "swiglu")
+        or model_type == "gemma2",
         add_qkv_bias=model_type in ("qwen2", "qwen2_moe") or bool(cfg.get("attention_bias", False)),
-        qk_layernorm=model_type in ("qwen3", "qwen3_moe"),
+        qk_layernorm=model_type in ("qwen3", "qwen3_moe", "olmo2"),
+        qk_layernorm_per_projection=model_type == "olmo2",  # OLMo 2's q_norm / k_norm span all heads
+        layer_norms=4 if model_type == "gemma2" else 2,  # Gemma 2: sandwich norms
+        share_embeddings_and_output_weights=bool(
+            cfg.get("tie_word_embeddings", model_type == "gemma2")  # Gemma 2 ties by default
+        ),
         moe_router_topk=cfg.get("num_experts_per_tok", 2) if experts else 2,
         moe_ffn_hidden_size=cfg.get("moe_intermediate_size") if experts else None,
         moe_shared_expert_intermediate_size=cfg.get("shared_expert_intermediate_size") if experts else None,

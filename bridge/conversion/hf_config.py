@@ -144,6 +144,35 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         decoder_sparse_step=1,
         mlp_only_layers=[],
     ),
+    "olmo2": dict(
+        _BASE,
+        hidden_size=4096,
+        num_hidden_layers=32,
+        intermediate_size=11008,
+        num_attention_heads=32,
+        max_position_embeddings=2048,
+        vocab_size=50304,
+        rms_norm_eps=1e-05,
+        attention_bias=False,
+    ),
+    "gemma2": dict(
+        {k: v for k, v in _BASE.items() if k != "hidden_act"},  # Gemma 2 reads hidden_activation
+        hidden_size=2304,
+        num_hidden_layers=26,
+        intermediate_size=9216,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=256,
+        hidden_activation="gelu_pytorch_tanh",
+        max_position_embeddings=8192,
+        vocab_size=256000,
+        tie_word_embeddings=True,
+        query_pre_attn_scalar=256,
+        sliding_window=4096,
+        final_logit_softcapping=30.0,
+        attn_logit_softcapping=50.0,
+        attention_bias=False,
+    ),
 }
 
 
@@ -322,7 +351,8 @@ def _shared_expert_fields(cfg: Any, family: Family) -> dict[str, Any]:
 def provider_fields(cfg: Any, family: Family) -> dict[str, Any]:
     """GPTModelProvider keyword arguments for an HF config (a PretrainedConfig or its dict)."""
     act = _get(cfg, "hidden_act", "silu")
-    if act != "silu":
+    own_activation = getattr(family.hf_config, "OWN_ACTIVATION", False)  # e.g. Gemma's hidden_activation
+    if act != "silu" and not own_activation:
         raise _refuse("hidden_act", act, "the supported families use SwiGLU (silu)", "use a silu model")
     for flag in ("mlp_bias",):
         if _get(cfg, flag, False):
@@ -389,6 +419,8 @@ def provider_fields(cfg: Any, family: Family) -> dict[str, Any]:
     fields.update(_rope_fields(cfg))
     fields.update(_moe_fields(cfg))
     fields.update(_shared_expert_fields(cfg, family))
+    if family.hf_config is not None:
+        fields.update(family.hf_config.provider_fields(cfg))
     fields.update(family.provider_fields)
     return fields
 
@@ -410,6 +442,14 @@ OPTIONAL_MATH_FIELDS = (
     "moe_shared_expert_intermediate_size",
     "moe_shared_expert_gate",
     "moe_layer_freq",
+    "window_attn_skip_freq",
+    "softmax_scale",
+    "layernorm_zero_centered_gamma",
+    "layernorm_placement",
+    "qk_layernorm_scope",
+    "attn_logit_softcapping",
+    "final_logit_softcapping",
+    "scale_embeddings_by_sqrt_hidden",
 )
 
 _DTYPE_TO_HF = {v: k for k, v in HF_DTYPES.items()}
@@ -499,6 +539,8 @@ def hf_config_dict(provider: Any, family: Family, architecture: str) -> dict[str
             out["shared_expert_intermediate_size"] = p.moe_shared_expert_intermediate_size
         if family.model_type == "qwen2_moe":
             out["qkv_bias"] = True
+    if family.hf_config is not None:
+        out.update(family.hf_config.hf_fields(p))
     # Whatever the family cannot express shows up as a math field that does not come back.
     for name, value in provider_fields(out, family).items():
         have = getattr(p, name)

@@ -40,6 +40,9 @@ class Family:
     model_type: str
     provider_fields: dict
     rules: tuple[Rule, ...]
+    # The family's own config translation (its mapping module's optional HF_CONFIG module, with
+    # provider_fields(cfg) and hf_fields(provider)); None for the families the generic rules cover.
+    hf_config: ModuleType | None = None
 
     def resolve(self, name: str) -> tuple[Rule, Mapping] | None:
         for rule in self.rules:
@@ -69,6 +72,7 @@ def _load(module_name: str) -> Family:
         model_type=module.HF_MODEL_TYPE,
         provider_fields=dict(module.PROVIDER_FIELDS),
         rules=tuple(_compile(row) for row in module.MAPPINGS),
+        hf_config=getattr(module, "HF_CONFIG", None),
     )
 
 
@@ -88,6 +92,14 @@ def families() -> dict[str, Family]:
     return _FAMILIES
 
 
+def refused_architectures() -> dict[str, str]:
+    """Architecture -> why it does not convert (a family's mapping module's REFUSED_ARCHITECTURES)."""
+    table: dict[str, str] = {}
+    for module_name in mapping_modules():
+        table |= getattr(importlib.import_module(module_name), "REFUSED_ARCHITECTURES", {})
+    return table
+
+
 def supported_architectures() -> list[str]:
     return sorted(families())
 
@@ -97,6 +109,10 @@ def family_for(architectures: list[str] | None) -> Family:
     for arch in architectures or ():
         if arch in table:
             return table[arch]
+    refused = refused_architectures()
+    for arch in architectures or ():
+        if arch in refused:
+            raise ConfigError(f"architectures={architectures!r}: {refused[arch]}")
     raise ConfigError(
         f"architectures={architectures!r}: no conversion is registered for it; supported architectures "
         f"are {', '.join(supported_architectures())}. Fix: convert a checkpoint of one of those, or add "

@@ -75,7 +75,7 @@ class SDPAttention(MegatronModule):
         pg_collection: ProcessGroupCollection | None = None,
     ):
         super().__init__(config=config)
-        reason = unsupported_reason(config, layer_number)
+        reason = self.unsupported_reason(config, layer_number)
         if reason is not None:
             raise ConfigError(
                 f"{reason}. Fix: set model.attention_backend=unfused (Megatron-Core's DotProductAttention) "
@@ -120,6 +120,11 @@ class SDPAttention(MegatronModule):
             1.0 / math.sqrt(self.hidden_size_per_attention_head) if softmax_scale is None else softmax_scale
         )
         self.dropout_p = config.attention_dropout if attention_dropout is None else attention_dropout
+
+    @staticmethod
+    def unsupported_reason(config: TransformerConfig, layer_number: int | None = None) -> str | None:
+        """What this class cannot run (subclasses that run more override it)."""
+        return unsupported_reason(config, layer_number)
 
     def forward(
         self,

@@ -43,7 +43,13 @@ ACTIVATIONS = {
     "squared_relu": ("megatron.core.activations", "squared_relu"),
     "quick_gelu": ("megatron.core.activations", "quick_gelu"),
     "fast_gelu": ("megatron.core.activations", "fast_gelu"),
+    "gelu_tanh": ("bridge.models.activations", "gelu_tanh"),  # HF gelu_pytorch_tanh (Gemma's GeGLU)
 }
+
+# Layer variants bridge's local spec builds (bridge.models.layer_variant): where the norms sit, and the
+# scope of the q/k norms.
+LAYERNORM_PLACEMENTS = ("pre", "post", "sandwich")
+QK_LAYERNORM_SCOPES = ("head", "projection")
 
 # GPTModel position embeddings the provider can build ("yarn" and "mrope" need settings
 # TransformerConfig does not carry in this release).
@@ -129,6 +135,18 @@ class GPTModelProvider(TransformerFields):
     parallel_output: bool = True
     scatter_embedding_sequence_parallel: bool = True
 
+    # Layer and model variants outside TransformerConfig, built by bridge (bridge.models.layer_variant,
+    # bridge.models.output_hooks); the defaults are the plain pre-norm GPT.
+    # "pre": a norm before attention and before the MLP; "post" (OLMo 2): a norm after each (on the
+    # branch output, before the residual add), none before; "sandwich" (Gemma 2/3): both.
+    layernorm_placement: str = "pre"
+    # q/k norms (qk_layernorm) over each head ("head") or over the whole q / k projection, all heads
+    # together ("projection", OLMo 2).
+    qk_layernorm_scope: str = "head"
+    attn_logit_softcapping: float | None = None  # scores -> tanh(s / c) * c before the mask (Gemma 2)
+    final_logit_softcapping: float | None = None  # logits -> tanh(l / c) * c (Gemma 2)
+    scale_embeddings_by_sqrt_hidden: bool = False  # embeddings * sqrt(hidden_size), in their dtype (Gemma)
+
     def __setattr__(self, name: str, value: Any) -> None:
         # A typo (provider.num_layer = 4) must fail, not create a new attribute nobody reads.
         if not name.startswith("_") and name not in _field_names(type(self)):
@@ -180,6 +198,7 @@ class GPTModelProvider(TransformerFields):
         for name, known in checks:
             if getattr(self, name) not in known:
                 raise _fail(name, getattr(self, name), f"must be one of {list(known)}", "pick one of those")
+        self._check_layer_variant()
         if self.multi_latent_attention:
             raise _fail(
                 "multi_latent_attention",
@@ -242,6 +261,37 @@ class GPTModelProvider(TransformerFields):
                     "set the number of experts each token is routed to",
                 )
 
+    def _check_layer_variant(self) -> None:
+        for name, known in (
+            ("layernorm_placement", LAYERNORM_PLACEMENTS),
+            ("qk_layernorm_scope", QK_LAYERNORM_SCOPES),
+        ):
+            if getattr(self, name) not in known:
+                raise _fail(name, getattr(self, name), f"must be one of {list(known)}", "pick one of those")
+        if self.qk_layernorm_scope == "projection" and not self.qk_layernorm:
+            raise _fail(
+                "qk_layernorm_scope",
+                "projection",
+                "scopes the q/k norms, which qk_layernorm=False does not build",
+                "set model.qk_layernorm=True or model.qk_layernorm_scope=head",
+            )
+        for name in ("attn_logit_softcapping", "final_logit_softcapping"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise _fail(
+                    name, value, "must be positive or None (no soft-capping)", "use e.g. 50.0 or None"
+                )
+
+    def layer_variant(self):
+        """The layer variant bridge's spec builds for this model (pure data)."""
+        from bridge.models.layer_variant import LayerVariant
+
+        return LayerVariant(
+            layernorm_placement=self.layernorm_placement,
+            qk_layernorm_scope=self.qk_layernorm_scope,
+            attn_logit_softcapping=self.attn_logit_softcapping,
+        )
+
     def model_shape(self) -> ModelShape:
         """The model facts the layout rules and the planner need."""
         from bridge.parallel.layout import ModelShape
@@ -267,6 +317,8 @@ class GPTModelProvider(TransformerFields):
             moe_layer_freq=(
                 tuple(self.moe_layer_freq) if isinstance(self.moe_layer_freq, list) else self.moe_layer_freq
             ),
+            layer_norms=4 if self.layernorm_placement == "sandwich" else 2,
+            qk_layernorm_per_projection=self.qk_layernorm and self.qk_layernorm_scope == "projection",
         )
 
     def layout(
@@ -374,9 +426,18 @@ class GPTModelProvider(TransformerFields):
         from megatron.core import parallel_state
         from megatron.core.models.gpt import GPTModel
 
-        from bridge.models.specs import gpt_block_spec, local_core_attention, use_transformer_engine
+        from bridge.models.specs import gpt_block_spec, local_core_attention, uses_te_spec
 
-        if self.context_parallel_size > 1 and not use_transformer_engine():
+        variant = self.layer_variant()
+        if self.context_parallel_size > 1 and variant.attn_logit_softcapping is not None:
+            raise _fail(
+                "context_parallel_size",
+                self.context_parallel_size,
+                "attention logit soft-capping runs through bridge's explicit softcap attention "
+                "(bridge.models.softcap_attention), which has no context-parallel path",
+                "set model.context_parallel_size=1",
+            )
+        if self.context_parallel_size > 1 and not uses_te_spec(variant):
             # Without TE, CP runs through the local spec's SDPAttention (K/V all-gathered over the CP group);
             # Megatron-Core's DotProductAttention refuses CP.
             from bridge.models.attention import SDPAttention, unsupported_reason
@@ -405,7 +466,7 @@ class GPTModelProvider(TransformerFields):
             post_process = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
         model = GPTModel(
             config=config,
-            transformer_layer_spec=gpt_block_spec(config, vp_stage=vp_stage),
+            transformer_layer_spec=gpt_block_spec(config, vp_stage=vp_stage, variant=variant),
             vocab_size=self.padded_vocab_size(),
             max_sequence_length=self.seq_length,
             pre_process=pre_process,
@@ -423,6 +484,9 @@ class GPTModelProvider(TransformerFields):
             vp_stage=vp_stage,
         )
         self._apply_rope_scaling_factors(model)
+        from bridge.models.output_hooks import apply_output_hooks
+
+        apply_output_hooks(model, self)
         return model
 
     def _apply_rope_scaling_factors(self, model) -> None:

@@ -53,11 +53,21 @@ def use_transformer_engine() -> bool:
     return True
 
 
-def gpt_block_spec(config, vp_stage: int | None = None):
-    """The TransformerBlock spec for this pipeline (virtual) stage: its layers and its final norm."""
+def uses_te_spec(variant=None) -> bool:
+    """Transformer Engine's spec, or the local one: TE when it can run and the layer variant is the
+    default (TE's spec has no post-branch norms, projection-wide q/k norms or soft-capping, so a
+    family that needs them runs Megatron-Core's local modules, on CUDA as on CPU)."""
+    return use_transformer_engine() and (variant is None or variant.is_default)
+
+
+def gpt_block_spec(config, vp_stage: int | None = None, variant=None):
+    """The TransformerBlock spec for this pipeline (virtual) stage: its layers and its final norm.
+    `variant` (bridge.models.layer_variant.LayerVariant) swaps in the family's layer modules."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
-    te = use_transformer_engine()
+    te = uses_te_spec(variant)
+    if use_transformer_engine() and not te:
+        logger.info("layer variant %s: Megatron-Core's local spec (Transformer Engine's has none)", variant)
     block = get_gpt_decoder_block_spec(
         config,
         use_transformer_engine=te,
@@ -69,6 +79,12 @@ def gpt_block_spec(config, vp_stage: int | None = None):
         return block
     block = _with_sequence_parallel_norms(block)
     block = _with_expert_linears(block)
+    if variant is not None and not variant.is_default:
+        from bridge.models.variant_spec import with_layer_variant
+
+        block = with_layer_variant(block, variant)
+        if variant.attn_logit_softcapping is not None:
+            return block  # its core attention is the soft-capping one, whatever the backend
     attention = local_core_attention(config)
     if attention is None:
         return block

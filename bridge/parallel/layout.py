@@ -70,6 +70,10 @@ class ModelShape:
     # Megatron-Core's moe_layer_freq: N = a MoE layer every N layers (layer % N == 0), or a per-layer
     # tuple of 1 (MoE) / 0 (dense MLP of ffn_hidden_size)
     moe_layer_freq: int | tuple[int, ...] = 1
+    layer_norms: int = 2  # hidden-size norms per layer: 2 (pre or post, OLMo 2), 4 (sandwich, Gemma 2)
+    # q/k norms over the whole projections (OLMo 2: heads * head_dim weights, TP-sharded by heads)
+    # instead of one head_dim weight each
+    qk_layernorm_per_projection: bool = False
 
     def __post_init__(self):
         for name in ("num_layers", "num_attention_heads"):

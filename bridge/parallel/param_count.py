@@ -63,6 +63,21 @@ def _require(shape: ModelShape, *names: str) -> None:
         )
 
 
+def _qk_norm_params(shape: ModelShape) -> int:
+    """q/k norm weights of one layer: one head_dim vector each, or (per projection) one per q / k entry."""
+    if not shape.qk_layernorm:
+        return 0
+    kv = shape.kv_channels or shape.hidden_size // shape.num_attention_heads
+    if shape.qk_layernorm_per_projection:
+        return (shape.num_attention_heads + shape.query_groups) * kv
+    return 2 * kv
+
+
+def _replicated_qk_norm_params(shape: ModelShape) -> int:
+    """The q/k norm weights every TP rank holds whole (per-projection ones are split by heads)."""
+    return 0 if shape.qk_layernorm_per_projection else _qk_norm_params(shape)
+
+
 def _layer_parts(shape: ModelShape, moe: bool | None = None) -> dict[str, int]:
     """Parameters of one transformer layer, by part: a MoE layer or a dense one (default: the model's
     first layer kind, MoE for a model whose every layer is MoE)."""
@@ -76,12 +91,11 @@ def _layer_parts(shape: ModelShape, moe: bool | None = None) -> dict[str, int]:
     attention = h * (q_size + 2 * kv_size) + q_size * h
     if shape.add_qkv_bias:
         attention += q_size + 2 * kv_size
-    if shape.qk_layernorm:
-        attention += 2 * kv  # one norm over the head dimension for q and one for k
+    attention += _qk_norm_params(shape)
     mats = 3 if shape.gated_linear_unit else 2  # gate+up+down, or fc1+fc2
     parts = {
         "attention": attention,
-        "norms": 2 * h,
+        "norms": shape.layer_norms * h,
         "mlp": 0,
         "router": 0,
         "experts": 0,
@@ -169,16 +183,16 @@ def params_per_rank(
     if not 0 <= stage < layout.pp:
         raise ValueError(f"stage {stage} outside 0..{layout.pp - 1}")
     tp, h = layout.tp, shape.hidden_size
-    kv = shape.kv_channels or h // shape.num_attention_heads
     per_stage = shape.num_layers // layout.pp
     dense = expert = 0
     kinds = shape.moe_layers()
     for i in range(stage * per_stage, (stage + 1) * per_stage):
         p = _layer_parts(shape, kinds[i])
-        norm_like = p["norms"] + (2 * kv if shape.qk_layernorm else 0)  # replicated across tp
+        qk_norms = _replicated_qk_norm_params(shape)
+        norm_like = p["norms"] + qk_norms  # replicated across tp
         gate = h if p["shared"] and shape.moe_shared_expert_gate else 0  # replicated across tp
         dense += (
-            (p["attention"] - (2 * kv if shape.qk_layernorm else 0)) // tp
+            (p["attention"] - qk_norms) // tp
             + norm_like
             + p["mlp"] // tp
             + p["router"]

@@ -59,3 +59,26 @@ QWEN2_57B_A14B = ModelShape(
     vocab_size=151936,
     add_qkv_bias=True,
 )
+# allenai/OLMo-2-1124-7B: q/k norms over whole projections (2 x 4096 weights per layer)
+OLMO2_7B = ModelShape(
+    32,
+    32,
+    32,
+    11008,
+    hidden_size=4096,
+    vocab_size=100352,
+    qk_layernorm=True,
+    qk_layernorm_per_projection=True,
+)
+# google/gemma-2-2b: four norms per layer (sandwich), head_dim 256, tied embeddings
+GEMMA2_2B = ModelShape(
+    26,
+    8,
+    4,
+    9216,
+    hidden_size=2304,
+    vocab_size=256000,
+    kv_channels=256,
+    share_embeddings_and_output_weights=True,
+    layer_norms=4,
+)

@@ -202,6 +202,54 @@ def test_qwen2_moe_is_refused_where_megatron_core_lacks_the_shared_expert_gate(m
         fields_of(Qwen2MoeConfig(architectures=["Qwen2MoeForCausalLM"]))
 
 
+def test_olmo2_post_norms_and_projection_qk_norms():
+    from tests.functional.workers.convert_models import make_hf_config
+
+    f = fields_of(make_hf_config("olmo2"))
+    assert (f["layernorm_placement"], f["qk_layernorm"], f["qk_layernorm_scope"]) == (
+        "post",
+        True,
+        "projection",
+    )
+    with pytest.raises(
+        ConfigError, match=r"HF config attention_bias=True: the olmo2 mapping has no attention"
+    ):
+        fields_of(make_hf_config("olmo2", attention_bias=True))
+
+
+def test_gemma2_fields_and_refusals():
+    from tests.functional.workers.convert_models import make_hf_config
+
+    f = fields_of(make_hf_config("gemma2", num_hidden_layers=4))
+    assert f["activation_func"] == "gelu_tanh" and f["gated_linear_unit"]
+    assert f["softmax_scale"] == 24**-0.5 and f["kv_channels"] == 32
+    assert (f["attn_logit_softcapping"], f["final_logit_softcapping"]) == (2.0, 3.0)
+    assert f["window_size"] == [5, 0] and f["window_attn_skip_freq"] == 2  # layers 2 and 4 global
+    assert f["layernorm_zero_centered_gamma"] and f["scale_embeddings_by_sqrt_hidden"]
+    assert f["layernorm_placement"] == "sandwich" and f["share_embeddings_and_output_weights"]
+    three = ["sliding_attention", "sliding_attention", "full_attention"] * 2
+    assert (
+        fields_of(make_hf_config("gemma2", num_hidden_layers=6, layer_types=three))["window_attn_skip_freq"]
+        == 3
+    )
+    f = fields_of(make_hf_config("gemma2", layer_types=["full_attention"] * 2))
+    assert f["window_size"] is None  # no sliding layer
+    f = fields_of(make_hf_config("gemma2", attn_logit_softcapping=None, final_logit_softcapping=None))
+    assert f["attn_logit_softcapping"] is None and f["final_logit_softcapping"] is None
+    odd = ["full_attention", "sliding_attention"]
+    with pytest.raises(ConfigError, match=r"HF config layer_types=.*window_attn_skip_freq N"):
+        fields_of(make_hf_config("gemma2", layer_types=odd))
+    with pytest.raises(ConfigError, match=r"HF config hidden_activation='silu': Gemma 2's GeGLU"):
+        fields_of(make_hf_config("gemma2", hidden_activation="silu"))
+    with pytest.raises(ConfigError, match=r"HF config use_bidirectional_attention=True"):
+        fields_of(make_hf_config("gemma2", use_bidirectional_attention=True))
+
+
+def test_gemma3_text_is_refused_with_its_reason():
+    with pytest.raises(ConfigError, match=r"Gemma3ForCausalLM.*rope_local_base_freq.*Fix: convert a Gemma 2"):
+        family_for(["Gemma3ForCausalLM"])
+
+
 def test_phi3_sliding_window_partial_rotary_and_longrope():
     from transformers import Phi3Config
 
@@ -224,7 +272,8 @@ def test_phi3_sliding_window_partial_rotary_and_longrope():
 
 
 @pytest.mark.parametrize(
-    "family", ["llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe", "phi3", "qwen2_moe"]
+    "family",
+    ["llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe", "phi3", "qwen2_moe", "olmo2", "gemma2"],
 )
 def test_provider_to_config_json_and_back(family):
     import transformers
@@ -266,6 +315,8 @@ _ARCH = {
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "phi3": "Phi3ForCausalLM",
     "qwen2_moe": "Qwen2MoeForCausalLM",
+    "olmo2": "Olmo2ForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
 }
 
 

@@ -163,7 +163,14 @@ def test_family_tables_resolve_global_names():
         "Qwen3MoeForCausalLM",
         "Phi3ForCausalLM",
         "Qwen2MoeForCausalLM",
+        "Olmo2ForCausalLM",
+        "Gemma2ForCausalLM",
     }
+    # OLMo 2's whole-projection q norm is cut by heads (column); its post-branch norms sit in the linears
+    _, m = family_for(["Olmo2ForCausalLM"]).resolve("decoder.layers.1.self_attention.q_layernorm.weight")
+    assert m.kind == "column" and m.hf == ("model.layers.1.self_attn.q_norm.weight",)
+    _, m = family_for(["Gemma2ForCausalLM"]).resolve("decoder.layers.0.mlp.linear_fc2.post_layernorm.weight")
+    assert m.hf == ("model.layers.0.post_feedforward_layernorm.weight",)
     qwen2_moe = family_for(["Qwen2MoeForCausalLM"])
     rule, m = qwen2_moe.resolve("decoder.layers.5.mlp.shared_experts.gate_weight")
     assert m.hf == ("model.layers.5.mlp.shared_expert_gate.weight",) and m.kind == "replicated"

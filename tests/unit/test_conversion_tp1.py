@@ -223,6 +223,7 @@ def test_unsupported_architecture(sources, tmp_path):
         AutoBridge.from_hf_config(config)
     assert AutoBridge.list_supported_models() == sorted(
         [
+            "Gemma2ForCausalLM",
             "LlamaForCausalLM",
             "MistralForCausalLM",
             "MixtralForCausalLM",
@@ -231,6 +232,7 @@ def test_unsupported_architecture(sources, tmp_path):
             "Qwen2MoeForCausalLM",
             "Qwen3ForCausalLM",
             "Qwen3MoeForCausalLM",
+            "Olmo2ForCausalLM",
         ]
     )
 

@@ -278,6 +278,25 @@ def test_context_parallel_without_transformer_engine_needs_sdpa_attention(built,
         tiny(context_parallel_size=2, **overrides).provide()
 
 
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        ({"layernorm_placement": "middle"}, r"model.layernorm_placement='middle': must be one of"),
+        ({"qk_layernorm_scope": "projection"}, r"model.qk_layernorm_scope='projection'.*qk_layernorm=False"),
+        ({"attn_logit_softcapping": 0.0}, r"model.attn_logit_softcapping=0.0: must be positive"),
+        ({"final_logit_softcapping": -1.0}, r"model.final_logit_softcapping=-1.0: must be positive"),
+    ],
+)
+def test_layer_variant_fields_are_checked(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        tiny(**overrides).finalize()
+
+
+def test_soft_capped_attention_refuses_context_parallelism(built):
+    with pytest.raises(ConfigError, match=r"context_parallel_size=2: attention logit soft-capping.*Fix"):
+        tiny(context_parallel_size=2, attn_logit_softcapping=50.0).provide()
+
+
 def test_groups_of_another_layout_are_refused(built):
     with pytest.raises(ConfigError, match="tensor_model_parallel_size=2.*initialized with 1"):
         tiny(tensor_model_parallel_size=2).provide_distributed_model(wrap_with_ddp=False)

@@ -11,9 +11,11 @@ from bridge.parallel.layout import ParallelLayout  # noqa: E402
 from bridge.parallel.param_count import count_parameters, padded_vocab_size, params_per_rank  # noqa: E402
 from bridge.plan import shape_from_hf_config  # noqa: E402
 from tests.unit.published_shapes import (  # noqa: E402
+    GEMMA2_2B,
     LLAMA31_8B,
     LLAMA32_1B,
     MIXTRAL_8X7B,
+    OLMO2_7B,
     PHI3_MINI_4K,
     QWEN2_57B_A14B,
     QWEN3_30B_A3B,
@@ -177,9 +179,41 @@ CONFIGS = {
             model_type="qwen3_moe",
         ),
     ),
+    "olmo2_7b": (
+        "Olmo2Config",
+        "Olmo2ForCausalLM",
+        dict(
+            vocab_size=100352,
+            hidden_size=4096,
+            intermediate_size=11008,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=32,
+            tie_word_embeddings=False,
+            hidden_act="silu",
+            model_type="olmo2",
+        ),
+    ),
+    "gemma2_2b": (
+        "Gemma2Config",
+        "Gemma2ForCausalLM",
+        dict(
+            vocab_size=256000,
+            hidden_size=2304,
+            intermediate_size=9216,
+            num_hidden_layers=26,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            head_dim=256,
+            hidden_activation="gelu_pytorch_tanh",
+            model_type="gemma2",
+        ),
+    ),
 }
 # The same models written as ModelShapes by hand (Megatron field names).
 SHAPES = {
+    "olmo2_7b": OLMO2_7B,
+    "gemma2_2b": GEMMA2_2B,
     "llama32_1b": LLAMA32_1B,
     "llama31_8b": LLAMA31_8B,
     "qwen3_30b_a3b": QWEN3_30B_A3B,
@@ -254,15 +288,16 @@ def test_partly_dense_stage_shares_follow_their_layers():
 
 
 @pytest.mark.parametrize("tp,pp", [(1, 1), (2, 1), (1, 2), (2, 2), (4, 4)])
-def test_rank_shares_add_up_to_the_model(tp, pp):
+@pytest.mark.parametrize("name", ["llama32_1b", "olmo2_7b"])  # OLMo 2's q/k norms are split by heads
+def test_rank_shares_add_up_to_the_model(tp, pp, name):
     # Summed over tp ranks and stages, the shares give the whole model plus what Megatron duplicates:
     # the norms (tp copies), the vocab padding, and a tied output copy on the last stage when pp > 1.
-    shape = SHAPES["llama32_1b"]
+    shape = SHAPES[name]
     layout = ParallelLayout(tp * pp, tp=tp, pp=pp, sequence_parallel=tp > 1, model=shape)
     summed = sum(params_per_rank(shape, layout, s).total for s in range(pp)) * tp
     count = count_parameters(shape)
     padded = padded_vocab_size(shape.vocab_size, tp)
     expected = count.total + (tp - 1) * count.norms + (padded - shape.vocab_size) * shape.hidden_size
-    if pp > 1:
+    if pp > 1 and shape.share_embeddings_and_output_weights:
         expected += padded * shape.hidden_size
     assert summed == expected

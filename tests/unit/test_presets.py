@@ -85,7 +85,40 @@ PUBLISHED = {
         num_attention_heads=28, num_key_value_heads=4, vocab_size=151936, max_position_embeddings=131072,
         rms_norm_eps=1e-6, rope_theta=1000000.0, router_aux_loss_coef=0.001, use_sliding_window=False,
         tie_word_embeddings=False)),
+    "olmo2_1b": ("Olmo2Config", dict(  # allenai/OLMo-2-0425-1B
+        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=16,
+        num_key_value_heads=16, vocab_size=100352, max_position_embeddings=4096, rms_norm_eps=1e-6,
+        rope_theta=500000.0, tie_word_embeddings=False)),
+    "olmo2_7b": ("Olmo2Config", dict(  # allenai/OLMo-2-1124-7B
+        hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=32, vocab_size=100352, max_position_embeddings=4096, rms_norm_eps=1e-6,
+        rope_theta=500000.0, tie_word_embeddings=False)),
+    "olmo2_13b": ("Olmo2Config", dict(  # allenai/OLMo-2-1124-13B
+        hidden_size=5120, intermediate_size=13824, num_hidden_layers=40, num_attention_heads=40,
+        num_key_value_heads=40, vocab_size=100352, max_position_embeddings=4096, rms_norm_eps=1e-6,
+        rope_theta=500000.0, tie_word_embeddings=False)),
+    "gemma2_2b": ("Gemma2Config", dict(  # google/gemma-2-2b
+        hidden_size=2304, intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=256, vocab_size=256000, max_position_embeddings=8192,
+        rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True, query_pre_attn_scalar=256,
+        sliding_window=4096, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+        hidden_activation="gelu_pytorch_tanh")),
+    "gemma2_9b": ("Gemma2Config", dict(  # google/gemma-2-9b
+        hidden_size=3584, intermediate_size=14336, num_hidden_layers=42, num_attention_heads=16,
+        num_key_value_heads=8, head_dim=256, vocab_size=256000, max_position_embeddings=8192,
+        rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True, query_pre_attn_scalar=256,
+        sliding_window=4096, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+        hidden_activation="gelu_pytorch_tanh")),
+    "gemma2_27b": ("Gemma2Config", dict(  # google/gemma-2-27b
+        hidden_size=4608, intermediate_size=36864, num_hidden_layers=46, num_attention_heads=32,
+        num_key_value_heads=16, head_dim=128, vocab_size=256000, max_position_embeddings=8192,
+        rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True, query_pre_attn_scalar=144,
+        sliding_window=4096, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+        hidden_activation="gelu_pytorch_tanh")),
 }  # fmt: skip
+# Families whose presets are checked field by field against the provider the HF config converts to
+# (their math lives in fields the generic asserts below do not cover).
+CONVERTED_FIELDS = ("olmo2", "gemma2")
 QKV_BIAS = {"qwen25_7b", "qwen15_moe_a27b", "qwen2_57b_a14b"}
 
 
@@ -108,10 +141,11 @@ def test_preset_values_equal_published_config(name):
     assert p.vocab_size == hf["vocab_size"] and p.seq_length == hf["max_position_embeddings"]
     assert p.layernorm_epsilon == hf["rms_norm_eps"] and p.rotary_base == hf["rope_theta"]
     assert p.share_embeddings_and_output_weights == hf["tie_word_embeddings"]
-    assert (p.normalization, p.activation_func, p.gated_linear_unit) == ("RMSNorm", "silu", True)
+    activation = "gelu_tanh" if name.startswith("gemma2") else "silu"
+    assert (p.normalization, p.activation_func, p.gated_linear_unit) == ("RMSNorm", activation, True)
     assert p.position_embedding_type == "rope" and not p.add_bias_linear
     assert p.add_qkv_bias == (name in QKV_BIAS)
-    assert p.qk_layernorm == name.startswith("qwen3")
+    assert p.qk_layernorm == name.startswith(("qwen3", "olmo2"))
     rope = hf.get("rope_scaling")
     assert p.rope_scaling == (rope is not None)
     if rope:
@@ -135,6 +169,21 @@ def test_preset_values_equal_published_config(name):
     window = hf.get("sliding_window")
     assert p.window_size == ([window - 1, 0] if window else None)
     p.finalize()
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(PRESETS) if n.startswith(CONVERTED_FIELDS)])
+def test_preset_equals_the_provider_its_published_config_converts_to(name):
+    from bridge.conversion.hf_config import _NOT_MATH, provider_fields
+    from bridge.conversion.registry import family_for
+
+    cls, values = PUBLISHED[name]
+    config = getattr(transformers, cls)(**values)
+    arch = cls.replace("Config", "ForCausalLM")
+    fields = provider_fields(config, family_for([arch]))
+    p = preset(name)
+    have = {k: getattr(p, k) for k in fields} | {"kv_channels": p.effective_kv_channels()}
+    differ = {k: (have[k], v) for k, v in fields.items() if k not in _NOT_MATH and have[k] != v}
+    assert not differ, differ
 
 
 @pytest.fixture(scope="module")

@@ -104,6 +104,30 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             mlp_only_layers=[],
         ),
     ),
+    # OLMo 2: norms after the branches, q/k RMSNorms over whole projections (GQA: 2 heads per group).
+    "olmo2": (
+        "Olmo2Config",
+        "Olmo2ForCausalLM",
+        dict(tie_word_embeddings=False, rope_theta=500000.0, pad_token_id=1, eos_token_id=2),
+    ),
+    # Gemma 2: sandwich (1 + w) norms, GeGLU, scaled embeddings, soft-capped attention and logits;
+    # head_dim 32 != hidden / heads, query_pre_attn_scalar != head_dim, a window (6) shorter than the
+    # test sequence on layer 0 (sliding), layer 1 global; tied embeddings as published.
+    "gemma2": (
+        "Gemma2Config",
+        "Gemma2ForCausalLM",
+        dict(
+            head_dim=32,
+            query_pre_attn_scalar=24,
+            sliding_window=6,
+            attn_logit_softcapping=2.0,
+            final_logit_softcapping=3.0,
+            tie_word_embeddings=True,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
 }
 MOE_FAMILIES = ("mixtral", "qwen3_moe", "qwen2_moe")
 

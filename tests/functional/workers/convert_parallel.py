@@ -7,7 +7,8 @@ convert_models.tokens()). Each phase sets up one layout, then per family: import
 + provide_distributed_model), compare logits with HF, export with save_hf_pretrained into
 ROOT/out/<phase>/<family>. Prints `RESULT <phase> <family> <max abs diff> (at <seconds since start>)` on rank 0.
 
-Phases: tp2 (TP=2; MoE with sequence parallel), pp2 (PP=2, 1 layer per stage), ep2 (EP=2, MoE
+Phases: tp2 (TP=2; MoE, OLMo 2 and Gemma 2 with sequence parallel; OLMo 2 / Gemma 2 norm gradients
+checked against HF's), pp2 (PP=2, 1 layer per stage), ep2 (EP=2, MoE
 families; also checks export_hf_weights on every rank), ckpt_import_tp2 / ckpt_export_pp2
 (scripts/conversion/convert_checkpoint.py import --tp 2, then export --pp 2, of ROOT/hf/llama_bf16).
 """
@@ -51,9 +52,29 @@ def provider_for(folder: Path, load_weights: bool = True, **fields):
     return bridge, provider
 
 
+# TP=2 with sequence parallelism: the MoE families, and those whose norms follow a row-parallel linear.
+SEQUENCE_PARALLEL = (*MOE, "olmo2", "gemma2")
+# TP=2 gradients checked against HF's: projection-wide q/k norms (a TP all-reduce in forward and backward)
+# and the norms after the branches (under sequence parallelism).
+GRADIENT_CHECKS = {
+    "olmo2": {
+        "self_attention.q_layernorm.weight": ("self_attn.q_norm.weight", True),
+        "self_attention.k_layernorm.weight": ("self_attn.k_norm.weight", True),
+        "self_attention.linear_proj.post_layernorm.weight": ("post_attention_layernorm.weight", False),
+        "mlp.linear_fc2.post_layernorm.weight": ("post_feedforward_layernorm.weight", False),
+    },
+    "gemma2": {
+        "self_attention.linear_proj.post_layernorm.weight": ("post_attention_layernorm.weight", False),
+        "mlp.linear_fc2.post_layernorm.weight": ("post_feedforward_layernorm.weight", False),
+    },
+}
+
+
 def layout_fields(phase: str, family: str) -> dict:
     if phase == "tp2":
-        return dict(tensor_model_parallel_size=2, sequence_parallel=family in MOE, parallel_output=False)
+        return dict(
+            tensor_model_parallel_size=2, sequence_parallel=family in SEQUENCE_PARALLEL, parallel_output=False
+        )
     if phase == "pp2":
         return dict(pipeline_model_parallel_size=2)
     if phase == "ep2":
@@ -97,6 +118,8 @@ def run_family(root: Path, phase: str, family: str) -> None:
     ref = torch.load(root / "refs" / f"{family}.pt")
     diff = torch.tensor(-1.0 if logits is None else (logits - ref).abs().max().item())
     dist.all_reduce(diff, op=dist.ReduceOp.MAX)
+    if phase == "tp2" and family in GRADIENT_CHECKS:
+        check_gradients(chunks[0], root / "hf" / family, GRADIENT_CHECKS[family])
     out = root / "out" / phase / family
     bridge.save_hf_pretrained(chunks, out, progress=False)
     if phase == "ep2":
@@ -105,6 +128,40 @@ def run_family(root: Path, phase: str, family: str) -> None:
         print(
             f"RESULT {phase} {family} {diff.item():.3e} (at {time.perf_counter() - START:.1f} s)", flush=True
         )
+
+
+def check_gradients(chunk, source: Path, names: dict) -> None:
+    """Gradients of a weighted sum of the logits, at TP=2 (sequence parallel), equal HF's (1e-5 of
+    the largest):
+    per layer, each Megatron weight `name` against HF's `hf_name`, this rank's rows when `split`
+    (TP-sharded by heads), else whole (sequence-parallel grads summed over TP first, as
+    finalize_model_grads does)."""
+    from megatron.core import parallel_state as ps
+    from transformers import AutoModelForCausalLM
+
+    from bridge.parallel.wrappers import unwrap
+
+    toks = tokens()
+    weights = torch.randn(*toks.shape, VOCAB, generator=torch.Generator().manual_seed(7))
+    hf = AutoModelForCausalLM.from_pretrained(source, attn_implementation="eager")
+    (hf(toks).logits.float() * weights).sum().backward()
+    model = unwrap(chunk)
+    pos = torch.arange(toks.shape[1]).unsqueeze(0).expand_as(toks)
+    (model(toks, pos, attention_mask=None)[..., :VOCAB].float() * weights).sum().backward()
+    rank, tp = ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size()
+    hf_params = dict(hf.named_parameters())
+    for layer in range(len(model.decoder.layers)):
+        ours_layer = dict(model.decoder.layers[layer].named_parameters())
+        for name, (hf_name, split) in names.items():
+            grad = ours_layer[name].grad.clone()
+            ref = hf_params[f"model.layers.{layer}.{hf_name}"].grad
+            if split:
+                n = ref.shape[0] // tp
+                ref = ref[rank * n : (rank + 1) * n]
+            else:
+                dist.all_reduce(grad, group=ps.get_tensor_model_parallel_group())
+            diff = ((grad - ref).abs().max() / ref.abs().max()).item()
+            check(diff <= 1e-5, f"layer {layer} {name}: max |grad - HF| / max |HF| = {diff}")
 
 
 def check_streamed_export(bridge, chunks, source: Path) -> None:

@@ -1,0 +1,38 @@
+"""The layer variant bridge's local spec builds on top of Megatron-Core's GPT layer (pure data).
+
+Megatron-Core's TransformerLayer has a norm before attention and before the MLP, and per-head q/k
+norms. Some families place their norms elsewhere or score attention differently:
+  * layernorm_placement "post" (OLMo 2): no norm before attention / the MLP, a norm on each branch's
+    output before the residual add; "sandwich" (Gemma 2/3): both. The output norms live in the
+    branch's last linear (bridge.models.post_norm): the output of a row-parallel linear is complete
+    after its all-reduce / reduce-scatter, so a norm over hidden is right under TP and SP.
+  * qk_layernorm_scope "projection" (OLMo 2): one RMSNorm over all heads of q (and of k), its sum of
+    squares all-reduced over the TP group (bridge.models.qk_norm).
+  * attn_logit_softcapping (Gemma 2): attention scores soft-capped before the mask
+    (bridge.models.softcap_attention).
+Transformer Engine's spec has none of these, so a non-default variant always gets the local spec
+(Megatron-Core's own modules, on CPU or CUDA alike; see bridge.models.specs.uses_te_spec).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LayerVariant:
+    layernorm_placement: str = "pre"  # "pre" | "post" | "sandwich"
+    qk_layernorm_scope: str = "head"  # "head" | "projection"
+    attn_logit_softcapping: float | None = None
+
+    @property
+    def is_default(self) -> bool:
+        return self == LayerVariant()
+
+    @property
+    def pre_norms(self) -> bool:
+        return self.layernorm_placement in ("pre", "sandwich")
+
+    @property
+    def post_norms(self) -> bool:
+        return self.layernorm_placement in ("post", "sandwich")

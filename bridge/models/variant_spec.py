@@ -1,0 +1,60 @@
+"""The local layer spec with a family's layer variant (bridge.models.layer_variant) swapped in:
+the output norms of post / sandwich placement (bridge.models.post_norm), projection-wide q/k norms
+(bridge.models.qk_norm) and soft-capped attention (bridge.models.softcap_attention). Walks the
+ModuleSpecs of Megatron-Core 0.16.1 and the functools.partial builders of 0.19.2 alike."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+
+def _submodules(spec):
+    if isinstance(spec, functools.partial):
+        return spec.keywords.get("submodules")
+    return getattr(spec, "submodules", None)
+
+
+def _with_submodules(spec, **changes):
+    subs = dataclasses.replace(_submodules(spec), **changes)
+    if isinstance(spec, functools.partial):
+        return functools.partial(spec.func, *spec.args, **{**spec.keywords, "submodules": subs})
+    return dataclasses.replace(spec, submodules=subs)
+
+
+def with_layer_variant(block, variant):
+    from megatron.core.transformer.identity_op import IdentityOp
+
+    from bridge.models.post_norm import row_parallel_linear_with_post_norm
+    from bridge.models.qk_norm import KeyProjectionRMSNorm, QueryProjectionRMSNorm
+    from bridge.models.softcap_attention import SoftcapAttention
+
+    post_linear = row_parallel_linear_with_post_norm()
+    swapped = {}  # the same layer spec object repeats for every layer: swap it once
+    for spec in block.layer_specs:
+        if id(spec) in swapped:
+            continue
+        subs = spec.submodules
+        attention, mlp = subs.self_attention, subs.mlp
+        attn_changes = {}
+        if variant.post_norms:
+            attn_changes["linear_proj"] = post_linear
+            mlp_subs = _submodules(mlp)
+            if mlp_subs is None or not hasattr(mlp_subs, "linear_fc2"):
+                raise NotImplementedError(
+                    f"layernorm_placement={variant.layernorm_placement!r} is built for dense MLP layers only"
+                )
+            mlp = _with_submodules(mlp, linear_fc2=post_linear)
+        if variant.qk_layernorm_scope == "projection":
+            attn_changes |= {"q_layernorm": QueryProjectionRMSNorm, "k_layernorm": KeyProjectionRMSNorm}
+        if variant.attn_logit_softcapping is not None:
+            attn_changes["core_attention"] = functools.partial(
+                SoftcapAttention, logit_softcapping=variant.attn_logit_softcapping
+            )
+        if attn_changes:
+            attention = _with_submodules(attention, **attn_changes)
+        changes = dict(self_attention=attention, mlp=mlp)
+        if not variant.pre_norms:
+            changes |= {"input_layernorm": IdentityOp, "pre_mlp_layernorm": IdentityOp}
+        swapped[id(spec)] = dataclasses.replace(spec, submodules=dataclasses.replace(subs, **changes))
+    return dataclasses.replace(block, layer_specs=[swapped[id(spec)] for spec in block.layer_specs])
