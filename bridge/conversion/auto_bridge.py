@@ -28,12 +28,12 @@ from bridge.checkpoint.paths import HF_ASSETS_DIR  # import_ckpt writes it, expo
 from bridge.conversion import hf_config as hfc
 from bridge.conversion import registry
 from bridge.conversion.hf_io import DTYPES, HFCheckpoint
-from bridge.parallel.megatron_import import import_megatron
 from bridge.conversion.progress import progress_bar
 from bridge.errors import ConfigError
 from bridge.models.dtypes import DTYPES as TRAINING_DTYPES
 from bridge.models.gpt_provider import GPTModelProvider
 from bridge.parallel import ranks
+from bridge.parallel.megatron_import import import_megatron
 from bridge.parallel.runtime import quiet_known_warnings
 
 quiet_known_warnings()  # before conversion first imports Megatron-Core (some of its warnings fire on import)
