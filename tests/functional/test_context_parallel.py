@@ -3,7 +3,7 @@ trains exactly like CP=1, alone (2 ranks), with TP=2 + SP and with PP=2 (4 ranks
 
 One worker (workers/cp_equivalence.py) in three launches: 1 rank (CP=1, the reference, which also
 writes the data and the initial weights), 2 ranks (CP=2), 4 ranks (CP=2 x TP=2, then CP=2 x PP=2). Same
-weights, data and global batch; per iteration the lm loss and grad norm, and at iterations 1 and 5
+weights, data and global batch; per iteration the lm loss and grad norm, and at iterations 1 and 3
 every parameter's gradient norm, must equal the reference's to 1e-5 relative.
 """
 
@@ -46,7 +46,7 @@ def _rel(a: float, b: float) -> float:
 @pytest.mark.parametrize("run", ["cp2", "cp2_tp2", "cp2_pp2"])
 def test_cp2_losses_and_grad_norms_equal_cp1(runs, run):
     ref, got = runs["cp1"], runs[run]
-    assert sorted(got["losses"]) == sorted(ref["losses"]) == ["1", "2", "3", "4", "5"]
+    assert sorted(got["losses"]) == sorted(ref["losses"]) == ["1", "2", "3"]
     for it in ref["losses"]:
         assert _rel(got["losses"][it], ref["losses"][it]) < REL, (
             run,
@@ -60,8 +60,8 @@ def test_cp2_losses_and_grad_norms_equal_cp1(runs, run):
 @pytest.mark.parametrize("run", ["cp2", "cp2_tp2", "cp2_pp2"])
 def test_cp2_parameter_gradients_equal_cp1(runs, run):
     ref, got = runs["cp1"]["param_grad_norms"], runs[run]["param_grad_norms"]
-    assert sorted(got) == sorted(ref) == [1, 5]
-    for it in (1, 5):
+    assert sorted(got) == sorted(ref) == [1, 3]
+    for it in (1, 3):
         assert set(ref[it]) <= set(got[it]), (run, sorted(set(ref[it]) - set(got[it])))
         assert len(ref[it]) == 4 * 6 + 2  # 4 layers x (2 norms, qkv, proj, fc1, fc2), embedding, final norm
         for name, norm in ref[it].items():
@@ -71,4 +71,4 @@ def test_cp2_parameter_gradients_equal_cp1(runs, run):
 
 def test_reference_learns(runs):
     losses = runs["cp1"]["losses"]
-    assert losses["5"] < losses["1"]
+    assert losses["3"] < losses["1"]

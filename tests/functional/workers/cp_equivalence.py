@@ -1,9 +1,9 @@
-"""Context parallelism on CPU (gloo): the same 5 iterations under CP=1 and CP=2 layouts.
+"""Context parallelism on CPU (gloo): the same 3 iterations under CP=1 and CP=2 layouts.
 
 `ref` (1 rank): writes the data and one initial checkpoint, then trains CP=1 (the reference).
 `cp2` (2 ranks): CP=2. `cp2_tp2_pp2` (4 ranks): CP=2 x TP=2 (+SP), then CP=2 x PP=2.
 Every run loads the same initial weights and emits, per iteration, the lm loss and grad norm and, at
-iterations 1 and 5, each parameter's gradient norm (by global name: TP shards summed, PP layers renumbered).
+iterations 1 and 3, each parameter's gradient norm (by global name: TP shards summed, PP layers renumbered).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 
 from train_common import emit, reset_parallel_state, tiny_config, write_learnable_indexed_data
 
-ITERS = 5
+ITERS = 3
 
 
 def common(workdir: str) -> list[str]:
