@@ -36,7 +36,7 @@ def test_loss_goes_down_on_learnable_data(run):
 def test_layouts_and_ddp_reproduce_tp1_pp1(run, layout):
     _, losses = run
     ref, got = losses["tp1pp1"], losses[layout]
-    assert sorted(got) == [1, 2, 3, 4, 5]
+    assert sorted(got) == [1, 2, 3]
     for it in got:
         assert got[it] == pytest.approx(ref[it], rel=1e-4), (layout, it, got[it], ref[it])
 

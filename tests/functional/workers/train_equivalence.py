@@ -1,8 +1,8 @@
-"""4 ranks: one initial checkpoint, then the same 5 iterations under several layouts and strategies.
+"""4 ranks: one initial checkpoint, then the same 3 iterations under several layouts and strategies.
 
 TP1/PP1 (DP=4) is the reference and trains 30 iterations (loss must fall on learnable data); TP2+SP,
 PP2 with full activation recompute, TP2xPP2xVPP2 and the `ddp` strategy load the same weights (resharded from the TP1/PP1 checkpoint)
-and stop after 5 iterations of the same 30-iteration schedule.
+and stop after 3 iterations of the same 30-iteration schedule.
 """
 
 from __future__ import annotations
@@ -48,25 +48,25 @@ def main(workdir: str) -> None:
         "tp2_sp": [
             "model.tensor_model_parallel_size=2",
             "model.sequence_parallel=True",
-            "train.exit_interval=5",
+            "train.exit_interval=3",
         ],
         "pp2_recompute": [
             "model.pipeline_model_parallel_size=2",
             "distributed.activation_checkpointing=True",
-            "train.exit_interval=5",
+            "train.exit_interval=3",
         ],
         "tp2pp2vpp2": [
             "model.tensor_model_parallel_size=2",
             "model.pipeline_model_parallel_size=2",
             "model.virtual_pipeline_model_parallel_size=2",
             "model.sequence_parallel=True",
-            "train.exit_interval=5",
+            "train.exit_interval=3",
         ],
-        "ddp": ["distributed.strategy=ddp", "train.exit_interval=5"],
+        "ddp": ["distributed.strategy=ddp", "train.exit_interval=3"],
         # fsdp2 loads the torch_dist weights into the plain chunks before fully_shard
         "fsdp2": [
             "distributed.strategy=fsdp2",
-            "train.exit_interval=5",
+            "train.exit_interval=3",
             "optimizer.use_distributed_optimizer=False",
         ],
     }
