@@ -169,6 +169,8 @@ class AutoBridge:
         """
         from bridge.conversion.weight_loader import load_hf_weights
 
+        from bridge.conversion.hf_config_deepseek import dropped_hf_tensors
+
         ckpt = HFCheckpoint(self._weights_path(hf_path))
         load_hf_weights(
             _as_list(model),
@@ -177,6 +179,7 @@ class AutoBridge:
             self._vocab_size(),
             progress=progress,
             allow_non_finite=allow_non_finite,
+            dropped=frozenset(dropped_hf_tensors(self.hf_config, set(ckpt.tensors))),
         )
 
     def export_hf_weights(self, model: list, cpu: bool = True) -> Iterator[tuple[str, Any]]:

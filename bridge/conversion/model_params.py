@@ -137,6 +137,16 @@ def _check_split(lp: LocalParam) -> None:
         )
 
 
+def _parameters_and_mapped_buffers(model: torch.nn.Module, family: Family, ranks: Ranks):
+    """The parameters, then the persistent buffers the family maps (DeepSeek-V3's router expert_bias,
+    HF e_score_correction_bias); other buffers (RoPE frequencies, token counters) are not weights."""
+    yield from model.named_parameters()
+    persistent = set(model.state_dict(keep_vars=True))
+    for raw, buffer in model.named_buffers():
+        if raw in persistent and family.resolve(canonical_name(model, raw, ranks)) is not None:
+            yield raw, buffer
+
+
 def local_params(chunks: list[torch.nn.Module], family: Family, hf_vocab_size: int) -> Iterator[LocalParam]:
     """Every parameter of this rank's chunks with its mapping (raises ConfigError for unmapped ones)."""
     ranks = current_ranks()
@@ -144,7 +154,7 @@ def local_params(chunks: list[torch.nn.Module], family: Family, hf_vocab_size: i
         model = unwrap(chunk)
         dims = model_dims(model, hf_vocab_size)
         tied = getattr(model, "share_embeddings_and_output_weights", False)
-        for raw, param in model.named_parameters():
+        for raw, param in _parameters_and_mapped_buffers(model, family, ranks):
             if is_adapter_param(raw):
                 continue  # PEFT adapters are not HF base weights (bridge.peft exports them)
             name = canonical_name(model, raw, ranks)

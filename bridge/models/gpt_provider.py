@@ -21,6 +21,7 @@ from bridge.models.transformer_fields import (
     BY_NAME_FIELDS,
     FIELD_CHOICES,
     INSTALLED_RELEASE,
+    MLA_FIELDS,
     SNAPSHOT,
     TESTED_RELEASES,
     UNAVAILABLE_FIELDS,
@@ -181,13 +182,7 @@ class GPTModelProvider(TransformerFields):
             if getattr(self, name) not in known:
                 raise _fail(name, getattr(self, name), f"must be one of {list(known)}", "pick one of those")
         if self.multi_latent_attention:
-            raise _fail(
-                "multi_latent_attention",
-                True,
-                "needs Megatron-Core's MLATransformerConfig (q_lora_rank, kv_lora_rank, v_head_dim, ...), "
-                "which GPTModelProvider does not build",
-                "set model.multi_latent_attention=False",
-            )
+            self._check_multi_latent_attention()
         if self.fp16 and self.bf16:
             raise _fail("fp16", True, "fp16 and bf16 are both set", "set only one of model.fp16 / model.bf16")
         if self.vocab_size is not None and self.vocab_size <= 0:
@@ -241,6 +236,31 @@ class GPTModelProvider(TransformerFields):
                     f"must be between 1 and num_moe_experts={self.num_moe_experts}",
                     "set the number of experts each token is routed to",
                 )
+
+    def _check_multi_latent_attention(self) -> None:
+        # Megatron-Core's MLA (MLATransformerConfig) carries its own RoPE: rope_type "rope" or "yarn" on
+        # the qk_pos_emb_head_dim slice of each head; GPTModel builds no rotary embedding of its own.
+        if self.position_embedding_type != "rope":
+            raise _fail(
+                "position_embedding_type",
+                self.position_embedding_type,
+                "multi-latent attention applies its own rotary embedding (rope_type), so it needs 'rope'",
+                "set model.position_embedding_type=rope",
+            )
+        if self.rope_type not in ("rope", "yarn"):
+            raise _fail("rope_type", self.rope_type, "must be 'rope' or 'yarn' (MLA's RoPE)", "pick one of those")
+        if self.rope_scaling:
+            raise _fail(
+                "rope_scaling",
+                True,
+                "llama3 RoPE scaling is GPTModel's rotary embedding, which multi-latent attention does not use",
+                "set model.rope_scaling=False (MLA scales its RoPE with rope_type=yarn)",
+            )
+        if self.q_lora_rank is not None and self.q_lora_rank <= 0:
+            raise _fail("q_lora_rank", self.q_lora_rank, "must be positive or None", "use None for no q compression")
+        for name in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
+            if getattr(self, name) <= 0:
+                raise _fail(name, getattr(self, name), "must be a positive integer", f"set model.{name}")
 
     def model_shape(self) -> ModelShape:
         """The model facts the layout rules and the planner need."""
@@ -346,6 +366,7 @@ class GPTModelProvider(TransformerFields):
         """Build megatron.core's TransformerConfig from this provider (raises ConfigError)."""
         import torch
         from megatron.core.transformer import TransformerConfig
+        from megatron.core.transformer.transformer_config import MLATransformerConfig
 
         self.finalize()
         declared = {f.name for f in fields(TransformerConfig)}
@@ -353,11 +374,18 @@ class GPTModelProvider(TransformerFields):
             _warn_untested_release()
         # Only what the live TransformerConfig declares (a patch release may differ from its snapshot).
         kwargs = {name: self.megatron_value(name) for name in transformer_field_names() if name in declared}
+        config_class = TransformerConfig
+        if self.multi_latent_attention:
+            # MLATransformerConfig's own fields, and the RoPE base / percent the provider holds for GPTModel.
+            config_class = MLATransformerConfig
+            mla_declared = {f.name for f in fields(MLATransformerConfig)}
+            kwargs |= {name: self.megatron_value(name) for name in MLA_FIELDS if name in mla_declared}
+            kwargs |= dict(rotary_base=self.rotary_base, rotary_percent=self.rotary_percent)
         if not torch.cuda.is_available():
             # Without CUDA there is no other device to initialize weights on.
             kwargs["use_cpu_initialization"] = True
         try:
-            return TransformerConfig(**kwargs)
+            return config_class(**kwargs)
         except (ValueError, AssertionError, NotImplementedError) as err:
             raise ConfigError(
                 f"Megatron-Core's TransformerConfig rejects the model section: {err}. "
