@@ -463,3 +463,36 @@ def deepseek_config_dict(p: Any, model_type: str, architecture: str) -> dict[str
             "mscale_all_dim": p.mscale_all_dim,
         }
     return out
+
+
+def model_shape_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """ModelShape keyword arguments (the planner's parameter count) for a DeepSeek config.json.
+
+    Sizes only: no routing check, so the planner also sizes a model whose routing does not convert
+    (DeepSeek-V2's group-limited greedy)."""
+    cfg = {**CLASS_DEFAULTS[config["model_type"]], **config}
+    heads, layers = int(cfg["num_attention_heads"]), int(cfg["num_hidden_layers"])
+    dense = int(cfg.get("first_k_dense_replace") or 0)
+    q_lora = cfg.get("q_lora_rank")
+    return dict(
+        num_layers=layers,
+        num_attention_heads=heads,
+        num_query_groups=heads,
+        ffn_hidden_size=int(cfg["intermediate_size"]),
+        num_moe_experts=int(cfg["n_routed_experts"]),
+        hidden_size=int(cfg["hidden_size"]),
+        vocab_size=int(cfg["vocab_size"]),
+        kv_channels=int(cfg["qk_nope_head_dim"]) + int(cfg["qk_rope_head_dim"]),
+        share_embeddings_and_output_weights=bool(cfg.get("tie_word_embeddings", False)),
+        qk_layernorm=True,
+        moe_router_topk=int(cfg["num_experts_per_tok"]),
+        moe_ffn_hidden_size=int(cfg["moe_intermediate_size"]),
+        moe_shared_expert_intermediate_size=int(cfg["n_shared_experts"]) * int(cfg["moe_intermediate_size"]),
+        moe_layer_freq=tuple([0] * dense + [1] * (layers - dense)) if dense else 1,
+        multi_latent_attention=True,
+        q_lora_rank=None if q_lora is None else int(q_lora),
+        kv_lora_rank=int(cfg["kv_lora_rank"]),
+        qk_head_dim=int(cfg["qk_nope_head_dim"]),
+        qk_pos_emb_head_dim=int(cfg["qk_rope_head_dim"]),
+        v_head_dim=int(cfg["v_head_dim"]),
+    )

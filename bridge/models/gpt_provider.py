@@ -287,7 +287,14 @@ class GPTModelProvider(TransformerFields):
             moe_layer_freq=(
                 tuple(self.moe_layer_freq) if isinstance(self.moe_layer_freq, list) else self.moe_layer_freq
             ),
+            **self._mla_shape(),
         )
+
+    def _mla_shape(self) -> dict:
+        if not self.multi_latent_attention:
+            return {}
+        names = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+        return {"multi_latent_attention": True} | {name: getattr(self, name) for name in names}
 
     def layout(
         self,

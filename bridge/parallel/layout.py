@@ -70,6 +70,14 @@ class ModelShape:
     # Megatron-Core's moe_layer_freq: N = a MoE layer every N layers (layer % N == 0), or a per-layer
     # tuple of 1 (MoE) / 0 (dense MLP of ffn_hidden_size)
     moe_layer_freq: int | tuple[int, ...] = 1
+    # Multi-latent attention (DeepSeek): q (down, norm, up, or one projection when q_lora_rank is None),
+    # kv down to kv_lora_rank + qk_pos_emb_head_dim, kv norm, kv up to heads x (qk_head_dim + v_head_dim)
+    multi_latent_attention: bool = False
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_head_dim: int | None = None
+    qk_pos_emb_head_dim: int | None = None
+    v_head_dim: int | None = None
 
     def __post_init__(self):
         for name in ("num_layers", "num_attention_heads"):
