@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -262,6 +263,24 @@ class GPTModelProvider(TransformerFields):
             if getattr(self, name) <= 0:
                 raise _fail(name, getattr(self, name), "must be a positive integer", f"set model.{name}")
 
+    def _check_mla_query_norm(self) -> None:
+        # megatron-core 0.19.2's MLA resolves its q/kv norms (mla_qk_norm_config.QKNormConfigResolver):
+        # with qk_layernorm and q_lora_rank None it builds linear_q_proj as a fused norm+linear, a norm on
+        # the query input that DeepSeek-V2-Lite does not have (0.16.1 builds no q norm then).
+        if self.q_lora_rank is not None or not self.qk_layernorm:
+            return
+        if importlib.util.find_spec("megatron.core.transformer.mla_qk_norm_config") is None:
+            return
+        raise _fail(
+            "q_lora_rank",
+            None,
+            f"megatron-core {INSTALLED_RELEASE}'s multi-latent attention (QKNormConfigResolver) builds "
+            "linear_q_proj as a fused norm+linear whenever qk_layernorm is set and q_lora_rank is None: a norm "
+            "on the query input that DeepSeek-V2-Lite does not have (its one latent norm is kv_a_layernorm, "
+            "which needs qk_layernorm), and the local spec has no fused norm+linear",
+            "use megatron-core 0.16.1 for a model without query compression, or a model with q_lora_rank set",
+        )
+
     def model_shape(self) -> ModelShape:
         """The model facts the layout rules and the planner need."""
         from bridge.parallel.layout import ModelShape
@@ -385,6 +404,7 @@ class GPTModelProvider(TransformerFields):
         if self.multi_latent_attention:
             # MLATransformerConfig's own fields, and the RoPE base / percent the provider holds for GPTModel.
             config_class = MLATransformerConfig
+            self._check_mla_query_norm()
             mla_declared = {f.name for f in fields(MLATransformerConfig)}
             kwargs |= {name: self.megatron_value(name) for name in MLA_FIELDS if name in mla_declared}
             kwargs |= dict(rotary_base=self.rotary_base, rotary_percent=self.rotary_percent)
@@ -416,6 +436,14 @@ class GPTModelProvider(TransformerFields):
             # Megatron-Core's DotProductAttention refuses CP.
             from bridge.models.attention import SDPAttention, unsupported_reason
 
+            if self.multi_latent_attention:
+                raise _fail(
+                    "context_parallel_size",
+                    self.context_parallel_size,
+                    "multi-latent attention with context parallelism on the local spec (sdpa attention, no "
+                    "Transformer Engine) is not verified against a CP=1 run in this bridge",
+                    "set model.context_parallel_size=1, or run on CUDA with transformer-engine",
+                )
             if local_core_attention(config) is not SDPAttention:
                 reason = (
                     unsupported_reason(config) or f"model.attention_backend={config.attention_backend.name}"

@@ -16,6 +16,7 @@ from tests.functional.workers.convert_models import (
     hf_logits,
     megatron_logits,
     read_tensors,
+    refused_by_installed_release,
     save_hf_model,
     tokens,
 )
@@ -46,6 +47,11 @@ def test_logits_match_hf_and_export_is_bit_identical(family, sources, tmp_path):
     from transformers import AutoModelForCausalLM
 
     folder, hf = sources[family]
+    refused = refused_by_installed_release(family)
+    if refused:  # e.g. MLA without query compression on megatron-core 0.19.2: one clear error at build
+        with pytest.raises(ConfigError, match=refused):
+            _import(folder)
+        return
     bridge, _, chunks = _import(folder)
     toks = tokens()
     ref = hf_logits(hf, toks)
