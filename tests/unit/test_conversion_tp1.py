@@ -252,6 +252,8 @@ def test_unsupported_architecture(sources, tmp_path):
         AutoBridge.from_hf_config(config)
     assert AutoBridge.list_supported_models() == sorted(
         [
+            "DeepseekV2ForCausalLM",
+            "DeepseekV3ForCausalLM",
             "LlamaForCausalLM",
             "MistralForCausalLM",
             "MixtralForCausalLM",
