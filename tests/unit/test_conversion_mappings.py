@@ -163,7 +163,16 @@ def test_family_tables_resolve_global_names():
         "Qwen3MoeForCausalLM",
         "Phi3ForCausalLM",
         "Qwen2MoeForCausalLM",
+        "DeepseekV2ForCausalLM",
+        "DeepseekV3ForCausalLM",
     }
+    # one deepseek table, each architecture with its own model type; V3's routing bias is a buffer row
+    v2, v3 = family_for(["DeepseekV2ForCausalLM"]), family_for(["DeepseekV3ForCausalLM"])
+    assert (v2.name, v2.model_type, v3.name, v3.model_type) == ("deepseek", "deepseek_v2", "deepseek", "deepseek_v3")
+    _, m = v3.resolve("decoder.layers.1.mlp.router.expert_bias")
+    assert m.hf == ("model.layers.1.mlp.gate.e_score_correction_bias",) and m.kind == "replicated"
+    _, m = v2.resolve("decoder.layers.0.self_attention.linear_kv_up_proj.weight")
+    assert m.hf == ("model.layers.0.self_attn.kv_b_proj.weight",) and m.kind == "column"
     qwen2_moe = family_for(["Qwen2MoeForCausalLM"])
     rule, m = qwen2_moe.resolve("decoder.layers.5.mlp.shared_experts.gate_weight")
     assert m.hf == ("model.layers.5.mlp.shared_expert_gate.weight",) and m.kind == "replicated"
