@@ -135,9 +135,7 @@ def _rope_fields(cfg: Any) -> dict[str, Any]:
     out: dict[str, Any] = dict(position_embedding_type="rope", rotary_base=theta, rotary_percent=1.0)
     if rope_type == "default":
         # Megatron's softmax scale still applies mscale(rotary_scaling_factor, mscale_all_dim)^2: 1 here.
-        return out | dict(
-            rope_type="rope", rotary_scaling_factor=1.0, mscale=1.0, mscale_all_dim=0.0
-        )
+        return out | dict(rope_type="rope", rotary_scaling_factor=1.0, mscale=1.0, mscale_all_dim=0.0)
     if rope_type != "yarn":
         raise _refuse(
             "rope_parameters.rope_type",
@@ -275,7 +273,9 @@ def _moe_fields(cfg: Any, v3: bool, layers: int) -> dict[str, Any]:
         )
     topk = int(_get(cfg, "num_experts_per_tok") or 0)
     if not 1 <= topk <= int(experts):
-        raise _refuse("num_experts_per_tok", topk, f"must be between 1 and {experts}", "use the published value")
+        raise _refuse(
+            "num_experts_per_tok", topk, f"must be between 1 and {experts}", "use the published value"
+        )
     shared = _get(cfg, "n_shared_experts")
     if not shared or int(shared) <= 0:
         raise _refuse(
@@ -320,10 +320,14 @@ def _moe_fields(cfg: Any, v3: bool, layers: int) -> dict[str, Any]:
 
 def _check_plain(cfg: Any) -> None:
     if _get(cfg, "hidden_act", "silu") != "silu":
-        raise _refuse("hidden_act", _get(cfg, "hidden_act"), "DeepSeek uses SwiGLU (silu)", "use a silu model")
+        raise _refuse(
+            "hidden_act", _get(cfg, "hidden_act"), "DeepSeek uses SwiGLU (silu)", "use a silu model"
+        )
     for flag in ("attention_bias", "mlp_bias"):
         if _get(cfg, flag, False):
-            raise _refuse(flag, True, "the deepseek mapping has no biases", f"convert a model with {flag}=false")
+            raise _refuse(
+                flag, True, "the deepseek mapping has no biases", f"convert a model with {flag}=false"
+            )
     heads, kv_heads = _get(cfg, "num_attention_heads"), _get(cfg, "num_key_value_heads")
     if kv_heads is not None and int(kv_heads) != int(heads):
         raise _refuse(

@@ -249,7 +249,9 @@ class GPTModelProvider(TransformerFields):
                 "set model.position_embedding_type=rope",
             )
         if self.rope_type not in ("rope", "yarn"):
-            raise _fail("rope_type", self.rope_type, "must be 'rope' or 'yarn' (MLA's RoPE)", "pick one of those")
+            raise _fail(
+                "rope_type", self.rope_type, "must be 'rope' or 'yarn' (MLA's RoPE)", "pick one of those"
+            )
         if self.rope_scaling:
             raise _fail(
                 "rope_scaling",
@@ -258,7 +260,9 @@ class GPTModelProvider(TransformerFields):
                 "set model.rope_scaling=False (MLA scales its RoPE with rope_type=yarn)",
             )
         if self.q_lora_rank is not None and self.q_lora_rank <= 0:
-            raise _fail("q_lora_rank", self.q_lora_rank, "must be positive or None", "use None for no q compression")
+            raise _fail(
+                "q_lora_rank", self.q_lora_rank, "must be positive or None", "use None for no q compression"
+            )
         for name in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
             if getattr(self, name) <= 0:
                 raise _fail(name, getattr(self, name), "must be a positive integer", f"set model.{name}")

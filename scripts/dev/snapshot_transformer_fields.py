@@ -45,7 +45,6 @@ EXCLUDED = {
 ACTIVATION_FIELDS = {"activation_func": "gelu"}
 
 
-
 class _Skip(Exception):
     pass
 

@@ -225,7 +225,18 @@ def test_phi3_sliding_window_partial_rotary_and_longrope():
 
 @pytest.mark.parametrize(
     "family",
-    ["llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe", "phi3", "qwen2_moe", "deepseek_v2", "deepseek_v3"],
+    [
+        "llama",
+        "qwen2",
+        "qwen3",
+        "mistral",
+        "mixtral",
+        "qwen3_moe",
+        "phi3",
+        "qwen2_moe",
+        "deepseek_v2",
+        "deepseek_v3",
+    ],
 )
 def test_provider_to_config_json_and_back(family):
     import transformers
@@ -329,7 +340,11 @@ def test_deepseek_fields_mla_yarn_and_routing():
     v2 = fields_of(make_hf_config("deepseek_v2"))
     assert v2["multi_latent_attention"] and v2["q_lora_rank"] is None and v2["kv_lora_rank"] == 32
     assert (v2["qk_head_dim"], v2["qk_pos_emb_head_dim"], v2["v_head_dim"]) == (16, 8, 12)
-    assert (v2["rope_type"], v2["rotary_scaling_factor"], v2["original_max_position_embeddings"]) == ("yarn", 4.0, 16)
+    assert (v2["rope_type"], v2["rotary_scaling_factor"], v2["original_max_position_embeddings"]) == (
+        "yarn",
+        4.0,
+        16,
+    )
     assert (v2["mscale"], v2["mscale_all_dim"]) == (0.707, 0.707)
     assert (v2["moe_router_score_function"], v2["moe_router_pre_softmax"]) == ("softmax", True)
     assert v2["moe_router_topk_scaling_factor"] == 1.5 and v2["moe_shared_expert_intermediate_size"] == 64
@@ -394,5 +409,7 @@ def test_deepseek_mtp_layers_dropped_on_import_refused_on_export(caplog):
     assert dropped_hf_tensors(hf, names) == names - {"model.layers.1.mlp.gate.weight"}
     assert dropped_hf_tensors(make_hf_config("deepseek_v3"), names) == set()  # no MTP: nothing dropped
     provider = GPTModelProvider(**{**fields, "mtp_num_layers": 1})
-    with pytest.raises(ConfigError, match="model.mtp_num_layers=1: a DeepseekV3ForCausalLM checkpoint cannot"):
+    with pytest.raises(
+        ConfigError, match="model.mtp_num_layers=1: a DeepseekV3ForCausalLM checkpoint cannot"
+    ):
         hf_config_dict(provider, family_for(hf.architectures), "DeepseekV3ForCausalLM")

@@ -168,7 +168,12 @@ def test_family_tables_resolve_global_names():
     }
     # one deepseek table, each architecture with its own model type; V3's routing bias is a buffer row
     v2, v3 = family_for(["DeepseekV2ForCausalLM"]), family_for(["DeepseekV3ForCausalLM"])
-    assert (v2.name, v2.model_type, v3.name, v3.model_type) == ("deepseek", "deepseek_v2", "deepseek", "deepseek_v3")
+    assert (v2.name, v2.model_type, v3.name, v3.model_type) == (
+        "deepseek",
+        "deepseek_v2",
+        "deepseek",
+        "deepseek_v3",
+    )
     _, m = v3.resolve("decoder.layers.1.mlp.router.expert_bias")
     assert m.hf == ("model.layers.1.mlp.gate.e_score_correction_bias",) and m.kind == "replicated"
     _, m = v2.resolve("decoder.layers.0.self_attention.linear_kv_up_proj.weight")

@@ -197,7 +197,10 @@ def test_deepseek_v3_mtp_layer_is_dropped_on_import_with_one_warning(sources, tm
     shutil.copytree(sources["deepseek_v3"][0], folder)
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "num_nextn_predict_layers": 1}))
-    mtp = {"model.layers.2.eh_proj.weight": torch.zeros(64, 128), "model.layers.2.enorm.weight": torch.ones(64)}
+    mtp = {
+        "model.layers.2.eh_proj.weight": torch.zeros(64, 128),
+        "model.layers.2.enorm.weight": torch.ones(64),
+    }
     _rewrite_without(folder, add=mtp)
     bridge, _, chunks = _import(folder)
     assert caplog.text.count("num_nextn_predict_layers=1") == 1

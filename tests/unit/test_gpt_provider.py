@@ -103,7 +103,10 @@ def test_omegaconf_type_checks_values():
         # multi-latent attention (MLATransformerConfig) carries its own RoPE
         (dict(multi_latent_attention=True, position_embedding_type="none"), "position_embedding_type"),
         (dict(multi_latent_attention=True, position_embedding_type="rope", rope_type="ntk"), "rope_type"),
-        (dict(multi_latent_attention=True, position_embedding_type="rope", rope_scaling=True), "rope_scaling"),
+        (
+            dict(multi_latent_attention=True, position_embedding_type="rope", rope_scaling=True),
+            "rope_scaling",
+        ),
         (dict(multi_latent_attention=True, position_embedding_type="rope", kv_lora_rank=0), "kv_lora_rank"),
     ],
 )

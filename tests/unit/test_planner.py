@@ -122,7 +122,9 @@ def test_deepseek_v3_tp2_pp16_ep64_needs_1024_gpus_and_what_fits_on_256():
     from bridge.models import preset
 
     shape = preset("deepseek_v3").model_shape()
-    with pytest.raises(ConfigError, match=r"min_gpus = pp\*max\(tp\*cp, ep\*etp\) = 16\*max\(2\*1, 64\*1\) = 1024"):
+    with pytest.raises(
+        ConfigError, match=r"min_gpus = pp\*max\(tp\*cp, ep\*etp\) = 16\*max\(2\*1, 64\*1\) = 1024"
+    ):
         ParallelLayout(256, tp=2, pp=16, ep=64, sequence_parallel=True, model=shape)
     # and on 1024 GPUs its 61 layers still do not split into 16 whole-layer stages (no uneven stages)
     with pytest.raises(ConfigError, match=r"must divide model.num_layers \(61\)"):

@@ -225,7 +225,9 @@ def test_parameter_count_equals_hugging_face(name, single_process_groups):
     from tests.functional.workers.convert_models import refused_by_installed_release
 
     # V2-Lite (no query compression) is refused by megatron-core 0.19.2 (GPTModelProvider._check_mla_query_norm)
-    if name in COUNTED_BY_FORMULA or (name == "deepseek_v2_lite" and refused_by_installed_release("deepseek_v2")):
+    if name in COUNTED_BY_FORMULA or (
+        name == "deepseek_v2_lite" and refused_by_installed_release("deepseek_v2")
+    ):
         from bridge.parallel.param_count import count_parameters
 
         assert provider.padded_vocab_size() == provider.vocab_size

@@ -31,10 +31,10 @@ from tests.functional.workers.convert_models import (  # noqa: E402
     FAMILIES,
     VOCAB,
     megatron_logits,
+    refused_by_installed_release,  # noqa: E402
     tokens,
 )
 from tests.functional.workers.convert_models import MOE_FAMILIES as MOE  # noqa: E402
-from tests.functional.workers.convert_models import refused_by_installed_release  # noqa: E402
 
 
 def check(ok: bool, message: str) -> None:
