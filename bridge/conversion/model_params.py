@@ -27,6 +27,9 @@ _TE_GROUPED_EXPERT = re.compile(r"\.mlp\.experts\.(linear_fc[12])\.(weight|bias)
 _TE_ALIASES = (
     (".self_attention.linear_qkv.layer_norm_weight", ".input_layernorm.weight"),
     (".mlp.linear_fc1.layer_norm_weight", ".pre_mlp_layernorm.weight"),
+    # multi-latent attention: the q / kv latent norms fused into the up projections
+    (".self_attention.linear_q_up_proj.layer_norm_weight", ".self_attention.q_layernorm.weight"),
+    (".self_attention.linear_kv_up_proj.layer_norm_weight", ".self_attention.kv_layernorm.weight"),
 )
 EMBEDDING = "embedding.word_embeddings.weight"
 OUTPUT = "output_layer.weight"

@@ -205,6 +205,13 @@ def test_canonical_names_are_global_and_local_spec():
         "decoder.layers.4.mlp.experts.local_experts.3.linear_fc1.weight",
         "decoder.layers.0.self_attention.linear_qkv.layer_norm_weight": "decoder.layers.4.input_layernorm.weight",
         "decoder.layers.1.mlp.linear_fc1.layer_norm_weight": "decoder.layers.5.pre_mlp_layernorm.weight",
+        # multi-latent attention (TE spec): the q / kv latent norms fused into the up projections
+        "decoder.layers.0.self_attention.linear_q_up_proj.layer_norm_weight": (
+            "decoder.layers.4.self_attention.q_layernorm.weight"
+        ),
+        "decoder.layers.1.self_attention.linear_kv_up_proj.layer_norm_weight": (
+            "decoder.layers.5.self_attention.kv_layernorm.weight"
+        ),
         "output_layer.weight": "output_layer.weight",
     }
     for local, canonical in cases.items():
