@@ -41,7 +41,7 @@ def _positive_int(cfg: dict, key: str, source: str, *, required: bool = True) ->
 
 
 def shape_from_hf_config(cfg: dict, source: str = "config.json") -> ModelShape:
-    """ModelShape from a Hugging Face config.json (Llama, Mistral, Phi-3, Qwen2/3, Qwen MoE, Mixtral families).
+    """ModelShape from a Hugging Face config.json (Llama, Mistral, Phi-3, Qwen2/3, Qwen MoE, Mixtral, DeepSeek).
 
     Raises ConfigError (naming `source`) when the JSON is not an object or lacks a key the planner needs.
     """
@@ -75,6 +75,10 @@ def shape_from_hf_config(cfg: dict, source: str = "config.json") -> ModelShape:
 
         pattern = tuple(moe_layer_pattern(cfg))
         moe_layer_freq = 1 if all(pattern) else pattern
+    from bridge.conversion import hf_config_deepseek as deepseek
+
+    if model_type in deepseek.MODEL_TYPES:  # multi-latent attention, shared experts, dense first layers
+        return ModelShape(**deepseek.model_shape_fields(cfg))
     return ModelShape(
         num_layers=layers,
         num_attention_heads=heads,

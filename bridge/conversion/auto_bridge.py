@@ -167,6 +167,7 @@ class AutoBridge:
 
         A NaN / Inf in a weight is a ConfigError naming the tensor and file unless allow_non_finite.
         """
+        from bridge.conversion.hf_config_deepseek import dropped_hf_tensors
         from bridge.conversion.weight_loader import load_hf_weights
 
         ckpt = HFCheckpoint(self._weights_path(hf_path))
@@ -177,6 +178,7 @@ class AutoBridge:
             self._vocab_size(),
             progress=progress,
             allow_non_finite=allow_non_finite,
+            dropped=frozenset(dropped_hf_tensors(self.hf_config, set(ckpt.tensors))),
         )
 
     def export_hf_weights(self, model: list, cpu: bool = True) -> Iterator[tuple[str, Any]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bridge.conversion import hf_config_deepseek as deepseek
 from bridge.conversion.registry import Family
 from bridge.errors import ConfigError
 from bridge.models.dtypes import BY_TORCH_NAME
@@ -173,6 +174,7 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         attn_logit_softcapping=50.0,
         attention_bias=False,
     ),
+    **deepseek.CLASS_DEFAULTS,  # deepseek_v2, deepseek_v3 (bridge.conversion.hf_config_deepseek)
 }
 
 
@@ -416,6 +418,10 @@ def provider_fields(cfg: Any, family: Family) -> dict[str, Any]:
     fields["params_dtype"] = dtype
     fields["bf16"] = dtype == "bf16"
     fields["fp16"] = dtype == "fp16"
+    if family.model_type in deepseek.MODEL_TYPES:  # multi-latent attention, YaRN, DeepSeek routing
+        from bridge.models.transformer_fields import MLA_FIELDS
+
+        return deepseek.deepseek_provider_fields(cfg, fields, bool(MLA_FIELDS)) | family.provider_fields
     fields.update(_rope_fields(cfg))
     fields.update(_moe_fields(cfg))
     fields.update(_shared_expert_fields(cfg, family))
@@ -450,6 +456,25 @@ OPTIONAL_MATH_FIELDS = (
     "attn_logit_softcapping",
     "final_logit_softcapping",
     "scale_embeddings_by_sqrt_hidden",
+    # DeepSeek (bridge.conversion.hf_config_deepseek): multi-latent attention and its RoPE, routing.
+    "multi_latent_attention",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_head_dim",
+    "qk_pos_emb_head_dim",
+    "v_head_dim",
+    "rope_type",
+    "rotary_scaling_factor",
+    "original_max_position_embeddings",
+    "beta_fast",
+    "beta_slow",
+    "mscale",
+    "mscale_all_dim",
+    "moe_router_topk_scaling_factor",
+    "moe_router_enable_expert_bias",
+    "moe_router_num_groups",
+    "moe_router_group_topk",
+    "moe_router_dtype",
 )
 
 _DTYPE_TO_HF = {v: k for k, v in HF_DTYPES.items()}
@@ -481,9 +506,30 @@ def _dense_layers(p: Any) -> list[int]:
     return [i for i, moe in enumerate(freq) if not moe]
 
 
+def _base_config_dict(p: Any, family: Family, architecture: str) -> dict[str, Any]:
+    """The config.json fields every family writes."""
+    return {
+        "architectures": [architecture],
+        "model_type": family.model_type,
+        "max_position_embeddings": p.seq_length,
+        "vocab_size": p.vocab_size,
+        "rms_norm_eps": p.layernorm_epsilon,
+        "hidden_act": p.activation_func,
+        "tie_word_embeddings": p.share_embeddings_and_output_weights,
+        "initializer_range": p.init_method_std,
+        "attention_dropout": p.attention_dropout,
+        "torch_dtype": _DTYPE_TO_HF[p.params_dtype],
+        "rope_theta": p.rotary_base,
+    }
+
+
 def hf_config_dict(provider: Any, family: Family, architecture: str) -> dict[str, Any]:
     """config.json content for `provider` as `architecture`; ConfigError if the family cannot express it."""
     p = provider
+    if family.model_type in deepseek.MODEL_TYPES:
+        out = _base_config_dict(p, family, architecture)
+        out |= deepseek.deepseek_config_dict(p, family.model_type, architecture)
+        return _read_back_checked(p, family, architecture, out)
     heads = p.num_attention_heads
     out: dict[str, Any] = {
         "architectures": [architecture],
@@ -541,6 +587,10 @@ def hf_config_dict(provider: Any, family: Family, architecture: str) -> dict[str
             out["qkv_bias"] = True
     if family.hf_config is not None:
         out.update(family.hf_config.hf_fields(p))
+    return _read_back_checked(p, family, architecture, out)
+
+
+def _read_back_checked(p: Any, family: Family, architecture: str, out: dict[str, Any]) -> dict[str, Any]:
     # Whatever the family cannot express shows up as a math field that does not come back.
     for name, value in provider_fields(out, family).items():
         have = getattr(p, name)

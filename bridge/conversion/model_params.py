@@ -27,6 +27,9 @@ _TE_GROUPED_EXPERT = re.compile(r"\.mlp\.experts\.(linear_fc[12])\.(weight|bias)
 _TE_ALIASES = (
     (".self_attention.linear_qkv.layer_norm_weight", ".input_layernorm.weight"),
     (".mlp.linear_fc1.layer_norm_weight", ".pre_mlp_layernorm.weight"),
+    # multi-latent attention: the q / kv latent norms fused into the up projections
+    (".self_attention.linear_q_up_proj.layer_norm_weight", ".self_attention.q_layernorm.weight"),
+    (".self_attention.linear_kv_up_proj.layer_norm_weight", ".self_attention.kv_layernorm.weight"),
 )
 EMBEDDING = "embedding.word_embeddings.weight"
 OUTPUT = "output_layer.weight"
@@ -137,6 +140,16 @@ def _check_split(lp: LocalParam) -> None:
         )
 
 
+def _parameters_and_mapped_buffers(model: torch.nn.Module, family: Family, ranks: Ranks):
+    """The parameters, then the persistent buffers the family maps (DeepSeek-V3's router expert_bias,
+    HF e_score_correction_bias); other buffers (RoPE frequencies, token counters) are not weights."""
+    yield from model.named_parameters()
+    persistent = set(model.state_dict(keep_vars=True))
+    for raw, buffer in model.named_buffers():
+        if raw in persistent and family.resolve(canonical_name(model, raw, ranks)) is not None:
+            yield raw, buffer
+
+
 def local_params(chunks: list[torch.nn.Module], family: Family, hf_vocab_size: int) -> Iterator[LocalParam]:
     """Every parameter of this rank's chunks with its mapping (raises ConfigError for unmapped ones)."""
     ranks = current_ranks()
@@ -144,7 +157,7 @@ def local_params(chunks: list[torch.nn.Module], family: Family, hf_vocab_size: i
         model = unwrap(chunk)
         dims = model_dims(model, hf_vocab_size)
         tied = getattr(model, "share_embeddings_and_output_weights", False)
-        for raw, param in model.named_parameters():
+        for raw, param in _parameters_and_mapped_buffers(model, family, ranks):
             if is_adapter_param(raw):
                 continue  # PEFT adapters are not HF base weights (bridge.peft exports them)
             name = canonical_name(model, raw, ranks)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 from dataclasses import dataclass
@@ -86,8 +87,10 @@ def families() -> dict[str, Family]:
         table = {}
         for module_name in mapping_modules():
             family = _load(module_name)
+            # A family converting several architectures may give each its model type (HF_MODEL_TYPES).
+            types = getattr(importlib.import_module(module_name), "HF_MODEL_TYPES", {})
             for arch in family.architectures:
-                table[arch] = family
+                table[arch] = dataclasses.replace(family, model_type=types[arch]) if arch in types else family
         _FAMILIES = table
     return _FAMILIES
 

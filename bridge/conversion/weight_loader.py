@@ -59,8 +59,12 @@ def load_hf_weights(
     hf_vocab_size: int,
     progress: bool = True,
     allow_non_finite: bool = False,
+    dropped: frozenset[str] = frozenset(),
 ) -> None:
     """Copy the checkpoint into `chunks` (this rank's model chunks, wrapped or not).
+
+    `dropped`: checkpoint tensors the conversion leaves out on purpose (DeepSeek-V3's multi-token
+    prediction layers, warned about when the config is read); any other unused tensor is an error.
 
     A NaN or Inf in a copied tensor is a ConfigError naming the tensor and its file (on every rank,
     after the copy) unless allow_non_finite.
@@ -76,7 +80,7 @@ def load_hf_weights(
         raise ConfigError(errors[0])
     used_everywhere = set().union(*(set(u) for u, _ in results))
     tied_lm_head = _tied_lm_head(chunks, family)
-    unexpected = sorted(set(ckpt.tensors) - used_everywhere - tied_lm_head)
+    unexpected = sorted(set(ckpt.tensors) - used_everywhere - tied_lm_head - dropped)
     if unexpected:
         shown = ", ".join(unexpected[:5]) + (" ..." if len(unexpected) > 5 else "")
         raise ConfigError(

@@ -5,7 +5,9 @@ A drop-in for Megatron-Core's DotProductAttention (same constructor and forward 
 [b, np, sq, sk] scores and masks them in place, which on CPU costs more than the rest of a small
 layer; sdpa picks a fused kernel (flash attention on CPU) that never stores the scores.
 
-Supported: self attention with causal, padding (explicit boolean mask) or no mask; GQA; dropout;
+Supported: self attention with causal, padding (explicit boolean mask) or no mask; GQA; multi-latent
+attention's head sizes (k_channels for q/k, v_channels for values: sdpa takes a value head size of its
+own; Megatron-Core's DotProductAttention takes neither in 0.16.1 nor in 0.19.2); dropout;
 softmax_scale and apply_query_key_layer_scaling as DotProductAttention applies them; context
 parallelism (below); packed sequences (Megatron-Core's THD format: `packed_seq_params` with
 qkv_format="thd" and cu_seqlens; Attention hands over [t, heads, dim] tensors and each token attends
@@ -73,6 +75,8 @@ class SDPAttention(MegatronModule):
         softmax_scale: float | None = None,
         cp_comm_type: str | None = None,
         pg_collection: ProcessGroupCollection | None = None,
+        k_channels: int | None = None,
+        v_channels: int | None = None,
     ):
         super().__init__(config=config)
         reason = self.unsupported_reason(config, layer_number)
@@ -107,9 +111,12 @@ class SDPAttention(MegatronModule):
                 raise NotImplementedError("sdpa attention with context parallelism is self attention only")
         self._cp_masks: dict = {}
         tp = self.tp_group.size()
-        projection_size = config.kv_channels * config.num_attention_heads
-        self.hidden_size_per_partition = divide(projection_size, tp)
-        self.hidden_size_per_attention_head = divide(projection_size, config.num_attention_heads)
+        # Multi-latent attention passes its head sizes: q/k heads of k_channels (nope + rope dims), value
+        # heads of v_channels; sdpa takes a value dimension of its own, the output has v_channels per head.
+        k_channels = config.kv_channels if k_channels is None else k_channels
+        v_channels = config.kv_channels if v_channels is None else v_channels
+        self.hidden_size_per_partition = divide(v_channels * config.num_attention_heads, tp)
+        self.hidden_size_per_attention_head = k_channels
         self.num_attention_heads_per_partition = divide(config.num_attention_heads, tp)
         self.num_query_groups_per_partition = divide(config.num_query_groups, tp)
 
@@ -154,9 +161,8 @@ class SDPAttention(MegatronModule):
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
         context = self._sdpa(q, k, v, mask, is_causal)
         # [b, np, sq, hn] -> [sq, b, np * hn]
-        return context.permute(2, 0, 1, 3).reshape(
-            query.size(0), query.size(1), self.hidden_size_per_partition
-        )
+        # (the value's head size: MLA's v_head_dim, or 0.19.2's THD padding of it, which MLA trims)
+        return context.permute(2, 0, 1, 3).reshape(query.size(0), query.size(1), -1)
 
     def _sdpa(self, q, k, v, mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
         """sdpa on [b, n, s, d] views, with dropout from the right RNG."""
@@ -196,7 +202,7 @@ class SDPAttention(MegatronModule):
             mask = packed_causal_mask(packed_seq_params.cu_seqlens_q, query.size(0), query.device)
         q, k, v = (t.permute(1, 0, 2).unsqueeze(0) for t in (query, key, value))  # [1, n, t, d]
         context = self._sdpa(q, k, v, mask, False)
-        return context.squeeze(0).permute(1, 0, 2).reshape(query.size(0), self.hidden_size_per_partition)
+        return context.squeeze(0).permute(1, 0, 2).reshape(query.size(0), -1)
 
     def _packed_cp_mask(self, cu_seqlens: torch.Tensor, local: int, device) -> torch.Tensor:
         """[local t, cp * local t] (True = attend): this rank's packed tokens against every rank's, causal

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -21,6 +22,7 @@ from bridge.models.transformer_fields import (
     BY_NAME_FIELDS,
     FIELD_CHOICES,
     INSTALLED_RELEASE,
+    MLA_FIELDS,
     SNAPSHOT,
     TESTED_RELEASES,
     UNAVAILABLE_FIELDS,
@@ -200,13 +202,7 @@ class GPTModelProvider(TransformerFields):
                 raise _fail(name, getattr(self, name), f"must be one of {list(known)}", "pick one of those")
         self._check_layer_variant()
         if self.multi_latent_attention:
-            raise _fail(
-                "multi_latent_attention",
-                True,
-                "needs Megatron-Core's MLATransformerConfig (q_lora_rank, kv_lora_rank, v_head_dim, ...), "
-                "which GPTModelProvider does not build",
-                "set model.multi_latent_attention=False",
-            )
+            self._check_multi_latent_attention()
         if self.fp16 and self.bf16:
             raise _fail("fp16", True, "fp16 and bf16 are both set", "set only one of model.fp16 / model.bf16")
         if self.vocab_size is not None and self.vocab_size <= 0:
@@ -292,6 +288,53 @@ class GPTModelProvider(TransformerFields):
             attn_logit_softcapping=self.attn_logit_softcapping,
         )
 
+    def _check_multi_latent_attention(self) -> None:
+        # Megatron-Core's MLA (MLATransformerConfig) carries its own RoPE: rope_type "rope" or "yarn" on
+        # the qk_pos_emb_head_dim slice of each head; GPTModel builds no rotary embedding of its own.
+        if self.position_embedding_type != "rope":
+            raise _fail(
+                "position_embedding_type",
+                self.position_embedding_type,
+                "multi-latent attention applies its own rotary embedding (rope_type), so it needs 'rope'",
+                "set model.position_embedding_type=rope",
+            )
+        if self.rope_type not in ("rope", "yarn"):
+            raise _fail(
+                "rope_type", self.rope_type, "must be 'rope' or 'yarn' (MLA's RoPE)", "pick one of those"
+            )
+        if self.rope_scaling:
+            raise _fail(
+                "rope_scaling",
+                True,
+                "llama3 RoPE scaling is GPTModel's rotary embedding, which multi-latent attention does not use",
+                "set model.rope_scaling=False (MLA scales its RoPE with rope_type=yarn)",
+            )
+        if self.q_lora_rank is not None and self.q_lora_rank <= 0:
+            raise _fail(
+                "q_lora_rank", self.q_lora_rank, "must be positive or None", "use None for no q compression"
+            )
+        for name in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
+            if getattr(self, name) <= 0:
+                raise _fail(name, getattr(self, name), "must be a positive integer", f"set model.{name}")
+
+    def _check_mla_query_norm(self) -> None:
+        # megatron-core 0.19.2's MLA resolves its q/kv norms (mla_qk_norm_config.QKNormConfigResolver):
+        # with qk_layernorm and q_lora_rank None it builds linear_q_proj as a fused norm+linear, a norm on
+        # the query input that DeepSeek-V2-Lite does not have (0.16.1 builds no q norm then).
+        if self.q_lora_rank is not None or not self.qk_layernorm:
+            return
+        if importlib.util.find_spec("megatron.core.transformer.mla_qk_norm_config") is None:
+            return
+        raise _fail(
+            "q_lora_rank",
+            None,
+            f"megatron-core {INSTALLED_RELEASE}'s multi-latent attention (QKNormConfigResolver) builds "
+            "linear_q_proj as a fused norm+linear whenever qk_layernorm is set and q_lora_rank is None: a norm "
+            "on the query input that DeepSeek-V2-Lite does not have (its one latent norm is kv_a_layernorm, "
+            "which needs qk_layernorm), and the local spec has no fused norm+linear",
+            "use megatron-core 0.16.1 for a model without query compression, or a model with q_lora_rank set",
+        )
+
     def model_shape(self) -> ModelShape:
         """The model facts the layout rules and the planner need."""
         from bridge.parallel.layout import ModelShape
@@ -319,7 +362,14 @@ class GPTModelProvider(TransformerFields):
             ),
             layer_norms=4 if self.layernorm_placement == "sandwich" else 2,
             qk_layernorm_per_projection=self.qk_layernorm and self.qk_layernorm_scope == "projection",
+            **self._mla_shape(),
         )
+
+    def _mla_shape(self) -> dict:
+        if not self.multi_latent_attention:
+            return {}
+        names = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+        return {"multi_latent_attention": True} | {name: getattr(self, name) for name in names}
 
     def layout(
         self,
@@ -398,6 +448,7 @@ class GPTModelProvider(TransformerFields):
         """Build megatron.core's TransformerConfig from this provider (raises ConfigError)."""
         import torch
         from megatron.core.transformer import TransformerConfig
+        from megatron.core.transformer.transformer_config import MLATransformerConfig
 
         self.finalize()
         declared = {f.name for f in fields(TransformerConfig)}
@@ -405,11 +456,19 @@ class GPTModelProvider(TransformerFields):
             _warn_untested_release()
         # Only what the live TransformerConfig declares (a patch release may differ from its snapshot).
         kwargs = {name: self.megatron_value(name) for name in transformer_field_names() if name in declared}
+        config_class = TransformerConfig
+        if self.multi_latent_attention:
+            # MLATransformerConfig's own fields, and the RoPE base / percent the provider holds for GPTModel.
+            config_class = MLATransformerConfig
+            self._check_mla_query_norm()
+            mla_declared = {f.name for f in fields(MLATransformerConfig)}
+            kwargs |= {name: self.megatron_value(name) for name in MLA_FIELDS if name in mla_declared}
+            kwargs |= dict(rotary_base=self.rotary_base, rotary_percent=self.rotary_percent)
         if not torch.cuda.is_available():
             # Without CUDA there is no other device to initialize weights on.
             kwargs["use_cpu_initialization"] = True
         try:
-            return TransformerConfig(**kwargs)
+            return config_class(**kwargs)
         except (ValueError, AssertionError, NotImplementedError) as err:
             raise ConfigError(
                 f"Megatron-Core's TransformerConfig rejects the model section: {err}. "
@@ -442,6 +501,14 @@ class GPTModelProvider(TransformerFields):
             # Megatron-Core's DotProductAttention refuses CP.
             from bridge.models.attention import SDPAttention, unsupported_reason
 
+            if self.multi_latent_attention:
+                raise _fail(
+                    "context_parallel_size",
+                    self.context_parallel_size,
+                    "multi-latent attention with context parallelism on the local spec (sdpa attention, no "
+                    "Transformer Engine) is not verified against a CP=1 run in this bridge",
+                    "set model.context_parallel_size=1, or run on CUDA with transformer-engine",
+                )
             if local_core_attention(config) is not SDPAttention:
                 reason = (
                     unsupported_reason(config) or f"model.attention_backend={config.attention_backend.name}"

@@ -8,7 +8,9 @@ Its core attention follows `attention_backend` (the TE spec lets Transformer Eng
 "auto" (the default), "flash" and "fused" get bridge's SDPAttention (torch's scaled_dot_product_attention,
 a fused kernel on CPU too); "unfused" and "local" keep Megatron-Core's DotProductAttention. Configs sdpa
 cannot run (sliding windows, softmax_type other than vanilla; see attention.unsupported_reason) keep
-DotProductAttention whatever the backend, with a log line saying so. SDPAttention is also the local
+DotProductAttention whatever the backend, with a log line saying so. Multi-latent attention always gets
+SDPAttention (DotProductAttention takes no k_channels / v_channels, which MLA passes), and a config sdpa
+cannot run is refused for it. SDPAttention is also the local
 spec's context-parallel attention (K/V all-gathered over the CP group; see bridge.models.attention):
 with context_parallel_size > 1 and no Transformer Engine, a config that would keep DotProductAttention
 (which refuses CP) is refused by the model build (GPTModelProvider._build_stage).
@@ -77,6 +79,8 @@ def gpt_block_spec(config, vp_stage: int | None = None, variant=None):
     )
     if te:
         return block
+    if getattr(config, "multi_latent_attention", False):
+        _mla_knows_te_is_absent()
     block = _with_sequence_parallel_norms(block)
     block = _with_expert_linears(block)
     if variant is not None and not variant.is_default:
@@ -91,14 +95,39 @@ def gpt_block_spec(config, vp_stage: int | None = None, variant=None):
     return _with_core_attention(block, attention)
 
 
+def _mla_knows_te_is_absent() -> None:
+    """megatron-core 0.16.1 without Transformer Engine: megatron.core.extensions.transformer_engine
+    stands in a MagicMock for `te`, so its TELinear is a mock, not a class, and multi_latent_attention's
+    `HAVE_TE` (its import of TELinear succeeded) is True; MultiLatentAttention.__init__ then calls
+    isinstance(linear_proj, TELinear), a TypeError. That check is its only use of HAVE_TE (an fp8/fp4
+    memory option of TE's linear): with TE absent it is False, as 0.19.2 sets it."""
+    from megatron.core.transformer import multi_latent_attention as mla
+
+    if getattr(mla, "HAVE_TE", False) and not isinstance(getattr(mla, "TELinear", None), type):
+        mla.HAVE_TE = False
+
+
 def local_core_attention(config):
     """The core-attention class for the local spec: SDPAttention, or None to keep DotProductAttention."""
     from bridge.models.attention import SDPAttention, unsupported_reason
 
     backend = config.attention_backend.name
-    if backend not in SDPA_BACKENDS:
+    mla = bool(getattr(config, "multi_latent_attention", False))
+    if backend not in SDPA_BACKENDS and not mla:
         return None
     reason = unsupported_reason(config)
+    if mla:
+        # MultiLatentAttention builds its core attention with k_channels / v_channels, which
+        # DotProductAttention does not take (0.16.1, 0.19.2): SDPAttention whatever the backend.
+        if reason is not None:
+            from bridge.errors import ConfigError
+
+            raise ConfigError(
+                f"{reason}; multi-latent attention on the local spec runs only through sdpa attention "
+                "(Megatron-Core's DotProductAttention has no separate value head size). Fix: drop that "
+                "setting, or install transformer-engine on a CUDA machine"
+            )
+        return SDPAttention
     if reason is not None:
         logger.info("attention_backend=%s: using Megatron-Core's DotProductAttention (%s)", backend, reason)
         return None

@@ -74,6 +74,14 @@ class ModelShape:
     # q/k norms over the whole projections (OLMo 2: heads * head_dim weights, TP-sharded by heads)
     # instead of one head_dim weight each
     qk_layernorm_per_projection: bool = False
+    # Multi-latent attention (DeepSeek): q (down, norm, up, or one projection when q_lora_rank is None),
+    # kv down to kv_lora_rank + qk_pos_emb_head_dim, kv norm, kv up to heads x (qk_head_dim + v_head_dim)
+    multi_latent_attention: bool = False
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_head_dim: int | None = None
+    qk_pos_emb_head_dim: int | None = None
+    v_head_dim: int | None = None
 
     def __post_init__(self):
         for name in ("num_layers", "num_attention_heads"):

@@ -1,7 +1,7 @@
 """Parameter counts from a ModelShape: the whole model (total, active per token) and one rank's share.
 
 Assumes the GPT family bridge builds: rotary positions (no position table), RMSNorm (one weight vector),
-no linear biases except the optional QKV bias. With num_moe_experts set, the layers moe_layer_freq marks
+no linear biases except the optional QKV bias; attention is grouped-query or multi-latent (DeepSeek). With num_moe_experts set, the layers moe_layer_freq marks
 hold a router, the routed experts and the optional (gated) shared expert; the others a dense MLP of
 ffn_hidden_size. Pure Python.
 """
@@ -78,6 +78,24 @@ def _replicated_qk_norm_params(shape: ModelShape) -> int:
     return 0 if shape.qk_layernorm_per_projection else _qk_norm_params(shape)
 
 
+def _mla_attention(shape: ModelShape) -> tuple[int, int]:
+    """Multi-latent attention of one layer: (weights split over tp, weights replicated over tp).
+
+    Split over tp (by heads): the q up projection (or q_proj), the kv up projection, the output
+    projection. Replicated: the q / kv down projections (Transformer Engine's spec duplicates them; the
+    local spec splits their rows and all-gathers the result) and the q / kv layernorms."""
+    _require(shape, "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+    h, heads = shape.hidden_size, shape.num_attention_heads
+    q_head = shape.qk_head_dim + shape.qk_pos_emb_head_dim
+    q_in = shape.q_lora_rank or h
+    split = q_in * heads * q_head + shape.kv_lora_rank * heads * (shape.qk_head_dim + shape.v_head_dim)
+    split += heads * shape.v_head_dim * h
+    replicated = h * (shape.kv_lora_rank + shape.qk_pos_emb_head_dim) + shape.kv_lora_rank
+    if shape.q_lora_rank:
+        replicated += h * shape.q_lora_rank + shape.q_lora_rank
+    return split, replicated
+
+
 def _layer_parts(shape: ModelShape, moe: bool | None = None) -> dict[str, int]:
     """Parameters of one transformer layer, by part: a MoE layer or a dense one (default: the model's
     first layer kind, MoE for a model whose every layer is MoE)."""
@@ -92,6 +110,8 @@ def _layer_parts(shape: ModelShape, moe: bool | None = None) -> dict[str, int]:
     if shape.add_qkv_bias:
         attention += q_size + 2 * kv_size
     attention += _qk_norm_params(shape)
+    if shape.multi_latent_attention:
+        attention = sum(_mla_attention(shape))  # its q / kv latent norms included
     mats = 3 if shape.gated_linear_unit else 2  # gate+up+down, or fc1+fc2
     parts = {
         "attention": attention,
@@ -188,11 +208,13 @@ def params_per_rank(
     kinds = shape.moe_layers()
     for i in range(stage * per_stage, (stage + 1) * per_stage):
         p = _layer_parts(shape, kinds[i])
-        qk_norms = _replicated_qk_norm_params(shape)
-        norm_like = p["norms"] + qk_norms  # replicated across tp
+        attention_norms = _replicated_qk_norm_params(shape)  # replicated across tp
+        if shape.multi_latent_attention:
+            attention_norms = _mla_attention(shape)[1]
+        norm_like = p["norms"] + attention_norms
         gate = h if p["shared"] and shape.moe_shared_expert_gate else 0  # replicated across tp
         dense += (
-            (p["attention"] - qk_norms) // tp
+            (p["attention"] - attention_norms) // tp
             + norm_like
             + p["mlp"] // tp
             + p["router"]

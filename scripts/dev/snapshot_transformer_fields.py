@@ -45,7 +45,6 @@ EXCLUDED = {
 ACTIVATION_FIELDS = {"activation_func": "gelu"}
 
 
-
 class _Skip(Exception):
     pass
 
@@ -61,6 +60,14 @@ def _py(value) -> str:
         return f"[{items}]"
     return repr(value)
 
+
+# MLATransformerConfig (multi-latent attention) fields TransformerConfig lacks: provider fields too,
+# passed only when multi_latent_attention is set. Those the provider already holds as GPTModel
+# arguments (rotary_base, rotary_percent) are passed from there; widened types say why.
+MLA_HELD_BY_PROVIDER = ("rotary_base", "rotary_percent")
+MLA_WIDENED = {
+    "q_lora_rank": ("int | None", "None: no query compression (q_proj directly, DeepSeek-V2-Lite)"),
+}
 
 # Union fields kept whole (annotation Any: OmegaConf has no Union) because both forms are used.
 BOTH_FORMS = {
@@ -201,6 +208,9 @@ def render() -> str:
             ann += " | None"  # declared without Optional, but defaults to None (pipeline_dtype)
         lines.append(f"    {_py(f.name)}: ({_py(ann)}, {_py(default)}),")
 
+    mla_lines, mla_notes = _mla_lines()
+    notes.update(mla_notes)
+
     def fmt_dict(name: str, d: dict) -> str:
         body = "".join(f"    {_py(k)}: {_py(v)},\n" for k, v in d.items())
         return f"{name} = {{\n{body}}}\n"
@@ -224,7 +234,34 @@ def render() -> str:
         + "FIELDS = {\n"
         + "\n".join(lines)
         + "\n}\n"
+        + "\n# MLATransformerConfig's own fields (multi-latent attention), in its order: (annotation, default).\n"
+        + "MLA_FIELDS = {\n"
+        + "\n".join(mla_lines)
+        + "\n}\n"
     )
+
+
+def _mla_lines() -> tuple[list[str], dict[str, str]]:
+    """The MLATransformerConfig fields TransformerConfig does not declare, as FIELDS lines."""
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.transformer_config import MLATransformerConfig
+
+    base = {f.name for f in dataclasses.fields(TransformerConfig)}
+    lines: list[str] = []
+    notes: dict[str, str] = {}
+    for f in dataclasses.fields(MLATransformerConfig):
+        if f.name in base or f.name in MLA_HELD_BY_PROVIDER:
+            continue
+        if f.name in MLA_WIDENED:
+            ann, notes[f.name] = MLA_WIDENED[f.name]
+            default = f.default
+        else:
+            ann, ch, kind, note = _yaml_type(f.type)
+            if ch or kind or note:
+                raise SystemExit(f"MLA field {f.name}: type {f.type} needs a by-name or narrowed form")
+            default = _default(f, None)
+        lines.append(f"    {_py(f.name)}: ({_py(ann)}, {_py(default)}),")
+    return lines, notes
 
 
 def main(argv: list[str] | None = None) -> int:

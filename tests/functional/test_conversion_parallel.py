@@ -15,6 +15,7 @@ from tests.functional.workers.convert_models import (
     bit_identical,
     hf_logits,
     read_tensors,
+    refused_by_installed_release,
     save_hf_model,
     tokens,
 )
@@ -48,7 +49,7 @@ def test_tp2_pp2_ep2_and_torch_dist_round_trip(root):
     )
     for phase in ("tp2", "pp2", "ep2"):
         for family in FAMILIES:
-            if phase == "ep2" and family not in MOE_FAMILIES:
+            if (phase == "ep2" and family not in MOE_FAMILIES) or refused_by_installed_release(family):
                 continue
             assert float(results[(phase, family)]) <= 1e-5, (phase, family, results.get((phase, family)))
             diff = bit_identical(

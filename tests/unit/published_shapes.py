@@ -82,3 +82,44 @@ GEMMA2_2B = ModelShape(
     share_embeddings_and_output_weights=True,
     layer_norms=4,
 )
+# DeepSeek: multi-latent attention (kv_lora_rank 512, q/k heads of 128 + 64 rope dims, values of 128),
+# the first layer(s) dense, shared experts of n_shared_experts * moe_intermediate_size.
+_DEEPSEEK_MLA = dict(
+    multi_latent_attention=True,
+    qk_layernorm=True,
+    kv_lora_rank=512,
+    qk_head_dim=128,
+    qk_pos_emb_head_dim=64,
+    v_head_dim=128,
+    kv_channels=192,
+)
+DEEPSEEK_V2_LITE = ModelShape(
+    27,
+    16,
+    16,
+    10944,
+    num_moe_experts=64,
+    moe_router_topk=6,
+    moe_ffn_hidden_size=1408,
+    moe_shared_expert_intermediate_size=2 * 1408,
+    moe_layer_freq=(0,) + (1,) * 26,
+    hidden_size=2048,
+    vocab_size=102400,
+    q_lora_rank=None,
+    **_DEEPSEEK_MLA,
+)
+DEEPSEEK_V3 = ModelShape(
+    61,
+    128,
+    128,
+    18432,
+    num_moe_experts=256,
+    moe_router_topk=8,
+    moe_ffn_hidden_size=2048,
+    moe_shared_expert_intermediate_size=2048,
+    moe_layer_freq=(0,) * 3 + (1,) * 58,
+    hidden_size=7168,
+    vocab_size=129280,
+    q_lora_rank=1536,
+    **_DEEPSEEK_MLA,
+)

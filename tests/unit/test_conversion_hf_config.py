@@ -273,7 +273,20 @@ def test_phi3_sliding_window_partial_rotary_and_longrope():
 
 @pytest.mark.parametrize(
     "family",
-    ["llama", "qwen2", "qwen3", "mistral", "mixtral", "qwen3_moe", "phi3", "qwen2_moe", "olmo2", "gemma2"],
+    [
+        "llama",
+        "qwen2",
+        "qwen3",
+        "mistral",
+        "mixtral",
+        "qwen3_moe",
+        "phi3",
+        "qwen2_moe",
+        "olmo2",
+        "gemma2",
+        "deepseek_v2",
+        "deepseek_v3",
+    ],
 )
 def test_provider_to_config_json_and_back(family):
     import transformers
@@ -317,6 +330,8 @@ _ARCH = {
     "qwen2_moe": "Qwen2MoeForCausalLM",
     "olmo2": "Olmo2ForCausalLM",
     "gemma2": "Gemma2ForCausalLM",
+    "deepseek_v2": "DeepseekV2ForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
 }
 
 
@@ -344,6 +359,12 @@ def test_config_json_without_transformers_reads_like_autoconfig(model_type, tmp_
     (tmp_path / "minimal" / "config.json").write_text(json.dumps(minimal))
     for folder in ("full", "minimal"):
         raw = json.loads((tmp_path / folder / "config.json").read_text())
+        if model_type == "deepseek_v2" and folder == "minimal":
+            # DeepseekV2Config's num_experts_per_tok defaults to None: refused alike from both
+            for cfg in (with_class_defaults(raw), AutoConfig.from_pretrained(tmp_path / folder)):
+                with pytest.raises(ConfigError, match="HF config num_experts_per_tok=0"):
+                    provider_fields(cfg, family)
+            continue
         ours = provider_fields(with_class_defaults(raw), family)
         theirs = provider_fields(AutoConfig.from_pretrained(tmp_path / folder), family)
         assert ours == theirs, (model_type, folder)
@@ -360,3 +381,87 @@ def test_malformed_config_json_is_one_error_naming_the_file(tmp_path):
     (tmp_path / "config.json").write_text("[1, 2]")
     with pytest.raises(ConfigError, match=r"config\.json: a config.json holds a JSON object"):
         AutoBridge.from_hf_pretrained(tmp_path)
+
+
+# ---- DeepSeek (bridge.conversion.hf_config_deepseek) --------------------------------------------------
+
+
+def test_deepseek_fields_mla_yarn_and_routing():
+    from tests.functional.workers.convert_models import make_hf_config
+
+    v2 = fields_of(make_hf_config("deepseek_v2"))
+    assert v2["multi_latent_attention"] and v2["q_lora_rank"] is None and v2["kv_lora_rank"] == 32
+    assert (v2["qk_head_dim"], v2["qk_pos_emb_head_dim"], v2["v_head_dim"]) == (16, 8, 12)
+    assert (v2["rope_type"], v2["rotary_scaling_factor"], v2["original_max_position_embeddings"]) == (
+        "yarn",
+        4.0,
+        16,
+    )
+    assert (v2["mscale"], v2["mscale_all_dim"]) == (0.707, 0.707)
+    assert (v2["moe_router_score_function"], v2["moe_router_pre_softmax"]) == ("softmax", True)
+    assert v2["moe_router_topk_scaling_factor"] == 1.5 and v2["moe_shared_expert_intermediate_size"] == 64
+    assert v2["moe_layer_freq"] == [0, 1] and "moe_router_num_groups" not in v2
+    v3 = fields_of(make_hf_config("deepseek_v3"))
+    assert v3["q_lora_rank"] == 24 and v3["moe_router_enable_expert_bias"]
+    assert (v3["moe_router_score_function"], v3["moe_router_num_groups"], v3["moe_router_group_topk"]) == (
+        "sigmoid",
+        4,
+        2,
+    )
+    assert (v3["mscale"], v3["mscale_all_dim"], v3["moe_router_topk_scaling_factor"]) == (1.0, 0.8, 2.5)
+    plain = fields_of(make_hf_config("deepseek_v3", rope_scaling=None))
+    assert (plain["rope_type"], plain["mscale_all_dim"]) == ("rope", 0.0)  # softmax scale 1/sqrt(24)
+
+
+@pytest.mark.parametrize(
+    "family,change,message",
+    [
+        ("deepseek_v2", dict(topk_method="group_limited_greedy", n_group=2, topk_group=1), "n_group/topk_group"),
+        ("deepseek_v2", dict(norm_topk_prob=True), "norm_topk_prob=True"),
+        ("deepseek_v2", dict(topk_method="noaux_tc"), "topk_method='noaux_tc'"),
+        ("deepseek_v3", dict(topk_group=1), "n_group/topk_group"),
+        ("deepseek_v3", dict(norm_topk_prob=False), "norm_topk_prob=False"),
+        ("deepseek_v3", dict(rope_interleave=False), "rope_interleave=False"),
+        ("deepseek_v3", dict(rms_norm_eps=1e-5), "rms_norm_eps=1e-05"),
+        ("deepseek_v3", dict(num_key_value_heads=2), "num_key_value_heads=2"),
+        ("deepseek_v3", dict(first_k_dense_replace=2), "first_k_dense_replace=2"),
+        ("deepseek_v3", dict(attention_bias=True), "attention_bias=True"),
+        (
+            "deepseek_v3",
+            dict(rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+                               "truncate": False}),
+            "truncate=False",
+        ),
+        (
+            "deepseek_v3",
+            dict(rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+                               "mscale": 0.0, "mscale_all_dim": 1.0}),
+            "attention_factor/mscale",
+        ),
+        ("deepseek_v3", dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "'default' or 'yarn'"),
+    ],
+)  # fmt: skip
+def test_deepseek_settings_megatron_core_computes_differently_are_refused(family, change, message):
+    from tests.functional.workers.convert_models import make_hf_config
+
+    with pytest.raises(ConfigError, match=message):
+        fields_of(make_hf_config(family, **change))
+
+
+def test_deepseek_mtp_layers_dropped_on_import_refused_on_export(caplog):
+    from bridge.conversion.hf_config import hf_config_dict
+    from bridge.conversion.hf_config_deepseek import dropped_hf_tensors
+    from bridge.models.gpt_provider import GPTModelProvider
+    from tests.functional.workers.convert_models import make_hf_config
+
+    hf = make_hf_config("deepseek_v3", num_nextn_predict_layers=1)
+    fields = fields_of(hf)
+    assert "num_nextn_predict_layers=1" in caplog.text and "mtp_num_layers" not in fields
+    names = {"model.layers.1.mlp.gate.weight", "model.layers.2.eh_proj.weight", "model.layers.2.enorm.weight"}
+    assert dropped_hf_tensors(hf, names) == names - {"model.layers.1.mlp.gate.weight"}
+    assert dropped_hf_tensors(make_hf_config("deepseek_v3"), names) == set()  # no MTP: nothing dropped
+    provider = GPTModelProvider(**{**fields, "mtp_num_layers": 1})
+    with pytest.raises(
+        ConfigError, match="model.mtp_num_layers=1: a DeepseekV3ForCausalLM checkpoint cannot"
+    ):
+        hf_config_dict(provider, family_for(hf.architectures), "DeepseekV3ForCausalLM")

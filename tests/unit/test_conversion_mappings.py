@@ -165,12 +165,26 @@ def test_family_tables_resolve_global_names():
         "Qwen2MoeForCausalLM",
         "Olmo2ForCausalLM",
         "Gemma2ForCausalLM",
+        "DeepseekV2ForCausalLM",
+        "DeepseekV3ForCausalLM",
     }
     # OLMo 2's whole-projection q norm is cut by heads (column); its post-branch norms sit in the linears
     _, m = family_for(["Olmo2ForCausalLM"]).resolve("decoder.layers.1.self_attention.q_layernorm.weight")
     assert m.kind == "column" and m.hf == ("model.layers.1.self_attn.q_norm.weight",)
     _, m = family_for(["Gemma2ForCausalLM"]).resolve("decoder.layers.0.mlp.linear_fc2.post_layernorm.weight")
     assert m.hf == ("model.layers.0.post_feedforward_layernorm.weight",)
+    # one deepseek table, each architecture with its own model type; V3's routing bias is a buffer row
+    v2, v3 = family_for(["DeepseekV2ForCausalLM"]), family_for(["DeepseekV3ForCausalLM"])
+    assert (v2.name, v2.model_type, v3.name, v3.model_type) == (
+        "deepseek",
+        "deepseek_v2",
+        "deepseek",
+        "deepseek_v3",
+    )
+    _, m = v3.resolve("decoder.layers.1.mlp.router.expert_bias")
+    assert m.hf == ("model.layers.1.mlp.gate.e_score_correction_bias",) and m.kind == "replicated"
+    _, m = v2.resolve("decoder.layers.0.self_attention.linear_kv_up_proj.weight")
+    assert m.hf == ("model.layers.0.self_attn.kv_b_proj.weight",) and m.kind == "column"
     qwen2_moe = family_for(["Qwen2MoeForCausalLM"])
     rule, m = qwen2_moe.resolve("decoder.layers.5.mlp.shared_experts.gate_weight")
     assert m.hf == ("model.layers.5.mlp.shared_expert_gate.weight",) and m.kind == "replicated"
@@ -198,6 +212,13 @@ def test_canonical_names_are_global_and_local_spec():
         "decoder.layers.4.mlp.experts.local_experts.3.linear_fc1.weight",
         "decoder.layers.0.self_attention.linear_qkv.layer_norm_weight": "decoder.layers.4.input_layernorm.weight",
         "decoder.layers.1.mlp.linear_fc1.layer_norm_weight": "decoder.layers.5.pre_mlp_layernorm.weight",
+        # multi-latent attention (TE spec): the q / kv latent norms fused into the up projections
+        "decoder.layers.0.self_attention.linear_q_up_proj.layer_norm_weight": (
+            "decoder.layers.4.self_attention.q_layernorm.weight"
+        ),
+        "decoder.layers.1.self_attention.linear_kv_up_proj.layer_norm_weight": (
+            "decoder.layers.5.self_attention.kv_layernorm.weight"
+        ),
         "output_layer.weight": "output_layer.weight",
     }
     for local, canonical in cases.items():

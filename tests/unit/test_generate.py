@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from bridge.errors import ConfigError
-from tests.functional.workers.convert_models import FAMILIES
+from tests.functional.workers.convert_models import FAMILIES, refused_by_installed_release
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
@@ -75,6 +75,8 @@ def test_greedy_equals_transformers_generate(family, sources):
     from bridge.inference import generate
 
     folder, hf = sources[family]
+    if refused_by_installed_release(family):
+        pytest.skip(f"{family}: refused by this megatron-core (test_conversion_tp1 checks the error)")
     provider, chunks = _build(folder)
     reference, gap = _hf_greedy(hf, PROMPT, NEW_TOKENS, eos_token_id=None)
     assert gap > MIN_GAP, f"{family}: a near-tie ({gap:.2e}) would make the comparison meaningless"

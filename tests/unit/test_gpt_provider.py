@@ -100,7 +100,14 @@ def test_omegaconf_type_checks_values():
         (dict(num_moe_experts=0), "num_moe_experts"),
         (dict(num_moe_experts=4, moe_router_topk=5), "moe_router_topk"),
         (dict(attention_backend="magic"), "attention_backend"),
-        (dict(multi_latent_attention=True), "multi_latent_attention"),
+        # multi-latent attention (MLATransformerConfig) carries its own RoPE
+        (dict(multi_latent_attention=True, position_embedding_type="none"), "position_embedding_type"),
+        (dict(multi_latent_attention=True, position_embedding_type="rope", rope_type="ntk"), "rope_type"),
+        (
+            dict(multi_latent_attention=True, position_embedding_type="rope", rope_scaling=True),
+            "rope_scaling",
+        ),
+        (dict(multi_latent_attention=True, position_embedding_type="rope", kv_lora_rank=0), "kv_lora_rank"),
     ],
 )
 def test_finalize_rejects_bad_fields_naming_field_and_fix(overrides, field):

@@ -117,6 +117,25 @@ def test_moe_671b_on_256_gpus_small_tp_ep_main_pp_across_nodes():
     assert lay.etp == 1 and lay.sequence_parallel == (lay.tp > 1)
 
 
+def test_deepseek_v3_tp2_pp16_ep64_needs_1024_gpus_and_what_fits_on_256():
+    # Every pipeline stage holds ep*etp expert ranks and tp*cp dense ranks: min_gpus = pp*max(tp*cp, ep*etp).
+    from bridge.models import preset
+
+    shape = preset("deepseek_v3").model_shape()
+    with pytest.raises(
+        ConfigError, match=r"min_gpus = pp\*max\(tp\*cp, ep\*etp\) = 16\*max\(2\*1, 64\*1\) = 1024"
+    ):
+        ParallelLayout(256, tp=2, pp=16, ep=64, sequence_parallel=True, model=shape)
+    # and on 1024 GPUs its 61 layers still do not split into 16 whole-layer stages (no uneven stages)
+    with pytest.raises(ConfigError, match=r"must divide model.num_layers \(61\)"):
+        ParallelLayout(1024, tp=2, pp=16, ep=64, sequence_parallel=True, model=shape)
+    # on 256 GPUs: no PP (61 is prime), EP carries the experts; the planner's pick validates and fits
+    fits = ParallelLayout(256, tp=2, ep=64, sequence_parallel=True, model=shape)
+    assert (fits.min_gpus, fits.dp, fits.edp) == (64, 128, 4)
+    lay = _check_plan(plan(PlanRequest(shape, 256, strategy="megatron")))
+    assert lay.pp == 1 and lay.ep > lay.tp and lay.pp * max(lay.tp * lay.cp, lay.ep * lay.etp) <= 256
+
+
 @pytest.mark.parametrize("seq,expect_cp", [(4096, False), (8192, True), (32768, True)])
 def test_long_sequences_get_context_parallelism(seq, expect_cp):
     p = plan(PlanRequest(LLAMA31_8B, 16, seq_length=seq))

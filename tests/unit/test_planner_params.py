@@ -11,6 +11,8 @@ from bridge.parallel.layout import ParallelLayout  # noqa: E402
 from bridge.parallel.param_count import count_parameters, padded_vocab_size, params_per_rank  # noqa: E402
 from bridge.plan import shape_from_hf_config  # noqa: E402
 from tests.unit.published_shapes import (  # noqa: E402
+    DEEPSEEK_V2_LITE,
+    DEEPSEEK_V3,
     GEMMA2_2B,
     LLAMA31_8B,
     LLAMA32_1B,
@@ -23,6 +25,46 @@ from tests.unit.published_shapes import (  # noqa: E402
 )
 
 # Published Hugging Face config values.
+_DEEPSEEK_HF = dict(
+    kv_lora_rank=512,
+    qk_nope_head_dim=128,
+    qk_rope_head_dim=64,
+    v_head_dim=128,
+    tie_word_embeddings=False,
+    hidden_act="silu",
+)
+DEEPSEEK_V2_LITE_HF = dict(
+    _DEEPSEEK_HF,
+    vocab_size=102400,
+    hidden_size=2048,
+    intermediate_size=10944,
+    moe_intermediate_size=1408,
+    num_hidden_layers=27,
+    num_attention_heads=16,
+    num_key_value_heads=16,
+    n_routed_experts=64,
+    n_shared_experts=2,
+    num_experts_per_tok=6,
+    first_k_dense_replace=1,
+    q_lora_rank=None,
+    model_type="deepseek_v2",
+)
+DEEPSEEK_V3_HF = dict(
+    _DEEPSEEK_HF,
+    vocab_size=129280,
+    hidden_size=7168,
+    intermediate_size=18432,
+    moe_intermediate_size=2048,
+    num_hidden_layers=61,
+    num_attention_heads=128,
+    num_key_value_heads=128,
+    n_routed_experts=256,
+    n_shared_experts=1,
+    num_experts_per_tok=8,
+    first_k_dense_replace=3,
+    q_lora_rank=1536,
+    model_type="deepseek_v3",
+)
 # Qwen1.5-MoE-A2.7B's published config.json (also the base of the partly-dense case below)
 QWEN15_MOE_A27B_HF = dict(
     vocab_size=151936,
@@ -209,11 +251,16 @@ CONFIGS = {
             model_type="gemma2",
         ),
     ),
+    # deepseek-ai/DeepSeek-V2-Lite and DeepSeek-V3 (multi-latent attention; V2-Lite without q compression)
+    "deepseek_v2_lite": ("DeepseekV2Config", "DeepseekV2ForCausalLM", DEEPSEEK_V2_LITE_HF),
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM", DEEPSEEK_V3_HF),
 }
 # The same models written as ModelShapes by hand (Megatron field names).
 SHAPES = {
     "olmo2_7b": OLMO2_7B,
     "gemma2_2b": GEMMA2_2B,
+    "deepseek_v2_lite": DEEPSEEK_V2_LITE,
+    "deepseek_v3": DEEPSEEK_V3,
     "llama32_1b": LLAMA32_1B,
     "llama31_8b": LLAMA31_8B,
     "qwen3_30b_a3b": QWEN3_30B_A3B,
@@ -273,6 +320,13 @@ def test_published_sizes():
     assert round(q.total / 1e9, 1) == 14.3 and round(q.active / 1e9, 1) == 2.7
     q = count_parameters(SHAPES["qwen2_57b_a14b"])  # "57B ... A14B"
     assert round(q.total / 1e9) == 57 and round(q.active / 1e9) == 14
+
+
+def test_deepseek_published_sizes():
+    v3 = count_parameters(SHAPES["deepseek_v3"])  # "671B total parameters with 37B activated"
+    assert (round(v3.total / 1e9), round(v3.active / 1e9, 1)) == (671, 37.6)
+    lite = count_parameters(SHAPES["deepseek_v2_lite"])  # "16B total parameters"
+    assert round(lite.total / 1e9, 1) == 15.7  # active 2.7B here: the model card's "2.4B" counts differently
 
 
 def test_partly_dense_stage_shares_follow_their_layers():

@@ -5,6 +5,8 @@ scripts/dev/snapshot_transformer_fields.py). The installed release is read from 
 never by importing megatron.core, so this stays pure data. `TransformerFields` holds:
 
 - every field of the installed release's snapshot, with that release's default and in its order;
+- then MLATransformerConfig's own fields (multi-latent attention: q_lora_rank, kv_lora_rank, ...,
+  `MLA_FIELDS`), passed to Megatron-Core only when multi_latent_attention is set;
 - then the fields only other supported releases have, with their default there. Those are listed in
   `UNAVAILABLE_FIELDS`: the provider never passes them to TransformerConfig, and a non-default value
   is a ConfigError naming the field and the releases that have it (`unavailable_field_error`).
@@ -58,12 +60,12 @@ NARROWED_FIELDS: dict[str, str] = dict(SNAPSHOT.NARROWED_FIELDS)
 
 # name -> the supported releases whose TransformerConfig has it (fields the installed one lacks).
 UNAVAILABLE_FIELDS: dict[str, tuple[str, ...]] = {}
-_specs: dict[str, tuple[str, Any]] = dict(SNAPSHOT.FIELDS)
+_specs: dict[str, tuple[str, Any]] = dict(SNAPSHOT.FIELDS) | dict(SNAPSHOT.MLA_FIELDS)
 FIELD_CHOICES: dict[str, tuple] = dict(SNAPSHOT.FIELD_CHOICES)
 BY_NAME_FIELDS: dict[str, str] = dict(SNAPSHOT.BY_NAME_FIELDS)
 for _other in SNAPSHOTS:
-    for _name, _spec in _other.FIELDS.items():
-        if _name in SNAPSHOT.FIELDS or _name in SNAPSHOT.EXCLUDED_FIELDS:
+    for _name, _spec in (_other.FIELDS | _other.MLA_FIELDS).items():
+        if _name in SNAPSHOT.FIELDS or _name in SNAPSHOT.MLA_FIELDS or _name in SNAPSHOT.EXCLUDED_FIELDS:
             continue
         UNAVAILABLE_FIELDS[_name] = (*UNAVAILABLE_FIELDS.get(_name, ()), _other.RELEASE)
         _specs.setdefault(_name, _spec)
@@ -74,6 +76,8 @@ for _other in SNAPSHOTS:
 
 # The fields passed to TransformerConfig, in its order.
 AVAILABLE_FIELDS: tuple[str, ...] = tuple(SNAPSHOT.FIELDS)
+# The installed MLATransformerConfig's own fields (passed with multi_latent_attention).
+MLA_FIELDS: tuple[str, ...] = tuple(SNAPSHOT.MLA_FIELDS)
 
 _ANNOTATION_NAMES = {"int": int, "float": float, "bool": bool, "str": str, "list": list, "Any": Any}
 

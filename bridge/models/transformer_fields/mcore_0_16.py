@@ -70,6 +70,7 @@ NARROWED_FIELDS = {
     "moe_aux_loss_coeff": "Union in Megatron-Core; only the scalar form here",
     "cp_comm_type": "Union in Megatron-Core; only the scalar form here",
     "cuda_graph_scope": "Union in Megatron-Core; only the scalar form here",
+    "q_lora_rank": "None: no query compression (q_proj directly, DeepSeek-V2-Lite)",
 }
 
 # name: (annotation, default), in TransformerConfig's order.
@@ -305,4 +306,21 @@ FIELDS = {
     "fine_grained_activation_offloading": ("bool", False),
     "offload_modules": ("list[str] | None", []),
     "min_offloaded_tensor_size": ("int", 1048576),
+}
+
+# MLATransformerConfig's own fields (multi-latent attention), in its order: (annotation, default).
+MLA_FIELDS = {
+    "q_lora_rank": ("int | None", 512),
+    "kv_lora_rank": ("int", 512),
+    "qk_head_dim": ("int", 128),
+    "qk_pos_emb_head_dim": ("int", 64),
+    "v_head_dim": ("int", 128),
+    "rope_type": ("str", "yarn"),
+    "rotary_scaling_factor": ("float", 40),
+    "original_max_position_embeddings": ("int", 4096),
+    "beta_fast": ("float", 32),
+    "beta_slow": ("float", 1),
+    "mscale": ("float", 1.0),
+    "mscale_all_dim": ("float", 0.0),
+    "cache_mla_latents": ("bool", False),
 }

@@ -28,6 +28,21 @@ _COMMON = dict(
     rms_norm_eps=1e-5,
 )
 
+# DeepSeek's multi-latent attention: 4 heads of q/k 16 + 8 rope dims and values of 12; latent kv of 32.
+# rms_norm_eps 1e-6: transformers' q_a / kv_a layernorms use that eps whatever the config says.
+_DEEPSEEK = dict(
+    tie_word_embeddings=False,
+    num_key_value_heads=4,
+    rms_norm_eps=1e-6,
+    kv_lora_rank=32,
+    qk_nope_head_dim=16,
+    qk_rope_head_dim=8,
+    v_head_dim=12,
+    moe_intermediate_size=32,
+    first_k_dense_replace=1,
+)
+_YARN = dict(factor=4.0, original_max_position_embeddings=16, beta_fast=32, beta_slow=1)
+
 # family -> (config class, model class, config fields)
 FAMILIES: dict[str, tuple[str, str, dict]] = {
     # Llama 3.2 style: tied embeddings, llama3 RoPE scaling with non-default frequency bounds.
@@ -128,8 +143,58 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             eos_token_id=2,
         ),
     ),
+    # DeepSeek-V2-Lite style: multi-latent attention without query compression (q_lora_rank None), YaRN
+    # (mscale = mscale_all_dim: softmax scale x mscale^2, cos/sin unscaled), greedy softmax routing
+    # without renormalisation, x1.5 routed scaling, 2 shared experts, layer 0 dense.
+    "deepseek_v2": (
+        "DeepseekV2Config",
+        "DeepseekV2ForCausalLM",
+        dict(
+            _DEEPSEEK,
+            q_lora_rank=None,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            n_shared_experts=2,
+            routed_scaling_factor=1.5,
+            topk_method="greedy",
+            norm_topk_prob=False,
+            rope_scaling={"rope_type": "yarn", **_YARN, "mscale": 0.707, "mscale_all_dim": 0.707},
+        ),
+    ),
+    # DeepSeek-V3 style: q compression, sigmoid scores + e_score_correction_bias (random here), 4 groups
+    # of which 2 per token (4 // 2 = 2: each group ranked by its top-2 sum), renormalised top-k, x2.5,
+    # YaRN with mscale != mscale_all_dim (cos/sin scaled too), layer 0 dense.
+    "deepseek_v3": (
+        "DeepseekV3Config",
+        "DeepseekV3ForCausalLM",
+        dict(
+            _DEEPSEEK,
+            q_lora_rank=24,
+            n_routed_experts=8,
+            num_experts_per_tok=4,
+            n_group=4,
+            topk_group=2,
+            n_shared_experts=1,
+            routed_scaling_factor=2.5,
+            norm_topk_prob=True,
+            num_nextn_predict_layers=0,
+            rope_scaling={"rope_type": "yarn", **_YARN, "mscale": 1.0, "mscale_all_dim": 0.8},
+        ),
+    ),
 }
-MOE_FAMILIES = ("mixtral", "qwen3_moe", "qwen2_moe")
+MOE_FAMILIES = ("mixtral", "qwen3_moe", "qwen2_moe", "deepseek_v2", "deepseek_v3")
+
+
+def refused_by_installed_release(family: str) -> str | None:
+    """The ConfigError text (a regex) the installed Megatron-Core gets for `family`'s tiny model, or None.
+
+    deepseek_v2 (q_lora_rank None, as DeepSeek-V2-Lite): megatron-core 0.19.2's MLA would add a query
+    norm (GPTModelProvider._check_mla_query_norm); it converts on 0.16.1."""
+    import importlib.util
+
+    if family == "deepseek_v2" and importlib.util.find_spec("megatron.core.transformer.mla_qk_norm_config"):
+        return r"model\.q_lora_rank=None: megatron-core .* fused norm\+linear"
+    return None
 
 
 def make_hf_config(family: str, **overrides):
@@ -152,6 +217,9 @@ def make_hf_model(family: str, seed: int = 0, **overrides) -> torch.nn.Module:
                 p.copy_(1.0 + 0.2 * torch.randn_like(p))
             else:
                 p.copy_(0.1 * torch.randn_like(p))
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # DeepSeek-V3's routing bias: a saved buffer
+                b.copy_(0.05 * torch.randn_like(b))
     return model
 
 

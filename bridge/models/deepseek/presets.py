@@ -1,0 +1,127 @@
+"""DeepSeek-V2-Lite / V2 / V3 providers with the values of the published Hugging Face configs.
+
+All three: multi-latent attention (kv_lora_rank 512, q/k heads of 128 + 64 rope dims, value heads of
+128), YaRN RoPE (factor 40 over 4096 positions, 163840 positions), the first layer(s) dense, then
+routed experts plus shared experts (n_shared_experts * moe_intermediate_size, no gate), RMSNorm eps
+1e-6, untied embeddings. Multi-token prediction (V3's num_nextn_predict_layers=1) is left out
+(mtp_num_layers=None), as transformers builds no MTP layer.
+
+DeepSeek-V2 (236B) routes group-limited (8 groups, 3 chosen) by each group's best expert; Megatron-Core's
+group-limited routing ranks a group by the sum of its top (topk // group_topk) = 2 experts. The preset
+trains with Megatron-Core's rule; converting the published checkpoint is refused for that reason
+(bridge.conversion.hf_config_deepseek).
+"""
+
+from typing import Any
+
+from bridge.models.gpt_provider import GPTModelProvider
+from bridge.models.llama.presets import llama_style_provider
+
+_MLA: dict[str, Any] = dict(
+    multi_latent_attention=True,
+    qk_layernorm=True,  # q_a_layernorm / kv_a_layernorm
+    kv_lora_rank=512,
+    qk_head_dim=128,
+    qk_pos_emb_head_dim=64,
+    v_head_dim=128,
+    kv_channels=192,  # qk_head_dim + qk_pos_emb_head_dim
+    layernorm_epsilon=1e-6,
+    rotary_base=10000,
+    seq_length=163840,
+    rope_type="yarn",
+    rotary_scaling_factor=40.0,
+    original_max_position_embeddings=4096,
+    beta_fast=32.0,
+    beta_slow=1.0,
+    moe_shared_expert_gate=False,
+    moe_router_dtype="fp32",
+    moe_router_load_balancing_type="seq_aux_loss",
+    moe_token_dispatcher_type="alltoall",
+)
+
+# DeepSeek-V2 / V2-Lite: softmax scores, top-k not renormalised, YaRN mscale = mscale_all_dim = 0.707.
+_V2: dict[str, Any] = dict(
+    _MLA,
+    vocab_size=102400,
+    moe_router_score_function="softmax",
+    moe_router_pre_softmax=True,
+    moe_aux_loss_coeff=0.001,
+    mscale=0.707,
+    mscale_all_dim=0.707,
+)
+
+
+def _dense_first(dense: int, layers: int) -> list[int]:
+    return [0] * dense + [1] * (layers - dense)  # HF first_k_dense_replace
+
+
+def deepseek_v2_lite() -> GPTModelProvider:
+    """deepseek-ai/DeepSeek-V2-Lite: 16B (2.4B active), 27 layers, no query compression, 64 experts, 6
+    per token, 2 shared, greedy routing."""
+    return llama_style_provider(
+        num_layers=27,
+        hidden_size=2048,
+        ffn_hidden_size=10944,
+        num_attention_heads=16,
+        num_query_groups=16,
+        q_lora_rank=None,
+        num_moe_experts=64,
+        moe_router_topk=6,
+        moe_ffn_hidden_size=1408,
+        moe_shared_expert_intermediate_size=2 * 1408,
+        moe_layer_freq=_dense_first(1, 27),
+        moe_router_topk_scaling_factor=1.0,
+        **_V2,
+    )
+
+
+def deepseek_v2() -> GPTModelProvider:
+    """deepseek-ai/DeepSeek-V2: 236B (21B active), 60 layers, 160 experts, 6 per token, 2 shared,
+    group-limited routing (8 groups, 3 per token; Megatron-Core's group rule, see above), x16 scaling."""
+    return llama_style_provider(
+        num_layers=60,
+        hidden_size=5120,
+        ffn_hidden_size=12288,
+        num_attention_heads=128,
+        num_query_groups=128,
+        q_lora_rank=1536,
+        num_moe_experts=160,
+        moe_router_topk=6,
+        moe_ffn_hidden_size=1536,
+        moe_shared_expert_intermediate_size=2 * 1536,
+        moe_layer_freq=_dense_first(1, 60),
+        moe_router_num_groups=8,
+        moe_router_group_topk=3,
+        moe_router_topk_scaling_factor=16.0,
+        **_V2,
+    )
+
+
+def deepseek_v3() -> GPTModelProvider:
+    """deepseek-ai/DeepSeek-V3: 671B (37B active), 61 layers (3 dense), 256 experts, 8 per token, 1
+    shared; sigmoid scores with an expert bias (noaux_tc), 8 groups of which 4 per token, x2.5 scaling;
+    YaRN mscale = mscale_all_dim = 1.0. The MTP layer is not part of the preset."""
+    return llama_style_provider(
+        **_MLA,
+        num_layers=61,
+        hidden_size=7168,
+        ffn_hidden_size=18432,
+        num_attention_heads=128,
+        num_query_groups=128,
+        vocab_size=129280,
+        q_lora_rank=1536,
+        num_moe_experts=256,
+        moe_router_topk=8,
+        moe_ffn_hidden_size=2048,
+        moe_shared_expert_intermediate_size=2048,
+        moe_layer_freq=_dense_first(3, 61),
+        moe_router_score_function="sigmoid",
+        moe_router_pre_softmax=False,
+        moe_router_enable_expert_bias=True,
+        moe_router_num_groups=8,
+        moe_router_group_topk=4,
+        moe_router_topk_scaling_factor=2.5,
+        moe_aux_loss_coeff=0.0001,
+        mscale=1.0,
+        mscale_all_dim=1.0,
+    )
