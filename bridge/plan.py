@@ -75,7 +75,7 @@ def shape_from_hf_config(cfg: dict, source: str = "config.json") -> ModelShape:
 
         pattern = tuple(moe_layer_pattern(cfg))
         moe_layer_freq = 1 if all(pattern) else pattern
-    from bridge.conversion import hf_config_deepseek as deepseek
+    from bridge.models.deepseek import hf_config as deepseek
 
     if model_type in deepseek.MODEL_TYPES:  # multi-latent attention, shared experts, dense first layers
         return ModelShape(**deepseek.model_shape_fields(cfg))

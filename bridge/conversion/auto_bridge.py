@@ -167,8 +167,8 @@ class AutoBridge:
 
         A NaN / Inf in a weight is a ConfigError naming the tensor and file unless allow_non_finite.
         """
-        from bridge.conversion.hf_config_deepseek import dropped_hf_tensors
         from bridge.conversion.weight_loader import load_hf_weights
+        from bridge.models.deepseek.hf_config import dropped_hf_tensors
 
         ckpt = HFCheckpoint(self._weights_path(hf_path))
         load_hf_weights(

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from bridge.conversion import hf_config_deepseek as deepseek
 from bridge.conversion.registry import Family
 from bridge.errors import ConfigError
+from bridge.models.deepseek import hf_config as deepseek
 from bridge.models.dtypes import BY_TORCH_NAME
 
 # HF `dtype` / `torch_dtype` -> provider dtype names.
@@ -174,7 +174,7 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         attn_logit_softcapping=50.0,
         attention_bias=False,
     ),
-    **deepseek.CLASS_DEFAULTS,  # deepseek_v2, deepseek_v3 (bridge.conversion.hf_config_deepseek)
+    **deepseek.CLASS_DEFAULTS,  # deepseek_v2, deepseek_v3 (bridge.models.deepseek.hf_config)
 }
 
 
@@ -456,7 +456,7 @@ OPTIONAL_MATH_FIELDS = (
     "attn_logit_softcapping",
     "final_logit_softcapping",
     "scale_embeddings_by_sqrt_hidden",
-    # DeepSeek (bridge.conversion.hf_config_deepseek): multi-latent attention and its RoPE, routing.
+    # DeepSeek (bridge.models.deepseek.hf_config): multi-latent attention and its RoPE, routing.
     "multi_latent_attention",
     "q_lora_rank",
     "kv_lora_rank",

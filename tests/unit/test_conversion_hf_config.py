@@ -383,7 +383,7 @@ def test_malformed_config_json_is_one_error_naming_the_file(tmp_path):
         AutoBridge.from_hf_pretrained(tmp_path)
 
 
-# ---- DeepSeek (bridge.conversion.hf_config_deepseek) --------------------------------------------------
+# ---- DeepSeek (bridge.models.deepseek.hf_config) --------------------------------------------------
 
 
 def test_deepseek_fields_mla_yarn_and_routing():
@@ -450,7 +450,7 @@ def test_deepseek_settings_megatron_core_computes_differently_are_refused(family
 
 def test_deepseek_mtp_layers_dropped_on_import_refused_on_export(caplog):
     from bridge.conversion.hf_config import hf_config_dict
-    from bridge.conversion.hf_config_deepseek import dropped_hf_tensors
+    from bridge.models.deepseek.hf_config import dropped_hf_tensors
     from bridge.models.gpt_provider import GPTModelProvider
     from tests.functional.workers.convert_models import make_hf_config
 

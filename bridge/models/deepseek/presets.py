@@ -9,7 +9,7 @@ routed experts plus shared experts (n_shared_experts * moe_intermediate_size, no
 DeepSeek-V2 (236B) routes group-limited (8 groups, 3 chosen) by each group's best expert; Megatron-Core's
 group-limited routing ranks a group by the sum of its top (topk // group_topk) = 2 experts. The preset
 trains with Megatron-Core's rule; converting the published checkpoint is refused for that reason
-(bridge.conversion.hf_config_deepseek).
+(bridge.models.deepseek.hf_config).
 """
 
 from typing import Any
