@@ -531,24 +531,13 @@ def hf_config_dict(provider: Any, family: Family, architecture: str) -> dict[str
         out |= deepseek.deepseek_config_dict(p, family.model_type, architecture)
         return _read_back_checked(p, family, architecture, out)
     heads = p.num_attention_heads
-    out: dict[str, Any] = {
-        "architectures": [architecture],
-        "model_type": family.model_type,
+    out = _base_config_dict(p, family, architecture) | {
         "hidden_size": p.hidden_size,
         "intermediate_size": p.ffn_hidden_size,
         "num_hidden_layers": p.num_layers,
         "num_attention_heads": heads,
         "num_key_value_heads": p.num_query_groups or heads,
         "head_dim": p.kv_channels or p.hidden_size // heads,
-        "max_position_embeddings": p.seq_length,
-        "vocab_size": p.vocab_size,
-        "rms_norm_eps": p.layernorm_epsilon,
-        "hidden_act": p.activation_func,
-        "tie_word_embeddings": p.share_embeddings_and_output_weights,
-        "initializer_range": p.init_method_std,
-        "attention_dropout": p.attention_dropout,
-        "torch_dtype": _DTYPE_TO_HF[p.params_dtype],
-        "rope_theta": p.rotary_base,
     }
     if p.rotary_percent != 1.0:
         out["partial_rotary_factor"] = p.rotary_percent
