@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bridge.conversion.hf_common import BASE_DEFAULTS, get, refuse
 from bridge.conversion.registry import Family
 from bridge.errors import ConfigError
 from bridge.models.deepseek import hf_config as deepseek
@@ -23,14 +24,7 @@ HF_DTYPES = {torch_name: d.name for torch_name, d in BY_TORCH_NAME.items()}
 # from other fields (checked against transformers in tests/unit/test_conversion_hf_config.py): a
 # config.json is read as JSON, with these defaults, and transformers is imported only for a model type
 # missing here or when AutoConfig keyword arguments are given.
-_BASE = dict(
-    hidden_act="silu",
-    attention_dropout=0.0,
-    initializer_range=0.02,
-    tie_word_embeddings=False,
-    rope_theta=10000.0,
-    rms_norm_eps=1e-06,
-)
+_BASE = BASE_DEFAULTS
 _MOE = dict(router_aux_loss_coef=0.001)  # merged with _BASE by the MoE families
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "llama": dict(
@@ -209,12 +203,7 @@ def with_class_defaults(config: dict[str, Any]) -> dict[str, Any] | None:
     return {**defaults, **config}
 
 
-def _get(cfg: Any, name: str, default: Any = None) -> Any:
-    return getattr(cfg, name, default) if not isinstance(cfg, dict) else cfg.get(name, default)
-
-
-def _refuse(field: str, value: Any, rule: str, fix: str) -> ConfigError:
-    return ConfigError(f"HF config {field}={value!r}: {rule}. Fix: {fix}.")
+_get, _refuse = get, refuse  # the names the family modules import
 
 
 def hf_dtype_name(cfg: Any) -> str:

@@ -32,6 +32,7 @@ import math
 import re
 from typing import Any
 
+from bridge.conversion.hf_common import BASE_DEFAULTS, get, refuse
 from bridge.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -41,12 +42,7 @@ HF_RMS_EPS = 1e-6  # DeepseekV2/V3RMSNorm's default, used by q_a_layernorm / kv_
 
 # transformers' config-class defaults for the fields read here (checked in test_conversion_hf_config).
 _COMMON_DEFAULTS = dict(
-    hidden_act="silu",
-    attention_dropout=0.0,
-    initializer_range=0.02,
-    tie_word_embeddings=False,
-    rope_theta=10000.0,
-    rms_norm_eps=1e-06,
+    BASE_DEFAULTS,
     attention_bias=False,
     kv_lora_rank=512,
     q_lora_rank=1536,
@@ -100,12 +96,7 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _get(cfg: Any, name: str, default: Any = None) -> Any:
-    return getattr(cfg, name, default) if not isinstance(cfg, dict) else cfg.get(name, default)
-
-
-def _refuse(field: str, value: Any, rule: str, fix: str) -> ConfigError:
-    return ConfigError(f"HF config {field}={value!r}: {rule}. Fix: {fix}.")
+_get, _refuse = get, refuse
 
 
 def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
