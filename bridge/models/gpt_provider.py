@@ -13,6 +13,7 @@ import importlib.util
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bridge.errors import ConfigError
@@ -96,6 +97,15 @@ def _warn_untested_release() -> None:
 
 def _no_init(tensor):
     return tensor
+
+
+@functools.cache
+def _has_mla_qk_norm_resolver() -> bool:
+    """The installed Megatron-Core has megatron/core/transformer/mla_qk_norm_config.py (0.19.x), looked up
+    on disk: importing a submodule to find it would import Megatron-Core and torch (the dry run has neither)."""
+    spec = importlib.util.find_spec("megatron")
+    locations = (spec.submodule_search_locations or []) if spec is not None else []
+    return any((Path(loc) / "core" / "transformer" / "mla_qk_norm_config.py").is_file() for loc in locations)
 
 
 def _fail(field: str, value: Any, rule: str, fix: str) -> ConfigError:
@@ -203,6 +213,7 @@ class GPTModelProvider(TransformerFields):
         self._check_layer_variant()
         if self.multi_latent_attention:
             self._check_multi_latent_attention()
+            self._check_mla_query_norm()  # here, so that the dry run refuses it as the build would
         if self.fp16 and self.bf16:
             raise _fail("fp16", True, "fp16 and bf16 are both set", "set only one of model.fp16 / model.bf16")
         if self.vocab_size is not None and self.vocab_size <= 0:
@@ -323,7 +334,7 @@ class GPTModelProvider(TransformerFields):
         # the query input that DeepSeek-V2-Lite does not have (0.16.1 builds no q norm then).
         if self.q_lora_rank is not None or not self.qk_layernorm:
             return
-        if importlib.util.find_spec("megatron.core.transformer.mla_qk_norm_config") is None:
+        if not _has_mla_qk_norm_resolver():
             return
         raise _fail(
             "q_lora_rank",
@@ -460,7 +471,6 @@ class GPTModelProvider(TransformerFields):
         if self.multi_latent_attention:
             # MLATransformerConfig's own fields, and the RoPE base / percent the provider holds for GPTModel.
             config_class = MLATransformerConfig
-            self._check_mla_query_norm()
             mla_declared = {f.name for f in fields(MLATransformerConfig)}
             kwargs |= {name: self.megatron_value(name) for name in MLA_FIELDS if name in mla_declared}
             kwargs |= dict(rotary_base=self.rotary_base, rotary_percent=self.rotary_percent)
