@@ -416,7 +416,8 @@ def provider_fields(cfg: Any, family: Family) -> dict[str, Any]:
     fields["params_dtype"] = dtype
     fields["bf16"] = dtype == "bf16"
     fields["fp16"] = dtype == "fp16"
-    fields.update(_rope_fields(cfg))
+    # A family with per-layer RoPE (Gemma 3) translates it itself.
+    fields.update(getattr(family.hf_config, "rope_fields", _rope_fields)(cfg))
     fields.update(_moe_fields(cfg))
     fields.update(_shared_expert_fields(cfg, family))
     if family.hf_config is not None:
@@ -450,6 +451,8 @@ OPTIONAL_MATH_FIELDS = (
     "attn_logit_softcapping",
     "final_logit_softcapping",
     "scale_embeddings_by_sqrt_hidden",
+    "seq_len_interpolation_factor",
+    "local_rotary_base",
 )
 
 _DTYPE_TO_HF = {v: k for k, v in HF_DTYPES.items()}
