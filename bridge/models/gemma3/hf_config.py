@@ -58,7 +58,7 @@ def rope_fields(cfg: Any) -> dict[str, Any]:
     return dict(
         position_embedding_type="rope",
         rotary_percent=1.0,
-        rotary_base=float(full["rope_theta"]),
+        rotary_base=full["rope_theta"],  # as the generic translation: the config's number
         seq_len_interpolation_factor=factor,
         local_rotary_base=float(local["rope_theta"]),
     )
