@@ -224,6 +224,7 @@ def test_unsupported_architecture(sources, tmp_path):
     assert AutoBridge.list_supported_models() == sorted(
         [
             "Gemma2ForCausalLM",
+            "Gemma3ForCausalLM",
             "LlamaForCausalLM",
             "MistralForCausalLM",
             "MixtralForCausalLM",
