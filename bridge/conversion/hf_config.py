@@ -173,6 +173,25 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         attn_logit_softcapping=50.0,
         attention_bias=False,
     ),
+    # rope_theta / rope_local_base_freq defaults (1e6 / 1e4) are gemma3.hf_config's own (per layer type)
+    "gemma3_text": dict(
+        {k: v for k, v in _BASE.items() if k not in ("hidden_act", "rope_theta")},
+        hidden_size=2304,
+        num_hidden_layers=26,
+        intermediate_size=9216,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=256,
+        hidden_activation="gelu_pytorch_tanh",
+        max_position_embeddings=131072,
+        vocab_size=262208,
+        tie_word_embeddings=True,
+        query_pre_attn_scalar=256,
+        sliding_window=4096,
+        final_logit_softcapping=None,
+        attn_logit_softcapping=None,
+        attention_bias=False,
+    ),
 }
 
 
