@@ -12,6 +12,7 @@ from bridge.parallel.param_count import count_parameters, padded_vocab_size, par
 from bridge.plan import shape_from_hf_config  # noqa: E402
 from tests.unit.published_shapes import (  # noqa: E402
     GEMMA2_2B,
+    GEMMA3_1B,
     LLAMA31_8B,
     LLAMA32_1B,
     MIXTRAL_8X7B,
@@ -209,11 +210,27 @@ CONFIGS = {
             model_type="gemma2",
         ),
     ),
+    "gemma3_1b": (
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        dict(
+            vocab_size=262144,
+            hidden_size=1152,
+            intermediate_size=6912,
+            num_hidden_layers=26,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=256,
+            hidden_activation="gelu_pytorch_tanh",
+            model_type="gemma3_text",
+        ),
+    ),
 }
 # The same models written as ModelShapes by hand (Megatron field names).
 SHAPES = {
     "olmo2_7b": OLMO2_7B,
     "gemma2_2b": GEMMA2_2B,
+    "gemma3_1b": GEMMA3_1B,
     "llama32_1b": LLAMA32_1B,
     "llama31_8b": LLAMA31_8B,
     "qwen3_30b_a3b": QWEN3_30B_A3B,
