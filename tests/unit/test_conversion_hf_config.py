@@ -298,6 +298,7 @@ def test_gemma3_preset_config_json_reads_back():
         out = hf_config_dict(p, family, "Gemma3ForCausalLM")  # raises if a math field does not read back
         assert out["rope_parameters"]["sliding_attention"]["rope_theta"] == 10000.0
         assert out["layer_types"][:6] == ["sliding_attention"] * 5 + ["full_attention"]
+        assert out["hidden_activation"] == out["hidden_act"] == "gelu_pytorch_tanh"
 
 
 def test_phi3_sliding_window_partial_rotary_and_longrope():

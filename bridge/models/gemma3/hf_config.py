@@ -88,8 +88,7 @@ def provider_fields(cfg: Any) -> dict[str, Any]:
 
 def hf_fields(p: Any) -> dict[str, Any]:
     """The Gemma 3 keys of config.json for provider `p` (hf_config_dict checks they read back)."""
-    out = gemma2.hf_fields(p)
-    out.pop("hidden_act")
+    out = gemma2.hf_fields(p)  # hidden_act stays as Gemma 2 writes it (the HF name, unread)
     full: dict[str, Any] = {"rope_type": "default", "rope_theta": p.rotary_base}
     if p.seq_len_interpolation_factor is not None:
         full = {"rope_type": "linear", "factor": p.seq_len_interpolation_factor, "rope_theta": p.rotary_base}
