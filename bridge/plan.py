@@ -68,6 +68,7 @@ def shape_from_hf_config(cfg: dict, source: str = "config.json") -> ModelShape:
     ):
         _positive_int(cfg, key, source, required=False)
     model_type = cfg.get("model_type", "")
+    gemma = model_type in ("gemma2", "gemma3_text")
     moe_layer_freq: int | tuple[int, ...] = 1
     if experts is not None and ("decoder_sparse_step" in cfg or cfg.get("mlp_only_layers")):
         # Qwen2-MoE / Qwen3-MoE: dense layers by decoder_sparse_step and mlp_only_layers
@@ -88,15 +89,14 @@ def shape_from_hf_config(cfg: dict, source: str = "config.json") -> ModelShape:
         hidden_size=hidden,
         vocab_size=cfg.get("vocab_size"),
         kv_channels=cfg.get("head_dim") or None,
-        # Gemma 2's GeGLU is gated too (its activation is hidden_activation)
-        gated_linear_unit=cfg.get("hidden_act", "silu") in ("silu", "swish", "swiglu")
-        or model_type == "gemma2",
+        # Gemma 2/3's GeGLU is gated too (its activation is hidden_activation)
+        gated_linear_unit=cfg.get("hidden_act", "silu") in ("silu", "swish", "swiglu") or gemma,
         add_qkv_bias=model_type in ("qwen2", "qwen2_moe") or bool(cfg.get("attention_bias", False)),
-        qk_layernorm=model_type in ("qwen3", "qwen3_moe", "olmo2"),
+        qk_layernorm=model_type in ("qwen3", "qwen3_moe", "olmo2", "gemma3_text"),
         qk_layernorm_per_projection=model_type == "olmo2",  # OLMo 2's q_norm / k_norm span all heads
-        layer_norms=4 if model_type == "gemma2" else 2,  # Gemma 2: sandwich norms
+        layer_norms=4 if gemma else 2,  # Gemma 2/3: sandwich norms
         share_embeddings_and_output_weights=bool(
-            cfg.get("tie_word_embeddings", model_type == "gemma2")  # Gemma 2 ties by default
+            cfg.get("tie_word_embeddings", gemma)  # Gemma 2/3 tie by default
         ),
         moe_router_topk=cfg.get("num_experts_per_tok", 2) if experts else 2,
         moe_ffn_hidden_size=cfg.get("moe_intermediate_size") if experts else None,

@@ -169,6 +169,25 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         attention_bias=False,
     ),
     **deepseek.CLASS_DEFAULTS,  # deepseek_v2, deepseek_v3 (bridge.models.deepseek.hf_config)
+    # rope_theta / rope_local_base_freq defaults (1e6 / 1e4) are gemma3.hf_config's own (per layer type)
+    "gemma3_text": dict(
+        {k: v for k, v in _BASE.items() if k not in ("hidden_act", "rope_theta")},
+        hidden_size=2304,
+        num_hidden_layers=26,
+        intermediate_size=9216,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=256,
+        hidden_activation="gelu_pytorch_tanh",
+        max_position_embeddings=131072,
+        vocab_size=262208,
+        tie_word_embeddings=True,
+        query_pre_attn_scalar=256,
+        sliding_window=4096,
+        final_logit_softcapping=None,
+        attn_logit_softcapping=None,
+        attention_bias=False,
+    ),
 }
 
 
@@ -411,7 +430,8 @@ def provider_fields(cfg: Any, family: Family) -> dict[str, Any]:
         from bridge.models.transformer_fields import MLA_FIELDS
 
         return deepseek.deepseek_provider_fields(cfg, fields, bool(MLA_FIELDS)) | family.provider_fields
-    fields.update(_rope_fields(cfg))
+    # A family with per-layer RoPE (Gemma 3) translates it itself.
+    fields.update(getattr(family.hf_config, "rope_fields", _rope_fields)(cfg))
     fields.update(_moe_fields(cfg))
     fields.update(_shared_expert_fields(cfg, family))
     if family.hf_config is not None:
@@ -464,6 +484,8 @@ OPTIONAL_MATH_FIELDS = (
     "moe_router_num_groups",
     "moe_router_group_topk",
     "moe_router_dtype",
+    "seq_len_interpolation_factor",
+    "local_rotary_base",
 )
 
 _DTYPE_TO_HF = {v: k for k, v in HF_DTYPES.items()}

@@ -157,6 +157,9 @@ class GPTModelProvider(TransformerFields):
     qk_layernorm_scope: str = "head"
     attn_logit_softcapping: float | None = None  # scores -> tanh(s / c) * c before the mask (Gemma 2)
     final_logit_softcapping: float | None = None  # logits -> tanh(l / c) * c (Gemma 2)
+    # RoPE base of the sliding-window layers (window_size / window_attn_skip_freq), unscaled; the other
+    # layers keep rotary_base and seq_len_interpolation_factor (Gemma 3's rope_local_base_freq).
+    local_rotary_base: float | None = None
     scale_embeddings_by_sqrt_hidden: bool = False  # embeddings * sqrt(hidden_size), in their dtype (Gemma)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -288,6 +291,29 @@ class GPTModelProvider(TransformerFields):
                 raise _fail(
                     name, value, "must be positive or None (no soft-capping)", "use e.g. 50.0 or None"
                 )
+        self._check_local_rotary_base()
+
+    def _check_local_rotary_base(self) -> None:
+        value = self.local_rotary_base
+        if value is None:
+            return
+        if not value > 0:
+            raise _fail("local_rotary_base", value, "must be positive or None", "use e.g. 10000.0 or None")
+        if self.position_embedding_type != "rope" or self.rotary_percent != 1.0 or self.rope_scaling:
+            raise _fail(
+                "local_rotary_base",
+                value,
+                "needs position_embedding_type='rope', rotary_percent=1.0 and rope_scaling=False "
+                "(the per-layer RoPE of bridge.models.local_rope_attention rotates whole heads)",
+                "set those fields or model.local_rotary_base=None",
+            )
+        if self.window_size is None:
+            raise _fail(
+                "local_rotary_base",
+                value,
+                "is the RoPE base of the sliding-window layers, and window_size=None makes none",
+                "set model.window_size (and window_attn_skip_freq) or model.local_rotary_base=None",
+            )
 
     def layer_variant(self):
         """The layer variant bridge's spec builds for this model (pure data)."""
@@ -297,6 +323,7 @@ class GPTModelProvider(TransformerFields):
             layernorm_placement=self.layernorm_placement,
             qk_layernorm_scope=self.qk_layernorm_scope,
             attn_logit_softcapping=self.attn_logit_softcapping,
+            local_rotary_base=self.local_rotary_base,
         )
 
     def _check_multi_latent_attention(self) -> None:
@@ -504,6 +531,14 @@ class GPTModelProvider(TransformerFields):
                 self.context_parallel_size,
                 "attention logit soft-capping runs through bridge's explicit softcap attention "
                 "(bridge.models.softcap_attention), which has no context-parallel path",
+                "set model.context_parallel_size=1",
+            )
+        if self.context_parallel_size > 1 and variant.local_rotary_base is not None:
+            raise _fail(
+                "context_parallel_size",
+                self.context_parallel_size,
+                "per-layer RoPE (local_rotary_base, bridge.models.local_rope_attention) and the per-layer "
+                "windows of bridge's explicit attention have no context-parallel path",
                 "set model.context_parallel_size=1",
             )
         if self.context_parallel_size > 1 and not uses_te_spec(variant):

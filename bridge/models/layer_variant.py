@@ -10,6 +10,9 @@ norms. Some families place their norms elsewhere or score attention differently:
     squares all-reduced over the TP group (bridge.models.qk_norm).
   * attn_logit_softcapping (Gemma 2): attention scores soft-capped before the mask
     (bridge.models.softcap_attention).
+  * local_rotary_base (Gemma 3): the sliding-window layers rotate q/k with a RoPE of this base, the
+    others with GPTModel's (bridge.models.local_rope_attention); their core attention is the explicit
+    one of bridge.models.softcap_attention without a cap (per-layer windows, which sdpa has not).
 Transformer Engine's spec has none of these, so a non-default variant always gets the local spec
 (Megatron-Core's own modules, on CPU or CUDA alike; see bridge.models.specs.uses_te_spec).
 """
@@ -24,6 +27,12 @@ class LayerVariant:
     layernorm_placement: str = "pre"  # "pre" | "post" | "sandwich"
     qk_layernorm_scope: str = "head"  # "head" | "projection"
     attn_logit_softcapping: float | None = None
+    local_rotary_base: float | None = None
+
+    @property
+    def explicit_attention(self) -> bool:
+        """Core attention is bridge's SoftcapAttention (soft-capping, or per-layer windows and RoPE)."""
+        return self.attn_logit_softcapping is not None or self.local_rotary_base is not None
 
     @property
     def is_default(self) -> bool:

@@ -87,8 +87,8 @@ def gpt_block_spec(config, vp_stage: int | None = None, variant=None):
         from bridge.models.variant_spec import with_layer_variant
 
         block = with_layer_variant(block, variant)
-        if variant.attn_logit_softcapping is not None:
-            return block  # its core attention is the soft-capping one, whatever the backend
+        if variant.explicit_attention:
+            return block  # its core attention is bridge's explicit one, whatever the backend
     attention = local_core_attention(config)
     if attention is None:
         return block

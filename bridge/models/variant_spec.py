@@ -1,6 +1,7 @@
 """The local layer spec with a family's layer variant (bridge.models.layer_variant) swapped in:
 the output norms of post / sandwich placement (bridge.models.post_norm), projection-wide q/k norms
-(bridge.models.qk_norm) and soft-capped attention (bridge.models.softcap_attention). Walks the
+(bridge.models.qk_norm), soft-capped attention (bridge.models.softcap_attention) and per-layer RoPE
+(bridge.models.local_rope_attention). Walks the
 ModuleSpecs of Megatron-Core 0.16.1 and the functools.partial builders of 0.19.2 alike."""
 
 from __future__ import annotations
@@ -22,9 +23,17 @@ def _with_submodules(spec, **changes):
     return dataclasses.replace(spec, submodules=subs)
 
 
+def _with_module(spec, module, **params):
+    """`spec` building `module` (a subclass of its module) with the extra constructor `params`."""
+    if isinstance(spec, functools.partial):
+        return functools.partial(module, *spec.args, **{**spec.keywords, **params})
+    return dataclasses.replace(spec, module=module, params={**(spec.params or {}), **params})
+
+
 def with_layer_variant(block, variant):
     from megatron.core.transformer.identity_op import IdentityOp
 
+    from bridge.models.local_rope_attention import LocalRopeSelfAttention
     from bridge.models.post_norm import row_parallel_linear_with_post_norm
     from bridge.models.qk_norm import KeyProjectionRMSNorm, QueryProjectionRMSNorm
     from bridge.models.softcap_attention import SoftcapAttention
@@ -47,12 +56,16 @@ def with_layer_variant(block, variant):
             mlp = _with_submodules(mlp, linear_fc2=post_linear)
         if variant.qk_layernorm_scope == "projection":
             attn_changes |= {"q_layernorm": QueryProjectionRMSNorm, "k_layernorm": KeyProjectionRMSNorm}
-        if variant.attn_logit_softcapping is not None:
+        if variant.explicit_attention:
             attn_changes["core_attention"] = functools.partial(
                 SoftcapAttention, logit_softcapping=variant.attn_logit_softcapping
             )
         if attn_changes:
             attention = _with_submodules(attention, **attn_changes)
+        if variant.local_rotary_base is not None:
+            attention = _with_module(
+                attention, LocalRopeSelfAttention, local_rotary_base=variant.local_rotary_base
+            )
         changes = dict(self_attention=attention, mlp=mlp)
         if not variant.pre_norms:
             changes |= {"input_layernorm": IdentityOp, "pre_mlp_layernorm": IdentityOp}

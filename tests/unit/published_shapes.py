@@ -123,3 +123,16 @@ DEEPSEEK_V3 = ModelShape(
     q_lora_rank=1536,
     **_DEEPSEEK_MLA,
 )
+# google/gemma-3-1b-pt: sandwich norms, per-head q/k norms, one KV head, head_dim 256, tied embeddings
+GEMMA3_1B = ModelShape(
+    26,
+    4,
+    1,
+    6912,
+    hidden_size=1152,
+    vocab_size=262144,
+    kv_channels=256,
+    share_embeddings_and_output_weights=True,
+    qk_layernorm=True,
+    layer_norms=4,
+)

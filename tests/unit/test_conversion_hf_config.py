@@ -245,9 +245,60 @@ def test_gemma2_fields_and_refusals():
         fields_of(make_hf_config("gemma2", use_bidirectional_attention=True))
 
 
-def test_gemma3_text_is_refused_with_its_reason():
-    with pytest.raises(ConfigError, match=r"Gemma3ForCausalLM.*rope_local_base_freq.*Fix: convert a Gemma 2"):
-        family_for(["Gemma3ForCausalLM"])
+def test_gemma3_two_ropes_qk_norms_and_refusals():
+    from tests.functional.workers.convert_models import make_hf_config
+
+    f = fields_of(make_hf_config("gemma3"))
+    assert (f["rotary_base"], f["seq_len_interpolation_factor"], f["local_rotary_base"]) == (500.0, 4.0, 50.0)
+    assert f["qk_layernorm"] and "qk_layernorm_scope" not in f and f["layernorm_zero_centered_gamma"]
+    assert f["window_size"] == [5, 0] and f["window_attn_skip_freq"] == 2
+    assert f["attn_logit_softcapping"] is None and f["final_logit_softcapping"] is None
+    # a window no shorter than the positions still marks the local layers (their RoPE differs)
+    f = fields_of(make_hf_config("gemma3", sliding_window=64))
+    assert f["window_size"] == [63, 0] and f["local_rotary_base"] == 50.0
+    f = fields_of(make_hf_config("gemma3", layer_types=["full_attention"] * 2))
+    assert f["window_size"] is None and f["local_rotary_base"] is None
+    # an older config.json (read as JSON): rope_theta / rope_local_base_freq / rope_scaling, the
+    # pattern as sliding_window_pattern
+    legacy = {
+        "architectures": ["Gemma3ForCausalLM"],
+        "model_type": "gemma3_text",
+        **{
+            k: v
+            for k, v in make_hf_config("gemma3").to_dict().items()
+            if k not in ("rope_parameters", "layer_types")
+        },
+        "num_hidden_layers": 12,
+        "rope_theta": 1e6,
+        "rope_local_base_freq": 1e4,
+        "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+        "sliding_window_pattern": 6,
+    }
+    f = fields_of(legacy)
+    assert (f["rotary_base"], f["seq_len_interpolation_factor"], f["local_rotary_base"]) == (1e6, 8.0, 1e4)
+    assert f["window_attn_skip_freq"] == 6
+    f = fields_of(legacy | {"rope_scaling": None})  # gemma-3-1b: no scaling
+    assert f["seq_len_interpolation_factor"] is None and f["rotary_percent"] == 1.0
+    yarn = {"rope_type": "yarn", "factor": 8.0}
+    with pytest.raises(
+        ConfigError, match=r"HF config rope_parameters.full_attention.rope_type='yarn': Gemma 3's"
+    ):
+        fields_of(legacy | {"rope_scaling": yarn})
+    with pytest.raises(ConfigError, match=r"HF config sliding_window=None: layer_types has sliding"):
+        fields_of(legacy | {"sliding_window": None})
+
+
+def test_gemma3_preset_config_json_reads_back():
+    from bridge.conversion.hf_config import hf_config_dict
+    from bridge.models import preset
+
+    for name in ("gemma3_1b", "gemma3_27b"):
+        p = preset(name)
+        family = family_for(["Gemma3ForCausalLM"])
+        out = hf_config_dict(p, family, "Gemma3ForCausalLM")  # raises if a math field does not read back
+        assert out["rope_parameters"]["sliding_attention"]["rope_theta"] == 10000.0
+        assert out["layer_types"][:6] == ["sliding_attention"] * 5 + ["full_attention"]
+        assert out["hidden_activation"] == out["hidden_act"] == "gelu_pytorch_tanh"
 
 
 def test_phi3_sliding_window_partial_rotary_and_longrope():
@@ -332,7 +383,9 @@ _ARCH = {
     "gemma2": "Gemma2ForCausalLM",
     "deepseek_v2": "DeepseekV2ForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
 }
+_FAMILY = {"gemma3_text": "gemma3"}  # the family folder, where it is not the model type
 
 
 @pytest.mark.parametrize("model_type", list(_ARCH))
@@ -352,7 +405,7 @@ def test_config_json_without_transformers_reads_like_autoconfig(model_type, tmp_
             have = cls_defaults.rope_parameters["rope_theta"]
         assert have == value, (model_type, key, have, value)
     family = family_for([_ARCH[model_type]])
-    full = make_hf_config(next(f for f in _ARCH if f == model_type))
+    full = make_hf_config(_FAMILY.get(model_type, model_type))
     full.save_pretrained(tmp_path / "full")
     minimal = {"architectures": [_ARCH[model_type]], "model_type": model_type}
     (tmp_path / "minimal").mkdir()

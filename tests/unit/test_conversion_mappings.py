@@ -167,6 +167,7 @@ def test_family_tables_resolve_global_names():
         "Gemma2ForCausalLM",
         "DeepseekV2ForCausalLM",
         "DeepseekV3ForCausalLM",
+        "Gemma3ForCausalLM",
     }
     # OLMo 2's whole-projection q norm is cut by heads (column); its post-branch norms sit in the linears
     _, m = family_for(["Olmo2ForCausalLM"]).resolve("decoder.layers.1.self_attention.q_layernorm.weight")
@@ -185,6 +186,12 @@ def test_family_tables_resolve_global_names():
     assert m.hf == ("model.layers.1.mlp.gate.e_score_correction_bias",) and m.kind == "replicated"
     _, m = v2.resolve("decoder.layers.0.self_attention.linear_kv_up_proj.weight")
     assert m.hf == ("model.layers.0.self_attn.kv_b_proj.weight",) and m.kind == "column"
+    # Gemma 3's per-head q/k norms are whole on every TP rank (replicated), its sandwich norms as Gemma 2's
+    gemma3 = family_for(["Gemma3ForCausalLM"])
+    _, m = gemma3.resolve("decoder.layers.2.self_attention.q_layernorm.weight")
+    assert m.kind == "replicated" and m.hf == ("model.layers.2.self_attn.q_norm.weight",)
+    _, m = gemma3.resolve("decoder.layers.2.self_attention.linear_proj.post_layernorm.weight")
+    assert m.hf == ("model.layers.2.post_attention_layernorm.weight",)
     qwen2_moe = family_for(["Qwen2MoeForCausalLM"])
     rule, m = qwen2_moe.resolve("decoder.layers.5.mlp.shared_experts.gate_weight")
     assert m.hf == ("model.layers.5.mlp.shared_expert_gate.weight",) and m.kind == "replicated"

@@ -258,6 +258,7 @@ def test_unsupported_architecture(sources, tmp_path):
             "Gemma2ForCausalLM",
             "DeepseekV2ForCausalLM",
             "DeepseekV3ForCausalLM",
+            "Gemma3ForCausalLM",
             "LlamaForCausalLM",
             "MistralForCausalLM",
             "MixtralForCausalLM",

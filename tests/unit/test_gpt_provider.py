@@ -292,6 +292,12 @@ def test_context_parallel_without_transformer_engine_needs_sdpa_attention(built,
         ({"qk_layernorm_scope": "projection"}, r"model.qk_layernorm_scope='projection'.*qk_layernorm=False"),
         ({"attn_logit_softcapping": 0.0}, r"model.attn_logit_softcapping=0.0: must be positive"),
         ({"final_logit_softcapping": -1.0}, r"model.final_logit_softcapping=-1.0: must be positive"),
+        ({"local_rotary_base": 0.0, "window_size": [3, 0]}, r"model.local_rotary_base=0.0: must be positive"),
+        ({"local_rotary_base": 10.0}, r"model.local_rotary_base=10.0: .*window_size=None makes none"),
+        (
+            {"local_rotary_base": 10.0, "window_size": [3, 0], "rotary_percent": 0.5},
+            r"model.local_rotary_base=10.0: needs .*rotary_percent=1.0",
+        ),
     ],
 )
 def test_layer_variant_fields_are_checked(overrides, match):
@@ -302,6 +308,16 @@ def test_layer_variant_fields_are_checked(overrides, match):
 def test_soft_capped_attention_refuses_context_parallelism(built):
     with pytest.raises(ConfigError, match=r"context_parallel_size=2: attention logit soft-capping.*Fix"):
         tiny(context_parallel_size=2, attn_logit_softcapping=50.0).provide()
+
+
+def test_per_layer_rope_refuses_context_parallelism(built):
+    # the local layers' own embedding would need the CP-sliced positions of GPTModel's
+    with pytest.raises(
+        ConfigError, match=r"context_parallel_size=2: per-layer RoPE \(local_rotary_base.*Fix"
+    ):
+        tiny(
+            context_parallel_size=2, local_rotary_base=10.0, window_size=[3, 0], window_attn_skip_freq=2
+        ).provide()
 
 
 def test_groups_of_another_layout_are_refused(built):

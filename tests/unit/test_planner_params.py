@@ -14,6 +14,7 @@ from tests.unit.published_shapes import (  # noqa: E402
     DEEPSEEK_V2_LITE,
     DEEPSEEK_V3,
     GEMMA2_2B,
+    GEMMA3_1B,
     LLAMA31_8B,
     LLAMA32_1B,
     MIXTRAL_8X7B,
@@ -254,6 +255,21 @@ CONFIGS = {
     # deepseek-ai/DeepSeek-V2-Lite and DeepSeek-V3 (multi-latent attention; V2-Lite without q compression)
     "deepseek_v2_lite": ("DeepseekV2Config", "DeepseekV2ForCausalLM", DEEPSEEK_V2_LITE_HF),
     "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM", DEEPSEEK_V3_HF),
+    "gemma3_1b": (
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        dict(
+            vocab_size=262144,
+            hidden_size=1152,
+            intermediate_size=6912,
+            num_hidden_layers=26,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=256,
+            hidden_activation="gelu_pytorch_tanh",
+            model_type="gemma3_text",
+        ),
+    ),
 }
 # The same models written as ModelShapes by hand (Megatron field names).
 SHAPES = {
@@ -261,6 +277,7 @@ SHAPES = {
     "gemma2_2b": GEMMA2_2B,
     "deepseek_v2_lite": DEEPSEEK_V2_LITE,
     "deepseek_v3": DEEPSEEK_V3,
+    "gemma3_1b": GEMMA3_1B,
     "llama32_1b": LLAMA32_1B,
     "llama31_8b": LLAMA31_8B,
     "qwen3_30b_a3b": QWEN3_30B_A3B,

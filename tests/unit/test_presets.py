@@ -143,10 +143,39 @@ PUBLISHED = {
         rope_scaling=dict(_V2_YARN, mscale=1.0, mscale_all_dim=1.0), routed_scaling_factor=2.5,
         topk_method="noaux_tc", n_group=8, topk_group=4, norm_topk_prob=True,
         num_nextn_predict_layers=1, aux_loss_alpha=0.0001, tie_word_embeddings=False)),
+    # Gemma 3: 1b is text only; 4b / 12b / 27b are the text_config of the multimodal models.
+    "gemma3_1b": ("Gemma3TextConfig", dict(  # google/gemma-3-1b-pt
+        hidden_size=1152, intermediate_size=6912, num_hidden_layers=26, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=256, vocab_size=262144, max_position_embeddings=32768,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, rope_local_base_freq=10000.0, tie_word_embeddings=True,
+        query_pre_attn_scalar=256, sliding_window=512, sliding_window_pattern=6,
+        hidden_activation="gelu_pytorch_tanh")),
+    "gemma3_4b": ("Gemma3TextConfig", dict(  # google/gemma-3-4b-pt text_config
+        hidden_size=2560, intermediate_size=10240, num_hidden_layers=34, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=256, vocab_size=262208, max_position_embeddings=131072,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, rope_local_base_freq=10000.0, tie_word_embeddings=True,
+        rope_scaling={"rope_type": "linear", "factor": 8.0}, query_pre_attn_scalar=256,
+        sliding_window=1024, sliding_window_pattern=6, hidden_activation="gelu_pytorch_tanh")),
+    "gemma3_12b": ("Gemma3TextConfig", dict(  # google/gemma-3-12b-pt text_config
+        hidden_size=3840, intermediate_size=15360, num_hidden_layers=48, num_attention_heads=16,
+        num_key_value_heads=8, head_dim=256, vocab_size=262208, max_position_embeddings=131072,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, rope_local_base_freq=10000.0, tie_word_embeddings=True,
+        rope_scaling={"rope_type": "linear", "factor": 8.0}, query_pre_attn_scalar=256,
+        sliding_window=1024, sliding_window_pattern=6, hidden_activation="gelu_pytorch_tanh")),
+    "gemma3_27b": ("Gemma3TextConfig", dict(  # google/gemma-3-27b-pt text_config
+        hidden_size=5376, intermediate_size=21504, num_hidden_layers=62, num_attention_heads=32,
+        num_key_value_heads=16, head_dim=128, vocab_size=262208, max_position_embeddings=131072,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, rope_local_base_freq=10000.0, tie_word_embeddings=True,
+        rope_scaling={"rope_type": "linear", "factor": 8.0}, query_pre_attn_scalar=168,
+        sliding_window=1024, sliding_window_pattern=6, hidden_activation="gelu_pytorch_tanh")),
 }  # fmt: skip
+# HF architecture of a config class, where it is not the class name with ForCausalLM for Config.
+ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
+# Vocabularies Megatron pads to a multiple of 128 (the padding rows are not HF parameters).
+VOCAB_PADDING = {"phi3_mini_4k": 64, "gemma3_4b": 64, "gemma3_12b": 64, "gemma3_27b": 64}
 # Families whose presets are checked field by field against the provider the HF config converts to
 # (their math lives in fields the generic asserts below do not cover).
-CONVERTED_FIELDS = ("olmo2", "gemma2")
+CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3")
 QKV_BIAS = {"qwen25_7b", "qwen15_moe_a27b", "qwen2_57b_a14b"}
 DEEPSEEK = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
 # Megatron-Core builds 9600 / 14848 expert MLP modules for these (10-20 s on the meta device): their
@@ -210,12 +239,16 @@ def test_preset_values_equal_published_config(name):
     assert p.vocab_size == hf["vocab_size"] and p.seq_length == hf["max_position_embeddings"]
     assert p.layernorm_epsilon == hf["rms_norm_eps"] and p.rotary_base == hf["rope_theta"]
     assert p.share_embeddings_and_output_weights == hf["tie_word_embeddings"]
-    activation = "gelu_tanh" if name.startswith("gemma2") else "silu"
+    activation = "gelu_tanh" if name.startswith("gemma") else "silu"
     assert (p.normalization, p.activation_func, p.gated_linear_unit) == ("RMSNorm", activation, True)
     assert p.position_embedding_type == "rope" and not p.add_bias_linear
     assert p.add_qkv_bias == (name in QKV_BIAS)
-    assert p.qk_layernorm == name.startswith(("qwen3", "olmo2"))
+    assert p.qk_layernorm == name.startswith(("qwen3", "olmo2", "gemma3"))
     rope = hf.get("rope_scaling")
+    if name.startswith("gemma3"):  # linear scaling on the global layers only (checked below, converted)
+        assert p.seq_len_interpolation_factor == (rope["factor"] if rope else None)
+        assert p.local_rotary_base == hf["rope_local_base_freq"]
+        rope = None
     assert p.rope_scaling == (rope is not None)
     if rope:
         assert p.rope_scaling_factor == rope["factor"]
@@ -247,7 +280,7 @@ def test_preset_equals_the_provider_its_published_config_converts_to(name):
 
     cls, values = PUBLISHED[name]
     config = getattr(transformers, cls)(**values)
-    arch = cls.replace("Config", "ForCausalLM")
+    arch = ARCHITECTURE.get(cls, cls.replace("Config", "ForCausalLM"))
     fields = provider_fields(config, family_for([arch]))
     p = preset(name)
     have = {k: getattr(p, k) for k in fields} | {"kv_channels": p.effective_kv_channels()}
@@ -298,7 +331,7 @@ def test_parameter_count_equals_hugging_face(name, single_process_groups):
     # of the embedding and, untied, of the output layer.
     padding = provider.padded_vocab_size() - provider.vocab_size
     tables = 1 if provider.share_embeddings_and_output_weights else 2
-    assert padding == (64 if name == "phi3_mini_4k" else 0)
+    assert padding == VOCAB_PADDING.get(name, 0)
     assert ours - padding * provider.hidden_size * tables == _hf_meta_param_count(name)
     if name == "deepseek_v2_lite":  # the formula COUNTED_BY_FORMULA relies on, against the built model
         from bridge.parallel.param_count import count_parameters

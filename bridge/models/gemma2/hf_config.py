@@ -24,10 +24,10 @@ def default_layer_types(layers: int, every: int = 2) -> list[str]:
     return ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(layers)]
 
 
-def _window_fields(cfg: Any, layers: int, seq_length: int) -> dict[str, Any]:
+def window_fields(cfg: Any, layers: int, seq_length: float, types: list | None = None) -> dict[str, Any]:
     from bridge.conversion.hf_config import _get, _refuse
 
-    types = list(_get(cfg, "layer_types") or default_layer_types(layers))
+    types = list(types or _get(cfg, "layer_types") or default_layer_types(layers))
     bad = sorted(set(types) - set(_LAYER_TYPES))
     if bad or len(types) != layers:
         raise _refuse(
@@ -82,7 +82,7 @@ def provider_fields(cfg: Any) -> dict[str, Any]:
         final_logit_softcapping=_optional_float(_get(cfg, "final_logit_softcapping")),
     )
     layers = int(_get(cfg, "num_hidden_layers"))
-    fields.update(_window_fields(cfg, layers, int(_get(cfg, "max_position_embeddings"))))
+    fields.update(window_fields(cfg, layers, int(_get(cfg, "max_position_embeddings"))))
     return fields
 
 

@@ -11,16 +11,6 @@ from bridge.models.gemma2 import hf_config as HF_CONFIG  # noqa: F401  (read by 
 from bridge.models.llama.mapping import EMBEDDINGS, L, M
 
 ARCHITECTURES = ("Gemma2ForCausalLM",)
-# Gemma 3 text shares the layout but is not converted yet (one ConfigError naming why).
-REFUSED_ARCHITECTURES = {
-    "Gemma3ForCausalLM": (
-        "Gemma 3 text is not supported: its local (sliding-window) layers use rope_local_base_freq and "
-        "its global layers rope_theta (with linear rope scaling in the larger models), two rotary "
-        "embeddings chosen per layer, while GPTModel computes one rotary embedding for every layer; "
-        "it also adds per-head (1 + w) q/k norms. Fix: convert a Gemma 2 checkpoint "
-        "(Gemma2ForCausalLM), or add a gemma3 family with per-layer rotary embeddings"
-    ),
-}
 HF_MODEL_TYPE = "gemma2"  # config.json "model_type"
 PROVIDER_FIELDS: dict = {
     "layernorm_placement": "sandwich",

@@ -181,6 +181,27 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             rope_scaling={"rope_type": "yarn", **_YARN, "mscale": 1.0, "mscale_all_dim": 0.8},
         ),
     ),
+    # Gemma 3: Gemma 2's layout plus per-head (1 + w) q/k norms, no soft-capping; layer 0 sliding (window
+    # 6 < the test sequence, RoPE base 50), layer 1 global (base 500, linear scaling 4): a layer given
+    # the other kind's RoPE (e.g. by its stage-local index under PP) changes the logits.
+    "gemma3": (
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        dict(
+            head_dim=32,
+            query_pre_attn_scalar=24,
+            sliding_window=6,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={
+                "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 500.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 50.0},
+            },
+            tie_word_embeddings=True,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
 }
 MOE_FAMILIES = ("mixtral", "qwen3_moe", "qwen2_moe", "deepseek_v2", "deepseek_v3")
 

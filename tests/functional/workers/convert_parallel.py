@@ -54,7 +54,7 @@ def provider_for(folder: Path, load_weights: bool = True, **fields):
 
 
 # TP=2 with sequence parallelism: the MoE families, and those whose norms follow a row-parallel linear.
-SEQUENCE_PARALLEL = (*MOE, "olmo2", "gemma2")
+SEQUENCE_PARALLEL = (*MOE, "olmo2", "gemma2", "gemma3")
 # TP=2 gradients checked against HF's: projection-wide q/k norms (a TP all-reduce in forward and backward)
 # and the norms after the branches (under sequence parallelism).
 GRADIENT_CHECKS = {
@@ -67,6 +67,12 @@ GRADIENT_CHECKS = {
     "gemma2": {
         "self_attention.linear_proj.post_layernorm.weight": ("post_attention_layernorm.weight", False),
         "mlp.linear_fc2.post_layernorm.weight": ("post_feedforward_layernorm.weight", False),
+    },
+    # per-head q/k norms: each rank's heads give part of the gradient (summed over TP, as finalize does)
+    "gemma3": {
+        "self_attention.q_layernorm.weight": ("self_attn.q_norm.weight", False),
+        "self_attention.k_layernorm.weight": ("self_attn.k_norm.weight", False),
+        "self_attention.linear_proj.post_layernorm.weight": ("post_attention_layernorm.weight", False),
     },
 }
 
