@@ -20,6 +20,14 @@ PUBLISHED_LAYOUTS = {
     "qwen3_8b_pretrain_config": (4, 1, None, 1, 1, False, 36, 4096, None, None),
     "qwen3_30b_a3b_pretrain_config": (4, 2, None, 1, 4, True, 48, 2048, 128, 8),
     "mixtral_8x7b_pretrain_config": (1, 4, 8, 1, 8, False, 32, 4096, 8, 2),
+    "gemma2_2b_pretrain_config": (2, 1, None, 1, 1, False, 26, 2304, None, None),
+    "gemma2_9b_pretrain_config": (8, 1, None, 1, 1, False, 42, 3584, None, None),
+    "gemma2_27b_pretrain_config": (8, 2, None, 1, 1, False, 46, 4608, None, None),
+}
+# name -> (seq_length, global batch, micro batch, train_iters) where a recipe publishes its own run
+PUBLISHED_RUNS = {
+    name: (4096, 32, 2, 300_000)
+    for name in ("gemma2_2b_pretrain_config", "gemma2_9b_pretrain_config", "gemma2_27b_pretrain_config")
 }
 
 
@@ -61,11 +69,12 @@ def test_recipe_validates_at_its_default_world_size_with_published_values(name):
         assert m.moe_router_topk == topk
 
     # published pretraining values (issue 3)
-    assert m.seq_length == 8192 and plan.config.dataset.seq_length == 8192 and plan.data.seq_length == 8192
+    seq, gbs, mbs, iters = PUBLISHED_RUNS.get(name, (8192, 512, 1, 1_168_251))
+    assert m.seq_length == seq and plan.config.dataset.seq_length == seq and plan.data.seq_length == seq
     assert (cfg.train.global_batch_size, cfg.train.micro_batch_size, cfg.train.train_iters) == (
-        512,
-        1,
-        1_168_251,
+        gbs,
+        mbs,
+        iters,
     )
     o = cfg.optimizer
     assert (o.optimizer, o.lr, o.min_lr, o.weight_decay, o.adam_beta1, o.adam_beta2, o.clip_grad) == (
