@@ -26,6 +26,24 @@ HF_DTYPES = {torch_name: d.name for torch_name, d in BY_TORCH_NAME.items()}
 # missing here or when AutoConfig keyword arguments are given.
 _BASE = BASE_DEFAULTS
 _MOE = dict(router_aux_loss_coef=0.001)  # merged with _BASE by the MoE families
+_GEMMA2_DEFAULTS: dict[str, Any] = dict(
+    {k: v for k, v in _BASE.items() if k != "hidden_act"},  # Gemma 2 reads hidden_activation
+    hidden_size=2304,
+    num_hidden_layers=26,
+    intermediate_size=9216,
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    head_dim=256,
+    hidden_activation="gelu_pytorch_tanh",
+    max_position_embeddings=8192,
+    vocab_size=256000,
+    tie_word_embeddings=True,
+    query_pre_attn_scalar=256,
+    sliding_window=4096,
+    final_logit_softcapping=30.0,
+    attn_logit_softcapping=50.0,
+    attention_bias=False,
+)
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     "llama": dict(
         _BASE,
@@ -150,44 +168,16 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         rms_norm_eps=1e-05,
         attention_bias=False,
     ),
-    "gemma2": dict(
-        {k: v for k, v in _BASE.items() if k != "hidden_act"},  # Gemma 2 reads hidden_activation
-        hidden_size=2304,
-        num_hidden_layers=26,
-        intermediate_size=9216,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        head_dim=256,
-        hidden_activation="gelu_pytorch_tanh",
-        max_position_embeddings=8192,
-        vocab_size=256000,
-        tie_word_embeddings=True,
-        query_pre_attn_scalar=256,
-        sliding_window=4096,
-        final_logit_softcapping=30.0,
-        attn_logit_softcapping=50.0,
-        attention_bias=False,
-    ),
+    "gemma2": _GEMMA2_DEFAULTS,
     **deepseek.CLASS_DEFAULTS,  # deepseek_v2, deepseek_v3 (bridge.models.deepseek.hf_config)
     # rope_theta / rope_local_base_freq defaults (1e6 / 1e4) are gemma3.hf_config's own (per layer type)
-    "gemma3_text": dict(
-        {k: v for k, v in _BASE.items() if k not in ("hidden_act", "rope_theta")},
-        hidden_size=2304,
-        num_hidden_layers=26,
-        intermediate_size=9216,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        head_dim=256,
-        hidden_activation="gelu_pytorch_tanh",
-        max_position_embeddings=131072,
-        vocab_size=262208,
-        tie_word_embeddings=True,
-        query_pre_attn_scalar=256,
-        sliding_window=4096,
-        final_logit_softcapping=None,
-        attn_logit_softcapping=None,
-        attention_bias=False,
-    ),
+    "gemma3_text": {  # Gemma3TextConfig's defaults: Gemma2Config's but these
+        **{k: v for k, v in _GEMMA2_DEFAULTS.items() if k != "rope_theta"},
+        "max_position_embeddings": 131072,
+        "vocab_size": 262208,
+        "final_logit_softcapping": None,
+        "attn_logit_softcapping": None,
+    },
 }
 
 
