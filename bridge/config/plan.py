@@ -45,6 +45,11 @@ class Precision:
         return self.name == "fp16"
 
     @property
+    def compute(self) -> str:
+        """The tensor-core precision the matrix multiplies run in, for the MFU's peak: the dtype's name."""
+        return self.name
+
+    @property
     def torch_dtype(self):
         from bridge.models.dtypes import torch_dtype
 
