@@ -16,13 +16,16 @@ from collections.abc import Callable
 from bridge.errors import ConfigError
 from recipes.common import RecipeInfo
 
+# the modules every recipe module draws on, holding no recipe of their own
+SHARED_MODULES = ("common", "performance")
+
 
 def _discover() -> tuple[RecipeInfo, ...]:
-    """Every recipe module under recipes/ (all but common.py) declares its RECIPES: adding a recipe
+    """Every recipe module under recipes/ (all but SHARED_MODULES) declares its RECIPES: adding a recipe
     file is all it takes. Modules in name order, recipes in the order each module lists them."""
     found: list[RecipeInfo] = []
     for module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if module.name == "common":
+        if module.name in SHARED_MODULES:
             continue
         found += importlib.import_module(f"recipes.{module.name}").RECIPES
     return tuple(found)

@@ -11,6 +11,7 @@ from typing import Any
 from bridge.config.container import ConfigContainer
 from bridge.models.gemma2.presets import gemma2_2b, gemma2_9b, gemma2_27b
 from recipes.common import RecipeInfo, pretrain_config
+from recipes.performance import GEMMA2, apply
 
 GEMMA2_RUN = dict(seq_length=4096, train_iters=300_000, global_batch_size=32, micro_batch_size=2)
 
@@ -29,7 +30,7 @@ def gemma2_2b_pretrain_config(
 ) -> ConfigContainer:
     """Gemma 2 2B: TP2."""
     return _gemma2(
-        gemma2_2b(),
+        apply(gemma2_2b(), GEMMA2),
         tensor_model_parallel_size=tensor_model_parallel_size,
         pipeline_model_parallel_size=pipeline_model_parallel_size,
         virtual_pipeline_model_parallel_size=virtual_pipeline_model_parallel_size,
@@ -49,7 +50,7 @@ def gemma2_9b_pretrain_config(
 ) -> ConfigContainer:
     """Gemma 2 9B: TP8."""
     return _gemma2(
-        gemma2_9b(),
+        apply(gemma2_9b(), GEMMA2),
         tensor_model_parallel_size=tensor_model_parallel_size,
         pipeline_model_parallel_size=pipeline_model_parallel_size,
         virtual_pipeline_model_parallel_size=virtual_pipeline_model_parallel_size,
@@ -69,7 +70,7 @@ def gemma2_27b_pretrain_config(
 ) -> ConfigContainer:
     """Gemma 2 27B: TP8 PP2 (46 layers, 23 per stage)."""
     return _gemma2(
-        gemma2_27b(),
+        apply(gemma2_27b(), GEMMA2),
         tensor_model_parallel_size=tensor_model_parallel_size,
         pipeline_model_parallel_size=pipeline_model_parallel_size,
         virtual_pipeline_model_parallel_size=virtual_pipeline_model_parallel_size,

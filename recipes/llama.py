@@ -7,6 +7,7 @@ from typing import Any
 from bridge.config.container import ConfigContainer
 from bridge.models.llama import presets
 from recipes.common import RecipeInfo, pretrain_config
+from recipes.performance import LLAMA, LLAMA_70B, USERBUFFERS_BF16_H100_H8192_TP4_MBS1_SEQ8192, apply
 
 
 def llama32_1b_pretrain_config(
@@ -19,7 +20,7 @@ def llama32_1b_pretrain_config(
 ) -> ConfigContainer:
     """Llama 3.2 1B: TP1 PP1 CP1 (one node, all data parallel). Other kwargs: see recipes.common."""
     return pretrain_config(
-        presets.llama32_1b(),
+        apply(presets.llama32_1b(), LLAMA),
         tensor_model_parallel_size=tensor_model_parallel_size,
         pipeline_model_parallel_size=pipeline_model_parallel_size,
         virtual_pipeline_model_parallel_size=virtual_pipeline_model_parallel_size,
@@ -39,7 +40,7 @@ def llama32_3b_pretrain_config(
 ) -> ConfigContainer:
     """Llama 3.2 3B: TP1 PP1 CP1."""
     return pretrain_config(
-        presets.llama32_3b(),
+        apply(presets.llama32_3b(), LLAMA),
         tensor_model_parallel_size=tensor_model_parallel_size,
         pipeline_model_parallel_size=pipeline_model_parallel_size,
         virtual_pipeline_model_parallel_size=virtual_pipeline_model_parallel_size,
@@ -59,7 +60,7 @@ def llama31_8b_pretrain_config(
 ) -> ConfigContainer:
     """Llama 3.1 8B: TP1 PP1 CP2 (context parallel for the 8K sequence)."""
     return pretrain_config(
-        presets.llama31_8b(),
+        apply(presets.llama31_8b(), LLAMA),
         tensor_model_parallel_size=tensor_model_parallel_size,
         pipeline_model_parallel_size=pipeline_model_parallel_size,
         virtual_pipeline_model_parallel_size=virtual_pipeline_model_parallel_size,
@@ -77,9 +78,10 @@ def llama31_70b_pretrain_config(
     sequence_parallel: bool = True,
     **kwargs: Any,
 ) -> ConfigContainer:
-    """Llama 3.1 70B, multi-node: TP4 PP4 with 5 virtual stages (interleaved 1F1B), CP2, SP on."""
-    return pretrain_config(
-        presets.llama31_70b(),
+    """Llama 3.1 70B, multi-node: TP4 PP4 with 5 virtual stages (interleaved 1F1B), CP2, SP on; TP
+    communication overlapped with userbuffers (Megatron-Bridge's H100 settings for this shape)."""
+    cfg = pretrain_config(
+        apply(presets.llama31_70b(), LLAMA_70B),
         tensor_model_parallel_size=tensor_model_parallel_size,
         pipeline_model_parallel_size=pipeline_model_parallel_size,
         virtual_pipeline_model_parallel_size=virtual_pipeline_model_parallel_size,
@@ -87,6 +89,8 @@ def llama31_70b_pretrain_config(
         sequence_parallel=sequence_parallel,
         **kwargs,
     )
+    cfg.distributed.tp_comm_overlap_cfg = dict(USERBUFFERS_BF16_H100_H8192_TP4_MBS1_SEQ8192)
+    return cfg
 
 
 RECIPES = (

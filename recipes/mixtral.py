@@ -7,6 +7,7 @@ from typing import Any
 from bridge.config.container import ConfigContainer
 from bridge.models.mixtral.presets import mixtral_8x7b
 from recipes.common import RecipeInfo, pretrain_config
+from recipes.performance import MIXTRAL, apply
 
 
 def mixtral_8x7b_pretrain_config(
@@ -24,7 +25,7 @@ def mixtral_8x7b_pretrain_config(
     without TP is an error, so it is off.
     """
     return pretrain_config(
-        mixtral_8x7b(),
+        apply(mixtral_8x7b(), MIXTRAL),
         tensor_model_parallel_size=tensor_model_parallel_size,
         pipeline_model_parallel_size=pipeline_model_parallel_size,
         virtual_pipeline_model_parallel_size=virtual_pipeline_model_parallel_size,

@@ -8,6 +8,7 @@ from bridge.config.container import ConfigContainer
 from bridge.models.qwen3.presets import qwen3_8b
 from bridge.models.qwen3_moe.presets import qwen3_30b_a3b
 from recipes.common import RecipeInfo, pretrain_config
+from recipes.performance import QWEN3, QWEN3_MOE, apply
 
 
 def qwen3_8b_pretrain_config(
@@ -20,7 +21,7 @@ def qwen3_8b_pretrain_config(
 ) -> ConfigContainer:
     """Qwen3 8B: TP4 PP1."""
     return pretrain_config(
-        qwen3_8b(),
+        apply(qwen3_8b(), QWEN3),
         tensor_model_parallel_size=tensor_model_parallel_size,
         pipeline_model_parallel_size=pipeline_model_parallel_size,
         virtual_pipeline_model_parallel_size=virtual_pipeline_model_parallel_size,
@@ -41,7 +42,7 @@ def qwen3_30b_a3b_pretrain_config(
 ) -> ConfigContainer:
     """Qwen3-30B-A3B MoE (128 experts, top-8): TP4 PP2 EP4, SP on (MoE with TP > 1 needs it)."""
     return pretrain_config(
-        qwen3_30b_a3b(),
+        apply(qwen3_30b_a3b(), QWEN3_MOE),
         tensor_model_parallel_size=tensor_model_parallel_size,
         pipeline_model_parallel_size=pipeline_model_parallel_size,
         virtual_pipeline_model_parallel_size=virtual_pipeline_model_parallel_size,

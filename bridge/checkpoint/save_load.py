@@ -73,6 +73,21 @@ def _stage(stage: str, target: Path, iteration: int) -> None:
         hook(stage, target, iteration)
 
 
+def _save_strategy(fully_parallel: bool):
+    """Megatron-Core's default torch_dist writer, its work spread over the DP x CP replicas when asked
+    (None: the default strategy, every replica's shards written by replica 0)."""
+    if not fully_parallel:
+        return None
+    from megatron.core import parallel_state
+    from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
+    from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
+
+    group = parallel_state.get_data_parallel_group(with_context_parallel=True)
+    if group.size() == 1:
+        return None
+    return FullyParallelSaveStrategyWrapper(get_default_save_sharded_strategy(), group)
+
+
 def save_checkpoint(
     root: str | os.PathLike,
     iteration: int,
@@ -86,6 +101,7 @@ def save_checkpoint(
     most_recent_k: int = -1,
     summary: dict | None = None,
     consolidated: Callable[[Path], None] | None = None,
+    fully_parallel: bool = False,
 ) -> Path:
     """Save a complete checkpoint for `iteration` on all ranks, publish it, then move the tracker.
 
@@ -97,6 +113,8 @@ def save_checkpoint(
     (a run resumed from an older step) is moved aside and removed only after the new one is published.
     `consolidated(staging)`, called on every rank after the shards are written, adds the Hugging Face
     copy (checkpoint.save_consolidated) inside the folder, so that it is published with it.
+    `fully_parallel` (checkpoint.fully_parallel_save): the tensors every data-parallel (and context-
+    parallel) replica holds are written by one of them each, spread evenly, instead of all by the first.
     """
     from megatron.core import dist_checkpointing
 
@@ -141,7 +159,7 @@ def save_checkpoint(
         "fsdp2": fsdp2_state.current_sizes(model_chunks) if fsdp2 else None,
     }
 
-    dist_checkpointing.save(sd, str(staging))
+    dist_checkpointing.save(sd, str(staging), sharded_strategy=_save_strategy(fully_parallel and not fsdp2))
     if fsdp2:
         fsdp2_state.save(staging, model_chunks, optimizer)
     if consolidated is not None:

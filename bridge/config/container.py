@@ -31,6 +31,7 @@ from bridge.errors import ConfigError
 from bridge.models.gpt_provider import GPTModelProvider
 
 if TYPE_CHECKING:
+    from bridge.config.environment import Environment
     from bridge.config.plan import RunPlan
     from bridge.parallel.layout import ParallelLayout
 
@@ -98,17 +99,19 @@ class ConfigContainer:
             gpus_per_node=self.distributed.gpus_per_node,
         )
 
-    def validate(self, world_size: int, cuda: bool | None = None) -> RunPlan:
+    def validate(self, world_size: int, cuda: bool | None = None, env: Environment | None = None) -> RunPlan:
         """Check every rule across sections for `world_size` ranks and return the run's plan.
 
-        `cuda`: whether the run has CUDA (None: whether this machine has an NVIDIA driver, found
-        without importing torch). Raises ConfigError on the first violation; the plan's `warnings`
-        (layout warnings first, then settings the run ignores) are for callers to print or log.
-        This container is not changed: the plan holds a resolved copy.
+        `env`: the machine the run is for (bridge.config.environment.Environment); None: this machine,
+        with CUDA as `cuda` says (None: whether it has an NVIDIA driver, found without importing torch).
+        Raises ConfigError on the first violation; the plan's `warnings` (layout warnings first, then
+        settings the run ignores) are for callers to print or log. This container is not changed: the
+        plan holds a resolved copy.
         """
-        from bridge.config.plan import build_plan, detect_cuda
+        from bridge.config.environment import Environment
+        from bridge.config.plan import build_plan
 
-        return build_plan(self, world_size, detect_cuda() if cuda is None else cuda)
+        return build_plan(self, world_size, env if env is not None else Environment.detect(cuda))
 
     # ---- YAML ----------------------------------------------------------------------------------
 

@@ -11,11 +11,13 @@ warnings all come from here. Pure data: no torch or megatron import.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bridge.config import finetune_rules
+from bridge.config import finetune_rules, performance
+from bridge.config.environment import Environment
+from bridge.config.performance import SettingState
+from bridge.config.sections import FP8_PRECISIONS
 from bridge.config.validation import (
     PRECISION_DTYPES,
     blend_paths,
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 class Precision:
     requested: str  # mixed_precision.precision
     name: str  # "bf16" | "fp16" | "fp32": what actually runs
+    fp8: str | None = None  # the fp8 recipe the GEMMs run in (delayed, tensorwise, mxfp8), or None
 
     @property
     def bf16(self) -> bool:
@@ -46,8 +49,8 @@ class Precision:
 
     @property
     def compute(self) -> str:
-        """The tensor-core precision the matrix multiplies run in, for the MFU's peak: the dtype's name."""
-        return self.name
+        """The tensor-core precision the matrix multiplies run in, for the MFU's peak: fp8 or the dtype."""
+        return "fp8" if self.fp8 else self.name
 
     @property
     def torch_dtype(self):
@@ -136,6 +139,10 @@ class RunPlan:
     config: ConfigContainer  # the resolved config (a private copy: read it, do not change it)
     world_size: int
     cuda: bool
+    environment: Environment  # the machine planned for (CUDA, device, Transformer Engine, ...)
+    # the GPU performance settings asked for, each active or inactive with its reason (the provider
+    # holds the values that run: inactive ones are off)
+    performance: tuple[SettingState, ...]
     layout: ParallelLayout
     provider: GPTModelProvider  # the run's model: precision and activation recompute applied
     precision: Precision
@@ -151,8 +158,9 @@ class RunPlan:
         cfg = self.config
         lines = [
             f"layout: {self.layout.describe()}",
-            f"device: {'cuda' if self.cuda else 'cpu'}; precision: {self.precision.requested} -> "
-            f"{self.precision.name}",
+            f"device: {self.environment.describe()}; precision: {self.precision.requested} -> "
+            f"{self.precision.name}"
+            + (f" with fp8 ({self.precision.fp8} scaling)" if self.precision.fp8 else ""),
             f"batch: global {cfg.train.global_batch_size} = micro {cfg.train.micro_batch_size} x "
             f"{self.num_microbatches} microbatches x DP {self.layout.dp}",
             *([self.pipeline.describe(self.layout.pp, self.num_microbatches)] if self.layout.pp > 1 else []),
@@ -166,21 +174,22 @@ class RunPlan:
                 f"memory per rank (estimate): {m.total:.2f} GB (weights {m.params:.2f}, grads {m.grads:.2f}, "
                 f"optimizer {m.optimizer:.2f}, activations {m.activations:.2f})"
             )
+        lines += performance.summary(self.performance)
         lines += [f"warning: {w}" for w in self.warnings]
         return lines
 
 
-def detect_cuda() -> bool:
-    """Whether this machine has an NVIDIA driver, without importing torch (for dry runs)."""
-    return os.path.exists("/proc/driver/nvidia/version")
-
-
-def _run_provider(cfg: ConfigContainer, precision: Precision) -> GPTModelProvider:
-    """The model section with the run's precision and distributed.activation_checkpointing (full
-    recompute of every layer)."""
+def _run_provider(
+    cfg: ConfigContainer, precision: Precision, settings: tuple[SettingState, ...]
+) -> GPTModelProvider:
+    """The model section with the run's precision (fp8 fields included), the performance settings that
+    run (inactive ones off) and distributed.activation_checkpointing (full recompute of every layer)."""
     name = precision.name
     changes = dict(bf16=precision.bf16, fp16=precision.fp16, params_dtype=name,
                    pipeline_dtype=name if name != "fp32" else None)  # fmt: skip
+    if precision.fp8:
+        changes.update(FP8_PRECISIONS[precision.requested][1])
+    changes.update(performance.model_changes(settings))
     if cfg.distributed.activation_checkpointing:
         changes.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
     return dataclasses.replace(cfg.model, **changes)
@@ -207,13 +216,16 @@ def _memory(cfg: ConfigContainer, layout: ParallelLayout, precision: Precision) 
         return None  # a shape the memory model does not cover: the run does not depend on it
 
 
-def build_plan(config: ConfigContainer, world_size: int, cuda: bool) -> RunPlan:
-    """Validate `config` for `world_size` ranks (with or without CUDA) and return the plan."""
+def build_plan(config: ConfigContainer, world_size: int, env: Environment) -> RunPlan:
+    """Validate `config` for `world_size` ranks on the machine `env` describes and return the plan."""
     cfg = config.copy()
-    layout, warnings = validate_config(cfg, world_size, cuda)
+    cuda = env.cuda
+    layout, warnings = validate_config(cfg, world_size, env)
     mp = cfg.mixed_precision.precision
     runs = PRECISION_DTYPES[mp] if cuda else "fp32"
-    precision = Precision(requested=mp, name=runs)
+    fp8 = FP8_PRECISIONS[mp][1]["fp8_recipe"] if cuda and mp in FP8_PRECISIONS else None
+    precision = Precision(requested=mp, name=runs, fp8=fp8)
+    settings = performance.resolve(cfg, layout, env)
     if runs != PRECISION_DTYPES[mp]:
         warnings.append(f"mixed_precision.precision={mp} needs CUDA; training in fp32 on CPU.")
     t, d, v = cfg.train, cfg.dataset, cfg.validation
@@ -261,8 +273,10 @@ def build_plan(config: ConfigContainer, world_size: int, cuda: bool) -> RunPlan:
         config=cfg,
         world_size=world_size,
         cuda=cuda,
+        environment=env,
+        performance=settings,
         layout=layout,
-        provider=_run_provider(cfg, precision),
+        provider=_run_provider(cfg, precision, settings),
         precision=precision,
         num_microbatches=num_microbatches,
         pipeline=pipeline_plan(cfg, layout, num_microbatches),

@@ -10,6 +10,7 @@ bridge/config/validation.py; nothing here imports torch or megatron.core.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from bridge.parallel.schedules import NAMES as _PIPELINE_SCHEDULES
 
@@ -28,8 +29,31 @@ CKPT_FORMATS = ("torch_dist",)
 # gpipe, looped_bfs, dfs, zero_bubble, v_schedule (bridge.parallel.schedules; interleaved1f1b is an alias)
 PP_SCHEDULES = _PIPELINE_SCHEDULES
 # mixed_precision.precision -> the dtype it trains in (with CUDA; CPU runs train in fp32).
-PRECISION_DTYPES = {"bf16_mixed": "bf16", "fp16_mixed": "fp16", "fp32": "fp32"}
+PRECISION_DTYPES = {
+    "bf16_mixed": "bf16",
+    "fp16_mixed": "fp16",
+    "fp32": "fp32",
+    "bf16_with_fp8_delayed_scaling_mixed": "bf16",
+    "bf16_with_fp8_current_scaling_mixed": "bf16",
+    "bf16_with_mxfp8_mixed": "bf16",
+}
 PRECISIONS = tuple(PRECISION_DTYPES)
+# The fp8 precisions (Megatron-Bridge's names and values): the TransformerConfig fields they set, and the
+# compute capability Transformer Engine's recipe needs (8.9: Ada / Hopper; 10.0: Blackwell's MXFP8).
+# Weights and the distributed optimizer's gathers stay bf16 (Megatron-Bridge also gathers fp8 parameters).
+FP8_PRECISIONS = {
+    "bf16_with_fp8_delayed_scaling_mixed": (
+        (8, 9),
+        dict(fp8="hybrid", fp8_recipe="delayed", fp8_margin=0, fp8_amax_history_len=1024,
+             fp8_amax_compute_algo="max"),
+    ),
+    "bf16_with_fp8_current_scaling_mixed": (
+        (8, 9),
+        dict(fp8="hybrid", fp8_recipe="tensorwise", first_last_layers_bf16=True,
+             num_layers_at_start_in_bf16=1, num_layers_at_end_in_bf16=1),
+    ),
+    "bf16_with_mxfp8_mixed": ((10, 0), dict(fp8="e4m3", fp8_recipe="mxfp8")),
+}  # fmt: skip
 
 
 @dataclass
@@ -130,6 +154,10 @@ class CheckpointConfig:
     load_optim: bool = True
     load_rng: bool = True
     async_save: bool = False
+    # each tensor the data-parallel (x context-parallel) replicas share is written by one of them, the
+    # writes spread evenly over the replicas (Megatron-Core's FullyParallelSaveStrategyWrapper), instead
+    # of all by the first replica; the files are the same torch_dist checkpoint
+    fully_parallel_save: bool = True
     most_recent_k: int = -1  # keep the k newest complete checkpoints; -1 = keep all
     ckpt_step: int | None = None  # load this iteration of checkpoint.load (a root) instead of the tracker's
     # a damaged latest checkpoint (it fails its manifest) is reported and the previous complete one loaded
@@ -185,11 +213,17 @@ class DistributedConfig:
     # fsdp2 with ep > 1 only (AutoModel's `moe.reshard_after_forward`): keep the MoE model's gathered
     # parameters from the forward to the backward (false, fewer all-gathers) or free them (true)
     moe_reshard_after_forward: bool = False
+    # model.tp_comm_overlap only: Transformer Engine's userbuffers settings per GEMM (its `ub_cfgs`, e.g.
+    # {"qkv_fprop": {"method": "ring_exchange", "aggregate": false}, "proj_fprop": {"method": "pipeline",
+    # "num_sm": 24, "cga_size": 2, "num_splits": 4, "set_sm_margin": true}}); None = TE's defaults
+    tp_comm_overlap_cfg: dict[str, Any] | None = None
 
 
 @dataclass
 class MixedPrecisionConfig:
-    precision: str = "bf16_mixed"  # bf16_mixed | fp16_mixed | fp32
+    # bf16_mixed | fp16_mixed | fp32 | bf16_with_fp8_delayed_scaling_mixed |
+    # bf16_with_fp8_current_scaling_mixed | bf16_with_mxfp8_mixed (fp8: CUDA + Transformer Engine)
+    precision: str = "bf16_mixed"
     # fp16_mixed only: None = dynamic loss scaling, a number = that static scale
     loss_scale: float | None = None
     initial_loss_scale: float = 4294967296.0  # 2**32

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING
 
 from bridge.config import finetune_rules
 from bridge.config import sections as S
-from bridge.config.sections import PRECISION_DTYPES
+from bridge.config.sections import FP8_PRECISIONS, PRECISION_DTYPES
 from bridge.errors import ConfigError
 from bridge.parallel import schedules
 
 if TYPE_CHECKING:
     from bridge.config.container import ConfigContainer
+    from bridge.config.environment import Environment
     from bridge.parallel.layout import ParallelLayout
 
 
@@ -40,10 +41,14 @@ def _positive(field: str, value, *, zero_ok: bool = False, none_ok: bool = False
         )
 
 
-def validate_config(cfg: ConfigContainer, world_size: int, cuda: bool) -> tuple[ParallelLayout, list[str]]:
+def validate_config(
+    cfg: ConfigContainer, world_size: int, env: Environment
+) -> tuple[ParallelLayout, list[str]]:
     """Raise ConfigError on the first broken rule; return the layout and the warnings.
 
-    `cuda`: whether the run has CUDA (strategies that need it are refused without it)."""
+    `env`: the machine the run is for (strategies and precisions that need CUDA or Transformer Engine
+    are refused without them)."""
+    cuda = env.cuda
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise fail(
             "world_size", world_size, "must be a positive integer", "pass --world-size N (or WORLD_SIZE)"
@@ -69,6 +74,7 @@ def validate_config(cfg: ConfigContainer, world_size: int, cuda: bool) -> tuple[
     finetune_rules.check_peft(cfg)
     finetune_rules.check_hf_start(cfg)
     warnings += _precision(cfg)
+    _fp8(cfg, env)
     _positive("rng.seed", cfg.rng.seed, zero_ok=True)
     return layout, warnings
 
@@ -713,3 +719,37 @@ def _precision(cfg: ConfigContainer) -> list[str]:
             f"mixed_precision.loss_scale={p.loss_scale} has no effect with precision {p.precision} (fp16 only)."
         ]
     return []
+
+
+def _fp8(cfg: ConfigContainer, env: Environment) -> None:
+    """The fp8 precisions run on Transformer Engine on a GPU that has the recipe's tensor cores. (On CPU
+    every precision trains in fp32: the plan warns.)"""
+    precision = cfg.mixed_precision.precision
+    if precision not in FP8_PRECISIONS or not env.cuda:
+        if cfg.model.fp8 is not None and precision not in FP8_PRECISIONS:
+            raise fail(
+                "model.fp8",
+                cfg.model.fp8,
+                f"mixed_precision.precision = {precision!r} is the one source of the training dtype",
+                "choose an fp8 precision (bf16_with_fp8_delayed_scaling_mixed, "
+                "bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed) and leave model.fp8 null",
+            )
+        return
+    if not env.has("transformer_engine"):
+        raise fail(
+            "mixed_precision.precision",
+            precision,
+            "fp8 training runs on Transformer Engine, which is not installed",
+            "pip install --no-build-isolation 'transformer-engine[pytorch]', or use precision bf16_mixed",
+        )
+    needed, _ = FP8_PRECISIONS[precision]
+    have = env.compute_capability
+    if have is not None and have < needed:
+        raise fail(
+            "mixed_precision.precision",
+            precision,
+            f"needs a GPU of compute capability >= {needed[0]}.{needed[1]}; {env.device_name} has "
+            f"{have[0]}.{have[1]}",
+            "use bf16_mixed on this GPU"
+            + (", or bf16_with_fp8_current_scaling_mixed on Ada / Hopper" if needed >= (10, 0) else ""),
+        )

@@ -224,6 +224,7 @@ def _model_provider(plan: RunPlan):
 def _run(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None) -> TrainResult:
     import torch
 
+    from bridge.config import performance
     from bridge.parallel import runtime
 
     runtime.quiet_known_warnings()  # before the imports below pull in Megatron-Core (some warn on import)
@@ -252,6 +253,15 @@ def _run(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None) ->
     if is_rank_zero:
         for w in plan.warnings:
             logger.warning("config: %s", w)
+        for line in performance.summary(plan.performance):
+            logger.info("%s", line)
+
+    if performance.is_active(
+        plan.performance, "tp_comm_overlap"
+    ):  # TE's communicators exist before its layers
+        from bridge.training.comm_overlap import initialize_tp_userbuffers
+
+        initialize_tp_userbuffers(plan)
     check_memory_fits(plan, skip=not cfg.train.check_memory, log=is_rank_zero)
 
     started = time.perf_counter()

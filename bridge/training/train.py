@@ -272,6 +272,7 @@ def save(ctx: TrainingContext, loss: float | None = None) -> str:
             most_recent_k=cfg.most_recent_k,
             summary=summary,
             consolidated=ctx.consolidated,
+            fully_parallel=cfg.fully_parallel_save,
         )
     if torch.distributed.get_rank() == _log_rank():
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
