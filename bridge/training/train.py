@@ -16,6 +16,7 @@ import torch
 from bridge import checkpoint
 from bridge.config.container import ConfigContainer
 from bridge.config.plan import Precision, RunPlan
+from bridge.training import peak_flops
 from bridge.training.logging import (
     IterationStats,
     MetricWriters,
@@ -368,8 +369,27 @@ def train(ctx: TrainingContext) -> TrainResult:
             gc.enable()
 
 
+def _mfu_device(ctx: TrainingContext, log: bool) -> str | None:
+    """The CUDA device name the MFU's peak is looked up by (queried once per run), or None: no CUDA, or
+    no peak for it in bridge/training/peak_flops.py (said once, on the logging rank)."""
+    if not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name()
+    compute = ctx.precision.compute
+    if peak_flops.peak_tflops(name, compute) is None:
+        if log:
+            what = f"{compute} peak FLOP/s" if peak_flops.device_peak(name) is not None else "peak FLOP/s"
+            logger.info("MFU not shown: no %s for device %s in bridge/training/peak_flops.py", what, name)
+        return None
+    return name
+
+
 def _loop(
-    ctx: TrainingContext, result: TrainResult, exits: _ExitRequests, saved_at: int, start_iteration: int
+    ctx: TrainingContext,
+    result: TrainResult,
+    exits: _ExitRequests,
+    saved_at: int,
+    start_iteration: int,
 ) -> TrainResult:
     cfg = ctx.cfg
     state = ctx.state
@@ -381,6 +401,7 @@ def _loop(
     save_interval = cfg.checkpoint.save_interval or 0
     exit_interval = cfg.train.exit_interval or 0
     world = torch.distributed.get_world_size()
+    mfu_device = _mfu_device(ctx, is_log_rank) if cfg.logger.log_throughput else None
     window_loss, window_n, window_time, window_skipped = 0.0, 0, 0.0, 0
     total_time, total_iters = 0.0, 0
     for chunk in ctx.model:
@@ -404,6 +425,7 @@ def _loop(
         if it % log_interval == 0:
             per_iter = window_time / window_n
             tokens_per_s = gbs * ctx.seq_length / per_iter
+            tflops = ctx.flops_per_token * tokens_per_s / world / 1e12
             stats = IterationStats(
                 iteration=it,
                 train_iters=train_iters,
@@ -415,9 +437,9 @@ def _loop(
                 grad_norm=grad_norm,
                 loss_scale=float(ctx.optimizer.get_loss_scale().item()) if ctx.precision.fp16 else None,
                 tokens_per_second=tokens_per_s if cfg.logger.log_throughput else None,
-                tflops_per_gpu=ctx.flops_per_token * tokens_per_s / world / 1e12
-                if cfg.logger.log_throughput
-                else None,
+                tflops_per_gpu=tflops if cfg.logger.log_throughput else None,
+                throughput_unit="GPU" if ctx.plan.cuda else "rank",
+                mfu=peak_flops.mfu(tflops, mfu_device, ctx.precision.compute) if mfu_device else None,
                 skipped_iterations=window_skipped,
                 extra={"max memory": _memory_note()} if cfg.logger.log_memory else {},
             )
@@ -431,6 +453,8 @@ def _loop(
                 }
                 if grad_norm is not None:
                     scalars["grad-norm"] = grad_norm
+                if stats.mfu is not None:
+                    scalars["mfu"] = 100.0 * stats.mfu  # percent
                 ctx.writers.write(it, scalars)
             window_loss, window_n, window_time, window_skipped = 0.0, 0, 0.0, 0
 
