@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bridge.config import finetune_rules
+from bridge.config.profiling import ProfilingPlan, profiling_plan
 from bridge.config.validation import (
     PRECISION_DTYPES,
     blend_paths,
@@ -145,6 +146,7 @@ class RunPlan:
     schedule: SchedulePlan
     memory: MemoryEstimate | None  # per rank, the fullest pipeline stage (None: not estimable)
     warnings: tuple[str, ...]
+    profiling: ProfilingPlan | None = None  # None: nothing is profiled (bridge/config/profiling.py)
 
     def summary_lines(self) -> list[str]:
         """The plan's decisions, one per line (the dry run prints them as YAML comments)."""
@@ -166,6 +168,8 @@ class RunPlan:
                 f"memory per rank (estimate): {m.total:.2f} GB (weights {m.params:.2f}, grads {m.grads:.2f}, "
                 f"optimizer {m.optimizer:.2f}, activations {m.activations:.2f})"
             )
+        if self.profiling is not None:
+            lines.append(self.profiling.describe())
         lines += [f"warning: {w}" for w in self.warnings]
         return lines
 
@@ -270,4 +274,5 @@ def build_plan(config: ConfigContainer, world_size: int, cuda: bool) -> RunPlan:
         schedule=schedule,
         memory=_memory(cfg, layout, precision),
         warnings=tuple(warnings),
+        profiling=profiling_plan(cfg, cuda),
     )

@@ -361,9 +361,16 @@ def train(ctx: TrainingContext) -> TrainResult:
         gc.collect()
     start_iteration = state.iteration  # a resumed run never re-saves the iteration it loaded
     exits = _ExitRequests(cfg.train)
+    profiler = None
+    if ctx.plan.profiling is not None:  # nothing at all when profiling is off
+        from bridge.training.profiling import StepProfiler
+
+        profiler = StepProfiler.for_rank(ctx.plan.profiling, torch.distributed.get_rank())
     try:
-        return _loop(ctx, result, exits, start_iteration, start_iteration)
+        return _loop(ctx, result, exits, start_iteration, start_iteration, profiler)
     finally:
+        if profiler is not None:
+            profiler.finish()  # an error inside the window: stop and write what was recorded
         exits.restore()
         if cfg.train.manual_gc:
             gc.enable()
@@ -390,6 +397,7 @@ def _loop(
     exits: _ExitRequests,
     saved_at: int,
     start_iteration: int,
+    profiler=None,
 ) -> TrainResult:
     cfg = ctx.cfg
     state = ctx.state
@@ -407,9 +415,13 @@ def _loop(
     for chunk in ctx.model:
         chunk.train()
     while state.iteration < train_iters:
+        if profiler is not None:
+            profiler.begin(state.iteration + 1)
         start = time.perf_counter()
         loss, grad_norm, ok = train_step(ctx)
         elapsed = time.perf_counter() - start
+        if profiler is not None:
+            profiler.end(state.iteration + 1)
         state.iteration += 1
         state.consumed_train_samples += gbs
         if not ok:
@@ -492,6 +504,8 @@ def _loop(
                 logger.warning("%s at iteration %d: %s; exiting", reason, it, what)
             break
 
+    if profiler is not None:
+        profiler.finish()  # the run ended inside the window: the trace leaves out the final save
     if cfg.checkpoint.save and state.iteration > start_iteration and saved_at != state.iteration:
         result.last_checkpoint = save(ctx, result.losses.get(state.iteration))
     result.iteration = state.iteration
