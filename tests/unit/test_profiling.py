@@ -218,3 +218,46 @@ def test_step_profiler_writes_a_trace_of_the_window(tmp_path, window, iterations
     assert steps == profiled
     profiler.finish()  # a second finish writes nothing more
     assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_cuda_tools_call_order_without_a_gpu(monkeypatch):
+    """nsys and memory history (CUDA only) with the CUDA calls replaced by recorders."""
+    import contextlib
+
+    import torch
+
+    from bridge.config.profiling import ProfilingPlan
+    from bridge.training.profiling import StepProfiler
+
+    calls = []
+
+    @contextlib.contextmanager
+    def emit_nvtx(record_shapes=False):
+        calls.append(("emit_nvtx", record_shapes))
+        yield
+        calls.append(("emit_nvtx exit",))
+
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: calls.append(("push", name)))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: calls.append(("pop",)))
+    monkeypatch.setattr(torch.cuda.profiler, "start", lambda: calls.append(("cuda start",)))
+    monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: calls.append(("cuda stop",)))
+    monkeypatch.setattr(torch.autograd.profiler, "emit_nvtx", emit_nvtx)
+    monkeypatch.setattr(
+        torch.cuda.memory, "_record_memory_history", lambda **kw: calls.append(("history", kw))
+    )
+    monkeypatch.setattr(torch.cuda.memory, "_dump_snapshot", lambda path: calls.append(("dump", path)))
+    plan = ProfilingPlan(
+        pytorch=False, nsys=True, memory_history=True, step_start=2, step_end=3, ranks=(0, 1),
+        record_shapes=True, output_dir=None, memory_snapshot_path="mem.pickle", cuda=True,
+    )  # fmt: skip
+    profiler = StepProfiler.for_rank(plan, 1)
+    for it in (1, 2, 3):
+        profiler.begin(it)
+        profiler.end(it)
+    profiler.finish()
+    assert calls == [
+        ("push", "iteration 1"), ("pop",),
+        ("push", "iteration 2"), ("history", {"max_entries": 100_000}), ("cuda start",), ("emit_nvtx", True),
+        ("pop",), ("emit_nvtx exit",), ("cuda stop",), ("dump", "mem_rank1.pickle"), ("history", {"enabled": None}),
+        ("push", "iteration 3"), ("pop",),
+    ]  # fmt: skip

@@ -207,3 +207,54 @@ def test_mfu_hidden_when_unknown():
     assert "MFU" not in line
     assert "| throughput per rank (TFLOP/s/rank): 0.5 | number of skipped" in line
     assert "GPU" not in line
+
+
+@pytest.mark.parametrize(
+    "device, precision, note",
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16", None),
+        (
+            "NVIDIA GeForce GTX 1080",
+            "bf16",
+            "MFU not shown: no peak FLOP/s for device NVIDIA GeForce GTX 1080 in",
+        ),
+        (
+            "NVIDIA A100-SXM4-80GB",
+            "fp32",
+            "MFU not shown: no fp32 peak FLOP/s for device NVIDIA A100-SXM4-80GB in",
+        ),
+    ],
+)
+def test_mfu_device_is_read_once_and_an_unknown_one_said_once(monkeypatch, device, precision, note):
+    from types import SimpleNamespace
+
+    import torch
+
+    from bridge.config.plan import Precision
+    from bridge.training.train import _mfu_device
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: asked.append(1) or device)
+    ctx = SimpleNamespace(precision=Precision(requested="x", name=precision))
+    import logging
+
+    records = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = records.append
+    log = logging.getLogger("bridge.training")  # its own handler: the logger may not propagate
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        found = _mfu_device(ctx, log=True)
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    assert len(asked) == 1
+    notes = [r.getMessage() for r in records if "MFU not shown" in r.getMessage()]
+    if note is None:
+        assert found == device and notes == []
+    else:
+        assert found is None and len(notes) == 1 and notes[0].startswith(note)
+        assert notes[0].endswith("bridge/training/peak_flops.py")
