@@ -21,6 +21,7 @@ from bridge.config.sections import (
     MixedPrecisionConfig,
     OptimizerConfig,
     PeftConfig,
+    ProfilingConfig,
     RNGConfig,
     SchedulerConfig,
     TokenizerConfig,
@@ -51,6 +52,7 @@ class ConfigContainer:
     mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
     rng: RNGConfig = field(default_factory=RNGConfig)
     peft: PeftConfig = field(default_factory=PeftConfig)  # scheme None: full-parameter training
+    profiling: ProfilingConfig = field(default_factory=ProfilingConfig)  # off unless a profiler is on
 
     # ---- fields that follow others -------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from bridge.config import finetune_rules, performance
 from bridge.config.environment import Environment
 from bridge.config.performance import SettingState
+from bridge.config.profiling import ProfilingPlan, profiling_plan
 from bridge.config.sections import FP8_PRECISIONS
 from bridge.config.validation import (
     PRECISION_DTYPES,
@@ -152,6 +153,7 @@ class RunPlan:
     schedule: SchedulePlan
     memory: MemoryEstimate | None  # per rank, the fullest pipeline stage (None: not estimable)
     warnings: tuple[str, ...]
+    profiling: ProfilingPlan | None = None  # None: nothing is profiled (bridge/config/profiling.py)
 
     def summary_lines(self) -> list[str]:
         """The plan's decisions, one per line (the dry run prints them as YAML comments)."""
@@ -175,6 +177,8 @@ class RunPlan:
                 f"optimizer {m.optimizer:.2f}, activations {m.activations:.2f})"
             )
         lines += performance.summary(self.performance)
+        if self.profiling is not None:
+            lines.append(self.profiling.describe())
         lines += [f"warning: {w}" for w in self.warnings]
         return lines
 
@@ -284,4 +288,5 @@ def build_plan(config: ConfigContainer, world_size: int, env: Environment) -> Ru
         schedule=schedule,
         memory=_memory(cfg, layout, precision),
         warnings=tuple(warnings),
+        profiling=profiling_plan(cfg, cuda),
     )

@@ -250,3 +250,23 @@ class PeftConfig:
     dim: int = 32  # adapter rank r
     alpha: float = 32.0  # the adapter's output is scaled by alpha / dim
     dropout: float = 0.0  # dropout on the adapter's input
+
+
+@dataclass
+class ProfilingConfig:
+    """Profiling a window of training steps (Megatron-Bridge's ProfilingConfig field names).
+
+    The profiled steps are the log line's iterations profile_step_start .. profile_step_end - 1, on the
+    ranks in profile_ranks only (bridge/training/profiling.py; docs/internals.md, "Profiling").
+    """
+
+    use_pytorch_profiler: bool = False  # torch.profiler: a Chrome trace per profiled rank in output_dir
+    profile_step_start: int = 10
+    profile_step_end: int = 12  # exclusive
+    profile_ranks: list[int] = field(default_factory=lambda: [0])
+    record_shapes: bool = False  # operator input shapes (PyTorch profiler; nsys: in the NVTX ranges)
+    record_memory_history: bool = False  # CUDA only: allocator history over the window, dumped at its end
+    memory_snapshot_path: str = "snapshot.pickle"  # several profiled ranks: "_rank<r>" before the suffix
+    use_nsys_profiler: bool = False  # CUDA only: cudaProfilerStart/Stop around the window, NVTX per step
+    # where the PyTorch profiler writes its trace: None = logger.tensorboard_dir, or <cwd>/profiles
+    output_dir: str | None = None

@@ -6,7 +6,9 @@
 (one line). Printed on the last pipeline stage's first rank, which holds the loss.
 
 The model-FLOPs throughput is per rank: Megatron's "throughput per GPU (TFLOP/s/GPU)" with CUDA, and
-"throughput per rank (TFLOP/s/rank)" on CPU, where a rank is a process, not a GPU.
+"throughput per rank (TFLOP/s/rank)" on CPU, where a rank is a process, not a GPU. With CUDA and a
+device in bridge/training/peak_flops.py, " MFU: 45.2% |" follows it: that throughput over the device's
+dense peak in the run's precision (no MFU on CPU, nor for a device or precision without a peak).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class IterationStats:
     tflops_per_gpu: float | None = None  # per rank: the name is Megatron's (one rank per GPU)
     # the unit tflops_per_gpu is counted in: "GPU" or "rank"; None = "GPU" when CUDA is available, else "rank"
     throughput_unit: str | None = None
+    mfu: float | None = None  # model-FLOPs utilisation, a fraction of the device's peak (None: hidden)
     skipped_iterations: int = 0
     nan_iterations: int = 0
     extra: dict[str, str] = field(default_factory=dict)
@@ -71,6 +74,8 @@ def format_iteration_line(s: IterationStats) -> str:
         value = f"{s.tflops_per_gpu:.1f}" if s.tflops_per_gpu >= 1 else f"{s.tflops_per_gpu:.3g}"
         unit = s.throughput_unit or throughput_unit()
         parts.append(f" throughput per {unit} (TFLOP/s/{unit}): {value}")
+    if s.mfu is not None:
+        parts.append(f" MFU: {100.0 * s.mfu:.1f}%")
     parts.append(f" number of skipped iterations: {s.skipped_iterations:3d}")
     parts.append(f" number of nan iterations: {s.nan_iterations:3d}")
     parts += [f" {k}: {v}" for k, v in s.extra.items()]

@@ -16,6 +16,7 @@ import torch
 from bridge import checkpoint
 from bridge.config.container import ConfigContainer
 from bridge.config.plan import Precision, RunPlan
+from bridge.training import peak_flops
 from bridge.training.logging import (
     IterationStats,
     MetricWriters,
@@ -361,16 +362,43 @@ def train(ctx: TrainingContext) -> TrainResult:
         gc.collect()
     start_iteration = state.iteration  # a resumed run never re-saves the iteration it loaded
     exits = _ExitRequests(cfg.train)
+    profiler = None
+    if ctx.plan.profiling is not None:  # nothing at all when profiling is off
+        from bridge.training.profiling import StepProfiler
+
+        profiler = StepProfiler.for_rank(ctx.plan.profiling, torch.distributed.get_rank())
     try:
-        return _loop(ctx, result, exits, start_iteration, start_iteration)
+        return _loop(ctx, result, exits, start_iteration, start_iteration, profiler)
     finally:
+        if profiler is not None:
+            profiler.finish()  # an error inside the window: stop and write what was recorded
         exits.restore()
         if cfg.train.manual_gc:
             gc.enable()
 
 
+def _mfu_device(ctx: TrainingContext, log: bool) -> str | None:
+    """The CUDA device name the MFU's peak is looked up by (queried once per run), or None: no CUDA, or
+    no peak for it in bridge/training/peak_flops.py (said once, on the logging rank)."""
+    if not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name()
+    compute = ctx.precision.compute
+    if peak_flops.peak_tflops(name, compute) is None:
+        if log:
+            what = f"{compute} peak FLOP/s" if peak_flops.device_peak(name) is not None else "peak FLOP/s"
+            logger.info("MFU not shown: no %s for device %s in bridge/training/peak_flops.py", what, name)
+        return None
+    return name
+
+
 def _loop(
-    ctx: TrainingContext, result: TrainResult, exits: _ExitRequests, saved_at: int, start_iteration: int
+    ctx: TrainingContext,
+    result: TrainResult,
+    exits: _ExitRequests,
+    saved_at: int,
+    start_iteration: int,
+    profiler=None,
 ) -> TrainResult:
     cfg = ctx.cfg
     state = ctx.state
@@ -382,14 +410,19 @@ def _loop(
     save_interval = cfg.checkpoint.save_interval or 0
     exit_interval = cfg.train.exit_interval or 0
     world = torch.distributed.get_world_size()
+    mfu_device = _mfu_device(ctx, is_log_rank) if cfg.logger.log_throughput else None
     window_loss, window_n, window_time, window_skipped = 0.0, 0, 0.0, 0
     total_time, total_iters = 0.0, 0
     for chunk in ctx.model:
         chunk.train()
     while state.iteration < train_iters:
+        if profiler is not None:
+            profiler.begin(state.iteration + 1)
         start = time.perf_counter()
         loss, grad_norm, ok = train_step(ctx)
         elapsed = time.perf_counter() - start
+        if profiler is not None:
+            profiler.end(state.iteration + 1)
         state.iteration += 1
         state.consumed_train_samples += gbs
         if not ok:
@@ -405,6 +438,7 @@ def _loop(
         if it % log_interval == 0:
             per_iter = window_time / window_n
             tokens_per_s = gbs * ctx.seq_length / per_iter
+            tflops = ctx.flops_per_token * tokens_per_s / world / 1e12
             stats = IterationStats(
                 iteration=it,
                 train_iters=train_iters,
@@ -416,9 +450,9 @@ def _loop(
                 grad_norm=grad_norm,
                 loss_scale=float(ctx.optimizer.get_loss_scale().item()) if ctx.precision.fp16 else None,
                 tokens_per_second=tokens_per_s if cfg.logger.log_throughput else None,
-                tflops_per_gpu=ctx.flops_per_token * tokens_per_s / world / 1e12
-                if cfg.logger.log_throughput
-                else None,
+                tflops_per_gpu=tflops if cfg.logger.log_throughput else None,
+                throughput_unit="GPU" if ctx.plan.cuda else "rank",
+                mfu=peak_flops.mfu(tflops, mfu_device, ctx.precision.compute) if mfu_device else None,
                 skipped_iterations=window_skipped,
                 extra={"max memory": _memory_note()} if cfg.logger.log_memory else {},
             )
@@ -432,6 +466,8 @@ def _loop(
                 }
                 if grad_norm is not None:
                     scalars["grad-norm"] = grad_norm
+                if stats.mfu is not None:
+                    scalars["mfu"] = 100.0 * stats.mfu  # percent
                 ctx.writers.write(it, scalars)
             window_loss, window_n, window_time, window_skipped = 0.0, 0, 0.0, 0
 
@@ -469,6 +505,8 @@ def _loop(
                 logger.warning("%s at iteration %d: %s; exiting", reason, it, what)
             break
 
+    if profiler is not None:
+        profiler.finish()  # the run ended inside the window: the trace leaves out the final save
     if cfg.checkpoint.save and state.iteration > start_iteration and saved_at != state.iteration:
         result.last_checkpoint = save(ctx, result.losses.get(state.iteration))
     result.iteration = state.iteration

@@ -1,10 +1,13 @@
 """The README's "Training on GPUs" command (TP=2 PP=2 SP), through torchrun and
 scripts/training/run_recipe.py on 4 gloo ranks, with overrides that shrink the model and sequence for
 CPU: exit 0, a finite lm loss at iteration 3, the layout line, and the final checkpoint (tracker +
-run_config.yaml) written after the run."""
+run_config.yaml) written after the run. The same run profiles iterations 2 and 3 on rank 0 with the
+PyTorch profiler (a window reaching past the last iteration: stopped when training ends)."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import math
 import re
 
@@ -27,7 +30,14 @@ SHRINK_FOR_CPU = [
 
 def test_seeds_verification_command(tmp_path):
     where = [f"checkpoint.save={tmp_path}/ckpt", f"logger.tensorboard_dir={tmp_path}/tb"]
-    proc = torchrun(REPO_ROOT / "scripts/training/run_recipe.py", 4, *SEEDS_COMMAND, *SHRINK_FOR_CPU, *where)
+    profile = [
+        "profiling.use_pytorch_profiler=true",
+        "profiling.profile_step_start=2",
+        "profiling.profile_step_end=4",
+    ]
+    proc = torchrun(
+        REPO_ROOT / "scripts/training/run_recipe.py", 4, *SEEDS_COMMAND, *SHRINK_FOR_CPU, *where, *profile
+    )
     out = assert_ok(proc)
 
     assert re.search(r"\bTP=2 PP=2\b.*\bDP=1\b.*\bworld=4\b", out), out[-3000:]
@@ -46,3 +56,13 @@ def test_seeds_verification_command(tmp_path):
     saved = ConfigContainer.from_yaml((tmp_path / "ckpt" / "iter_0000003" / "run_config.yaml").read_text())
     assert saved.model.num_layers == 4 and saved.model.tensor_model_parallel_size == 2
     assert saved.train.train_iters == 3
+
+    # the trace: in logger.tensorboard_dir (profiling.output_dir unset), from rank 0 only (profile_ranks [0])
+    traces = sorted((tmp_path / "tb").glob("*.pt.trace.json*"))
+    assert [re.match(r"rank(\d+)\.", t.name).group(1) for t in traces] == ["0"], traces
+    text = gzip.open(traces[0], "rt").read() if traces[0].suffix == ".gz" else traces[0].read_text()
+    steps = {
+        e["name"] for e in json.loads(text)["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")
+    }
+    assert steps == {"ProfilerStep#2", "ProfilerStep#3"}
+    assert "rank 0: PyTorch profiler trace up to iteration 3 written to" in out

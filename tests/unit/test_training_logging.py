@@ -143,3 +143,118 @@ def test_missing_logging_packages_are_decided_by_the_plan(monkeypatch):
     without("wandb")  # an explicit W&B request without wandb is an error before launch
     with pytest.raises(ConfigError, match="logger.wandb_project = 'p': W&B logging needs the wandb package"):
         cfg.validate(1, cuda=True)
+
+
+# ---- MFU: the peak table with real CUDA device names, the arithmetic, the log line ----------------
+
+
+@pytest.mark.parametrize(
+    "device, label, bf16, fp8",
+    [
+        ("NVIDIA H100 80GB HBM3", "H100 SXM", 989.4, 1978.9),
+        ("NVIDIA H100 PCIe", "H100 PCIe", 756.5, 1513.0),
+        ("NVIDIA H100 NVL", "H100 NVL", 835.5, 1670.9),
+        ("NVIDIA H200", "H200 SXM", 989.4, 1978.9),
+        ("NVIDIA H20", "H20", 148.0, 296.0),  # not the H200
+        ("NVIDIA GH200 480GB", "GH200", 989.4, 1978.9),
+        ("NVIDIA A100-SXM4-80GB", "A100", 312.0, None),  # no fp8 tensor cores
+        ("NVIDIA L40S", "L40S", 362.05, 733.0),
+        ("NVIDIA L4", "L4", 121.0, 242.5),
+    ],
+)
+def test_peak_table_matches_real_device_names(device, label, bf16, fp8):
+    from bridge.training.peak_flops import device_peak, peak_tflops
+
+    assert device_peak(device).label == label
+    assert peak_tflops(device, "bf16") == peak_tflops(device, "fp16") == bf16
+    assert peak_tflops(device, "fp8") == fp8
+    assert peak_tflops(device, "fp32") is None  # no MFU quoted against TF32
+
+
+def test_unknown_device_has_no_peak():
+    from bridge.training.peak_flops import device_peak, mfu, peak_tflops
+
+    assert device_peak("NVIDIA GeForce GTX 1080") is None
+    assert peak_tflops("NVIDIA GeForce GTX 1080", "bf16") is None
+    assert mfu(100.0, "NVIDIA GeForce GTX 1080", "bf16") is None
+    assert mfu(100.0, "NVIDIA A100-SXM4-80GB", "fp8") is None
+
+
+def test_mfu_hand_computed():
+    from bridge.training.peak_flops import mfu
+
+    # 6 * 1e9 FLOPs per token, 40,000 tokens/s over 8 GPUs: 6e9 * 4e4 / 8 / 1e12 = 30 TFLOP/s per GPU
+    tflops = 6e9 * 40_000 / 8 / 1e12
+    assert tflops == pytest.approx(30.0)
+    assert mfu(tflops, "NVIDIA A100-SXM4-80GB", "bf16") == pytest.approx(30.0 / 312.0)  # 9.6%
+    assert mfu(494.7, "NVIDIA H100 80GB HBM3", "bf16") == pytest.approx(0.5)
+
+
+def _stats(**kwargs) -> IterationStats:
+    return IterationStats(
+        iteration=1, train_iters=1, consumed_samples=8, elapsed_ms=10.0, learning_rate=1e-4,
+        global_batch_size=8, losses={"lm loss": 1.0}, tokens_per_second=1000.0, **kwargs,
+    )  # fmt: skip
+
+
+def test_mfu_follows_the_throughput_with_one_decimal():
+    line = format_iteration_line(_stats(tflops_per_gpu=447.2, throughput_unit="GPU", mfu=447.2 / 989.4))
+    assert "| throughput per GPU (TFLOP/s/GPU): 447.2 | MFU: 45.2% | number of skipped" in line
+
+
+def test_mfu_hidden_when_unknown():
+    line = format_iteration_line(_stats(tflops_per_gpu=0.5, throughput_unit="rank"))
+    assert "MFU" not in line
+    assert "| throughput per rank (TFLOP/s/rank): 0.5 | number of skipped" in line
+    assert "GPU" not in line
+
+
+@pytest.mark.parametrize(
+    "device, precision, note",
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16", None),
+        (
+            "NVIDIA GeForce GTX 1080",
+            "bf16",
+            "MFU not shown: no peak FLOP/s for device NVIDIA GeForce GTX 1080 in",
+        ),
+        (
+            "NVIDIA A100-SXM4-80GB",
+            "fp32",
+            "MFU not shown: no fp32 peak FLOP/s for device NVIDIA A100-SXM4-80GB in",
+        ),
+    ],
+)
+def test_mfu_device_is_read_once_and_an_unknown_one_said_once(monkeypatch, device, precision, note):
+    from types import SimpleNamespace
+
+    import torch
+
+    from bridge.config.plan import Precision
+    from bridge.training.train import _mfu_device
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: asked.append(1) or device)
+    ctx = SimpleNamespace(precision=Precision(requested="x", name=precision))
+    import logging
+
+    records = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = records.append
+    log = logging.getLogger("bridge.training")  # its own handler: the logger may not propagate
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        found = _mfu_device(ctx, log=True)
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    assert len(asked) == 1
+    notes = [r.getMessage() for r in records if "MFU not shown" in r.getMessage()]
+    if note is None:
+        assert found == device and notes == []
+    else:
+        assert found is None and len(notes) == 1 and notes[0].startswith(note)
+        assert notes[0].endswith("bridge/training/peak_flops.py")
