@@ -6,10 +6,10 @@
 # Phases (each timed and bounded with `timeout`; logs in $OUT/<phase>.log, times in $OUT/times.txt):
 #   venv       ${PYTHON:-python3} -m venv .venv-gpu (kept if it exists: a rerun skips what is installed)
 #   install    pip install torch==2.13.0 -e '.[test]'   (from the package index: the CUDA build of torch)
+#   nvidia-smi the device, driver and CUDA version (then: does torch see the GPU? if not, stop here)
 #   te         pip install --no-build-isolation 'transformer-engine[pytorch]', bounded by TE_TIMEOUT; if it
 #              times out, fails or does not import, that is reported and everything after runs without it
 #              (bridge then builds Megatron-Core's local layer spec on the GPU)
-#   nvidia-smi the device, driver and CUDA version
 #   gpu-tests  pytest -m gpu tests   (tests/functional/test_training_gpu.py, test_gpu_kernels.py)
 #   benchmark  benchmarks/gpu_throughput.py: bridge pretrain() vs the Hugging Face loop, Llama-3.2-1B at
 #              seq 4096, bf16; the markdown table goes to $OUT/benchmark.md, all numbers to benchmark.json
@@ -29,12 +29,14 @@
 #     PIP_INDEX_URL=http://mirror.local/simple bash scripts/gpu_check.sh
 # The wheelhouse / index must hold torch==2.13.0 (CUDA build) with its nvidia-* dependencies, this
 # project's dependencies and the test extra, and for TE the transformer-engine wheels (a prebuilt
-# transformer_engine_torch for this torch avoids the source build); setuptools and wheel for the editable
-# install. Nothing else in this script reaches the network.
+# transformer_engine_torch for this torch avoids the source build; pybind11 and ninja for a build), and
+# setuptools and wheel for the editable install. Nothing else in this script reaches the network.
 #
 # Settings (environment): PYTHON (python3), OUT (gpu_check_out), TE_TIMEOUT (150), SKIP_TE=1,
 # INSTALL_TIMEOUT (420), TEST_TIMEOUT (120), BENCH_TIMEOUT (120), BENCH_ARGS (extra benchmark arguments,
-# e.g. "--steps 20"), PYTEST_ARGS (extra pytest arguments).
+# e.g. "--steps 20"), PYTEST_ARGS (extra pytest arguments), TORCH_PIP_ARGS (extra arguments of the install
+# command, e.g. "--extra-index-url https://download.pytorch.org/whl/cu128" for a torch build whose CUDA
+# the machine's driver supports: the package index's torch==2.13.0 is built for CUDA 13).
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
@@ -45,6 +47,7 @@ TEST_TIMEOUT=${TEST_TIMEOUT:-120}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-120}
 SKIP_TE=${SKIP_TE:-0}
 BENCH_ARGS=${BENCH_ARGS:-}
+TORCH_PIP_ARGS=${TORCH_PIP_ARGS:-}
 PYTEST_ARGS=${PYTEST_ARGS:-}
 VENV=.venv-gpu
 VPY=$VENV/bin/python
@@ -99,8 +102,10 @@ summary() {
 if [ ! -x "$VPY" ]; then
     phase venv 120 "$PYTHON" -m venv "$VENV" || { FAILED+=(venv); summary; exit 1; }
 fi
-phase install "$INSTALL_TIMEOUT" "$VPY" -m pip install torch==2.13.0 -e '.[test]' \
+# shellcheck disable=SC2086  # TORCH_PIP_ARGS is a word list
+phase install "$INSTALL_TIMEOUT" "$VPY" -m pip install $TORCH_PIP_ARGS torch==2.13.0 -e '.[test]' \
     || { FAILED+=(install); summary; exit 1; }
+phase nvidia-smi 30 nvidia-smi || FAILED+=(nvidia-smi)
 "$VPY" - <<'EOF' 2>&1 | tee "$OUT/env.txt" || true # the facts are for the log only
 import importlib.metadata as md, platform, torch
 print("python", platform.python_version(), "| torch", torch.__version__, "| CUDA runtime", torch.version.cuda)
@@ -108,8 +113,8 @@ print("megatron-core", md.version("megatron-core"), "| transformers", md.version
 print("cuda available:", torch.cuda.is_available(), "| devices:", torch.cuda.device_count())
 EOF
 if ! "$VPY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-    echo "torch sees no CUDA device (driver missing, or a CPU build of torch was installed): nothing to check" \
-        | tee -a "$OUT/env.txt"
+    echo "torch sees no CUDA device: no driver, a driver older than this torch build's CUDA (see nvidia-smi" \
+        "above and TORCH_PIP_ARGS), or a CPU build of torch. Nothing to check." | tee -a "$OUT/env.txt"
     FAILED+=(cuda)
     summary
     exit 1
@@ -143,8 +148,7 @@ echo "transformer-engine: $TE_STATUS" | tee -a "$OUT/env.txt"
 "$VPY" -c 'import importlib.metadata as m; print("transformer-engine version:", m.version("transformer-engine"))' \
     2>/dev/null | tee -a "$OUT/env.txt" || true
 
-# ---- the device, the gpu tests, the benchmark ---------------------------------------------------------
-phase nvidia-smi 30 nvidia-smi || FAILED+=(nvidia-smi)
+# ---- the gpu tests, the benchmark ---------------------------------------------------------------------
 # shellcheck disable=SC2086  # PYTEST_ARGS / BENCH_ARGS are word lists
 phase gpu-tests "$TEST_TIMEOUT" "$VPY" -m pytest -m gpu -v -rs tests $PYTEST_ARGS || FAILED+=(gpu-tests)
 # shellcheck disable=SC2086
