@@ -17,13 +17,14 @@ import argparse
 import json
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import adamw, emit_result, run_worker  # noqa: E402
 
 LAYERS, HIDDEN, FFN, HEADS, GROUPS, VOCAB, SEQ, BATCH = 4, 256, 688, 8, 4, 32000, 512, 8
 LR, BETAS, WD, EPS, CLIP = 1e-4, (0.9, 0.98), 0.1, 1e-5, 1.0
@@ -88,10 +89,7 @@ def hf_side(hf: Path, data: Path, iters: int) -> float:
         model, LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=HF_TARGETS)
     ).train()
     trainable = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in trainable if p.ndim >= 2]
-    no_decay = [p for p in trainable if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=LR, betas=BETAS, eps=EPS)  # fmt: skip
+    opt = adamw(model, LR, BETAS, EPS, WD)  # the adapters only: the base is frozen
     rows = []
     for line in data.read_text().splitlines():
         record = json.loads(line)
@@ -112,17 +110,7 @@ def hf_side(hf: Path, data: Path, iters: int) -> float:
 
 
 def run_side(side: str, root: Path, iters: int) -> dict:
-    proc = subprocess.run(
-        [sys.executable, __file__, "--side", side, "--root", str(root), "--iters", str(iters)],
-        capture_output=True,
-        text=True,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise SystemExit(
-            f"{side} side failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-        )
-    return json.loads(lines[-1].removeprefix("RESULT "))
+    return run_worker([sys.executable, __file__, "--side", side, "--root", str(root), "--iters", str(iters)])
 
 
 def main() -> None:
@@ -138,7 +126,7 @@ def main() -> None:
         side = bridge_side if args.side == "bridge" else hf_side
         tps = side(root / "hf", root / "train.jsonl", args.iters)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-        print("RESULT " + json.dumps({"tokens_per_second": tps, "peak_rss": peak}), flush=True)
+        emit_result({"tokens_per_second": tps, "peak_rss": peak})
         return
     import torch
 

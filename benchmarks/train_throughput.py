@@ -20,8 +20,26 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.common import TIMED_RUN_OVERRIDES, adamw, hf_llama_config, hf_train_step  # noqa: E402
+
 LAYERS, HIDDEN, FFN, HEADS, GROUPS, VOCAB, SEQ, BATCH = 4, 256, 688, 8, 4, 32000, 512, 8
 LR, BETAS, WD, EPS, CLIP = 3e-4, (0.9, 0.95), 0.1, 1e-5, 1.0
+
+
+SHAPE = [
+    f"model.num_layers={LAYERS}", f"model.hidden_size={HIDDEN}", f"model.ffn_hidden_size={FFN}",
+    f"model.num_attention_heads={HEADS}", f"model.num_query_groups={GROUPS}", f"model.vocab_size={VOCAB}",
+    f"model.seq_length={SEQ}", "model.share_embeddings_and_output_weights=False", "mixed_precision.precision=fp32",
+]  # fmt: skip
+
+
+def provider():
+    from bridge.config.overrides import apply_overrides
+    from recipes.llama import llama32_1b_pretrain_config
+
+    model = apply_overrides(llama32_1b_pretrain_config(), SHAPE).model
+    model.bf16, model.params_dtype = False, "fp32"
+    return model
 
 
 def bridge_tokens_per_second(iters: int) -> float:
@@ -30,14 +48,9 @@ def bridge_tokens_per_second(iters: int) -> float:
     from recipes.llama import llama32_1b_pretrain_config
 
     cfg = apply_overrides(llama32_1b_pretrain_config(), [
-        f"model.num_layers={LAYERS}", f"model.hidden_size={HIDDEN}", f"model.ffn_hidden_size={FFN}",
-        f"model.num_attention_heads={HEADS}", f"model.num_query_groups={GROUPS}", f"model.vocab_size={VOCAB}",
-        f"model.seq_length={SEQ}", "model.share_embeddings_and_output_weights=False",
-        "mixed_precision.precision=fp32", f"train.train_iters={iters}", f"train.global_batch_size={BATCH}",
-        f"train.micro_batch_size={BATCH}", "scheduler.lr_warmup_iters=0", f"optimizer.lr={LR}",
-        f"optimizer.clip_grad={CLIP}", "validation.eval_interval=0", "validation.eval_iters=0",
-        "checkpoint.save=null", "checkpoint.save_interval=0", "logger.tensorboard_dir=null",
-        "logger.log_interval=1", "dataset.num_workers=0",
+        *SHAPE, *TIMED_RUN_OVERRIDES, f"train.train_iters={iters}", f"train.global_batch_size={BATCH}",
+        f"train.micro_batch_size={BATCH}", f"optimizer.lr={LR}", f"optimizer.clip_grad={CLIP}",
+        "dataset.num_workers=0",
     ])  # fmt: skip
     return pretrain(cfg).tokens_per_second
 
@@ -46,23 +59,12 @@ def plain_megatron_tokens_per_second(iters: int) -> float:
     """The same GPTModel in a bare loop (no schedule, DDP, distributed optimizer): the loop's floor."""
     import torch
 
-    from bridge.config.overrides import apply_overrides
     from bridge.training.data.loaders import build_iterator
     from bridge.training.data.mock import MockDataset
-    from recipes.llama import llama32_1b_pretrain_config
 
-    provider = apply_overrides(llama32_1b_pretrain_config(), [
-        f"model.num_layers={LAYERS}", f"model.hidden_size={HIDDEN}", f"model.ffn_hidden_size={FFN}",
-        f"model.num_attention_heads={HEADS}", f"model.num_query_groups={GROUPS}", f"model.vocab_size={VOCAB}",
-        f"model.seq_length={SEQ}", "model.share_embeddings_and_output_weights=False", "mixed_precision.precision=fp32",
-    ]).model  # fmt: skip
-    provider.bf16, provider.params_dtype = False, "fp32"
-    (model,) = provider.provide_distributed_model(wrap_with_ddp=False)
+    (model,) = provider().provide_distributed_model(wrap_with_ddp=False)
     model.train()
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=LR, betas=BETAS, eps=EPS)  # fmt: skip
+    opt = adamw(model, LR, BETAS, EPS, WD)
     data = build_iterator(MockDataset(iters * BATCH, SEQ, VOCAB, seed=1234), 0, BATCH, 0, 1)
     times = []
     for _ in range(iters):
@@ -79,34 +81,20 @@ def plain_megatron_tokens_per_second(iters: int) -> float:
 
 def hf_tokens_per_second(iters: int) -> float:
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     from bridge.training.data.loaders import build_iterator
     from bridge.training.data.mock import MockDataset
 
     torch.manual_seed(1234)
-    config = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS, num_key_value_heads=GROUPS, max_position_embeddings=SEQ,
-        rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False, attn_implementation="sdpa",
-    )  # fmt: skip
-    model = LlamaForCausalLM(config).train()
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=LR, betas=BETAS, eps=EPS)  # fmt: skip
+    model = LlamaForCausalLM(hf_llama_config(provider())).train()  # the same shape, by construction
+    opt = adamw(model, LR, BETAS, EPS, WD)
     data = build_iterator(MockDataset(iters * BATCH, SEQ, VOCAB, seed=1234), 0, BATCH, 0, 1)
     times = []
     for _ in range(iters):
         batch = next(data)
         start = time.perf_counter()
-        logits = model(input_ids=batch["tokens"], position_ids=batch["position_ids"]).logits
-        # Megatron-Core takes already-shifted labels: the same 512 predictions per sequence here.
-        loss = torch.nn.functional.cross_entropy(logits.view(-1, VOCAB), batch["labels"].view(-1))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        hf_train_step(model, opt, [batch], CLIP)
         times.append(time.perf_counter() - start)
     return BATCH * SEQ / statistics.mean(times[1:])
 

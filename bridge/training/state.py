@@ -36,6 +36,9 @@ class TrainResult:
     skipped_iterations: int = 0
     last_checkpoint: str | None = None
     tokens_per_second: float | None = None
+    # this rank's wall time of each iteration's train step (seconds; host-synchronised by the loss
+    # read-back), for medians and warm-up cuts (benchmarks/gpu_throughput.py)
+    iteration_times: dict[int, float] = field(default_factory=dict)
     exit_reason: str | None = None  # "received SIGTERM", "train.exit_duration_in_mins=... reached"
 
 

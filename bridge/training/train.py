@@ -431,6 +431,7 @@ def _loop(
         it = state.iteration
         lr = ctx.optimizer.param_groups[0]["lr"]
         result.losses[it], result.grad_norms[it], result.learning_rates[it] = loss, grad_norm, lr
+        result.iteration_times[it] = elapsed
         window_loss, window_n, window_time = window_loss + loss, window_n + 1, window_time + elapsed
         if total_iters or it > 1 or train_iters == 1:  # the first step includes warm-up: keep it out
             total_time, total_iters = total_time + elapsed, total_iters + 1
