@@ -21,6 +21,9 @@ OPTIONAL_PACKAGES = {
     "transformer_engine": ("transformer-engine", "transformer_engine", "transformer-engine-cu12"),
     "deep_ep": ("deep_ep", "deep-ep"),
     "grouped_gemm": ("grouped_gemm", "grouped-gemm"),
+    # apex's CUDA extension: Megatron-Core's own linear layers (the output layer too) accumulate weight
+    # gradients with it under gradient_accumulation_fusion
+    "fused_weight_gradient_mlp_cuda": ("apex",),
 }
 
 

@@ -44,6 +44,15 @@ def _te_2_1(cfg, layout, env) -> str | None:
     return "needs Transformer Engine >= 2.1 (its fused permutation kernels)"
 
 
+def _apex_wgrad(cfg, layout, env) -> str | None:
+    if env.has("fused_weight_gradient_mlp_cuda"):
+        return None
+    return (
+        "needs apex's fused_weight_gradient_mlp_cuda extension (Megatron-Core's output layer accumulates "
+        "its weight gradient with it; Transformer Engine's layers do not need it)"
+    )
+
+
 def _experts(cfg, layout, env) -> str | None:
     return None if cfg.model.num_moe_experts else "the model has no experts"
 
@@ -84,6 +93,7 @@ NEEDS = {n.name: n for n in (
     Need("cuda", _cuda),
     Need("transformer_engine", _te),
     Need("transformer_engine>=2.1", _te_2_1),
+    Need("apex_fused_wgrad", _apex_wgrad),
     Need("experts", _experts),
     Need("tp_with_sp", _tp_with_sp),
     Need("interleaved_pipeline", _interleaved),
@@ -113,7 +123,7 @@ SETTINGS: tuple[PerformanceSetting, ...] = (
     PerformanceSetting("persist_layer_norm", False, ("cuda", "transformer_engine"), "persistent layer-norm kernel"),
     PerformanceSetting("apply_rope_fusion", False, ("cuda", "transformer_engine"), "fused rotary embedding"),
     PerformanceSetting(
-        "gradient_accumulation_fusion", False, ("cuda", "transformer_engine", "megatron_grad_buffers"),
+        "gradient_accumulation_fusion", False, ("cuda", "megatron_grad_buffers", "apex_fused_wgrad"),
         "weight gradients accumulated into the fp32 main_grad by the GEMM itself",
     ),
     PerformanceSetting("cross_entropy_loss_fusion", False, ("cuda",), "vocab-parallel cross-entropy in one kernel"),

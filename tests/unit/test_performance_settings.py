@@ -20,7 +20,7 @@ from recipes import performance as recipe_settings
 CPU = Environment.cpu()
 H100_TE = Environment(
     cuda=True, device_name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0),
-    packages={"transformer_engine": "2.8.0"},
+    packages={"transformer_engine": "2.8.0", "fused_weight_gradient_mlp_cuda": "0.1"},
 )  # fmt: skip
 H100_BARE = dataclasses.replace(H100_TE, packages={})
 A100_TE = Environment(
@@ -79,10 +79,11 @@ def test_cuda_without_transformer_engine_keeps_the_kernels_that_need_none():
     for field in (
         "persist_layer_norm",
         "apply_rope_fusion",
-        "gradient_accumulation_fusion",
         "cross_entropy_fusion_impl",
     ):
         assert not s[field].active and "needs Transformer Engine" in s[field].reason
+    wgrad = s["gradient_accumulation_fusion"]
+    assert not wgrad.active and "apex's fused_weight_gradient_mlp_cuda" in wgrad.reason
     assert p.provider.cross_entropy_fusion_impl == "native" and not p.provider.persist_layer_norm
     assert not s["overlap_p2p_comm"].active and "interleaved" in s["overlap_p2p_comm"].reason
 
@@ -94,7 +95,7 @@ def test_moe_kernels_need_their_packages_and_expert_parallelism():
     p = plan("qwen3_30b_a3b_pretrain_config", 64, H100_TE)
     assert p.provider.moe_token_dispatcher_type == "alltoall"  # Megatron-Bridge's fallback
 
-    with_deep_ep = dataclasses.replace(H100_TE, packages={"transformer_engine": "2.8.0", "deep_ep": "1.1.0"})
+    with_deep_ep = dataclasses.replace(H100_TE, packages={**H100_TE.packages, "deep_ep": "1.1.0"})
     p = plan("qwen3_30b_a3b_pretrain_config", 64, with_deep_ep)
     assert states(p)["moe_token_dispatcher_type"].active and p.provider.moe_token_dispatcher_type == "flex"
 
