@@ -37,9 +37,8 @@ def provider():
     from bridge.config.overrides import apply_overrides
     from recipes.llama import llama32_1b_pretrain_config
 
-    model = apply_overrides(llama32_1b_pretrain_config(), SHAPE).model
-    model.bf16, model.params_dtype = False, "fp32"
-    return model
+    # the run's model as pretrain() builds it: the plan's provider (GPU-only settings off on CPU)
+    return apply_overrides(llama32_1b_pretrain_config(), SHAPE).validate(1).provider
 
 
 def bridge_tokens_per_second(iters: int) -> float:

@@ -507,9 +507,19 @@ class GPTModelProvider(TransformerFields):
         try:
             return config_class(**kwargs)
         except (ValueError, AssertionError, NotImplementedError) as err:
+            from bridge.config.performance import SETTINGS
+
+            asked = [s.field for s in SETTINGS if s.requested(getattr(self, s.field))]
+            hint = (
+                f" This model asks for GPU performance settings ({', '.join(asked)}): build the run's model "
+                "from the plan (cfg.validate(world_size).provider), which turns off the ones this machine "
+                "cannot run and reports them."
+                if asked
+                else ""
+            )
             raise ConfigError(
                 f"Megatron-Core's TransformerConfig rejects the model section: {err}. "
-                "Fix: change the model.* field it names."
+                f"Fix: change the model.* field it names.{hint}"
             ) from err
 
     def provide(

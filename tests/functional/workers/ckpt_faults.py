@@ -151,13 +151,17 @@ def main(workdir: str) -> None:
 
 def load_model_only(root: Path, fallback: bool) -> str:
     """Load the root's checkpoint into a fresh model (weights only); returns the folder loaded."""
+    import torch
+
     from bridge.checkpoint import load_checkpoint
 
     cfg = tiny_config(*DROPOUT)
     from bridge.parallel import runtime
 
     runtime.initialize_distributed(cfg.layout(2), seed=cfg.rng.seed)
-    chunks = cfg.model.provide_distributed_model(wrap_with_ddp=False)
+    chunks = cfg.validate(2, cuda=torch.cuda.is_available()).provider.provide_distributed_model(
+        wrap_with_ddp=False
+    )  # the run's model
     warnings = []
     try:
         state = load_checkpoint(root, chunks, load_rng=False, fallback=fallback, on_fallback=warnings.append)

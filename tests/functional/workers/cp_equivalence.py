@@ -99,7 +99,9 @@ def main(mode: str, workdir: str) -> None:
         cfg = tiny_config(*common(workdir))
         runtime.initialize_distributed(cfg.layout(1), seed=cfg.rng.seed)
         write_learnable_indexed_data(f"{workdir}/data/count")
-        chunks = cfg.model.provide_distributed_model(wrap_with_ddp=False)
+        chunks = cfg.validate(1, cuda=torch.cuda.is_available()).provider.provide_distributed_model(
+            wrap_with_ddp=False
+        )  # the run's model
         save_checkpoint(f"{workdir}/init", 0, chunks, save_rng=False)
         del chunks
         torch.distributed.barrier()

@@ -38,7 +38,9 @@ def main(workdir: str) -> None:
     if torch.distributed.get_rank() == 0:
         write_learnable_indexed_data(data)
     torch.distributed.barrier()
-    chunks = cfg.model.provide_distributed_model(wrap_with_ddp=False)
+    chunks = cfg.validate(4, cuda=torch.cuda.is_available()).provider.provide_distributed_model(
+        wrap_with_ddp=False
+    )  # the run's model
     save_checkpoint(f"{workdir}/init", 0, chunks, save_rng=False)
     del chunks
     reset_parallel_state()
