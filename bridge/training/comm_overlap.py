@@ -31,13 +31,10 @@ def initialize_tp_userbuffers(plan: RunPlan) -> None:
     initialize_ub = te_module.base.initialize_ub
     model = plan.provider
     ub_cfgs = dict(plan.config.distributed.tp_comm_overlap_cfg or {})
-    kwargs = dict(
-        shape=userbuffer_shape(plan),
-        tp_size=plan.layout.tp,
-        ub_cfgs=ub_cfgs or None,
-        bootstrap_backend=model.tp_comm_bootstrap_backend,
-    )
     params = inspect.signature(initialize_ub).parameters
+    kwargs = dict(shape=userbuffer_shape(plan), tp_size=plan.layout.tp, ub_cfgs=ub_cfgs or None)
+    if "bootstrap_backend" in params:  # TE >= 1.9 makes its own bootstrap group
+        kwargs["bootstrap_backend"] = model.tp_comm_bootstrap_backend
     if "quantization_modes" in params:  # TE >= 2.8 names the buffers' formats
         from transformer_engine.pytorch import UserBufferQuantizationMode as Mode
 
