@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from bridge.config import finetune_rules
+from bridge.config import finetune_rules, performance
 from bridge.config import sections as S
 from bridge.config.sections import FP8_PRECISIONS, PRECISION_DTYPES
 from bridge.errors import ConfigError
@@ -65,7 +65,9 @@ def validate_config(
     _tokenizer(cfg)
     _checkpoint(cfg)
     warnings += _logger(cfg)
-    warnings += _distributed(cfg, layout)
+    # the GPU performance settings this machine runs (the plan reports them); rules read the effective value
+    running = frozenset(s.field for s in performance.resolve(cfg, layout, env) if s.active)
+    warnings += _distributed(cfg, layout, running)
     if cfg.distributed.pp_schedule == "gpipe":  # its bubble note replaces the layout's "set vpp" advice
         warnings = [w for w in warnings if "without interleaving has large pipeline bubbles" not in w]
     _strategy_available(cfg.distributed.strategy, cuda)
@@ -509,7 +511,7 @@ def _logger(cfg: ConfigContainer) -> list[str]:
     return []
 
 
-def _distributed(cfg: ConfigContainer, layout: ParallelLayout) -> list[str]:
+def _distributed(cfg: ConfigContainer, layout: ParallelLayout, running: frozenset[str]) -> list[str]:
     d, m = cfg.distributed, cfg.model
     warnings: list[str] = []
     _positive("distributed.timeout_minutes", d.timeout_minutes)
@@ -521,7 +523,7 @@ def _distributed(cfg: ConfigContainer, layout: ParallelLayout) -> list[str]:
             f"({layout.tp} * {layout.pp} * {layout.cp}) = {layout.dp}",
             "leave distributed.dp_size unset (null), or change the world size or the model-parallel sizes",
         )
-    warnings += _pipeline(cfg, layout)
+    warnings += _pipeline(cfg, layout, running)
     if d.activation_checkpointing and m.recompute_granularity is not None:
         raise fail(
             "distributed.activation_checkpointing",
@@ -558,7 +560,7 @@ def _distributed(cfg: ConfigContainer, layout: ParallelLayout) -> list[str]:
     return warnings
 
 
-def _pipeline(cfg: ConfigContainer, layout: ParallelLayout) -> list[str]:
+def _pipeline(cfg: ConfigContainer, layout: ParallelLayout, running: frozenset[str]) -> list[str]:
     """distributed.pp_schedule and distributed.scale_grads_in_schedule against the layout and the batch
     (docs/parallelism.md, "Pipeline schedules"). Normalises the schedule's spelling (interleaved1f1b)."""
     d, m = cfg.distributed, cfg.model
@@ -665,7 +667,7 @@ def _pipeline(cfg: ConfigContainer, layout: ParallelLayout) -> list[str]:
                 'with .grad(), please use .backward() if possible"',
                 "turn activation recompute off, or use gpipe, looped_bfs or dfs (full backward)",
             )
-        if m.gradient_accumulation_fusion:
+        if "gradient_accumulation_fusion" in running:  # asked for, and this machine runs it
             raise fail(
                 "model.gradient_accumulation_fusion",
                 True,

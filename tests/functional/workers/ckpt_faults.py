@@ -10,7 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from train_common import emit, rank, reset_parallel_state, tiny_config
+from train_common import emit, rank, reset_parallel_state, run_model_chunks, tiny_config
 
 DROPOUT = ["model.hidden_dropout=0.1", "model.attention_dropout=0.1", "train.train_iters=6"]
 
@@ -151,17 +151,13 @@ def main(workdir: str) -> None:
 
 def load_model_only(root: Path, fallback: bool) -> str:
     """Load the root's checkpoint into a fresh model (weights only); returns the folder loaded."""
-    import torch
-
     from bridge.checkpoint import load_checkpoint
 
     cfg = tiny_config(*DROPOUT)
     from bridge.parallel import runtime
 
     runtime.initialize_distributed(cfg.layout(2), seed=cfg.rng.seed)
-    chunks = cfg.validate(2, cuda=torch.cuda.is_available()).provider.provide_distributed_model(
-        wrap_with_ddp=False
-    )  # the run's model
+    chunks = run_model_chunks(cfg, 2)
     warnings = []
     try:
         state = load_checkpoint(root, chunks, load_rng=False, fallback=fallback, on_fallback=warnings.append)

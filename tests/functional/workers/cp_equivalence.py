@@ -11,7 +11,13 @@ from __future__ import annotations
 import re
 import sys
 
-from train_common import emit, reset_parallel_state, tiny_config, write_learnable_indexed_data
+from train_common import (
+    emit,
+    reset_parallel_state,
+    run_model_chunks,
+    tiny_config,
+    write_learnable_indexed_data,
+)
 
 ITERS = 3
 
@@ -99,9 +105,7 @@ def main(mode: str, workdir: str) -> None:
         cfg = tiny_config(*common(workdir))
         runtime.initialize_distributed(cfg.layout(1), seed=cfg.rng.seed)
         write_learnable_indexed_data(f"{workdir}/data/count")
-        chunks = cfg.validate(1, cuda=torch.cuda.is_available()).provider.provide_distributed_model(
-            wrap_with_ddp=False
-        )  # the run's model
+        chunks = run_model_chunks(cfg, 1)
         save_checkpoint(f"{workdir}/init", 0, chunks, save_rng=False)
         del chunks
         torch.distributed.barrier()

@@ -36,6 +36,19 @@ def tiny_config(*overrides: str):
     return apply_overrides(llama32_1b_pretrain_config(), [*TINY_MODEL, *SHORT_RUN, *overrides])
 
 
+def run_model_chunks(cfg, world_size: int) -> list:
+    """The model chunks `cfg`'s run builds on this machine (its plan's provider: GPU-only performance
+    settings off on CPU), planned without the checkpoint start it names (the callers write that one)."""
+    import torch
+
+    from bridge.config.overrides import apply_overrides
+
+    plan = apply_overrides(cfg.copy(), ["checkpoint.pretrained_checkpoint=null"]).validate(
+        world_size, cuda=torch.cuda.is_available()
+    )
+    return plan.provider.provide_distributed_model(wrap_with_ddp=False)
+
+
 def write_learnable_indexed_data(prefix: str | Path, n_docs: int = 400, seed: int = 0) -> str:
     """Documents that count upward from a random start (next id = id + 1 mod 200): easy to learn."""
     import numpy as np

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import sys
 
-from train_common import emit, reset_parallel_state, tiny_config, write_learnable_indexed_data
+from train_common import (
+    emit,
+    reset_parallel_state,
+    run_model_chunks,
+    tiny_config,
+    write_learnable_indexed_data,
+)
 
 
 def main(workdir: str) -> None:
@@ -38,9 +44,7 @@ def main(workdir: str) -> None:
     if torch.distributed.get_rank() == 0:
         write_learnable_indexed_data(data)
     torch.distributed.barrier()
-    chunks = cfg.validate(4, cuda=torch.cuda.is_available()).provider.provide_distributed_model(
-        wrap_with_ddp=False
-    )  # the run's model
+    chunks = run_model_chunks(cfg, 4)
     save_checkpoint(f"{workdir}/init", 0, chunks, save_rng=False)
     del chunks
     reset_parallel_state()
