@@ -7,7 +7,7 @@ the same mock token stream (bridge's MockDataset and loader, the recipe's loader
 
 - bridge: the recipe as it is, on this machine: what its RunPlan runs on CUDA (bf16 mixed precision,
   Transformer Engine's layer spec when TE imports, Megatron-Core DDP and the distributed optimizer, and
-  whatever fusions the provider has on - the table's notes list them). Only the run's length, batch,
+  the GPU performance settings the plan turns on - the table's notes list its report). Only the run's length, batch,
   sequence length and the timed-run overrides (no evaluation, checkpoints or TensorBoard, no LR warm-up:
   benchmarks/common.py) are set. In-process pretrain() in a fresh python process (a single process
   initializes its own one-rank group), as benchmarks/train_throughput.py runs it.
@@ -59,11 +59,6 @@ from benchmarks.common import (  # noqa: E402
 RECIPE = "llama32_1b_pretrain_config"
 # The targets, for bf16 on an H200.
 TARGET_RATIO, TARGET_MFU = 1.5, 0.45
-# Fusion switches of Megatron-Core's TransformerConfig that the provider exposes under `model.`.
-FUSIONS = (
-    "bias_activation_fusion", "masked_softmax_fusion", "persist_layer_norm", "bias_dropout_fusion",
-    "apply_rope_fusion", "gradient_accumulation_fusion", "cross_entropy_loss_fusion",
-)  # fmt: skip
 SMOKE_SHAPE = [
     "model.hidden_size=128", "model.ffn_hidden_size=256", "model.num_attention_heads=4",
     "model.num_query_groups=2", "model.kv_channels=32", "model.vocab_size=1024",
@@ -136,6 +131,7 @@ def device_name() -> str:
 
 
 def bridge_worker(args: argparse.Namespace) -> dict:
+    from bridge.config import performance
     from bridge.models.specs import uses_te_spec
     from bridge.training.pretrain import plan_for_this_process, pretrain
 
@@ -143,9 +139,6 @@ def bridge_worker(args: argparse.Namespace) -> dict:
     result = pretrain(plan)
     times = [result.iteration_times[it] for it in sorted(result.iteration_times) if it > args.warmup]
     p, cfg = plan.provider, plan.config
-    fusions = [name for name in FUSIONS if getattr(p, name, False)]
-    if p.cross_entropy_loss_fusion:
-        fusions[fusions.index("cross_entropy_loss_fusion")] += f" ({p.cross_entropy_fusion_impl})"
     settings = {
         "precision": f"{plan.precision.name} (requested {plan.precision.requested})",
         "compute": plan.precision.compute,
@@ -154,7 +147,11 @@ def bridge_worker(args: argparse.Namespace) -> dict:
         "strategy": cfg.distributed.strategy,
         "distributed optimizer": cfg.optimizer.use_distributed_optimizer,
         "overlap grad reduce / param gather": f"{cfg.distributed.overlap_grad_reduce} / {cfg.distributed.overlap_param_gather}",
-        "fusions on": ", ".join(fusions) or "none",
+        # the plan's own report of the recipe's GPU performance settings (active, or inactive and why)
+        "performance settings": "; ".join(
+            line.removeprefix("performance: ") for line in performance.summary(plan.performance)
+        )
+        or "none asked for",
         "layout": plan.layout.describe(),
     }
     return {"step_s": times, "final_loss": result.losses[max(result.losses)], "settings": settings}

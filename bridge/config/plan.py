@@ -139,7 +139,6 @@ def pipeline_plan(cfg: ConfigContainer, layout: ParallelLayout, num_microbatches
 class RunPlan:
     config: ConfigContainer  # the resolved config (a private copy: read it, do not change it)
     world_size: int
-    cuda: bool
     environment: Environment  # the machine planned for (CUDA, device, Transformer Engine, ...)
     # the GPU performance settings asked for, each active or inactive with its reason (the provider
     # holds the values that run: inactive ones are off)
@@ -154,6 +153,10 @@ class RunPlan:
     memory: MemoryEstimate | None  # per rank, the fullest pipeline stage (None: not estimable)
     warnings: tuple[str, ...]
     profiling: ProfilingPlan | None = None  # None: nothing is profiled (bridge/config/profiling.py)
+
+    @property
+    def cuda(self) -> bool:
+        return self.environment.cuda
 
     def summary_lines(self) -> list[str]:
         """The plan's decisions, one per line (the dry run prints them as YAML comments)."""
@@ -224,12 +227,11 @@ def build_plan(config: ConfigContainer, world_size: int, env: Environment) -> Ru
     """Validate `config` for `world_size` ranks on the machine `env` describes and return the plan."""
     cfg = config.copy()
     cuda = env.cuda
-    layout, warnings = validate_config(cfg, world_size, env)
+    layout, warnings, settings = validate_config(cfg, world_size, env)
     mp = cfg.mixed_precision.precision
     runs = PRECISION_DTYPES[mp] if cuda else "fp32"
     fp8 = FP8_PRECISIONS[mp][1]["fp8_recipe"] if cuda and mp in FP8_PRECISIONS else None
     precision = Precision(requested=mp, name=runs, fp8=fp8)
-    settings = performance.resolve(cfg, layout, env)
     if runs != PRECISION_DTYPES[mp]:
         warnings.append(f"mixed_precision.precision={mp} needs CUDA; training in fp32 on CPU.")
     t, d, v = cfg.train, cfg.dataset, cfg.validation
@@ -276,7 +278,6 @@ def build_plan(config: ConfigContainer, world_size: int, env: Environment) -> Ru
     return RunPlan(
         config=cfg,
         world_size=world_size,
-        cuda=cuda,
         environment=env,
         performance=settings,
         layout=layout,

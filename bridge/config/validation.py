@@ -43,8 +43,9 @@ def _positive(field: str, value, *, zero_ok: bool = False, none_ok: bool = False
 
 def validate_config(
     cfg: ConfigContainer, world_size: int, env: Environment
-) -> tuple[ParallelLayout, list[str]]:
-    """Raise ConfigError on the first broken rule; return the layout and the warnings.
+) -> tuple[ParallelLayout, list[str], tuple[performance.SettingState, ...]]:
+    """Raise ConfigError on the first broken rule; return the layout, the warnings and the GPU
+    performance settings asked for, each active or inactive on `env` (bridge.config.performance).
 
     `env`: the machine the run is for (strategies and precisions that need CUDA or Transformer Engine
     are refused without them)."""
@@ -66,7 +67,8 @@ def validate_config(
     _checkpoint(cfg)
     warnings += _logger(cfg)
     # the GPU performance settings this machine runs (the plan reports them); rules read the effective value
-    running = frozenset(s.field for s in performance.resolve(cfg, layout, env) if s.active)
+    settings = performance.resolve(cfg, layout, env)
+    running = frozenset(s.field for s in settings if s.active)
     warnings += _distributed(cfg, layout, running)
     if cfg.distributed.pp_schedule == "gpipe":  # its bubble note replaces the layout's "set vpp" advice
         warnings = [w for w in warnings if "without interleaving has large pipeline bubbles" not in w]
@@ -79,7 +81,7 @@ def validate_config(
     _fp8(cfg, env)
     _positive("rng.seed", cfg.rng.seed, zero_ok=True)
     warnings += _profiling(cfg, world_size, cuda)
-    return layout, warnings
+    return layout, warnings, settings
 
 
 # Strategies whose engine needs CUDA, and why (measured: each fails on a CPU-only machine).

@@ -256,9 +256,8 @@ def _run(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None) ->
         for line in performance.summary(plan.performance):
             logger.info("%s", line)
 
-    if performance.is_active(
-        plan.performance, "tp_comm_overlap"
-    ):  # TE's communicators exist before its layers
+    # Transformer Engine's userbuffers communicators must exist before its layers are built
+    if performance.is_active(plan.performance, "tp_comm_overlap"):
         from bridge.training.comm_overlap import initialize_tp_userbuffers
 
         initialize_tp_userbuffers(plan)
