@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from bridge.conversion.direct_io import OutputFile
 from bridge.errors import ConfigError
 
 SINGLE_FILE = "model.safetensors"
@@ -45,6 +46,7 @@ DTYPES: dict[str, torch.dtype] = {
 }
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 _MAX_HEADER = 100 * 1024 * 1024  # safetensors' own limit
+DIRECT_MIN_BYTES = 64 << 20  # smaller shards: buffered writes, not worth the staging block
 
 
 @dataclass(frozen=True)
@@ -219,7 +221,10 @@ def plan_shards(
 
 
 class ShardedWriter:
-    """Write a known set of tensors into safetensors shards as they arrive, in any order."""
+    """Write a known set of tensors into safetensors shards as they arrive, in any order.
+
+    Shards of at least DIRECT_MIN_BYTES are written with direct I/O (bridge.conversion.direct_io)
+    while their tensors arrive in file order, as an export's do; `direct=False` turns that off."""
 
     def __init__(
         self,
@@ -228,11 +233,12 @@ class ShardedWriter:
         max_shard_bytes: int | None = None,
         assignment: dict[str, str] | None = None,
         metadata: dict[str, str] | None = None,
+        direct: bool = True,
     ):
         self.folder = Path(folder)
         self.shards = plan_shards(tensors, max_shard_bytes, assignment)
         self._where: dict[str, tuple[str, int, OutTensor]] = {}
-        self._files: dict[str, object] = {}
+        self._files: dict[str, OutputFile] = {}
         meta = {"format": "pt", **(metadata or {})}
         for file, group in self.shards.items():
             header: dict[str, object] = {"__metadata__": meta}
@@ -250,8 +256,8 @@ class ShardedWriter:
             for t in group:
                 b = header[t.name]["data_offsets"][0]
                 self._where[t.name] = (file, start + b, t)
-            fh = open(self.folder / file, "wb")
-            fh.write(struct.pack("<Q", len(raw)) + raw)
+            fh = OutputFile(self.folder / file, direct=direct and offset >= DIRECT_MIN_BYTES)
+            fh.write_at(0, struct.pack("<Q", len(raw)) + raw)
             self._files[file] = fh
         self._pending = set(self._where)
 
@@ -269,11 +275,7 @@ class ShardedWriter:
             )
         if name not in self._pending:
             raise ConfigError(f"export produced tensor {name!r} twice")
-        data = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
-        fh = self._files[file]
-        if fh.tell() != offset:  # tensors usually arrive in file order: then the file just grows
-            fh.seek(offset)
-        fh.write(memoryview(data))
+        self._files[file].write_at(offset, tensor)
         self._pending.discard(name)
 
     def close(self) -> None:
@@ -292,4 +294,4 @@ class ShardedWriter:
 
     def abort(self) -> None:
         for fh in self._files.values():
-            fh.close()
+            fh.abort()

@@ -4,10 +4,13 @@ Everything is checked before the first weight is copied: every parameter has a m
 tensor it needs exists with the implied shape, and (across all ranks) every tensor in the checkpoint
 is used by some parameter. Then each piece is copied from the memory-mapped file straight into the
 parameter: one copy per byte, no full-model staging; each copied piece is checked for NaN / Inf with one
-min/max pass in its own dtype (counted exactly only when one is found).
+min/max pass in its own dtype (counted exactly only when one is found), on a second thread while
+the next piece is copied.
 """
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -90,8 +93,10 @@ def load_hf_weights(
 
     rank, _ = ranks.rank_world()
     bar = progress_bar(len(params), "loading HF weights", "param", enabled=progress and rank == 0)
-    bad: str | None = None
-    with torch.no_grad():
+    # The finiteness check of each piece runs on a second thread while the next piece is copied
+    # (both release the GIL): the import costs its copies, not copies + a second pass over the model.
+    checks = []
+    with torch.no_grad(), ThreadPoolExecutor(max_workers=1) as checker:
         for lp in params:
             data = lp.param.data
             for piece in lp.pieces():
@@ -100,9 +105,10 @@ def load_hf_weights(
                     continue
                 dst = data[piece.dst]
                 dst.copy_(ckpt.read(piece.hf_name, piece.src))
-                if bad is None and not allow_non_finite:
-                    bad = _non_finite(dst, piece.hf_name, ckpt)
+                if not allow_non_finite:
+                    checks.append(checker.submit(_non_finite, dst, piece.hf_name, ckpt))
             bar.update(1)
+        bad = next((msg for msg in (c.result() for c in checks) if msg), None)
     bar.close()
     ckpt.close()
     bad_everywhere = [b for b in _gather_objects(bad) if b]  # every rank raises together
