@@ -3,11 +3,11 @@
 Same model (4 layers, hidden 256, ffn 688, 8 heads / 4 KV groups, vocab 32000, untied), same batch
 (8 x 512 random tokens from the mock dataset), fp32, Adam(W) lr 3e-4 / betas 0.9,0.95 / wd 0.1, grad clip 1.0,
 one process, in the same run. The first iteration of each is warm-up and not counted. A bare loop over the
-same Megatron-Core GPTModel shows what the framework adds on top of the model. The HF loop runs
-before and after pretrain() and the ratio uses their mean, so load drifting on a shared machine shows up
-as a spread between the two HF numbers instead of skewing the ratio.
+same Megatron-Core GPTModel shows what the framework adds on top of the model. The loops run in turn,
+`--rounds` times (HF once more at the end), and the table gives medians with their spread, so load
+drifting on a shared machine shows up as a spread instead of skewing a ratio.
 
-    OMP_NUM_THREADS=2 python benchmarks/train_throughput.py [--iters 6]
+    OMP_NUM_THREADS=2 python benchmarks/train_throughput.py [--iters 6] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -41,7 +41,15 @@ def provider():
     return apply_overrides(llama32_1b_pretrain_config(), SHAPE).validate(1).provider
 
 
-def bridge_tokens_per_second(iters: int) -> float:
+# With one data-parallel replica Megatron-Core's distributed optimizer has nothing to shard, but
+# still copies the updated fp32 parameters onto their buffer every step: this row shows its cost.
+NO_DISTRIBUTED_OPTIMIZER = [
+    "optimizer.use_distributed_optimizer=false",
+    "distributed.overlap_param_gather=false",
+]
+
+
+def bridge_tokens_per_second(iters: int, extra: tuple[str, ...] = ()) -> float:
     from bridge.config.overrides import apply_overrides
     from bridge.training import pretrain
     from recipes.llama import llama32_1b_pretrain_config
@@ -49,7 +57,7 @@ def bridge_tokens_per_second(iters: int) -> float:
     cfg = apply_overrides(llama32_1b_pretrain_config(), [
         *SHAPE, *TIMED_RUN_OVERRIDES, f"train.train_iters={iters}", f"train.global_batch_size={BATCH}",
         f"train.micro_batch_size={BATCH}", f"optimizer.lr={LR}", f"optimizer.clip_grad={CLIP}",
-        "dataset.num_workers=0",
+        "dataset.num_workers=0", *extra,
     ])  # fmt: skip
     return pretrain(cfg).tokens_per_second
 
@@ -103,25 +111,50 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--iters", type=int, default=6, help="iterations per side, the first is warm-up")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="rounds of all loops in turn; the table gives medians"
+    )
     args = parser.parse_args()
     import torch
 
-    hf_before = hf_tokens_per_second(args.iters)
-    ours = bridge_tokens_per_second(args.iters)
-    plain = plain_megatron_tokens_per_second(args.iters)  # after pretrain(): process groups exist
-    hf_after = hf_tokens_per_second(args.iters)
-    hf = (hf_before + hf_after) / 2
+    loops = {
+        "hf": lambda: hf_tokens_per_second(args.iters),
+        "bridge": lambda: bridge_tokens_per_second(args.iters),
+        "plain": lambda: plain_megatron_tokens_per_second(args.iters),  # after pretrain(): groups exist
+        "bridge_no_dist_opt": lambda: bridge_tokens_per_second(args.iters, tuple(NO_DISTRIBUTED_OPTIMIZER)),
+    }
+    runs: dict[str, list[float]] = {name: [] for name in loops}
+    for _ in range(args.rounds):
+        for name, loop in loops.items():
+            runs[name].append(loop())
+    runs["hf"].append(hf_tokens_per_second(args.iters))  # HF once more: drift shows as its spread
+    med = {name: statistics.median(values) for name, values in runs.items()}
+
+    def cell(name: str) -> str:
+        values = runs[name]
+        spread = f" [{min(values):.0f}-{max(values):.0f}]" if len(values) > 1 else ""
+        return f"{med[name]:.0f}{spread}"
+
     print(
-        f"\nthreads: {torch.get_num_threads()}, batch {BATCH} x {SEQ}, fp32, {args.iters - 1} timed iterations each"
+        f"\nthreads: {torch.get_num_threads()}, batch {BATCH} x {SEQ}, fp32, {args.iters - 1} timed iterations "
+        f"each, {args.rounds} round(s): median [min-max] over rounds (HF: rounds + 1 runs)"
     )
-    print(f"| {'loop':<48} | {'tokens/s':>9} |")
-    print(f"| {'-' * 48} | {'-' * 9} |")
-    print(f"| {'Hugging Face LlamaForCausalLM + AdamW (before)':<48} | {hf_before:>9.0f} |")
-    print(f"| {'Hugging Face LlamaForCausalLM + AdamW (after)':<48} | {hf_after:>9.0f} |")
-    print(f"| {'Megatron-Core GPTModel, bare loop + AdamW':<48} | {plain:>9.0f} |")
-    print(f"| {'bridge pretrain() (Megatron-Core)':<48} | {ours:>9.0f} |")
-    print(f"| {'ratio bridge / mean HF':<48} | {ours / hf:>8.2f}x |")
-    print(f"| {'ratio bridge / bare Megatron-Core loop':<48} | {ours / plain:>8.2f}x |")
+    rows = [
+        ("Hugging Face LlamaForCausalLM + AdamW", cell("hf")),
+        ("Megatron-Core GPTModel, bare loop + AdamW", cell("plain")),
+        ("bridge pretrain() (Megatron-Core)", cell("bridge")),
+        ("bridge pretrain(), optimizer.use_distributed_optimizer=false", cell("bridge_no_dist_opt")),
+        ("ratio bridge / HF", f"{med['bridge'] / med['hf']:.2f}x"),
+        ("ratio bridge / bare Megatron-Core loop", f"{med['bridge'] / med['plain']:.2f}x"),
+        (
+            "ratio bridge (no distributed optimizer) / bare loop",
+            f"{med['bridge_no_dist_opt'] / med['plain']:.2f}x",
+        ),
+    ]
+    print(f"| {'loop':<62} | {'tokens/s':>15} |")
+    print(f"| {'-' * 62} | {'-' * 15} |")
+    for name, value in rows:
+        print(f"| {name:<62} | {value:>15} |")
 
 
 if __name__ == "__main__":
