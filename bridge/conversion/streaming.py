@@ -182,7 +182,7 @@ def _streaming_strategy(source: HFTensorSource):
             planner = _streaming_planner(source)
             try:
                 dcp.save(pyt_state_dict, storage_writer=writer, planner=planner)
-            except Exception:
+            except BaseException:  # torch's CheckpointException is a BaseException
                 if source.error:  # DCP wraps failures of the write; the cause is one clear error
                     raise ConfigError(source.error) from None
                 raise
