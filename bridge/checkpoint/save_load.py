@@ -102,6 +102,7 @@ def save_checkpoint(
     summary: dict | None = None,
     consolidated: Callable[[Path], None] | None = None,
     fully_parallel: bool = False,
+    sharded_strategy: Any = None,
 ) -> Path:
     """Save a complete checkpoint for `iteration` on all ranks, publish it, then move the tracker.
 
@@ -115,6 +116,8 @@ def save_checkpoint(
     copy (checkpoint.save_consolidated) inside the folder, so that it is published with it.
     `fully_parallel` (checkpoint.fully_parallel_save): the tensors every data-parallel (and context-
     parallel) replica holds are written by one of them each, spread evenly, instead of all by the first.
+    `sharded_strategy`: a Megatron-Core save strategy used instead of the default (e.g. the streaming
+    import's, bridge.conversion.streaming, which writes tensors it reads from elsewhere).
     """
     from megatron.core import dist_checkpointing
 
@@ -159,7 +162,10 @@ def save_checkpoint(
         "fsdp2": fsdp2_state.current_sizes(model_chunks) if fsdp2 else None,
     }
 
-    dist_checkpointing.save(sd, str(staging), sharded_strategy=_save_strategy(fully_parallel and not fsdp2))
+    strategy = (
+        sharded_strategy if sharded_strategy is not None else _save_strategy(fully_parallel and not fsdp2)
+    )
+    dist_checkpointing.save(sd, str(staging), sharded_strategy=strategy)
     if fsdp2:
         fsdp2_state.save(staging, model_chunks, optimizer)
     if consolidated is not None:
@@ -270,6 +276,18 @@ def load_checkpoint(
         else "point checkpoint.load / checkpoint.ckpt_step at another checkpoint"
     )
     raise CheckpointDamaged(f"{' | '.join(failures)}. Fix: {hint}, or restore the files")
+
+
+def verified_for_model(path: str | os.PathLike, model_chunks: list, verify: bool = True) -> Path:
+    """The checkpoint folder at `path` after load_checkpoint's checks (manifest, tensors vs the model),
+    for readers that load its tensors themselves (bridge.conversion.streaming)."""
+    target, _ = resolve_checkpoint(path)
+    problems = _check_folder(target, verify)
+    if problems:
+        raise CheckpointDamaged(f"checkpoint {target} is damaged: {'; '.join(problems)}")
+    sd = model_sharded_state_dict(model_chunks, "all")
+    compat.check_compatible(target, unwrap_all(model_chunks), sd, None, strict=True)
+    return target
 
 
 def _check_folder(target: Path, verify: bool) -> list[str]:

@@ -198,8 +198,6 @@ class AutoBridge:
         With PEFT adapters (bridge.peft) the weights are merged: W + s·BA (DoRA: m / ||W + s·BA||_row ·
         (W + s·BA)), one merged copy per weight while it is written; the model itself is not changed.
         """
-        from bridge.conversion.hf_io import OutTensor, ShardedWriter
-
         target = check_target_dir(path, "path")  # every rank: all raise together
         exporter = self._exporter(_as_list(model), merge_adapters=True)
         if not ranks.is_rank_zero():
@@ -207,6 +205,16 @@ class AutoBridge:
                 pass
             ranks.barrier()
             return
+        self.write_hf_folder(exporter, target, max_shard_size, progress)
+        ranks.barrier()
+
+    def write_hf_folder(
+        self, exporter: Any, target: Path, max_shard_size: int | None = None, progress: bool = True
+    ) -> None:
+        """Rank 0's part of save_hf_pretrained: `exporter`'s tensors (a weight_exporter.Exporter) as
+        safetensors shards, with the assets, published atomically at `target`."""
+        from bridge.conversion.hf_io import OutTensor, ShardedWriter
+
         tensors = [OutTensor(n, s, d) for n, s, d in exporter.hf_tensors()]
         assignment = {n: f for n, (f, _) in self._source_tensors().items()} or None
         max_bytes = max_shard_size if max_shard_size is not None else 5 * 1024**3
@@ -225,7 +233,6 @@ class AutoBridge:
             writer.close()
             self._write_assets(staging)
         bar.close()
-        ranks.barrier()
 
     def save_hf_adapter(self, model: list, path: str | os.PathLike) -> None:
         """Write the model's PEFT adapters as an HF PEFT folder (adapter_config.json +
@@ -365,7 +372,7 @@ class AutoBridge:
     def _vocab_size(self) -> int:
         return int(_config_get(self.hf_config, "vocab_size"))
 
-    def _exporter(self, chunks: list, merge_adapters: bool = False):
+    def _exporter(self, chunks: list, merge_adapters: bool = False, local_tensor: Any = None):
         from bridge.conversion.weight_exporter import Exporter
 
         source = {n: DTYPES[d] for n, (_, d) in self._source_tensors().items()}
@@ -374,7 +381,7 @@ class AutoBridge:
         def dtype_for(name: str, _param_dtype) -> Any:
             return source.get(name, default)
 
-        local_tensor = None
+        given, local_tensor = local_tensor, None
         if _has_dtensor_params(chunks):  # strategy fsdp2: each holder gathers its data-parallel shards
             local_tensor = _full_tensor
         if merge_adapters:
@@ -384,6 +391,8 @@ class AutoBridge:
                 from bridge.peft.merge import merged_local_tensor
 
                 local_tensor = merged_local_tensor(chunks)
+        if given is not None:  # the caller's source of each parameter's tensor (a streaming export)
+            local_tensor = given
         return Exporter(chunks, self.family, self._vocab_size(), dtype_for, local_tensor=local_tensor)
 
     def _source_tensors(self) -> dict[str, tuple[str, str]]:

@@ -82,14 +82,7 @@ def load_hf_weights(
     if errors:
         raise ConfigError(errors[0])
     used_everywhere = set().union(*(set(u) for u, _ in results))
-    tied_lm_head = _tied_lm_head(chunks, family)
-    unexpected = sorted(set(ckpt.tensors) - used_everywhere - tied_lm_head - dropped)
-    if unexpected:
-        shown = ", ".join(unexpected[:5]) + (" ..." if len(unexpected) > 5 else "")
-        raise ConfigError(
-            f"checkpoint {ckpt.folder} has {len(unexpected)} tensor(s) the model does not use: {shown}; "
-            "config.json does not describe these weights (wrong architecture, or extra modules)"
-        )
+    check_all_used(chunks, ckpt, family, used_everywhere, dropped)
 
     rank, _ = ranks.rank_world()
     bar = progress_bar(len(params), "loading HF weights", "param", enabled=progress and rank == 0)
@@ -106,7 +99,7 @@ def load_hf_weights(
                 dst = data[piece.dst]
                 dst.copy_(ckpt.read(piece.hf_name, piece.src))
                 if not allow_non_finite:
-                    checks.append(checker.submit(_non_finite, dst, piece.hf_name, ckpt))
+                    checks.append(checker.submit(non_finite, dst, piece.hf_name, ckpt))
             bar.update(1)
         bad = next((msg for msg in (c.result() for c in checks) if msg), None)
     bar.close()
@@ -116,7 +109,28 @@ def load_hf_weights(
         raise ConfigError(bad_everywhere[0])
 
 
-def _non_finite(t: torch.Tensor, hf_name: str, ckpt: HFCheckpoint) -> str | None:
+def check_tensors(params: list[LocalParam], ckpt: HFCheckpoint) -> set[str]:
+    """The HF tensors `params` need (ConfigError for a missing or mis-shaped one), in one process."""
+    used, error = _plan(params, ckpt)
+    if error:
+        raise ConfigError(error)
+    return used
+
+
+def check_all_used(
+    chunks, ckpt: HFCheckpoint, family: Family, used: set[str], dropped: frozenset[str]
+) -> None:
+    """ConfigError when the checkpoint holds tensors no parameter uses (`used`: by any rank)."""
+    unexpected = sorted(set(ckpt.tensors) - used - _tied_lm_head(chunks, family) - dropped)
+    if unexpected:
+        shown = ", ".join(unexpected[:5]) + (" ..." if len(unexpected) > 5 else "")
+        raise ConfigError(
+            f"checkpoint {ckpt.folder} has {len(unexpected)} tensor(s) the model does not use: {shown}; "
+            "config.json does not describe these weights (wrong architecture, or extra modules)"
+        )
+
+
+def non_finite(t: torch.Tensor, hf_name: str, ckpt: HFCheckpoint) -> str | None:
     """The error for a tensor holding NaN or Inf, else None (one min/max pass when it is finite)."""
     if not t.is_floating_point() or t.numel() == 0:
         return None

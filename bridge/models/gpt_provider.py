@@ -7,6 +7,7 @@ model is actually built.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.util
@@ -655,6 +656,7 @@ class GPTModelProvider(TransformerFields):
         data_parallel_random_init: bool = False,
         seed: int = 1234,
         random_init: bool | None = None,
+        meta_device: bool = False,
     ) -> list:
         """The model chunks of this rank (one per virtual pipeline stage), ready for training.
 
@@ -666,6 +668,8 @@ class GPTModelProvider(TransformerFields):
         a post-build hook or a checkpoint load): Megatron-Core gets no-op init methods on its in-place
         path, so the tensor-parallel attributes stay marked (perform_initialization=False would drop
         them). Post-build hooks (register_post_build_hook) run on the bare chunks before any wrapper.
+        `meta_device=True`: every parameter on the meta device (shapes, dtypes and sharding only, no
+        memory), for conversions that stream the weights (bridge.conversion.streaming); no DDP wrapper.
         """
         import torch
         from megatron.core import parallel_state, tensor_parallel
@@ -690,15 +694,26 @@ class GPTModelProvider(TransformerFields):
             for name in ("init_method", "output_layer_init_method", "embedding_init_method"):
                 if hasattr(config, name):
                     setattr(config, name, _no_init)
+        if meta_device:
+            if wrap_with_ddp:
+                raise ConfigError(
+                    "provide_distributed_model(meta_device=True, wrap_with_ddp=True): a meta-device model "
+                    "holds no data to train or wrap; pass wrap_with_ddp=False"
+                )
+            # The CPU-initialization path allocates without an explicit device, so the meta context
+            # applies (the in-place path names the accelerator); TE layers take the config flag.
+            config.use_cpu_initialization = True
+            config.init_model_with_meta_device = True
         vpp = self.virtual_pipeline_model_parallel_size
-        if self.pipeline_model_parallel_size > 1 and vpp is not None:
-            chunks = [self._build_stage(config, None, None, stage) for stage in range(vpp)]
-        else:
-            chunks = [self._build_stage(config, None, None, None)]
+        with torch.device("meta") if meta_device else contextlib.nullcontext():
+            if self.pipeline_model_parallel_size > 1 and vpp is not None:
+                chunks = [self._build_stage(config, None, None, stage) for stage in range(vpp)]
+            else:
+                chunks = [self._build_stage(config, None, None, None)]
         for chunk in chunks:
             for param in chunk.parameters():
                 tensor_parallel.set_defaults_if_not_set_tensor_model_parallel_attributes(param)
-            if torch.cuda.is_available():
+            if torch.cuda.is_available() and not meta_device:
                 chunk.cuda(torch.cuda.current_device())
         for hook in self.post_build_hooks():
             hook(chunks)

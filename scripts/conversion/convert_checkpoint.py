@@ -7,6 +7,8 @@
 --tp/--pp/--ep choose the layout the conversion runs with (their product times the data-parallel
 size is the number of processes); a torch_dist checkpoint loads under any layout afterwards. Export
 reads the HF config recorded by import (CKPT/hf_assets) unless --hf-config names another folder.
+--low-memory (one process, TP = PP = EP = 1) streams the conversion one tensor at a time
+(bridge.conversion.streaming): for checkpoints larger than the machine's memory.
 Invalid input exits 2 with the error on stderr; nothing is written in that case.
 """
 
@@ -56,6 +58,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.add_argument("--tp", type=positive, default=1, help="tensor-parallel size of the conversion")
         p.add_argument("--pp", type=positive, default=1, help="pipeline-parallel size of the conversion")
         p.add_argument("--ep", type=positive, default=1, help="expert-parallel size of the conversion")
+        p.add_argument(
+            "--low-memory",
+            action="store_true",
+            help="one process, one tensor in memory at a time (checkpoints larger than RAM); TP=PP=EP=1",
+        )
     imp.add_argument(
         "--allow-non-finite",
         action="store_true",
@@ -77,6 +84,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _low_memory(args: argparse.Namespace) -> None:
+    from bridge.conversion import streaming
+
+    layout = {"--tp": args.tp, "--pp": args.pp, "--ep": args.ep}
+    wide = {k: v for k, v in layout.items() if v != 1}
+    if wide:
+        flag, value = next(iter(wide.items()))
+        raise ConfigError(
+            f"{flag}={value} with --low-memory: the low-memory conversion runs in one process (TP=PP=EP=1); "
+            f"drop {flag}, or drop --low-memory"
+        )
+    if args.direction == "import":
+        streaming.stream_import(args.hf_path, args.megatron_path, allow_non_finite=args.allow_non_finite)
+        return
+    if args.adapter_only:
+        raise ConfigError(
+            "--adapter-only with --low-memory: adapters are small; export them without --low-memory"
+        )
+    from bridge.conversion.auto_bridge import AutoBridge
+
+    bridge = AutoBridge.from_hf_pretrained(args.hf_config) if args.hf_config else None
+    streaming.stream_export(
+        args.megatron_path, args.hf_path, max_shard_size=args.max_shard_size, bridge=bridge
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     layout = dict(
@@ -88,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from bridge.conversion.auto_bridge import AutoBridge
 
-        if args.direction == "import":
+        if args.low_memory:
+            _low_memory(args)
+        elif args.direction == "import":
             AutoBridge.import_ckpt(
                 args.hf_path, args.megatron_path, allow_non_finite=args.allow_non_finite, **layout
             )

@@ -1,0 +1,354 @@
+"""Whole-checkpoint conversion in little memory: HF <-> torch_dist with one parameter in RAM at a time.
+
+    stream_import("/path/to/hf", "/path/to/megatron")       # same checkpoint as AutoBridge.import_ckpt
+    stream_export("/path/to/megatron", "/path/to/out")      # same files as AutoBridge.export_ckpt
+
+The model is built on the meta device (shapes, dtypes, sharding; no data). The import hands
+Megatron-Core's own dist_checkpointing.save a sharded save strategy whose planner produces each
+tensor from the HF safetensors when torch DCP's writer asks for it (one write item at a time), so
+common.pt, metadata.json and .metadata are Megatron-Core's and torch's own. The export feeds the
+usual Exporter / ShardedWriter path with each parameter read alone from the checkpoint
+(dist_checkpointing.load of a one-entry sharded state dict). Peak memory: about one tensor (two for
+a gated MLP's fused weight) plus the libraries. One process only (TP = PP = 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bridge.checkpoint.atomic import atomic_dir, check_target_dir
+from bridge.checkpoint.paths import HF_ASSETS_DIR
+from bridge.conversion.auto_bridge import AutoBridge, _run_config
+from bridge.conversion.hf_io import HFCheckpoint
+from bridge.conversion.model_params import LocalParam, local_params
+from bridge.errors import ConfigError
+from bridge.parallel import ranks
+
+_LOW_MEMORY = "--low-memory conversion (bridge.conversion.streaming)"
+
+
+def _single_process(what: str) -> None:
+    world = ranks.env_world_size()
+    if world > 1:
+        raise ConfigError(
+            f"WORLD_SIZE={world}: the {_LOW_MEMORY} {what} runs in one process; run it with plain python "
+            "(not torchrun), or drop --low-memory to convert with several ranks"
+        )
+
+
+def _meta_chunks(bridge: AutoBridge) -> list:
+    provider = bridge.to_megatron_provider(load_weights=False)
+    return provider.provide_distributed_model(
+        wrap_with_ddp=False, mixed_precision_wrapper=False, random_init=False, meta_device=True
+    )
+
+
+def _owner(data: torch.Tensor, by_param: dict[int, LocalParam]) -> LocalParam | None:
+    """The parameter a sharded-state-dict tensor is (or is a view of, e.g. half of a fused fc1)."""
+    return by_param.get(id(data)) or (by_param.get(id(data._base)) if data._base is not None else None)
+
+
+# ---------------------------------------------------------------------------------------------- import
+
+
+class HFTensorSource:
+    """Each ShardedTensor of the meta model's sharded state dict, computed from the HF safetensors."""
+
+    def __init__(self, params: list[LocalParam], ckpt: HFCheckpoint, allow_non_finite: bool):
+        self.ckpt = ckpt
+        self.allow_non_finite = allow_non_finite
+        self.by_param = {id(lp.param): lp for lp in params}
+        # (key, global offset) -> (parameter, view of it: size, stride, storage offset)
+        self.views: dict[tuple[str, tuple[int, ...]], tuple[LocalParam, tuple, tuple, int]] = {}
+        self._cached: tuple[LocalParam, torch.Tensor] | None = None
+        self.error: str | None = None
+
+    def index(self, sharded_state_dict: dict) -> None:
+        """Record where every ShardedTensor's data comes from (factories already applied)."""
+        from megatron.core.dist_checkpointing.dict_utils import nested_values
+        from megatron.core.dist_checkpointing.mapping import ShardedTensor
+
+        for sh in nested_values(sharded_state_dict):
+            if not isinstance(sh, ShardedTensor):
+                continue  # ShardedObjects (_extra_state): Megatron writes them itself
+            lp = _owner(sh.data, self.by_param)
+            if lp is None:
+                raise ConfigError(
+                    f"checkpoint tensor {sh.key!r} (offset {tuple(sh.global_offset)}) is not a mapped model "
+                    f"parameter, so the {_LOW_MEMORY} cannot compute it from the HF files; "
+                    "convert without --low-memory"
+                )
+            d = sh.data
+            self.views[(sh.key, tuple(sh.global_offset))] = (
+                lp,
+                tuple(d.shape),
+                tuple(d.stride()),
+                d.storage_offset() - lp.param.storage_offset(),
+            )
+
+    def tensor(self, key: str, offset: tuple[int, ...]) -> torch.Tensor:
+        found = self.views.get((key, offset))
+        if found is None:
+            raise ConfigError(
+                f"torch DCP asked for tensor {key!r} at offset {offset}, which is not in the model's sharded "
+                f"state dict; the {_LOW_MEMORY} cannot produce it: convert without --low-memory"
+            )
+        lp, shape, stride, storage_offset = found
+        full = self._parameter(lp)
+        if shape == tuple(full.shape) and storage_offset == 0 and full.is_contiguous():
+            self._cached = None  # the whole parameter: nothing else will need it
+            return full
+        return torch.as_strided(full, shape, stride, storage_offset).clone()
+
+    def _parameter(self, lp: LocalParam) -> torch.Tensor:
+        # The last parameter is kept: the halves of a fused gated-MLP weight come one after the other.
+        if self._cached is not None and self._cached[0] is lp:
+            return self._cached[1]
+        from bridge.conversion.weight_loader import non_finite
+
+        self._cached = None
+        out = torch.empty(lp.param.shape, dtype=lp.param.dtype)
+        for piece in lp.pieces():
+            dst = out[piece.dst]
+            if piece.hf_name is None:
+                dst.zero_()  # vocab padding rows
+                continue
+            dst.copy_(self.ckpt.read(piece.hf_name, piece.src))
+            bad = None if self.allow_non_finite else non_finite(dst, piece.hf_name, self.ckpt)
+            if bad:
+                self.error = bad
+                raise ConfigError(bad)
+        self._cached = (lp, out)
+        return out
+
+
+def _streaming_planner(source: HFTensorSource):
+    from megatron.core.dist_checkpointing.strategies.torch import MCoreSavePlanner
+    from torch.distributed.checkpoint.planner import WriteItemType
+
+    class StreamingSavePlanner(MCoreSavePlanner):
+        """MCoreSavePlanner whose tensors come from `source` when the writer resolves them."""
+
+        def __init__(self) -> None:
+            super().__init__(dedup_replicated_tensors=False, flatten_state_dict=False)
+            self._last: torch.Tensor | None = None
+
+        def resolve_data(self, write_item):
+            if write_item.type == WriteItemType.BYTE_IO:
+                return super().resolve_data(write_item)
+            # torch's writer keeps a reference to every tensor of a file until the file is done (its
+            # safetensors path needs them); the previous one is written by now, so its memory goes.
+            self.release()
+            t = source.tensor(write_item.index.fqn, tuple(write_item.index.offset))
+            self._last = t.view(write_item.tensor_data.chunk.sizes)  # PyT shards carry the layer axis
+            return self._last
+
+        def release(self) -> None:
+            if self._last is not None:  # never the source's cached parameter (a clone, or uncached)
+                self._last.untyped_storage().resize_(0)
+            self._last = None
+
+    return StreamingSavePlanner()
+
+
+def _streaming_strategy(source: HFTensorSource):
+    from megatron.core.dist_checkpointing.strategies.torch import (
+        TorchDistSaveShardedStrategy,
+        _replace_state_dict_keys_with_sharded_keys,
+        mcore_to_pyt_state_dict,
+    )
+
+    class StreamingSaveStrategy(TorchDistSaveShardedStrategy):
+        """torch_dist, written serially by torch DCP's FileSystemWriter from a lazy planner."""
+
+        def __init__(self) -> None:
+            super().__init__("torch_dist", 1, thread_count=1)
+
+        def save(self, sharded_state_dict, checkpoint_dir) -> None:
+            import torch.distributed.checkpoint as dcp
+
+            source.index(sharded_state_dict)
+            sd, _, _ = _replace_state_dict_keys_with_sharded_keys(
+                sharded_state_dict, self.keep_only_main_replica
+            )
+            pyt_state_dict = mcore_to_pyt_state_dict(sd, False)
+            # one thread and no copy-ahead: the serial loader resolves one write item at a time
+            writer = dcp.FileSystemWriter(str(checkpoint_dir), thread_count=1, per_thread_copy_ahead=0)
+            planner = _streaming_planner(source)
+            try:
+                dcp.save(pyt_state_dict, storage_writer=writer, planner=planner)
+            except BaseException:  # torch's CheckpointException is a BaseException
+                if source.error:  # DCP wraps failures of the write; the cause is one clear error
+                    raise ConfigError(source.error) from None
+                raise
+            finally:
+                planner.release()
+                source._cached = None
+
+        def async_save(self, *args: Any, **kwargs: Any):
+            raise ConfigError(
+                f"the {_LOW_MEMORY} saves synchronously; call dist_checkpointing.save without async_sharded_save"
+            )
+
+    return StreamingSaveStrategy()
+
+
+def stream_import(
+    hf_path: str | os.PathLike, megatron_path: str | os.PathLike, allow_non_finite: bool = False
+) -> None:
+    """HF folder -> torch_dist checkpoint (iteration 0), as AutoBridge.import_ckpt, one tensor in RAM."""
+    from bridge.checkpoint import save_checkpoint
+    from bridge.conversion.weight_loader import check_all_used, check_tensors
+    from bridge.models.deepseek.hf_config import dropped_hf_tensors
+
+    _single_process("import")
+    bridge = AutoBridge.from_hf_pretrained(hf_path)
+    target = check_target_dir(megatron_path, "megatron_path")
+    ckpt = HFCheckpoint(bridge.hf_path)
+    chunks = _meta_chunks(bridge)
+    params = list(local_params(chunks, bridge.family, bridge._vocab_size()))
+    used = check_tensors(params, ckpt)  # every check of the import, before anything is written
+    dropped = frozenset(dropped_hf_tensors(bridge.hf_config, set(ckpt.tensors)))
+    check_all_used(chunks, ckpt, bridge.family, used, dropped)
+    strategy = _streaming_strategy(HFTensorSource(params, ckpt, allow_non_finite))
+    try:
+        with atomic_dir(target, "megatron_path", all_ranks=True) as staging:
+            save_checkpoint(staging, 0, chunks, save_rng=False, sharded_strategy=strategy)
+            bridge._write_hf_assets(staging / HF_ASSETS_DIR)
+    finally:
+        ckpt.close()
+
+
+# ---------------------------------------------------------------------------------------------- export
+
+
+def _one_chunk_planner(fqn: str, offsets: tuple[int, ...], sizes: torch.Size):
+    from torch.distributed.checkpoint import DefaultLoadPlanner
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+    from torch.distributed.checkpoint.planner import LoadPlan
+    from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
+
+    class OneChunkLoadPlanner(DefaultLoadPlanner):
+        """Reads one chunk (`offsets`, `sizes`) of checkpoint tensor `fqn` into the state dict's tensor."""
+
+        def create_local_plan(self) -> LoadPlan:
+            md = self.metadata.state_dict_metadata.get(fqn)
+            if md is None:
+                raise ConfigError(
+                    f"checkpoint tensor {fqn!r} is not in the checkpoint's .metadata; the checkpoint does not "
+                    "belong to this model (export with the HF config it was imported with: --hf-config)"
+                )
+            chunk = ChunkStorageMetadata(offsets=torch.Size(offsets), sizes=sizes)
+            return LoadPlan(create_read_items_for_chunk_list(fqn, md, [chunk]))
+
+        def lookup_tensor(self, index) -> torch.Tensor:
+            return self.state_dict[index.fqn]  # the chunk itself; read items address it relative to it
+
+    return OneChunkLoadPlanner()
+
+
+class CheckpointTensorReader:
+    """`local_tensor` for the Exporter: one parameter, read alone from a torch_dist checkpoint.
+
+    Megatron-Core's own load of a one-entry state dict does not work in one process for a layer of a
+    layer-stacked tensor (its PyT ShardedTensor then places the other layers on this rank too), so
+    each ShardedTensor of the parameter is read with torch DCP and a one-chunk load plan."""
+
+    def __init__(self, folder: Path, chunks: list):
+        from bridge.checkpoint.save_load import model_sharded_state_dict
+
+        self.folder = folder
+        self.entries: dict[int, Any] = {}  # id(parameter) -> its ShardedTensor / ShardedTensorFactory
+        for sd in model_sharded_state_dict(chunks, "all").values():
+            for entry in sd.values():
+                data = getattr(entry, "data", None)
+                if isinstance(data, torch.Tensor):
+                    self.entries[id(data)] = entry
+
+    def __call__(self, lp: LocalParam) -> torch.Tensor:
+        from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
+
+        entry = self.entries.get(id(lp.param))
+        if entry is None:
+            raise ConfigError(
+                f"Megatron parameter {lp.name} has no entry in the model's sharded state dict, so the "
+                f"{_LOW_MEMORY} cannot read it; export without --low-memory"
+            )
+        real = dataclasses.replace(entry, data=torch.empty(lp.param.shape, dtype=lp.param.dtype))
+        if isinstance(real, ShardedTensor):
+            self._read(real)
+            return real.data
+        if not isinstance(real, ShardedTensorFactory):
+            raise ConfigError(
+                f"Megatron parameter {lp.name} is checkpointed as a {type(real).__name__}, which the "
+                f"{_LOW_MEMORY} cannot read; export without --low-memory"
+            )
+        from megatron.core.dist_checkpointing.dict_utils import dict_list_map_inplace
+
+        # a factory (e.g. a gated MLP's fc1 stored as two tensors): read its parts, merge as Megatron does
+        parts = real.build()
+        dict_list_map_inplace(lambda sh: self._read(sh) if isinstance(sh, ShardedTensor) else sh, parts)
+        return real.merge_fn(
+            dict_list_map_inplace(lambda sh: sh.data if isinstance(sh, ShardedTensor) else sh, parts)
+        )
+
+    def _read(self, sh) -> Any:
+        import torch.distributed.checkpoint as dcp
+
+        local = sh.data.view((1,) * sh.prepend_axis_num + tuple(sh.local_shape))  # the PyT shard's shape
+        planner = _one_chunk_planner(sh.key, tuple(sh.global_offset), local.shape)
+        dcp.load({sh.key: local}, storage_reader=dcp.FileSystemReader(str(self.folder)), planner=planner)
+        return sh
+
+
+def _refuse_unsupported(folder: Path) -> None:
+    from bridge.checkpoint.save_load import read_common
+
+    content = read_common(folder).get("checkpoint_content", {})
+    run = _run_config(folder)
+    if content.get("adapters_only") or (run is not None and run.peft.scheme is not None):
+        raise ConfigError(
+            f"checkpoint {folder} holds PEFT adapters: the {_LOW_MEMORY} exports full torch_dist weights only. "
+            "Fix: export it without --low-memory"
+        )
+    if content.get("fsdp2") is not None:
+        raise ConfigError(
+            f"checkpoint {folder} was saved by strategy fsdp2 (torch DCP shards): the {_LOW_MEMORY} reads "
+            "Megatron-Core torch_dist checkpoints only. Fix: export it without --low-memory"
+        )
+
+
+def stream_export(
+    megatron_path: str | os.PathLike,
+    hf_path: str | os.PathLike,
+    max_shard_size: int | None = None,
+    bridge: AutoBridge | None = None,
+) -> None:
+    """torch_dist checkpoint -> HF folder, the same files as AutoBridge.export_ckpt, one tensor in RAM.
+
+    `bridge`: the HF config to export with (default AutoBridge.from_megatron_checkpoint(megatron_path)).
+    """
+    from bridge.checkpoint import resolve_checkpoint
+    from bridge.checkpoint.save_load import verified_for_model
+
+    _single_process("export")
+    target = check_target_dir(hf_path, "hf_path")
+    folder, _ = resolve_checkpoint(megatron_path)
+    _refuse_unsupported(folder)
+    bridge = bridge if bridge is not None else AutoBridge.from_megatron_checkpoint(megatron_path)
+    chunks = _meta_chunks(bridge)
+    try:
+        folder = verified_for_model(megatron_path, chunks)
+    except ConfigError as e:  # as export_ckpt: the config the model was built from is the usual culprit
+        source = bridge.hf_path / "config.json" if bridge.hf_path is not None else "the given HF config"
+        raise ConfigError(
+            f"the model built from {source} does not match the checkpoint {megatron_path} ({e}); "
+            "export with the HF config the checkpoint was imported or trained with (--hf-config)"
+        ) from None
+    exporter = bridge._exporter(chunks, local_tensor=CheckpointTensorReader(folder, chunks))
+    bridge.write_hf_folder(exporter, target, max_shard_size)
