@@ -3,7 +3,8 @@
 Same model (4 layers, hidden 256, ffn 688, 8 heads / 4 KV groups, vocab 32000, untied), same batch
 (8 x 512 random tokens from the mock dataset), fp32, Adam(W) lr 3e-4 / betas 0.9,0.95 / wd 0.1, grad clip 1.0,
 one process, in the same run. The first iteration of each is warm-up and not counted. A bare loop over the
-same Megatron-Core GPTModel shows what the framework adds on top of the model. The loops run in turn,
+same Megatron-Core GPTModel shows what the framework adds on top of the model. Each loop runs in a fresh
+process; the loops run in turn,
 `--rounds` times (HF once more at the end), and the table gives medians with their spread, so load
 drifting on a shared machine shows up as a spread instead of skewing a ratio.
 
@@ -20,7 +21,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.common import TIMED_RUN_OVERRIDES, adamw, hf_llama_config, hf_train_step  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    TIMED_RUN_OVERRIDES,
+    adamw,
+    emit_result,
+    hf_llama_config,
+    hf_train_step,
+    run_worker,
+)
 
 LAYERS, HIDDEN, FFN, HEADS, GROUPS, VOCAB, SEQ, BATCH = 4, 256, 688, 8, 4, 32000, 512, 8
 LR, BETAS, WD, EPS, CLIP = 3e-4, (0.9, 0.95), 0.1, 1e-5, 1.0
@@ -106,6 +114,21 @@ def hf_tokens_per_second(iters: int) -> float:
     return BATCH * SEQ / statistics.mean(times[1:])
 
 
+LOOPS = {
+    "hf": lambda iters: hf_tokens_per_second(iters),
+    "bridge": lambda iters: bridge_tokens_per_second(iters),
+    "plain": lambda iters: plain_megatron_tokens_per_second(iters),
+    "bridge_no_dist_opt": lambda iters: bridge_tokens_per_second(iters, tuple(NO_DISTRIBUTED_OPTIMIZER)),
+}
+
+
+def _fresh(loop: str, iters: int) -> float:
+    """One loop in its own process: loops run in one process speed up whichever runs later (a warm
+    allocator faults fewer fresh pages), which skewed the ratios by several percent."""
+    cmd = [sys.executable, __file__, "--worker", loop, "--iters", str(iters)]
+    return run_worker(cmd)["tokens_per_second"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -114,20 +137,18 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=1, help="rounds of all loops in turn; the table gives medians"
     )
+    parser.add_argument("--worker", choices=sorted(LOOPS), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        emit_result({"tokens_per_second": LOOPS[args.worker](args.iters)})
+        return
     import torch
 
-    loops = {
-        "hf": lambda: hf_tokens_per_second(args.iters),
-        "bridge": lambda: bridge_tokens_per_second(args.iters),
-        "plain": lambda: plain_megatron_tokens_per_second(args.iters),  # after pretrain(): groups exist
-        "bridge_no_dist_opt": lambda: bridge_tokens_per_second(args.iters, tuple(NO_DISTRIBUTED_OPTIMIZER)),
-    }
-    runs: dict[str, list[float]] = {name: [] for name in loops}
+    runs: dict[str, list[float]] = {name: [] for name in LOOPS}
     for _ in range(args.rounds):
-        for name, loop in loops.items():
-            runs[name].append(loop())
-    runs["hf"].append(hf_tokens_per_second(args.iters))  # HF once more: drift shows as its spread
+        for name in LOOPS:
+            runs[name].append(_fresh(name, args.iters))
+    runs["hf"].append(_fresh("hf", args.iters))  # HF once more: drift shows as its spread
     med = {name: statistics.median(values) for name, values in runs.items()}
 
     def cell(name: str) -> str:
