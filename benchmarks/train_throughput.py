@@ -2,11 +2,10 @@
 
 Same model (4 layers, hidden 256, ffn 688, 8 heads / 4 KV groups, vocab 32000, untied), same batch
 (8 x 512 random tokens from the mock dataset), fp32, Adam(W) lr 3e-4 / betas 0.9,0.95 / wd 0.1, grad clip 1.0,
-one process, in the same run. The first iteration of each is warm-up and not counted. A bare loop over the
+one rank, in the same run. The first iteration of each is warm-up and not counted. A bare loop over the
 same Megatron-Core GPTModel shows what the framework adds on top of the model. Each loop runs in a fresh
-process; the loops run in turn,
-`--rounds` times (HF once more at the end), and the table gives medians with their spread, so load
-drifting on a shared machine shows up as a spread instead of skewing a ratio.
+process; the loops run in turn, `--rounds` times (HF once more at the end), and the table gives medians
+with their spread, so load drifting on a shared machine shows up as a spread instead of skewing a ratio.
 
     OMP_NUM_THREADS=2 python benchmarks/train_throughput.py [--iters 6] [--rounds 3]
 """
@@ -115,9 +114,9 @@ def hf_tokens_per_second(iters: int) -> float:
 
 
 LOOPS = {
-    "hf": lambda iters: hf_tokens_per_second(iters),
-    "bridge": lambda iters: bridge_tokens_per_second(iters),
-    "plain": lambda iters: plain_megatron_tokens_per_second(iters),
+    "hf": hf_tokens_per_second,
+    "bridge": bridge_tokens_per_second,
+    "plain": plain_megatron_tokens_per_second,
     "bridge_no_dist_opt": lambda iters: bridge_tokens_per_second(iters, tuple(NO_DISTRIBUTED_OPTIMIZER)),
 }
 

@@ -109,22 +109,21 @@ class HFTensorSource:
         # The last parameter is kept: the halves of a fused gated-MLP weight come one after the other.
         if self._cached is not None and self._cached[0] is lp:
             return self._cached[1]
-        from bridge.conversion.weight_loader import non_finite
+        from bridge.conversion.weight_loader import copy_pieces, non_finite
 
         self._cached = None
         out = torch.empty(lp.param.shape, dtype=lp.param.dtype)
-        for piece in lp.pieces():
-            dst = out[piece.dst]
-            if piece.hf_name is None:
-                dst.zero_()  # vocab padding rows
-                continue
-            dst.copy_(self.ckpt.read(piece.hf_name, piece.src))
-            bad = None if self.allow_non_finite else non_finite(dst, piece.hf_name, self.ckpt)
+        for dst, hf_name in copy_pieces(lp, out, self.ckpt):
+            bad = None if self.allow_non_finite else non_finite(dst, hf_name, self.ckpt)
             if bad:
                 self.error = bad
                 raise ConfigError(bad)
         self._cached = (lp, out)
         return out
+
+    def forget(self) -> None:
+        """Drop the kept parameter (the write is over)."""
+        self._cached = None
 
 
 def _streaming_planner(source: HFTensorSource):
@@ -188,7 +187,7 @@ def _streaming_strategy(source: HFTensorSource):
                 raise
             finally:
                 planner.release()
-                source._cached = None
+                source.forget()
 
         def async_save(self, *args: Any, **kwargs: Any):
             raise ConfigError(

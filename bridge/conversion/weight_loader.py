@@ -10,6 +10,7 @@ the next piece is copied.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -91,15 +92,9 @@ def load_hf_weights(
     checks = []
     with torch.no_grad(), ThreadPoolExecutor(max_workers=1) as checker:
         for lp in params:
-            data = lp.param.data
-            for piece in lp.pieces():
-                if piece.hf_name is None:
-                    data[piece.dst].zero_()  # vocab padding rows
-                    continue
-                dst = data[piece.dst]
-                dst.copy_(ckpt.read(piece.hf_name, piece.src))
+            for dst, hf_name in copy_pieces(lp, lp.param.data, ckpt):
                 if not allow_non_finite:
-                    checks.append(checker.submit(non_finite, dst, piece.hf_name, ckpt))
+                    checks.append(checker.submit(non_finite, dst, hf_name, ckpt))
             bar.update(1)
         bad = next((msg for msg in (c.result() for c in checks) if msg), None)
     bar.close()
@@ -107,6 +102,18 @@ def load_hf_weights(
     bad_everywhere = [b for b in _gather_objects(bad) if b]  # every rank raises together
     if bad_everywhere:
         raise ConfigError(bad_everywhere[0])
+
+
+def copy_pieces(lp: LocalParam, data: torch.Tensor, ckpt: HFCheckpoint) -> Iterator[tuple[torch.Tensor, str]]:
+    """Fill `data` (`lp`'s local tensor) from the checkpoint piece by piece (vocab padding rows zeroed);
+    yields each copied piece and its HF tensor's name, for the caller's finiteness check."""
+    for piece in lp.pieces():
+        if piece.hf_name is None:
+            data[piece.dst].zero_()  # vocab padding rows
+            continue
+        dst = data[piece.dst]
+        dst.copy_(ckpt.read(piece.hf_name, piece.src))
+        yield dst, piece.hf_name
 
 
 def check_tensors(params: list[LocalParam], ckpt: HFCheckpoint) -> set[str]:
