@@ -3,9 +3,7 @@ on 4 gloo ranks and compare each fsdp2 run with the strategy-megatron run it mus
 
 from __future__ import annotations
 
-import json
-
-from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
+from tests.functional.launch import REPO_ROOT, assert_ok, payloads, torchrun
 
 WORKER = REPO_ROOT / "tests/functional/workers/fsdp2_equivalence.py"
 
@@ -13,8 +11,7 @@ WORKER = REPO_ROOT / "tests/functional/workers/fsdp2_equivalence.py"
 def run_suite(tmp_path_factory, suite: str) -> dict[str, dict]:
     """Every run of `suite`, by name (losses, grad_norms, mesh_ok)."""
     out = assert_ok(torchrun(WORKER, 4, str(tmp_path_factory.mktemp("fsdp2")), suite, timeout=600))
-    records = [json.loads(line.split(" ", 1)[1]) for line in out.splitlines() if line.startswith("@@run ")]
-    return {r["run"]: r for r in records}
+    return {r["run"]: r for r in payloads(out, "run")}
 
 
 def _rel(a: float, b: float) -> float:

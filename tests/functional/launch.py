@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -59,3 +61,33 @@ def torchrun(script: str | Path, nproc: int, *args: str, timeout: float = 600, e
 def assert_ok(proc) -> str:
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-6000:]}"
     return proc.stdout
+
+
+_MARKER = re.compile(r"@@(\w+) ")
+
+
+def records(out: str, tag: str | None = None) -> list[tuple[str, object]]:
+    """The workers' `@@<tag> <payload>` records in output order, as (tag, payload); only `tag`'s if given.
+
+    A payload starting with { or [ is decoded JSON, any other the rest of its line. Workers write each
+    record with one os.write (train_common.write_line), so a record is whole, but another rank's unfinished
+    line can come before it: the marker is searched anywhere in a line and the JSON decoded up to its end."""
+    decode = json.JSONDecoder().raw_decode
+    found = []
+    for line in out.splitlines():
+        m = _MARKER.search(line)
+        if not m or (tag is not None and m.group(1) != tag):
+            continue
+        payload = line[m.end() :]
+        found.append((m.group(1), decode(payload)[0] if payload.startswith(("{", "[")) else payload))
+    return found
+
+
+def payloads(out: str, tag: str) -> list:
+    """The payloads of `tag`'s records, in output order."""
+    return [payload for _, payload in records(out, tag)]
+
+
+def records_by_tag(out: str) -> dict[str, object]:
+    """Each tag's last payload."""
+    return dict(records(out))

@@ -5,7 +5,6 @@ the same directory (run_recipe.py); kill -9 at save stages picked by a seed (ckp
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
@@ -18,19 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.functional.launch import REPO_ROOT, assert_ok, free_port, torchrun
+from tests.functional.launch import REPO_ROOT, assert_ok, free_port, records_by_tag, torchrun
 from tests.functional.workers.train_common import TINY_MODEL
 
 WORKERS = REPO_ROOT / "tests/functional/workers"
-
-
-def _records(out: str) -> dict:
-    recs = {}
-    for line in out.splitlines():
-        if line.startswith("@@"):
-            tag, payload = line[2:].split(" ", 1)
-            recs[tag] = json.loads(payload)
-    return recs
 
 
 def _ints(d: dict) -> dict:
@@ -40,7 +30,7 @@ def _ints(d: dict) -> dict:
 @pytest.fixture(scope="module")
 def faults(tmp_path_factory):
     work = tmp_path_factory.mktemp("faults")
-    return _records(assert_ok(torchrun(WORKERS / "ckpt_faults.py", 2, str(work), timeout=600)))
+    return records_by_tag(assert_ok(torchrun(WORKERS / "ckpt_faults.py", 2, str(work), timeout=600)))
 
 
 def test_exact_resume_with_dropout(faults):

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
+from tests.functional.launch import REPO_ROOT, assert_ok, payloads, torchrun
 
 WORKER = REPO_ROOT / "tests/functional/workers/consolidated_save.py"
 
@@ -17,11 +17,7 @@ WORKER = REPO_ROOT / "tests/functional/workers/consolidated_save.py"
 def run(tmp_path_factory):
     work = tmp_path_factory.mktemp("consolidated")
     out = assert_ok(torchrun(WORKER, 2, str(work), timeout=400))
-    decode = json.JSONDecoder().raw_decode  # another rank's output can continue a line
-    records = [
-        decode(line.split(" ", 1)[1])[0] for line in out.splitlines() if line.startswith("@@consolidated ")
-    ]
-    return work, {r["strategy"]: r for r in records if "max_abs_diff" in r}
+    return work, {r["strategy"]: r for r in payloads(out, "consolidated") if "max_abs_diff" in r}
 
 
 @pytest.mark.parametrize("strategy", ["fsdp2", "megatron"])

@@ -9,22 +9,14 @@ every parameter's gradient norm, must equal the reference's to 1e-5 relative.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
+from tests.functional.launch import REPO_ROOT, assert_ok, payloads, torchrun
 
 pytest.importorskip("megatron.core")
 
 WORKER = REPO_ROOT / "tests/functional/workers/cp_equivalence.py"
 REL = 1e-5
-
-
-def _records(out: str, tag: str) -> list:
-    # raw_decode: under load another rank's output can continue the same line after the JSON object
-    decode = json.JSONDecoder().raw_decode
-    return [decode(line.split(" ", 1)[1])[0] for line in out.splitlines() if line.startswith(f"@@{tag} ")]
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +25,8 @@ def runs(tmp_path_factory):
     out = ""
     for nproc, mode in ((1, "ref"), (2, "cp2"), (4, "cp2_tp2_pp2")):
         out += assert_ok(torchrun(WORKER, nproc, mode, workdir, timeout=420))
-    results = {r["run"]: r for r in _records(out, "run")}
-    for r in _records(out, "grads"):
+    results = {r["run"]: r for r in payloads(out, "run")}
+    for r in payloads(out, "grads"):
         results[r["run"]].setdefault("param_grad_norms", {})[r["iteration"]] = r["norms"]
     return results
 

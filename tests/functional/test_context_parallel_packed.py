@@ -6,11 +6,9 @@ chunks r and 2*cp-1-r of every segment; sdpa attends to the gathered K/V within 
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
+from tests.functional.launch import REPO_ROOT, assert_ok, payloads, torchrun
 
 pytest.importorskip("megatron.core")
 
@@ -24,9 +22,7 @@ def runs(tmp_path_factory):
     out = ""
     for nproc, modes in ((1, "ref"), (2, "cp2")):
         out += assert_ok(torchrun(WORKER, nproc, modes, workdir, timeout=420))
-    decode = json.JSONDecoder().raw_decode  # another rank's output can continue a line
-    records = [decode(line.split(" ", 1)[1])[0] for line in out.splitlines() if line.startswith("@@run ")]
-    return {r["run"]: r for r in records}
+    return {r["run"]: r for r in payloads(out, "run")}
 
 
 @pytest.mark.parametrize("run, reference", [("cp2", "ref")])

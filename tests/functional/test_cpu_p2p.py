@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
+from tests.functional.launch import REPO_ROOT, assert_ok, payloads, torchrun
 
 WORKER = REPO_ROOT / "tests/functional/workers/cpu_p2p.py"
 
@@ -17,7 +15,7 @@ def out() -> str:
 
 
 def test_batched_p2p_gives_the_unbatched_losses_and_grads(out):
-    records = [json.loads(line.split(" ", 1)[1]) for line in out.splitlines() if line.startswith("@@losses ")]
+    records = payloads(out, "losses")
     assert sorted(r["rank"] for r in records) == [0, 1], out[-3000:]
     last = next(r for r in records if r["rank"] == 1)  # the last pipeline stage holds the losses
     assert len(last["unbatched"]) == 8 and len(set(last["unbatched"])) == 8, last

@@ -5,24 +5,12 @@ uninterrupted losses and grad norms (1e-5 relative); its weights start a run; th
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
+from tests.functional.launch import REPO_ROOT, assert_ok, records_by_tag, torchrun
 
 WORKER = REPO_ROOT / "tests/functional/workers/fsdp2_checkpoints.py"
 REL = 1e-5
-
-
-def _records(out: str) -> dict:
-    decode = json.JSONDecoder().raw_decode  # another rank's output can continue a line
-    recs = {}
-    for line in out.splitlines():
-        if line.startswith("@@"):
-            tag, payload = line[2:].split(" ", 1)
-            recs[tag] = decode(payload)[0]
-    return recs
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +18,7 @@ def runs(tmp_path_factory):
     work = str(tmp_path_factory.mktemp("fsdp2_ckpt"))
     out = assert_ok(torchrun(WORKER, 4, work, "world4", timeout=600))
     out += assert_ok(torchrun(WORKER, 2, work, "world2", timeout=300))
-    return _records(out)
+    return records_by_tag(out)
 
 
 def _close(got: dict, ref: dict, iterations) -> None:

@@ -8,11 +8,9 @@ are refused by the launched run with the dry run's message (tests/functional/wor
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
+from tests.functional.launch import REPO_ROOT, assert_ok, payloads, torchrun
 
 WORKER = REPO_ROOT / "tests/functional/workers/pipeline_schedules.py"
 RUNS = {
@@ -32,13 +30,8 @@ TOL = 1e-5
 def _suite(tmp_path_factory, suite: str) -> dict[str, dict]:
     world = int(suite.removeprefix("world"))
     out = assert_ok(torchrun(WORKER, world, str(tmp_path_factory.mktemp(suite)), suite, timeout=600))
-    records = {}
-    for line in out.splitlines():
-        tag, _, payload = line.partition(" ")
-        if tag in ("@@run", "@@refused"):
-            record = json.loads(payload)
-            records[record["run"] if tag == "@@run" else f"refused:{record['case']}"] = record
-    return records
+    runs = {record["run"]: record for record in payloads(out, "run")}
+    return runs | {f"refused:{record['case']}": record for record in payloads(out, "refused")}
 
 
 @pytest.fixture(scope="module")

@@ -4,22 +4,11 @@ non-finite loss stops the run without overwriting the last good checkpoint."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
+from tests.functional.launch import REPO_ROOT, assert_ok, records_by_tag, torchrun
 
 WORKERS = REPO_ROOT / "tests/functional/workers"
-
-
-def _records(out: str) -> dict:
-    recs = {}
-    for line in out.splitlines():
-        if line.startswith("@@"):
-            tag, payload = line[2:].split(" ", 1)
-            recs[tag] = json.loads(payload) if payload.startswith("{") else payload
-    return recs
 
 
 def _ints(d: dict) -> dict:
@@ -32,7 +21,7 @@ def runs(tmp_path_factory):
     crash = torchrun(WORKERS / "train_crash.py", 2, str(work), timeout=300)
     assert crash.returncode != 0 and "@@crash" in crash.stdout, crash.stdout[-4000:]
     out = assert_ok(torchrun(WORKERS / "train_resume.py", 2, str(work), timeout=600))
-    return _records(out)
+    return records_by_tag(out)
 
 
 def test_crash_during_save_keeps_previous_checkpoint(runs):

@@ -4,23 +4,17 @@ fsdp2 loads it before fully_shard)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
+from tests.functional.launch import REPO_ROOT, assert_ok, payloads, torchrun
 
 WORKER = REPO_ROOT / "tests/functional/workers/train_equivalence.py"
-
-
-def _records(out: str, tag: str) -> list:
-    return [json.loads(line.split(" ", 1)[1]) for line in out.splitlines() if line.startswith(f"@@{tag} ")]
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = assert_ok(torchrun(WORKER, 4, str(tmp_path_factory.mktemp("equivalence")), timeout=600))
-    losses = {r["run"]: {int(k): v for k, v in r["losses"].items()} for r in _records(out, "losses")}
+    losses = {r["run"]: {int(k): v for k, v in r["losses"].items()} for r in payloads(out, "losses")}
     return out, losses
 
 

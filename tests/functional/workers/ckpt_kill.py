@@ -8,17 +8,17 @@ import os
 import sys
 import time
 
-from train_common import tiny_config
+from train_common import tiny_config, write_line
 
 
 def main(workdir: str) -> None:
     from bridge import checkpoint
     from bridge.training import pretrain
 
-    print(f"@@pid {os.environ['RANK']} {os.getpid()}", flush=True)
+    write_line(f"@@pid {os.environ['RANK']} {os.getpid()}")
 
     def stage(name, folder, iteration):
-        print(f"@@stage {name} {iteration} {os.environ['RANK']}", flush=True)
+        write_line(f"@@stage {name} {iteration} {os.environ['RANK']}")
         time.sleep(0.2)
 
     checkpoint.SAVE_STAGE_HOOKS.append(stage)

@@ -11,6 +11,7 @@ import json
 
 import runtime_common as rc
 import torch
+from train_common import write_line
 
 from bridge.parallel import runtime
 
@@ -89,11 +90,11 @@ def main() -> None:
     record = {"rank": rc.rank(), "unbatched": ref_losses, "batched": losses}
     grad_diff = max(float((grads[n] - ref_grads[n]).abs().max()) for n in ref_grads)
     record["max_grad_diff"] = grad_diff
-    print("@@losses " + json.dumps(record), flush=True)
+    write_line("@@losses " + json.dumps(record))
 
     for flag in (False, True):
         check_shape_exchange(flag)
-    print(f"@@shapes rank {rc.rank()} OK", flush=True)
+    write_line(f"@@shapes rank {rc.rank()} OK")
     runtime.destroy_distributed()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 TINY_MODEL = [
@@ -78,7 +79,19 @@ def rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
+def write_line(text: str) -> None:
+    """Write one whole line to stdout with a single os.write.
+
+    All ranks share torchrun's pipe. print() hands the text and its newline to Python's buffers separately,
+    and a buffer that fills up in between sends the text alone, so another rank's line could land before
+    the newline. Up to PIPE_BUF (4096) bytes one write is atomic on a pipe."""
+    sys.stdout.flush()
+    data = (text + "\n").encode()
+    while data:
+        data = data[os.write(sys.stdout.fileno(), data) :]
+
+
 def emit(tag: str, payload) -> None:
     """One machine-readable line for the test to parse (rank 0 only)."""
     if rank() == 0:
-        print(f"@@{tag} {json.dumps(payload)}", flush=True)
+        write_line(f"@@{tag} {json.dumps(payload)}")

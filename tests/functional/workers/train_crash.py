@@ -10,7 +10,7 @@ import multiprocessing
 import os
 import sys
 
-from train_common import tiny_config
+from train_common import tiny_config, write_line
 
 
 def main(workdir: str) -> None:
@@ -19,7 +19,7 @@ def main(workdir: str) -> None:
 
     def crash(target, iteration):
         if iteration == 4:
-            print(f"@@crash rank {os.environ['RANK']} dies while saving {target}", flush=True)
+            write_line(f"@@crash rank {os.environ['RANK']} dies while saving {target}")
             # The checkpoint writer's helper processes would outlive the rank and hold the launcher's
             # stdout open; a killed job loses them too.
             for child in multiprocessing.active_children():
