@@ -23,6 +23,7 @@ nothing.
 | 10 | `NameError: te_general_gemm` on every MoE router forward without Transformer Engine (0.16.1 only) | `moe_utils.router_gating_linear` | define the name as `None` |
 | 11 | activation recompute reruns the forward inside backward, where the mode of #2 is off (torch pops a mode while it handles a call, and `torch.autograd.backward` is such a call): `get_default_causal_mask` asks for CUDA | `CheckpointFunction.backward`, `CheckpointWithoutOutput._recompute` | run them with the mode pushed again |
 | 12 | interleaved 1F1B with PP=2 and `batch_p2p_comm=True`: activations and gradients land in each other's buffers (wrong losses from the 3rd microbatch; with `variable_seq_lengths` the exchanged shapes swap too). With PP=2 the previous and next stage are one rank, and `[send_prev, recv_prev, send_next, recv_next]` go to it untagged, so gloo pairs them in posting order: send_prev (a gradient) meets recv_prev (an activation) | `p2p_communication._batched_p2p_ops`, `P2PCommunicator._communicate_shapes` | the same ops, one batch, tagged by direction (forward: send_next/recv_prev, backward: send_prev/recv_next); gloo matches tags, so order no longer matters |
+| 13 | (speed, not failure) the distributed optimizer with one data-parallel replica: gloo's reduce-scatter and all-gather copy the whole buffer onto itself when output and input are the same memory on a one-rank group (NCCL moves nothing then); two full copies of the gradient / parameter buffers per step, ~7% of a small model's step | `param_and_grad_buffer.dist_reduce_scatter_func` / `dist_all_gather_func` (DDP grad sync, param gather) | on a one-rank group with output = input, the same call on empty views: nothing to move, and the Work / coalescing contract is kept |
 
 The mode forwards every torch call from its own frame; for the one C++ warning that names the
 reader (a non-leaf tensor's `.grad`), it re-issues the warning from the caller's frame, so the
@@ -109,6 +110,7 @@ def install() -> bool:
         changed.append(_push_device_mode(torch))
         changed += _patch_recompute()
         changed += _patch_pipeline_p2p(torch)
+        changed += _patch_one_rank_collectives(torch)
         _installed = changed
     logger.info("CPU backend for Megatron-Core installed (no CUDA): %s", ", ".join(changed))
     return True
@@ -379,6 +381,37 @@ def _patch_pipeline_p2p(torch: Any) -> list[str]:
     p2p._batched_p2p_ops = batched_p2p_ops
     p2p.P2PCommunicator._communicate_shapes = communicate_shapes
     return ["batched pipeline p2p->tagged by direction"]
+
+
+def _patch_one_rank_collectives(torch: Any) -> list[str]:
+    from megatron.core.distributed import param_and_grad_buffer as buffers
+
+    patch = "#13 (one-rank in-place collectives)"
+    _require(buffers, "dist_reduce_scatter_func", "dist_all_gather_func", patch=patch)
+
+    def in_place_on_one_rank(output: Any, input: Any, group: Any) -> bool:
+        return (
+            output.data_ptr() == input.data_ptr()
+            and output.numel() == input.numel()
+            and output.dtype == input.dtype
+            and torch.distributed.get_world_size(group) == 1
+        )
+
+    def skipping_self_copy(collective: Any) -> Any:
+        @functools.wraps(collective)
+        def wrapped(output: Any, input: Any, *args: Any, group: Any = None, **kwargs: Any) -> Any:
+            if in_place_on_one_rank(output, input, group):
+                # The result is already in place. The call on empty views still returns a Work for
+                # async_op and still registers with an open _coalescing_manager, as the caller expects.
+                output, input = output[:0], input[:0]
+            return collective(output, input, *args, group=group, **kwargs)
+
+        return wrapped
+
+    # The bucket groups look both names up in the module at call time.
+    buffers.dist_reduce_scatter_func = skipping_self_copy(buffers.dist_reduce_scatter_func)
+    buffers.dist_all_gather_func = skipping_self_copy(buffers.dist_all_gather_func)
+    return ["one-rank in-place reduce-scatter/all-gather->no copy"]
 
 
 # -- 2, 3, 4: the device-rewriting TorchFunctionMode ----------------------------------------------

@@ -130,7 +130,32 @@ def moe():
     assert token_dispatcher.maybe_move_tensor_to_cpu(None) is None
 
 
-for check in (idempotent, devices, streams, rng_tracker, moe):
+def one_rank_collectives():
+    import tempfile
+
+    from megatron.core.distributed import param_and_grad_buffer as buffers
+    from torch.profiler import profile
+
+    store = f"file://{tempfile.mkdtemp()}/store"
+    torch.distributed.init_process_group("gloo", init_method=store, rank=0, world_size=1)
+    buf, other = torch.arange(6.0), torch.zeros(6)
+    with profile(record_shapes=True) as prof:  # the shapes gloo was handed
+        assert buffers.dist_reduce_scatter_func(buf, buf, group=None) is None
+        buffers.dist_all_gather_func(buf, buf, group=None, async_op=True).wait()
+        with torch.distributed._coalescing_manager(None, async_ops=True) as cm:  # as DDP's grad sync
+            buffers.dist_reduce_scatter_func(buf, buf, group=None, async_op=True)
+        cm.wait()
+        buffers.dist_all_gather_func(other, buf, group=None)  # not in place: a real gather
+    shapes = sorted(
+        (e.key, e.input_shapes[0][0]) for e in prof.key_averages(group_by_input_shape=True)
+        if e.key in ("gloo:all_reduce", "gloo:all_gather")
+    )
+    assert shapes == [("gloo:all_gather", 0), ("gloo:all_gather", 6), ("gloo:all_reduce", 0)], shapes
+    assert torch.equal(buf, torch.arange(6.0)) and torch.equal(other, buf)
+    torch.distributed.destroy_process_group()
+
+
+for check in (idempotent, devices, streams, rng_tracker, moe, one_rank_collectives):
     try:
         check()
         print("PASS", check.__name__)
@@ -145,7 +170,9 @@ def installed_output() -> str:
     return run_python(INSTALLED_CHECKS)
 
 
-@pytest.mark.parametrize("check", ["idempotent", "devices", "streams", "rng_tracker", "moe"])
+@pytest.mark.parametrize(
+    "check", ["idempotent", "devices", "streams", "rng_tracker", "moe", "one_rank_collectives"]
+)
 def test_installed_backend(installed_output, check):
     assert f"PASS {check}" in installed_output.splitlines(), installed_output[-4000:]
 
