@@ -48,8 +48,8 @@ def provider():
     return apply_overrides(llama32_1b_pretrain_config(), SHAPE).validate(1).provider
 
 
-# With one data-parallel replica Megatron-Core's distributed optimizer has nothing to shard, but
-# still copies the updated fp32 parameters onto their buffer every step: this row shows its cost.
+# With one data-parallel replica Megatron-Core's distributed optimizer has nothing to shard; this
+# row shows what it still costs (its in-place collectives, and one copy of the updated parameters).
 NO_DISTRIBUTED_OPTIMIZER = [
     "optimizer.use_distributed_optimizer=false",
     "distributed.overlap_param_gather=false",
