@@ -17,6 +17,8 @@ subprocess; the table gives medians over the repeats:
 - imports (torch, safetensors; for bridge also `bridge.conversion.auto_bridge` and the Megatron-Core
   modules conversion imports, `bridge.conversion.megatron_import`) are timed apart from the work, in
   their own row. transformers is not imported: config.json is read as JSON.
+- whole process rows: from the launch to the exit of the child; every child (floor too) ends as
+  `scripts/conversion/convert_checkpoint.py` does (`bridge.process_exit.skip_final_collections`).
 - peak RSS: the process's high-water mark over the timed work (reset after imports, so the baseline
   of imported libraries is included but not whatever the import phase allocated before).
 """
@@ -236,6 +238,9 @@ def main() -> None:
     if args.child:
         sys.path.insert(0, str(REPO))
         print(json.dumps(child(args.child, Path(args.src), Path(args.out))))
+        from bridge.process_exit import skip_final_collections
+
+        skip_final_collections()  # every child ends as scripts/conversion/convert_checkpoint.py does
         return
 
     tmp = Path(tempfile.mkdtemp(prefix="bridge-convert-bench-", dir=args.workdir))

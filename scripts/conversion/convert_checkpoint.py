@@ -151,4 +151,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    from bridge.process_exit import skip_final_collections
+
+    skip_final_collections()
+    sys.exit(code)

@@ -186,3 +186,19 @@ def test_cli_low_memory_import(ckpts, tmp_path):
     assert f"imported {out}" in run.stdout
     got, want = _loaded(out, hf), _loaded(in_memory, hf)
     assert all(torch.equal(got[k], v) for k, v in want.items())
+
+
+def test_cli_process_exits_with_mains_code(ckpts, tmp_path):
+    # the script's own exit path (skip_final_collections, then sys.exit) keeps main()'s exit status
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    script = REPO / "scripts" / "conversion" / "convert_checkpoint.py"
+    args = ["import", "--hf-path", str(ckpts[0]), "--megatron-path", str(tmp_path / "o"), "--low-memory"]
+    run = subprocess.run(
+        [sys.executable, str(script), *args, "--tp", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "--tp=2 with --low-memory" in run.stderr and not (tmp_path / "o").exists()
