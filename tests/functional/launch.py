@@ -33,7 +33,7 @@ def torchrun(script: str | Path, nproc: int, *args: str, timeout: float = 600, e
         *args,
     ]
     # Not PYTHONUNBUFFERED: unbuffered, print() writes the text and its newline separately, so lines of
-    # different ranks can interleave; workers print with flush=True (one write per line) instead.
+    # different ranks can interleave; workers write their records with train_common.write_line instead.
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     full_env.pop("PYTHONUNBUFFERED", None)
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
