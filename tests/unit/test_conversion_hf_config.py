@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.conversion.hf_config import provider_fields
 from bridge.conversion.registry import family_for
 from bridge.errors import ConfigError
+from bridge.models.hf_translation.read import provider_fields
 
 
 def fields_of(config):
@@ -289,8 +289,8 @@ def test_gemma3_two_ropes_qk_norms_and_refusals():
 
 
 def test_gemma3_preset_config_json_reads_back():
-    from bridge.conversion.hf_config import hf_config_dict
     from bridge.models import preset
+    from bridge.models.hf_translation.write import hf_config_dict
 
     for name in ("gemma3_1b", "gemma3_27b"):
         p = preset(name)
@@ -342,8 +342,8 @@ def test_phi3_sliding_window_partial_rotary_and_longrope():
 def test_provider_to_config_json_and_back(family):
     import transformers
 
-    from bridge.conversion.hf_config import hf_config_dict
     from bridge.models.gpt_provider import GPTModelProvider
+    from bridge.models.hf_translation.write import hf_config_dict
     from tests.functional.workers.convert_models import make_hf_config
 
     hf = make_hf_config(family)
@@ -357,8 +357,8 @@ def test_provider_to_config_json_and_back(family):
 
 
 def test_provider_the_architecture_cannot_express_is_refused():
-    from bridge.conversion.hf_config import hf_config_dict
     from bridge.models.gpt_provider import GPTModelProvider
+    from bridge.models.hf_translation.write import hf_config_dict
     from tests.functional.workers.convert_models import make_hf_config
 
     hf = make_hf_config("llama")
@@ -395,7 +395,7 @@ def test_config_json_without_transformers_reads_like_autoconfig(model_type, tmp_
 
     from transformers import AutoConfig
 
-    from bridge.conversion.hf_config import CLASS_DEFAULTS, with_class_defaults
+    from bridge.models.hf_translation.registry import CLASS_DEFAULTS, with_class_defaults
     from tests.functional.workers.convert_models import make_hf_config
 
     cls_defaults = AutoConfig.for_model(model_type)
@@ -502,9 +502,9 @@ def test_deepseek_settings_megatron_core_computes_differently_are_refused(family
 
 
 def test_deepseek_mtp_layers_dropped_on_import_refused_on_export(caplog):
-    from bridge.conversion.hf_config import hf_config_dict
     from bridge.models.deepseek.hf_config import dropped_hf_tensors
     from bridge.models.gpt_provider import GPTModelProvider
+    from bridge.models.hf_translation.write import hf_config_dict
     from tests.functional.workers.convert_models import make_hf_config
 
     hf = make_hf_config("deepseek_v3", num_nextn_predict_layers=1)
