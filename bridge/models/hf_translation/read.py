@@ -163,7 +163,7 @@ def base_fields(cfg: Any) -> dict[str, Any]:
     window = get(cfg, "sliding_window")
     if window is not None and get(cfg, "use_sliding_window") is None:
         # HF attends to the last `window` keys including itself; Megatron's (left, right) excludes it.
-        # (A config with use_sliding_window only windows with it set, refused above.)
+        # (A config with a use_sliding_window switch windows only when it is set: refused in _check_common.)
         # A window of at least max_position_embeddings keys never masks a key of a sequence the model
         # takes (e.g. 262144 vs 131072): no window, so the fused sdpa attention stays usable.
         if int(window) < fields["seq_length"]:
