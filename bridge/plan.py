@@ -33,7 +33,7 @@ def _positive_int(cfg: dict, key: str, source: str, *, required: bool = True) ->
     if value is None:
         raise ConfigError(
             f"{source}: key {key!r} is missing. Fix: give a decoder-only LM's config.json "
-            "(Llama, Mistral, Qwen2/3, Qwen3-MoE, Mixtral)."
+            "(a model type of one of the families under bridge/models)."
         )
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{source}: {key} = {value!r}: must be a positive integer. Fix: correct the file.")
@@ -41,7 +41,7 @@ def _positive_int(cfg: dict, key: str, source: str, *, required: bool = True) ->
 
 
 def shape_from_hf_config(cfg: dict, source: str = "config.json") -> ModelShape:
-    """ModelShape from a Hugging Face config.json (Llama, Mistral, Phi-3, Qwen2/3, Qwen MoE, Mixtral, DeepSeek).
+    """ModelShape from a Hugging Face config.json, through the provider the family's translation makes.
 
     Raises ConfigError (naming `source`) when the JSON is not an object or lacks a key the planner needs.
     """
@@ -49,9 +49,9 @@ def shape_from_hf_config(cfg: dict, source: str = "config.json") -> ModelShape:
         raise ConfigError(
             f"{source}: holds a JSON {type(cfg).__name__}, not an object. Fix: give a model's config.json."
         )
-    heads = _positive_int(cfg, "num_attention_heads", source)
-    hidden = _positive_int(cfg, "hidden_size", source)
-    layers = _positive_int(cfg, "num_hidden_layers", source)
+    _positive_int(cfg, "num_attention_heads", source)
+    _positive_int(cfg, "hidden_size", source)
+    _positive_int(cfg, "num_hidden_layers", source)
     _positive_int(cfg, "vocab_size", source)
     experts = cfg.get("num_local_experts") or cfg.get("num_experts") or None
     if experts is not None:
@@ -67,44 +67,9 @@ def shape_from_hf_config(cfg: dict, source: str = "config.json") -> ModelShape:
         "shared_expert_intermediate_size",
     ):
         _positive_int(cfg, key, source, required=False)
-    model_type = cfg.get("model_type", "")
-    gemma = model_type in ("gemma2", "gemma3_text")
-    moe_layer_freq: int | tuple[int, ...] = 1
-    if experts is not None and ("decoder_sparse_step" in cfg or cfg.get("mlp_only_layers")):
-        # Qwen2-MoE / Qwen3-MoE: dense layers by decoder_sparse_step and mlp_only_layers
-        from bridge.conversion.hf_config import moe_layer_pattern
+    from bridge.models.hf_translation.sizing import model_shape
 
-        pattern = tuple(moe_layer_pattern(cfg))
-        moe_layer_freq = 1 if all(pattern) else pattern
-    from bridge.models.deepseek import hf_config as deepseek
-
-    if model_type in deepseek.MODEL_TYPES:  # multi-latent attention, shared experts, dense first layers
-        return ModelShape(**deepseek.model_shape_fields(cfg))
-    return ModelShape(
-        num_layers=layers,
-        num_attention_heads=heads,
-        num_query_groups=cfg.get("num_key_value_heads") or heads,
-        ffn_hidden_size=cfg.get("intermediate_size"),
-        num_moe_experts=experts,
-        hidden_size=hidden,
-        vocab_size=cfg.get("vocab_size"),
-        kv_channels=cfg.get("head_dim") or None,
-        # Gemma 2/3's GeGLU is gated too (its activation is hidden_activation)
-        gated_linear_unit=cfg.get("hidden_act", "silu") in ("silu", "swish", "swiglu") or gemma,
-        add_qkv_bias=model_type in ("qwen2", "qwen2_moe") or bool(cfg.get("attention_bias", False)),
-        qk_layernorm=model_type in ("qwen3", "qwen3_moe", "olmo2", "gemma3_text"),
-        qk_layernorm_per_projection=model_type == "olmo2",  # OLMo 2's q_norm / k_norm span all heads
-        layer_norms=4 if gemma else 2,  # Gemma 2/3: sandwich norms
-        share_embeddings_and_output_weights=bool(
-            cfg.get("tie_word_embeddings", gemma)  # Gemma 2/3 tie by default
-        ),
-        moe_router_topk=cfg.get("num_experts_per_tok", 2) if experts else 2,
-        moe_ffn_hidden_size=cfg.get("moe_intermediate_size") if experts else None,
-        moe_shared_expert_intermediate_size=cfg.get("shared_expert_intermediate_size") if experts else None,
-        # Qwen2-MoE scales its shared expert by sigmoid(shared_expert_gate(x)): one [1, hidden] weight
-        moe_shared_expert_gate=bool(experts and cfg.get("shared_expert_intermediate_size")),
-        moe_layer_freq=moe_layer_freq,
-    )
+    return model_shape(cfg)
 
 
 def resolve_model(name: str) -> tuple[ModelShape, dict]:

@@ -24,14 +24,14 @@ class ConsolidatedSource:
 def consolidated_source(cfg) -> ConsolidatedSource:
     """The source of the consolidated copies' config.json; a ConfigError when there is none."""
     from bridge.config.finetune_rules import is_hf_folder
-    from bridge.conversion import hf_config as hfc
     from bridge.conversion import registry
+    from bridge.models.hf_translation.write import hf_config_dict
 
     c = cfg.checkpoint
     if c.hf_architecture:
         family = registry.family_for([c.hf_architecture])  # lists the supported ones when unknown
         try:
-            hfc.hf_config_dict(cfg.model, family, c.hf_architecture)
+            hf_config_dict(cfg.model, family, c.hf_architecture)
         except ConfigError as err:
             raise ConfigError(
                 f"checkpoint.hf_architecture = {c.hf_architecture!r}: cannot express this run's model ({err}). "

@@ -25,13 +25,16 @@ from typing import Any
 
 from bridge.checkpoint.atomic import atomic_dir, check_target_dir
 from bridge.checkpoint.paths import HF_ASSETS_DIR  # import_ckpt writes it, export_ckpt reads it
-from bridge.conversion import hf_config as hfc
 from bridge.conversion import registry
 from bridge.conversion.hf_io import DTYPES, HFCheckpoint
 from bridge.conversion.progress import progress_bar
 from bridge.errors import ConfigError
 from bridge.models.dtypes import DTYPES as TRAINING_DTYPES
 from bridge.models.gpt_provider import GPTModelProvider
+from bridge.models.hf_translation import common as hf_common
+from bridge.models.hf_translation import read as hf_read
+from bridge.models.hf_translation import registry as hf_registry
+from bridge.models.hf_translation import write as hf_write
 from bridge.parallel import ranks
 from bridge.parallel.megatron_import import import_megatron
 from bridge.parallel.runtime import quiet_known_warnings
@@ -67,7 +70,7 @@ class AutoBridge:
         self.hf_path = Path(hf_path) if hf_path is not None else None
         self.family = registry.family_for(_config_get(hf_config, "architectures"))
         # Validate the translation now: a config we cannot express fails here, not at build time.
-        self._provider_fields = hfc.provider_fields(hf_config, self.family)
+        self._provider_fields = hf_read.provider_fields(hf_config, self.family)
 
     # ---- construction ---------------------------------------------------------------------------
 
@@ -78,7 +81,7 @@ class AutoBridge:
         kwargs go to transformers' AutoConfig.
 
         config.json is read as JSON completed with the transformers class defaults of its model type
-        (bridge.conversion.hf_config.CLASS_DEFAULTS); transformers is imported only with kwargs or
+        (each family folder's hf_config.CLASS_DEFAULTS); transformers is imported only with kwargs or
         for a model type not listed there.
         """
         folder = Path(path)
@@ -89,8 +92,8 @@ class AutoBridge:
                 f"hf_path={str(path)!r} has no config.json; point it at a folder written by "
                 "save_pretrained, or give a Hub model id (org/name)"
             )
-        config = hfc.read_config_json(folder / "config.json")  # a malformed file is one clear error
-        merged = None if kwargs else hfc.with_class_defaults(config)
+        config = hf_common.read_config_json(folder / "config.json")  # a malformed file is one clear error
+        merged = None if kwargs else hf_registry.with_class_defaults(config)
         if merged is not None:  # the JSON with transformers' class defaults: no transformers import
             return cls(merged, hf_path=folder)
         from transformers import AutoConfig
@@ -108,7 +111,7 @@ class AutoBridge:
 
         Raises ConfigError when the architecture cannot express a math field of the provider.
         """
-        config = hfc.hf_config_dict(provider, registry.family_for([architecture]), architecture)
+        config = hf_write.hf_config_dict(provider, registry.family_for([architecture]), architecture)
         return cls(config)
 
     @classmethod
@@ -168,7 +171,6 @@ class AutoBridge:
         A NaN / Inf in a weight is a ConfigError naming the tensor and file unless allow_non_finite.
         """
         from bridge.conversion.weight_loader import load_hf_weights
-        from bridge.models.deepseek.hf_config import dropped_hf_tensors
 
         ckpt = HFCheckpoint(self._weights_path(hf_path))
         load_hf_weights(
@@ -178,7 +180,7 @@ class AutoBridge:
             self._vocab_size(),
             progress=progress,
             allow_non_finite=allow_non_finite,
-            dropped=frozenset(dropped_hf_tensors(self.hf_config, set(ckpt.tensors))),
+            dropped=frozenset(self.family.hf_config.dropped(self.hf_config, set(ckpt.tensors))),
         )
 
     def export_hf_weights(self, model: list, cpu: bool = True) -> Iterator[tuple[str, Any]]:
@@ -376,7 +378,7 @@ class AutoBridge:
         from bridge.conversion.weight_exporter import Exporter
 
         source = {n: DTYPES[d] for n, (_, d) in self._source_tensors().items()}
-        default = DTYPES[TRAINING_DTYPES[hfc.hf_dtype_name(self.hf_config)].safetensors]
+        default = DTYPES[TRAINING_DTYPES[hf_common.hf_dtype_name(self.hf_config)].safetensors]
 
         def dtype_for(name: str, _param_dtype) -> Any:
             return source.get(name, default)

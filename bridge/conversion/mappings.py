@@ -213,7 +213,7 @@ class FusedGatedMLP(Mapping):
 
 @dataclass(frozen=True)
 class PackedQKV(FusedQKV):
-    """One HF tensor holding [all q heads; all k heads; all v heads] (Phi-3's qkv_proj), cut into
+    """One HF tensor holding [all q heads; all k heads; all v heads] (a fused qkv_proj), cut into
     Megatron's grouped layout: per query group its q heads, its k head, its v head."""
 
     kind = "qkv_packed"
@@ -232,7 +232,7 @@ class PackedQKV(FusedQKV):
 
 @dataclass(frozen=True)
 class PackedGatedMLP(FusedGatedMLP):
-    """One HF tensor holding [gate rows; up rows] (Phi-3's gate_up_proj): each TP rank holds
+    """One HF tensor holding [gate rows; up rows] (a fused gate_up_proj): each TP rank holds
     [its gate rows; its up rows]."""
 
     kind = "gated_mlp_packed"

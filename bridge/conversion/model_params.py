@@ -141,7 +141,7 @@ def _check_split(lp: LocalParam) -> None:
 
 
 def _parameters_and_mapped_buffers(model: torch.nn.Module, family: Family, ranks: Ranks):
-    """The parameters, then the persistent buffers the family maps (DeepSeek-V3's router expert_bias,
+    """The parameters, then the persistent buffers the family maps (e.g. a router's expert_bias,
     HF e_score_correction_bias); other buffers (RoPE frequencies, token counters) are not weights."""
     yield from model.named_parameters()
     persistent = set(model.state_dict(keep_vars=True))

@@ -11,6 +11,8 @@ from types import ModuleType
 from bridge.conversion.mappings import Mapping, make_mapping
 from bridge.errors import ConfigError
 from bridge.models.families import mapping_modules
+from bridge.models.hf_translation.registry import rules_of
+from bridge.models.hf_translation.rules import FamilyRules
 
 
 @dataclass(frozen=True)
@@ -41,9 +43,8 @@ class Family:
     model_type: str
     provider_fields: dict
     rules: tuple[Rule, ...]
-    # The family's own config translation (its mapping module's optional HF_CONFIG module, with
-    # provider_fields(cfg) and hf_fields(provider)); None for the families the generic rules cover.
-    hf_config: ModuleType | None = None
+    # The family's config.json rules (its folder's hf_config.py hooks, bridge.models.hf_translation).
+    hf_config: FamilyRules = dataclasses.field(default_factory=FamilyRules)
 
     def resolve(self, name: str) -> tuple[Rule, Mapping] | None:
         for rule in self.rules:
@@ -67,13 +68,14 @@ def _compile(row: tuple) -> Rule:
 
 def _load(module_name: str) -> Family:
     module: ModuleType = importlib.import_module(module_name)
+    name = module_name.split(".")[-2]
     return Family(
-        name=module_name.split(".")[-2],
+        name=name,
         architectures=tuple(module.ARCHITECTURES),
         model_type=module.HF_MODEL_TYPE,
         provider_fields=dict(module.PROVIDER_FIELDS),
         rules=tuple(_compile(row) for row in module.MAPPINGS),
-        hf_config=getattr(module, "HF_CONFIG", None),
+        hf_config=rules_of(name),
     )
 
 

@@ -203,7 +203,6 @@ def stream_import(
     """HF folder -> torch_dist checkpoint (iteration 0), as AutoBridge.import_ckpt, one tensor in RAM."""
     from bridge.checkpoint import save_checkpoint
     from bridge.conversion.weight_loader import check_all_used, check_tensors
-    from bridge.models.deepseek.hf_config import dropped_hf_tensors
 
     _single_process("import")
     bridge = AutoBridge.from_hf_pretrained(hf_path)
@@ -212,7 +211,7 @@ def stream_import(
     chunks = _meta_chunks(bridge)
     params = list(local_params(chunks, bridge.family, bridge._vocab_size()))
     used = check_tensors(params, ckpt)  # every check of the import, before anything is written
-    dropped = frozenset(dropped_hf_tensors(bridge.hf_config, set(ckpt.tensors)))
+    dropped = frozenset(bridge.family.hf_config.dropped(bridge.hf_config, set(ckpt.tensors)))
     check_all_used(chunks, ckpt, bridge.family, used, dropped)
     strategy = _streaming_strategy(HFTensorSource(params, ckpt, allow_non_finite))
     try:

@@ -67,8 +67,9 @@ def load_hf_weights(
 ) -> None:
     """Copy the checkpoint into `chunks` (this rank's model chunks, wrapped or not).
 
-    `dropped`: checkpoint tensors the conversion leaves out on purpose (DeepSeek-V3's multi-token
-    prediction layers, warned about when the config is read); any other unused tensor is an error.
+    `dropped`: checkpoint tensors the conversion leaves out on purpose (layers the Megatron model does
+    not build, e.g. multi-token prediction layers, warned about when the config is read: the family's
+    `dropped_hf_tensors` hook); any other unused tensor is an error.
 
     A NaN or Inf in a copied tensor is a ConfigError naming the tensor and its file (on every rank,
     after the copy) unless allow_non_finite.

@@ -2,7 +2,8 @@
 
 A family folder holds `presets.py` (provider factories with the published HF config values, named
 by the folder's `__init__.__all__`) and, when the family converts to and from Hugging Face, `mapping.py` (the HF
-mapping table as data: ARCHITECTURES, HF_MODEL_TYPE, PROVIDER_FIELDS, MAPPINGS). Presets
+mapping table as data: ARCHITECTURES, HF_MODEL_TYPE, PROVIDER_FIELDS, MAPPINGS) and `hf_config.py` (its
+config.json rules: transformers' class defaults and the hooks bridge.models.hf_translation calls). Presets
 (`bridge.models.preset`), conversion (`bridge.conversion.registry`), the planner (`bridge plan
 --model <preset>`) and the recipes all read this registry, so adding a family is adding one folder.
 Discovery reads the package's folders and imports each family's __init__ and presets.py (pure data).
@@ -23,6 +24,7 @@ class FamilyInfo:
     name: str  # the folder under bridge/models
     presets: tuple[str, ...]  # preset factory names in bridge.models.<name>.presets
     mapping_module: str | None  # bridge.models.<name>.mapping, when the family converts to/from HF
+    hf_config_module: str | None = None  # bridge.models.<name>.hf_config: its config.json rules
 
     @property
     def presets_module(self) -> str:
@@ -43,10 +45,12 @@ def families() -> dict[str, FamilyInfo]:
             continue
         package_module = importlib.import_module(f"bridge.models.{info.name}")  # imports presets.py
         mapping = f"bridge.models.{info.name}.mapping"
+        hf_config = f"bridge.models.{info.name}.hf_config"
         found[info.name] = FamilyInfo(
             name=info.name,
             presets=tuple(package_module.__all__),
             mapping_module=mapping if _has_module(mapping) else None,
+            hf_config_module=hf_config if _has_module(hf_config) else None,
         )
     return found
 

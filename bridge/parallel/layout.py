@@ -66,15 +66,15 @@ class ModelShape:
     moe_router_topk: int = 2
     moe_ffn_hidden_size: int | None = None
     moe_shared_expert_intermediate_size: int | None = None
-    moe_shared_expert_gate: bool = False  # a [1, hidden] sigmoid gate on the shared expert (Qwen2-MoE)
+    moe_shared_expert_gate: bool = False  # a [1, hidden] sigmoid gate on the shared expert
     # Megatron-Core's moe_layer_freq: N = a MoE layer every N layers (layer % N == 0), or a per-layer
     # tuple of 1 (MoE) / 0 (dense MLP of ffn_hidden_size)
     moe_layer_freq: int | tuple[int, ...] = 1
-    layer_norms: int = 2  # hidden-size norms per layer: 2 (pre or post, OLMo 2), 4 (sandwich, Gemma 2)
-    # q/k norms over the whole projections (OLMo 2: heads * head_dim weights, TP-sharded by heads)
+    layer_norms: int = 2  # hidden-size norms per layer: 2 (pre or post), 4 (sandwich: pre and post)
+    # q/k norms over the whole projections (heads * head_dim weights, TP-sharded by heads)
     # instead of one head_dim weight each
     qk_layernorm_per_projection: bool = False
-    # Multi-latent attention (DeepSeek): q (down, norm, up, or one projection when q_lora_rank is None),
+    # Multi-latent attention: q (down, norm, up, or one projection when q_lora_rank is None),
     # kv down to kv_lora_rank + qk_pos_emb_head_dim, kv norm, kv up to heads x (qk_head_dim + v_head_dim)
     multi_latent_attention: bool = False
     q_lora_rank: int | None = None

@@ -1,9 +1,10 @@
 """Parameter counts from a ModelShape: the whole model (total, active per token) and one rank's share.
 
 Assumes the GPT family bridge builds: rotary positions (no position table), RMSNorm (one weight vector),
-no linear biases except the optional QKV bias; attention is grouped-query or multi-latent (DeepSeek). With num_moe_experts set, the layers moe_layer_freq marks
-hold a router, the routed experts and the optional (gated) shared expert; the others a dense MLP of
-ffn_hidden_size. Pure Python.
+no linear biases except the optional QKV bias; attention is grouped-query or multi-latent (q and kv
+through low-rank latents). With num_moe_experts set, the layers moe_layer_freq marks hold a router,
+the routed experts and the optional (gated) shared expert; the others a dense MLP of ffn_hidden_size.
+Pure Python.
 """
 
 from __future__ import annotations

@@ -20,20 +20,21 @@ def _fields(path: str) -> tuple[tuple[str, object], ...]:
     # what AutoBridge.from_hf_pretrained reads, without importing torch (the dry run stays light)
     from pathlib import Path
 
-    from bridge.conversion import hf_config as hfc
     from bridge.conversion import registry
+    from bridge.models.hf_translation import common, read, write
+    from bridge.models.hf_translation import registry as hf_registry
 
-    config = hfc.read_config_json(Path(path) / "config.json")
-    merged = hfc.with_class_defaults(config)
+    config = common.read_config_json(Path(path) / "config.json")
+    merged = hf_registry.with_class_defaults(config)
     if merged is None:  # a model type without recorded defaults: transformers reads it
         from bridge.conversion.auto_bridge import AutoBridge
 
         fields = AutoBridge.from_hf_pretrained(path)._provider_fields
     else:
-        fields = hfc.provider_fields(merged, registry.family_for(merged.get("architectures")))
-    math = {k: v for k, v in fields.items() if k not in hfc._NOT_MATH}
+        fields = read.provider_fields(merged, registry.family_for(merged.get("architectures")))
+    math = {k: v for k, v in fields.items() if k not in write.NOT_MATH}
     defaults = {f.name: f.default for f in dataclasses.fields(GPTModelProvider)}
-    for name in hfc.OPTIONAL_MATH_FIELDS:  # absent from this config.json: the provider's default
+    for name in read.OPTIONAL_MATH_FIELDS:  # absent from this config.json: the provider's default
         if name not in math and name in defaults:
             math[name] = defaults[name]
     return tuple(math.items())

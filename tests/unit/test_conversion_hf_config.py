@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.conversion.hf_config import provider_fields
 from bridge.conversion.registry import family_for
 from bridge.errors import ConfigError
+from bridge.models.hf_translation.read import provider_fields
+from tests.functional.workers.convert_models import FAMILIES as TINY_MODELS
 
 
 def fields_of(config):
@@ -289,8 +290,8 @@ def test_gemma3_two_ropes_qk_norms_and_refusals():
 
 
 def test_gemma3_preset_config_json_reads_back():
-    from bridge.conversion.hf_config import hf_config_dict
     from bridge.models import preset
+    from bridge.models.hf_translation.write import hf_config_dict
 
     for name in ("gemma3_1b", "gemma3_27b"):
         p = preset(name)
@@ -322,28 +323,12 @@ def test_phi3_sliding_window_partial_rotary_and_longrope():
         fields_of(cfg)
 
 
-@pytest.mark.parametrize(
-    "family",
-    [
-        "llama",
-        "qwen2",
-        "qwen3",
-        "mistral",
-        "mixtral",
-        "qwen3_moe",
-        "phi3",
-        "qwen2_moe",
-        "olmo2",
-        "gemma2",
-        "deepseek_v2",
-        "deepseek_v3",
-    ],
-)
+@pytest.mark.parametrize("family", list(TINY_MODELS))  # every family's tiny-model test data
 def test_provider_to_config_json_and_back(family):
     import transformers
 
-    from bridge.conversion.hf_config import hf_config_dict
     from bridge.models.gpt_provider import GPTModelProvider
+    from bridge.models.hf_translation.write import hf_config_dict
     from tests.functional.workers.convert_models import make_hf_config
 
     hf = make_hf_config(family)
@@ -357,8 +342,8 @@ def test_provider_to_config_json_and_back(family):
 
 
 def test_provider_the_architecture_cannot_express_is_refused():
-    from bridge.conversion.hf_config import hf_config_dict
     from bridge.models.gpt_provider import GPTModelProvider
+    from bridge.models.hf_translation.write import hf_config_dict
     from tests.functional.workers.convert_models import make_hf_config
 
     hf = make_hf_config("llama")
@@ -370,44 +355,27 @@ def test_provider_the_architecture_cannot_express_is_refused():
         hf_config_dict(provider, fam, "LlamaForCausalLM")
 
 
-_ARCH = {
-    "llama": "LlamaForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-    "mixtral": "MixtralForCausalLM",
-    "qwen3_moe": "Qwen3MoeForCausalLM",
-    "phi3": "Phi3ForCausalLM",
-    "qwen2_moe": "Qwen2MoeForCausalLM",
-    "olmo2": "Olmo2ForCausalLM",
-    "gemma2": "Gemma2ForCausalLM",
-    "deepseek_v2": "DeepseekV2ForCausalLM",
-    "deepseek_v3": "DeepseekV3ForCausalLM",
-    "gemma3_text": "Gemma3ForCausalLM",
-}
-_FAMILY = {"gemma3_text": "gemma3"}  # the family folder, where it is not the model type
-
-
-@pytest.mark.parametrize("model_type", list(_ARCH))
-def test_config_json_without_transformers_reads_like_autoconfig(model_type, tmp_path):
+@pytest.mark.parametrize("tiny_model", list(TINY_MODELS))  # one per HF model type
+def test_config_json_without_transformers_reads_like_autoconfig(tiny_model, tmp_path):
     """config.json read as JSON + CLASS_DEFAULTS gives the provider transformers' AutoConfig gives."""
     import json
 
     from transformers import AutoConfig
 
-    from bridge.conversion.hf_config import CLASS_DEFAULTS, with_class_defaults
+    from bridge.models.hf_translation.registry import CLASS_DEFAULTS, with_class_defaults
     from tests.functional.workers.convert_models import make_hf_config
 
+    full = make_hf_config(tiny_model)
+    model_type, architecture = full.model_type, TINY_MODELS[tiny_model][1]
     cls_defaults = AutoConfig.for_model(model_type)
     for key, value in CLASS_DEFAULTS[model_type].items():
         have = getattr(cls_defaults, key, None)
         if key == "rope_theta":
             have = cls_defaults.rope_parameters["rope_theta"]
         assert have == value, (model_type, key, have, value)
-    family = family_for([_ARCH[model_type]])
-    full = make_hf_config(_FAMILY.get(model_type, model_type))
+    family = family_for([architecture])
     full.save_pretrained(tmp_path / "full")
-    minimal = {"architectures": [_ARCH[model_type]], "model_type": model_type}
+    minimal = {"architectures": [architecture], "model_type": model_type}
     (tmp_path / "minimal").mkdir()
     (tmp_path / "minimal" / "config.json").write_text(json.dumps(minimal))
     for folder in ("full", "minimal"):
@@ -502,9 +470,9 @@ def test_deepseek_settings_megatron_core_computes_differently_are_refused(family
 
 
 def test_deepseek_mtp_layers_dropped_on_import_refused_on_export(caplog):
-    from bridge.conversion.hf_config import hf_config_dict
     from bridge.models.deepseek.hf_config import dropped_hf_tensors
     from bridge.models.gpt_provider import GPTModelProvider
+    from bridge.models.hf_translation.write import hf_config_dict
     from tests.functional.workers.convert_models import make_hf_config
 
     hf = make_hf_config("deepseek_v3", num_nextn_predict_layers=1)

@@ -44,3 +44,18 @@ def test_recipes_build_on_registered_presets():
     for name, _ in list_recipes():
         m = get_recipe(name)().model
         assert (m.num_layers, m.hidden_size, m.vocab_size) in known, name
+
+
+def test_every_converting_model_type_has_class_defaults_and_a_tiny_model():
+    """A converting family declares its rules in its folder and gets the family-parametrised suites
+    through one entry of tiny-model test data (tests/functional/workers/convert_models.py)."""
+    import pytest
+
+    pytest.importorskip("transformers")
+    from bridge.models.hf_translation.registry import CLASS_DEFAULTS, hf_families
+    from tests.functional.workers.convert_models import FAMILIES, make_hf_config
+
+    converting = hf_families()
+    assert set(converting) <= set(CLASS_DEFAULTS)
+    assert all(families.families()[f.name].hf_config_module for f in converting.values())
+    assert {make_hf_config(name).model_type for name in FAMILIES} == set(converting)

@@ -190,10 +190,12 @@ def test_every_preset_has_a_published_config():
 @pytest.mark.parametrize("name", sorted(DEEPSEEK))
 def test_deepseek_preset_math_equals_what_the_published_config_converts_to(name, caplog):
     # Every field that changes the math, as the conversion reads the published config.json.
-    from bridge.conversion.hf_config import _NOT_MATH, provider_fields, with_class_defaults
     from bridge.conversion.registry import family_for
     from bridge.errors import ConfigError
     from bridge.models.gpt_provider import _has_mla_qk_norm_resolver
+    from bridge.models.hf_translation.read import provider_fields
+    from bridge.models.hf_translation.registry import with_class_defaults
+    from bridge.models.hf_translation.write import NOT_MATH as _NOT_MATH
 
     cls, values = PUBLISHED[name]
     model_type = "deepseek_v3" if "V3" in cls else "deepseek_v2"
@@ -275,8 +277,9 @@ def test_preset_values_equal_published_config(name):
 
 @pytest.mark.parametrize("name", [n for n in sorted(PRESETS) if n.startswith(CONVERTED_FIELDS)])
 def test_preset_equals_the_provider_its_published_config_converts_to(name):
-    from bridge.conversion.hf_config import _NOT_MATH, provider_fields
     from bridge.conversion.registry import family_for
+    from bridge.models.hf_translation.read import provider_fields
+    from bridge.models.hf_translation.write import NOT_MATH as _NOT_MATH
 
     cls, values = PUBLISHED[name]
     config = getattr(transformers, cls)(**values)

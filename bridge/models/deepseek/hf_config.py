@@ -32,8 +32,8 @@ import math
 import re
 from typing import Any
 
-from bridge.conversion.hf_common import BASE_DEFAULTS, get, refuse
 from bridge.errors import ConfigError
+from bridge.models.hf_translation.common import BASE_DEFAULTS, get, refuse
 
 logger = logging.getLogger(__name__)
 
@@ -351,9 +351,12 @@ def _warn_mtp(cfg: Any) -> None:
         )
 
 
-def deepseek_provider_fields(cfg: Any, base: dict[str, Any], mla_fields_available: bool) -> dict[str, Any]:
-    """The DeepSeek provider fields: `base` (hf_config's dtype / size fields) with MLA, RoPE and MoE."""
-    if not mla_fields_available:
+def translate(cfg: Any, base: dict[str, Any]) -> dict[str, Any]:
+    """The DeepSeek provider fields: `base` (the generic dtype / size fields) with MLA, RoPE and MoE
+    (the translator's `translate` hook: it replaces the generic RoPE and expert translation)."""
+    from bridge.models.transformer_fields import MLA_FIELDS
+
+    if not MLA_FIELDS:
         from bridge.models.transformer_fields import INSTALLED_RELEASE
 
         raise _refuse(
@@ -397,7 +400,7 @@ def dropped_hf_tensors(cfg: Any, names: set[str]) -> set[str]:
     return {n for n in names if (m := _MTP_LAYER.match(n)) and int(m.group(1)) >= layers}
 
 
-def deepseek_config_dict(p: Any, model_type: str, architecture: str) -> dict[str, Any]:
+def config_dict(p: Any, model_type: str, architecture: str) -> dict[str, Any]:
     """config.json for a DeepSeek provider (the caller checks that it reads back as the provider)."""
     if p.mtp_num_layers:
         raise ConfigError(
@@ -460,12 +463,11 @@ def deepseek_config_dict(p: Any, model_type: str, architecture: str) -> dict[str
     return out
 
 
-def model_shape_fields(config: dict[str, Any]) -> dict[str, Any]:
-    """ModelShape keyword arguments (the planner's parameter count) for a DeepSeek config.json.
+def sizing_fields(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The provider fields the planner sizes a DeepSeek config.json with (completed with CLASS_DEFAULTS).
 
     Sizes only: no routing check, so the planner also sizes a model whose routing does not convert
     (DeepSeek-V2's group-limited greedy)."""
-    cfg = {**CLASS_DEFAULTS[config["model_type"]], **config}
     heads, layers = int(cfg["num_attention_heads"]), int(cfg["num_hidden_layers"])
     dense = int(cfg.get("first_k_dense_replace") or 0)
     q_lora = cfg.get("q_lora_rank")
@@ -478,12 +480,13 @@ def model_shape_fields(config: dict[str, Any]) -> dict[str, Any]:
         hidden_size=int(cfg["hidden_size"]),
         vocab_size=int(cfg["vocab_size"]),
         kv_channels=int(cfg["qk_nope_head_dim"]) + int(cfg["qk_rope_head_dim"]),
+        gated_linear_unit=True,  # SwiGLU
         share_embeddings_and_output_weights=bool(cfg.get("tie_word_embeddings", False)),
         qk_layernorm=True,
         moe_router_topk=int(cfg["num_experts_per_tok"]),
         moe_ffn_hidden_size=int(cfg["moe_intermediate_size"]),
         moe_shared_expert_intermediate_size=int(cfg["n_shared_experts"]) * int(cfg["moe_intermediate_size"]),
-        moe_layer_freq=tuple([0] * dense + [1] * (layers - dense)) if dense else 1,
+        moe_layer_freq=[0] * dense + [1] * (layers - dense) if dense else 1,
         multi_latent_attention=True,
         q_lora_rank=None if q_lora is None else int(q_lora),
         kv_lora_rank=int(cfg["kv_lora_rank"]),

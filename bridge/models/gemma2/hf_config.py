@@ -1,4 +1,4 @@
-"""Gemma 2 config.json <-> provider fields beyond the generic ones (bridge.conversion.hf_config).
+"""Gemma 2 config.json <-> provider fields beyond the generic ones (bridge.models.hf_translation).
 
 hidden_activation   gelu_pytorch_tanh -> activation_func "gelu_tanh" (gelu -> "gelu"), gated (GeGLU)
 query_pre_attn_scalar  softmax_scale = query_pre_attn_scalar ** -0.5
@@ -13,6 +13,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from bridge.models.hf_translation.common import BASE_DEFAULTS, get, refuse
+
+# Gemma2Config's defaults (Gemma 2 reads hidden_activation, not hidden_act)
+DEFAULTS: dict[str, Any] = dict(
+    {k: v for k, v in BASE_DEFAULTS.items() if k != "hidden_act"},
+    hidden_size=2304,
+    num_hidden_layers=26,
+    intermediate_size=9216,
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    head_dim=256,
+    hidden_activation="gelu_pytorch_tanh",
+    max_position_embeddings=8192,
+    vocab_size=256000,
+    tie_word_embeddings=True,
+    query_pre_attn_scalar=256,
+    sliding_window=4096,
+    final_logit_softcapping=30.0,
+    attn_logit_softcapping=50.0,
+    attention_bias=False,
+)
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {"gemma2": DEFAULTS}
+
 OWN_ACTIVATION = True  # Gemma 2 reads hidden_activation; hidden_act (kept in old config.json files) is unused
 _ACTIVATIONS = {"gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 _HF_ACTIVATIONS = {v: k for k, v in _ACTIVATIONS.items()}
@@ -25,18 +48,16 @@ def default_layer_types(layers: int, every: int = 2) -> list[str]:
 
 
 def window_fields(cfg: Any, layers: int, seq_length: float, types: list | None = None) -> dict[str, Any]:
-    from bridge.conversion.hf_config import _get, _refuse
-
-    types = list(types or _get(cfg, "layer_types") or default_layer_types(layers))
+    types = list(types or get(cfg, "layer_types") or default_layer_types(layers))
     bad = sorted(set(types) - set(_LAYER_TYPES))
     if bad or len(types) != layers:
-        raise _refuse(
+        raise refuse(
             "layer_types",
             types,
             f"must hold {layers} entries of {list(_LAYER_TYPES)}",
             "use the published config.json",
         )
-    window = _get(cfg, "sliding_window")
+    window = get(cfg, "sliding_window")
     sliding = [t == "sliding_attention" for t in types]
     if window is None or not any(sliding) or int(window) >= seq_length:
         return {"window_size": None, "window_attn_skip_freq": None}  # no key is ever outside a window
@@ -45,7 +66,7 @@ def window_fields(cfg: Any, layers: int, seq_length: float, types: list | None =
         return fields
     every = sliding.index(False) + 1  # the first global layer, 1-based
     if sliding != [(i + 1) % every != 0 for i in range(layers)]:
-        raise _refuse(
+        raise refuse(
             "layer_types",
             types,
             "the provider expresses sliding-window layers as Megatron-Core's window_attn_skip_freq N "
@@ -57,18 +78,16 @@ def window_fields(cfg: Any, layers: int, seq_length: float, types: list | None =
 
 
 def provider_fields(cfg: Any) -> dict[str, Any]:
-    from bridge.conversion.hf_config import _get, _refuse
-
-    act = _get(cfg, "hidden_activation", "gelu_pytorch_tanh")
+    act = get(cfg, "hidden_activation", "gelu_pytorch_tanh")
     if act not in _ACTIVATIONS:
-        raise _refuse(
+        raise refuse(
             "hidden_activation",
             act,
             f"Gemma 2's GeGLU is built for {list(_ACTIVATIONS)}",
             "use gelu_pytorch_tanh",
         )
-    if _get(cfg, "use_bidirectional_attention"):
-        raise _refuse(
+    if get(cfg, "use_bidirectional_attention"):
+        raise refuse(
             "use_bidirectional_attention",
             True,
             "the provider builds causal language models",
@@ -77,12 +96,12 @@ def provider_fields(cfg: Any) -> dict[str, Any]:
     fields: dict[str, Any] = dict(
         activation_func=_ACTIVATIONS[act],
         gated_linear_unit=True,
-        softmax_scale=float(_get(cfg, "query_pre_attn_scalar")) ** -0.5,
-        attn_logit_softcapping=_optional_float(_get(cfg, "attn_logit_softcapping")),
-        final_logit_softcapping=_optional_float(_get(cfg, "final_logit_softcapping")),
+        softmax_scale=float(get(cfg, "query_pre_attn_scalar")) ** -0.5,
+        attn_logit_softcapping=_optional_float(get(cfg, "attn_logit_softcapping")),
+        final_logit_softcapping=_optional_float(get(cfg, "final_logit_softcapping")),
     )
-    layers = int(_get(cfg, "num_hidden_layers"))
-    fields.update(window_fields(cfg, layers, int(_get(cfg, "max_position_embeddings"))))
+    layers = int(get(cfg, "num_hidden_layers"))
+    fields.update(window_fields(cfg, layers, int(get(cfg, "max_position_embeddings"))))
     return fields
 
 

@@ -7,7 +7,6 @@ branch outputs (linear_proj / linear_fc2 .post_layernorm, bridge.models.post_nor
 translation (activation, softmax scale, soft-capping, sliding-window layers) is hf_config.py here.
 """
 
-from bridge.models.gemma2 import hf_config as HF_CONFIG  # noqa: F401  (read by the registry)
 from bridge.models.llama.mapping import EMBEDDINGS, L, M
 
 ARCHITECTURES = ("Gemma2ForCausalLM",)

@@ -14,26 +14,35 @@ from __future__ import annotations
 from typing import Any
 
 from bridge.models.gemma2 import hf_config as gemma2
+from bridge.models.hf_translation.common import get, refuse
+
+# Gemma3TextConfig's defaults: Gemma2Config's but these (its rope_theta / rope_local_base_freq defaults,
+# 1e6 / 1e4, are rope_fields' own: one per layer type)
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {
+        **{k: v for k, v in gemma2.DEFAULTS.items() if k != "rope_theta"},
+        "max_position_embeddings": 131072,
+        "vocab_size": 262208,
+        "final_logit_softcapping": None,
+        "attn_logit_softcapping": None,
+    },
+}
 
 OWN_ACTIVATION = True
 _ROPE_TYPES = ("default", "linear")
 
 
 def _rope_of(cfg: Any, layer_type: str, theta_key: str, theta_default: float) -> dict[str, Any]:
-    from bridge.conversion.hf_config import _get
-
-    params = dict((_get(cfg, "rope_parameters") or {}).get(layer_type) or {})
+    params = dict((get(cfg, "rope_parameters") or {}).get(layer_type) or {})
     if not params and layer_type == "full_attention":
-        params = dict(_get(cfg, "rope_scaling") or {})
-    params.setdefault("rope_theta", _get(cfg, theta_key, theta_default))
+        params = dict(get(cfg, "rope_scaling") or {})
+    params.setdefault("rope_theta", get(cfg, theta_key, theta_default))
     params["rope_type"] = params.get("rope_type", params.get("type", "default")) or "default"
     return params
 
 
 def rope_fields(cfg: Any) -> dict[str, Any]:
     """Replaces the generic RoPE translation (its one rope for every layer)."""
-    from bridge.conversion.hf_config import _refuse
-
     full = _rope_of(cfg, "full_attention", "rope_theta", 1_000_000.0)
     local = _rope_of(cfg, "sliding_attention", "rope_local_base_freq", 10_000.0)
     for layer_type, params, allowed in (
@@ -41,14 +50,14 @@ def rope_fields(cfg: Any) -> dict[str, Any]:
         ("sliding_attention", local, ("default",)),
     ):
         if params["rope_type"] not in allowed:
-            raise _refuse(
+            raise refuse(
                 f"rope_parameters.{layer_type}.rope_type",
                 params["rope_type"],
                 f"Gemma 3's {layer_type} layers are built with {list(allowed)} RoPE",
                 "convert a model with those (the published Gemma 3 configs)",
             )
         if float(params.get("partial_rotary_factor", 1.0)) != 1.0:
-            raise _refuse(
+            raise refuse(
                 f"rope_parameters.{layer_type}.partial_rotary_factor",
                 params["partial_rotary_factor"],
                 "Gemma 3's per-layer RoPE rotates whole heads",
@@ -65,16 +74,14 @@ def rope_fields(cfg: Any) -> dict[str, Any]:
 
 
 def provider_fields(cfg: Any) -> dict[str, Any]:
-    from bridge.conversion.hf_config import _get, _refuse
-
     fields = gemma2.provider_fields(cfg)
-    layers = int(_get(cfg, "num_hidden_layers"))
-    every = int(_get(cfg, "sliding_window_pattern", 6) or 6)  # older config.json files without layer_types
-    types = list(_get(cfg, "layer_types") or gemma2.default_layer_types(layers, every))
+    layers = int(get(cfg, "num_hidden_layers"))
+    every = int(get(cfg, "sliding_window_pattern", 6) or 6)  # older config.json files without layer_types
+    types = list(get(cfg, "layer_types") or gemma2.default_layer_types(layers, every))
     if "sliding_attention" not in types:
         return fields | {"window_size": None, "window_attn_skip_freq": None, "local_rotary_base": None}
-    if _get(cfg, "sliding_window") is None:
-        raise _refuse(
+    if get(cfg, "sliding_window") is None:
+        raise refuse(
             "sliding_window",
             None,
             "layer_types has sliding_attention layers, which need a window",

@@ -7,7 +7,6 @@ config translation (two RoPEs by layer type, windows, scale, activation) is hf_c
 
 from bridge.models.gemma2.mapping import ATTENTION as GEMMA2_ATTENTION
 from bridge.models.gemma2.mapping import MLP
-from bridge.models.gemma3 import hf_config as HF_CONFIG  # noqa: F401  (read by the registry)
 from bridge.models.llama.mapping import EMBEDDINGS, L, M
 
 ARCHITECTURES = ("Gemma3ForCausalLM",)

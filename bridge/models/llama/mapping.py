@@ -7,7 +7,7 @@ local (non-TE) layer spec; the TE spec's fused-norm names are translated to them
 
 ARCHITECTURES = ("LlamaForCausalLM",)
 HF_MODEL_TYPE = "llama"  # config.json "model_type"
-# Provider fields this family fixes, beyond what bridge.conversion.hf_config reads from the HF config.
+# Provider fields this family fixes, beyond what bridge.models.hf_translation reads from the HF config.
 PROVIDER_FIELDS: dict = {}
 
 L = "model.layers.{layer}"

@@ -2,7 +2,7 @@
 
 The 128k-context Phi-3 models and Phi-3.5-mini-instruct use LongRoPE (rope_scaling type "longrope":
 per-dimension short/long frequency factors), which the provider does not implement; converting them
-is refused (bridge.conversion.hf_config) and there is no preset for them.
+is refused (phi3.hf_config.ROPE_TYPE_NOTES) and there is no preset for them.
 """
 
 from bridge.models.gpt_provider import GPTModelProvider

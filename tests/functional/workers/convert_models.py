@@ -203,7 +203,9 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
         ),
     ),
 }
-MOE_FAMILIES = ("mixtral", "qwen3_moe", "qwen2_moe", "deepseek_v2", "deepseek_v3")
+# The tiny models with routed experts (the EP=2 parity runs): those whose config counts experts.
+_EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+MOE_FAMILIES = tuple(f for f, (_, _, fields) in FAMILIES.items() if set(_EXPERT_COUNT_KEYS) & set(fields))
 
 
 def refused_by_installed_release(family: str) -> str | None:

@@ -1,0 +1,126 @@
+"""GPTModelProvider -> Hugging Face config.json: the keys every family writes, then the family's own
+(its `hf_fields` / `moe_hf_fields` / `config_dict` hooks); reading the result back must give the
+provider's math fields, else the family cannot express the provider and it is a ConfigError."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bridge.errors import ConfigError
+from bridge.models.hf_translation.common import HF_DTYPES
+from bridge.models.hf_translation.read import provider_fields
+from bridge.models.hf_translation.rules import TranslatedFamily
+
+_DTYPE_TO_HF = {v: k for k, v in HF_DTYPES.items()}
+# Provider fields a config.json does not need to reproduce: training choices, not the model's function.
+NOT_MATH = frozenset(
+    {
+        "seq_length",
+        "make_vocab_size_divisible_by",
+        "hidden_dropout",
+        "attention_dropout",
+        "init_method_std",
+        "params_dtype",
+        "bf16",
+        "fp16",
+        "moe_token_dispatcher_type",
+        "moe_grouped_gemm",
+        "moe_router_load_balancing_type",
+        "moe_aux_loss_coeff",
+        "moe_input_jitter_eps",
+    }
+)
+
+
+def dense_layers(p: Any) -> list[int]:
+    """HF mlp_only_layers for the provider's moe_layer_freq (an integer N: MoE where layer % N == 0)."""
+    freq = p.moe_layer_freq
+    if isinstance(freq, int):
+        return [i for i in range(p.num_layers) if i % freq]
+    return [i for i, moe in enumerate(freq) if not moe]
+
+
+def _base_config_dict(p: Any, family: TranslatedFamily, architecture: str) -> dict[str, Any]:
+    """The config.json fields every family writes."""
+    return {
+        "architectures": [architecture],
+        "model_type": family.model_type,
+        "max_position_embeddings": p.seq_length,
+        "vocab_size": p.vocab_size,
+        "rms_norm_eps": p.layernorm_epsilon,
+        "hidden_act": p.activation_func,
+        "tie_word_embeddings": p.share_embeddings_and_output_weights,
+        "initializer_range": p.init_method_std,
+        "attention_dropout": p.attention_dropout,
+        "torch_dtype": _DTYPE_TO_HF[p.params_dtype],
+        "rope_theta": p.rotary_base,
+    }
+
+
+def _moe_config_dict(p: Any) -> dict[str, Any]:
+    """The expert keys under their common names (num_experts, moe_intermediate_size, ...)."""
+    return {
+        "num_experts": p.num_moe_experts,
+        "moe_intermediate_size": p.moe_ffn_hidden_size,
+        "norm_topk_prob": not p.moe_router_pre_softmax,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": dense_layers(p),
+    }
+
+
+def hf_config_dict(provider: Any, family: TranslatedFamily, architecture: str) -> dict[str, Any]:
+    """config.json content for `provider` as `architecture`; ConfigError if the family cannot express it."""
+    p = provider
+    rules = family.hf_config
+    if rules.config_dict is not None:  # the family writes its sizes and experts itself
+        out = _base_config_dict(p, family, architecture)
+        out |= rules.config_dict(p, family.model_type, architecture)
+        return _read_back_checked(p, family, architecture, out)
+    heads = p.num_attention_heads
+    out = _base_config_dict(p, family, architecture) | {
+        "hidden_size": p.hidden_size,
+        "intermediate_size": p.ffn_hidden_size,
+        "num_hidden_layers": p.num_layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": p.num_query_groups or heads,
+        "head_dim": p.kv_channels or p.hidden_size // heads,
+    }
+    if p.rotary_percent != 1.0:
+        out["partial_rotary_factor"] = p.rotary_percent
+    if p.rope_scaling:
+        out["rope_scaling"] = {
+            "rope_type": "llama3",
+            "factor": p.rope_scaling_factor,
+            "low_freq_factor": p.rope_scaling_low_freq_factor,
+            "high_freq_factor": p.rope_scaling_high_freq_factor,
+            "original_max_position_embeddings": p.rope_scaling_original_max_position_embeddings,
+        }
+    if p.num_moe_experts:
+        out["num_experts_per_tok"] = p.moe_router_topk
+        out["router_aux_loss_coef"] = p.moe_aux_loss_coeff
+        out |= rules.moe_hf_fields(p) if rules.moe_hf_fields is not None else _moe_config_dict(p)
+        if p.moe_shared_expert_intermediate_size:
+            out["shared_expert_intermediate_size"] = p.moe_shared_expert_intermediate_size
+    if rules.hf_fields is not None:
+        out.update(rules.hf_fields(p))
+    return _read_back_checked(p, family, architecture, out)
+
+
+def _read_back_checked(
+    p: Any, family: TranslatedFamily, architecture: str, out: dict[str, Any]
+) -> dict[str, Any]:
+    # Whatever the family cannot express shows up as a math field that does not come back.
+    for name, value in provider_fields(out, family).items():
+        have = getattr(p, name)
+        if name not in NOT_MATH and have != value:
+            raise ConfigError(
+                f"model.{name}={have!r}: a {architecture} checkpoint cannot express it (it would read back "
+                f"as {value!r}). Fix: set model.{name}={value!r} or export as another architecture"
+            )
+    return out
+
+
+def sliding_window_hf_fields(p: Any) -> dict[str, Any]:
+    """HF's `sliding_window` (keys attended, itself included) for the provider's window_size, for the
+    configs that window every layer with it (no use_sliding_window switch)."""
+    return {"sliding_window": p.window_size[0] + 1 if p.window_size else None}
