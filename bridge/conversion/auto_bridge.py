@@ -240,7 +240,7 @@ class AutoBridge:
 
         Gathered across TP / PP; every rank calls it, rank 0 writes (atomically, as save_hf_pretrained).
         """
-        from bridge.peft.hf_adapter import save_hf_adapter
+        from bridge.conversion.hf_adapter import save_hf_adapter
 
         base = str(self.hf_path) if self.hf_path is not None else None
         save_hf_adapter(_as_list(model), path, self.family, self._vocab_size(), base_model=base)
@@ -388,7 +388,7 @@ class AutoBridge:
             from bridge.peft.apply import has_adapters
 
             if has_adapters(chunks):
-                from bridge.peft.merge import merged_local_tensor
+                from bridge.conversion.peft_merge import merged_local_tensor
 
                 local_tensor = merged_local_tensor(chunks)
         if given is not None:  # the caller's source of each parameter's tensor (a streaming export)
