@@ -310,7 +310,7 @@ class AutoBridge:
         if peft is not None:
             import functools
 
-            from bridge.config.finetune_rules import is_hf_folder
+            from bridge.checkpoint.paths import is_hf_folder
             from bridge.peft import apply_peft
 
             if not base or not os.path.exists(base):
@@ -355,7 +355,7 @@ class AutoBridge:
             return cls.from_provider(run.model, run.checkpoint.hf_architecture)
         start = run.checkpoint.pretrained_checkpoint if run is not None else None
         if start is not None:
-            from bridge.config.finetune_rules import is_hf_folder
+            from bridge.checkpoint.paths import is_hf_folder
 
             if is_hf_folder(start):
                 return cls.from_hf_pretrained(start)

@@ -87,7 +87,7 @@ def _resume(cfg: ConfigContainer, model: list, optimizer, scheduler, layout_line
         return state
     if ck.load:
         logger.warning("checkpoint.load=%s holds no checkpoint yet: starting from scratch", ck.load)
-    from bridge.config.finetune_rules import is_hf_folder
+    from bridge.checkpoint.paths import is_hf_folder
 
     # HF folders, and torch_dist checkpoints under fsdp2, were loaded at build (_model_provider)
     if (
@@ -198,7 +198,7 @@ def _model_provider(plan: RunPlan):
     import copy
     import functools
 
-    from bridge.config.finetune_rules import is_hf_folder
+    from bridge.checkpoint.paths import is_hf_folder
 
     cfg = plan.config
     provider = copy.deepcopy(plan.provider)
