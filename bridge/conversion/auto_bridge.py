@@ -29,6 +29,7 @@ from bridge.conversion import hf_config as hfc
 from bridge.conversion import registry
 from bridge.conversion.hf_io import DTYPES, HFCheckpoint
 from bridge.conversion.progress import progress_bar
+from bridge.conversion.saved_run import read_saved_run
 from bridge.errors import ConfigError
 from bridge.models.dtypes import DTYPES as TRAINING_DTYPES
 from bridge.models.gpt_provider import GPTModelProvider
@@ -295,7 +296,7 @@ class AutoBridge:
         folder, _ = resolve_checkpoint(
             megatron_path
         )  # a missing / incomplete checkpoint fails before building
-        run = _run_config(folder)
+        run = read_saved_run(folder)
         peft = run.peft if run is not None and run.peft.scheme is not None else None
         if adapter_only and peft is None:
             raise ConfigError(
@@ -306,7 +307,7 @@ class AutoBridge:
         provider = GPTModelProvider(**self._provider_fields)
         for name, value in provider_fields.items():
             setattr(provider, name, value)
-        base = run.checkpoint.pretrained_checkpoint if peft is not None else None
+        base = run.pretrained_checkpoint if peft is not None else None
         if peft is not None:
             import functools
 
@@ -323,7 +324,7 @@ class AutoBridge:
                     AutoBridge.from_hf_pretrained(base).load_hf_weights, replaces_weights=True
                 )
                 base = None  # loaded at build
-            provider.register_post_build_hook(functools.partial(apply_peft, peft=peft, seed=run.rng.seed))
+            provider.register_post_build_hook(functools.partial(apply_peft, peft=peft, seed=run.seed))
         chunks = provider.provide_distributed_model(  # every weight comes from the checkpoint (strict load)
             wrap_with_ddp=False, mixed_precision_wrapper=False, random_init=False
         )
@@ -351,9 +352,9 @@ class AutoBridge:
         if (assets / "config.json").is_file():
             return cls.from_hf_pretrained(assets)
         run = _run_of(megatron_path)
-        if run is not None and run.checkpoint.hf_architecture:
-            return cls.from_provider(run.model, run.checkpoint.hf_architecture)
-        start = run.checkpoint.pretrained_checkpoint if run is not None else None
+        if run is not None and run.hf_architecture and run.model is not None:
+            return cls.from_provider(run.model, run.hf_architecture)
+        start = run.pretrained_checkpoint if run is not None else None
         if start is not None:
             from bridge.checkpoint.paths import is_hf_folder
 
@@ -431,18 +432,6 @@ class AutoBridge:
         )
 
 
-def _run_config(folder: Path):
-    """The ConfigContainer a training run saved next to its checkpoint (None for imports)."""
-    from bridge.checkpoint.paths import RUN_CONFIG_FILENAME
-
-    path = Path(folder) / RUN_CONFIG_FILENAME
-    if not path.is_file():
-        return None
-    from bridge.config.container import ConfigContainer
-
-    return ConfigContainer.from_yaml(path.read_text())
-
-
 def _run_of(megatron_path: str | os.PathLike):
     """The run config saved with the checkpoint at `megatron_path` (None: not a training run's)."""
     from bridge.checkpoint import resolve_checkpoint
@@ -451,7 +440,7 @@ def _run_of(megatron_path: str | os.PathLike):
         folder, _ = resolve_checkpoint(megatron_path)
     except ConfigError:
         return None
-    return _run_config(folder)
+    return read_saved_run(folder)
 
 
 HUB_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
