@@ -1,4 +1,4 @@
-"""Wall and CPU time of `python -m bridge.plan` for a few models (the target: well under 1 s wall).
+"""Wall and CPU time of `python -m bridge.cli.plan` (the `bridge plan` subcommand) for a few models (the target: well under 1 s wall).
 
     python benchmarks/plan_speed.py [--repeats 5]
 
@@ -29,7 +29,7 @@ def run_once(argv: list[str]) -> tuple[float, float]:
     start = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     subprocess.run(
-        [sys.executable, "-m", "bridge.plan", *argv],
+        [sys.executable, "-m", "bridge.cli.plan", *argv],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,

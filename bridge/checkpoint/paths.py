@@ -35,6 +35,16 @@ STAGING_SUFFIX = ".saving"
 REPLACED_SUFFIX = ".replaced"
 
 
+def is_hf_folder(path: str | None) -> bool:
+    """A Hugging Face model folder (config.json, no torch_dist metadata) rather than a bridge checkpoint."""
+    if not path or not os.path.isdir(path):
+        return False
+    return os.path.isfile(os.path.join(path, "config.json")) and not any(
+        os.path.exists(os.path.join(path, name))
+        for name in (TRACKER_FILENAME, METADATA_FILENAME, COMMON_FILENAME)
+    )
+
+
 def checkpoint_dir(root: str | os.PathLike, iteration: int) -> Path:
     return Path(root) / f"iter_{iteration:07d}"
 

@@ -34,6 +34,7 @@ from bridge.checkpoint.paths import (
     write_tracker,
 )
 from bridge.errors import ConfigError
+from bridge.models.adapter_marks import has_adapters, is_adapter_name
 from bridge.parallel import ranks
 from bridge.parallel.wrappers import unwrap_all
 
@@ -60,11 +61,10 @@ def model_sharded_state_dict(model_chunks: list, part: str = "all") -> dict:
     out = {key: c.sharded_state_dict() for key, c in zip(_model_keys(len(chunks)), chunks, strict=True)}
     if part == "all":
         return out
-    from bridge.peft import is_adapter_param
-
     keep_adapters = part == "adapters"
     return {
-        key: {k: v for k, v in sd.items() if is_adapter_param(k) == keep_adapters} for key, sd in out.items()
+        key: {k: v for k, v in sd.items() if is_adapter_name(chunk, k) == keep_adapters}
+        for (key, sd), chunk in zip(out.items(), chunks, strict=True)
     }
 
 
@@ -141,9 +141,7 @@ def save_checkpoint(
     _stage("staging_created", staging, iteration)
 
     # a PEFT run saves its adapters only: the frozen base comes from checkpoint.pretrained_checkpoint
-    from bridge.peft import has_adapters
-
-    adapters_only = has_adapters(model_chunks)
+    adapters_only = has_adapters(unwrap_all(model_chunks))
     # strategy fsdp2: DTensor parameters and optimizer state go to torch DCP (fsdp2_state); the rest
     # (scheduler, RNG, train state) is Megatron-Core's common state as for every strategy
     fsdp2 = fsdp2_state.is_fsdp2(model_chunks)
@@ -324,10 +322,8 @@ def _load_one(
             "checkpoint itself for torch_dist)"
         )
 
-    from bridge.peft import has_adapters
-
     chunks = unwrap_all(model_chunks)
-    with_adapters = has_adapters(model_chunks)
+    with_adapters = has_adapters(chunks)
     if saved_adapters_only and not with_adapters:
         raise ConfigError(
             f"checkpoint {target} holds PEFT adapters only (its run trained adapters on frozen weights): "
@@ -390,10 +386,8 @@ def _load_part(chunk, tensors: dict, part: str, strict: bool) -> None:
     if part == "all":
         chunk.load_state_dict(tensors, strict=strict)
         return
-    from bridge.peft import is_adapter_param
-
     result = chunk.load_state_dict(tensors, strict=False)
-    wrong_missing = [k for k in result.missing_keys if is_adapter_param(k) == (part == "adapters")]
+    wrong_missing = [k for k in result.missing_keys if is_adapter_name(chunk, k) == (part == "adapters")]
     if strict and (wrong_missing or result.unexpected_keys):
         raise ConfigError(
             f"loading the {part} tensors: missing {wrong_missing[:5]}, unexpected {result.unexpected_keys[:5]}"

@@ -29,12 +29,12 @@ def compose(
     applied again on top, so they still win (and validation checks them against the weights)."""
     cfg, warnings = _compose_once(base, config_file, overrides)
     checkpoint = getattr(cfg, "checkpoint", None)
-    from bridge.config.finetune_rules import is_hf_folder
+    from bridge.checkpoint.paths import is_hf_folder
 
     if checkpoint is not None and is_hf_folder(checkpoint.pretrained_checkpoint):
         import copy
 
-        from bridge.training.hf_start import model_from_hf
+        from bridge.models.hf_architecture import model_from_hf
 
         filled = copy.deepcopy(base)
         filled.model = model_from_hf(filled.model, checkpoint.pretrained_checkpoint)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from bridge.checkpoint.paths import HF_ASSETS_DIR
+from bridge.checkpoint.paths import HF_ASSETS_DIR, is_hf_folder
 from bridge.errors import ConfigError
+from bridge.models import hf_architecture
 
 
 @dataclass(frozen=True)
@@ -23,15 +24,11 @@ class ConsolidatedSource:
 
 def consolidated_source(cfg) -> ConsolidatedSource:
     """The source of the consolidated copies' config.json; a ConfigError when there is none."""
-    from bridge.config.finetune_rules import is_hf_folder
-    from bridge.conversion import registry
-    from bridge.models.hf_translation.write import hf_config_dict
-
     c = cfg.checkpoint
     if c.hf_architecture:
-        family = registry.family_for([c.hf_architecture])  # lists the supported ones when unknown
+        hf_architecture.check_supported(c.hf_architecture)  # an unknown one lists the supported ones
         try:
-            hf_config_dict(cfg.model, family, c.hf_architecture)
+            hf_architecture.check_expressible(cfg.model, c.hf_architecture)
         except ConfigError as err:
             raise ConfigError(
                 f"checkpoint.hf_architecture = {c.hf_architecture!r}: cannot express this run's model ({err}). "
@@ -46,6 +43,6 @@ def consolidated_source(cfg) -> ConsolidatedSource:
     raise ConfigError(
         "checkpoint.save_consolidated = True: the Hugging Face copy needs an architecture, and this run "
         "starts from no Hugging Face folder or imported checkpoint. Fix: set checkpoint.hf_architecture "
-        f"(one of {', '.join(registry.supported_architectures())}), or start from a Hugging Face folder "
+        f"(one of {', '.join(hf_architecture.supported_architectures())}), or start from a Hugging Face folder "
         "(checkpoint.pretrained_checkpoint)"
     )

@@ -76,7 +76,7 @@ class ConfigContainer:
             and self.tokenizer.tokenizer_model is None
             and self.checkpoint.pretrained_checkpoint
         ):
-            from bridge.config.finetune_rules import is_hf_folder
+            from bridge.checkpoint.paths import is_hf_folder
 
             if is_hf_folder(self.checkpoint.pretrained_checkpoint):  # None follows the Hugging Face start
                 self.tokenizer.tokenizer_model = self.checkpoint.pretrained_checkpoint

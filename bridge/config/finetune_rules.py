@@ -3,9 +3,9 @@ Hugging Face folder. Called by bridge.config.validation (one place validates a r
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
+from bridge.checkpoint.paths import is_hf_folder
 from bridge.config import sections as S
 from bridge.errors import ConfigError
 
@@ -20,16 +20,6 @@ PEFT_STRATEGIES = ("megatron", "ddp")
 
 def _fail(field: str, value, rule: str, fix: str) -> ConfigError:
     return ConfigError(f"{field} = {value!r}: {rule}. Fix: {fix}.")
-
-
-def is_hf_folder(path: str | None) -> bool:
-    """A Hugging Face model folder (config.json, no torch_dist metadata) rather than a bridge checkpoint."""
-    if not path or not os.path.isdir(path):
-        return False
-    return os.path.isfile(os.path.join(path, "config.json")) and not any(
-        os.path.exists(os.path.join(path, name))
-        for name in ("latest_checkpointed_iteration.txt", "metadata.json", "common.pt")
-    )
 
 
 def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
@@ -201,7 +191,7 @@ def check_hf_start(cfg: ConfigContainer) -> None:
     path = cfg.checkpoint.pretrained_checkpoint
     if not is_hf_folder(path):
         return
-    from bridge.training.hf_start import architecture_fields
+    from bridge.models.hf_architecture import architecture_fields
 
     for name, want in architecture_fields(path).items():
         have = getattr(cfg.model, name)

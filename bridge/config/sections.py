@@ -14,15 +14,15 @@ from typing import Any
 
 from bridge.parallel.schedules import NAMES as _PIPELINE_SCHEDULES
 
+# the peft section is peft's own settings
+from bridge.peft.settings import PEFT_SCHEMES, PEFT_TARGETS, PeftConfig  # noqa: F401
+
 # Accepted names, shared by validation and the docs.
 OPTIMIZERS = ("adam", "sgd")
 LR_DECAY_STYLES = ("cosine", "linear", "constant")
 DATASET_KINDS = ("mock", "indexed", "jsonl", "sft", "chat")
 # sft / chat: a sample longer than seq_length + 1 tokens is cut at its end (right) or left out (drop)
 TRUNCATIONS = ("right", "drop")
-PEFT_SCHEMES = ("lora", "dora")
-# Megatron-Core module names a PEFT adapter attaches to (Megatron-Bridge's names)
-PEFT_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
 TOKENIZER_TYPES = ("NullTokenizer", "HuggingFaceTokenizer")
 CKPT_FORMATS = ("torch_dist",)
 # distributed.pp_schedule: Megatron-Core's 1f1b / interleaved_1f1b and torch.distributed.pipelining's
@@ -236,20 +236,6 @@ class MixedPrecisionConfig:
 class RNGConfig:
     seed: int = 1234
     data_parallel_random_init: bool = False
-
-
-@dataclass
-class PeftConfig:
-    """Parameter-efficient finetuning: low-rank adapters on the target linear layers, base weights frozen.
-
-    Defaults are Megatron-Bridge's LoRA values (dim 32, alpha 32, no dropout, all four linear layers).
-    """
-
-    scheme: str | None = None  # None = train every weight | lora | dora
-    target_modules: list[str] = field(default_factory=lambda: list(PEFT_TARGETS))
-    dim: int = 32  # adapter rank r
-    alpha: float = 32.0  # the adapter's output is scaled by alpha / dim
-    dropout: float = 0.0  # dropout on the adapter's input
 
 
 @dataclass

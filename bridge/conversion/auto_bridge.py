@@ -28,6 +28,7 @@ from bridge.checkpoint.paths import HF_ASSETS_DIR  # import_ckpt writes it, expo
 from bridge.conversion import registry
 from bridge.conversion.hf_io import DTYPES, HFCheckpoint
 from bridge.conversion.progress import progress_bar
+from bridge.conversion.saved_run import read_saved_run
 from bridge.errors import ConfigError
 from bridge.models.dtypes import DTYPES as TRAINING_DTYPES
 from bridge.models.gpt_provider import GPTModelProvider
@@ -242,7 +243,7 @@ class AutoBridge:
 
         Gathered across TP / PP; every rank calls it, rank 0 writes (atomically, as save_hf_pretrained).
         """
-        from bridge.peft.hf_adapter import save_hf_adapter
+        from bridge.conversion.hf_adapter import save_hf_adapter
 
         base = str(self.hf_path) if self.hf_path is not None else None
         save_hf_adapter(_as_list(model), path, self.family, self._vocab_size(), base_model=base)
@@ -297,7 +298,7 @@ class AutoBridge:
         folder, _ = resolve_checkpoint(
             megatron_path
         )  # a missing / incomplete checkpoint fails before building
-        run = _run_config(folder)
+        run = read_saved_run(folder)
         peft = run.peft if run is not None and run.peft.scheme is not None else None
         if adapter_only and peft is None:
             raise ConfigError(
@@ -308,11 +309,11 @@ class AutoBridge:
         provider = GPTModelProvider(**self._provider_fields)
         for name, value in provider_fields.items():
             setattr(provider, name, value)
-        base = run.checkpoint.pretrained_checkpoint if peft is not None else None
+        base = run.pretrained_checkpoint if peft is not None else None
         if peft is not None:
             import functools
 
-            from bridge.config.finetune_rules import is_hf_folder
+            from bridge.checkpoint.paths import is_hf_folder
             from bridge.peft import apply_peft
 
             if not base or not os.path.exists(base):
@@ -325,7 +326,7 @@ class AutoBridge:
                     AutoBridge.from_hf_pretrained(base).load_hf_weights, replaces_weights=True
                 )
                 base = None  # loaded at build
-            provider.register_post_build_hook(functools.partial(apply_peft, peft=peft, seed=run.rng.seed))
+            provider.register_post_build_hook(functools.partial(apply_peft, peft=peft, seed=run.seed))
         chunks = provider.provide_distributed_model(  # every weight comes from the checkpoint (strict load)
             wrap_with_ddp=False, mixed_precision_wrapper=False, random_init=False
         )
@@ -353,11 +354,11 @@ class AutoBridge:
         if (assets / "config.json").is_file():
             return cls.from_hf_pretrained(assets)
         run = _run_of(megatron_path)
-        if run is not None and run.checkpoint.hf_architecture:
-            return cls.from_provider(run.model, run.checkpoint.hf_architecture)
-        start = run.checkpoint.pretrained_checkpoint if run is not None else None
+        if run is not None and run.hf_architecture and run.model is not None:
+            return cls.from_provider(run.model, run.hf_architecture)
+        start = run.pretrained_checkpoint if run is not None else None
         if start is not None:
-            from bridge.config.finetune_rules import is_hf_folder
+            from bridge.checkpoint.paths import is_hf_folder
 
             if is_hf_folder(start):
                 return cls.from_hf_pretrained(start)
@@ -390,7 +391,7 @@ class AutoBridge:
             from bridge.peft.apply import has_adapters
 
             if has_adapters(chunks):
-                from bridge.peft.merge import merged_local_tensor
+                from bridge.conversion.peft_merge import merged_local_tensor
 
                 local_tensor = merged_local_tensor(chunks)
         if given is not None:  # the caller's source of each parameter's tensor (a streaming export)
@@ -433,18 +434,6 @@ class AutoBridge:
         )
 
 
-def _run_config(folder: Path):
-    """The ConfigContainer a training run saved next to its checkpoint (None for imports)."""
-    from bridge.checkpoint.paths import RUN_CONFIG_FILENAME
-
-    path = Path(folder) / RUN_CONFIG_FILENAME
-    if not path.is_file():
-        return None
-    from bridge.config.container import ConfigContainer
-
-    return ConfigContainer.from_yaml(path.read_text())
-
-
 def _run_of(megatron_path: str | os.PathLike):
     """The run config saved with the checkpoint at `megatron_path` (None: not a training run's)."""
     from bridge.checkpoint import resolve_checkpoint
@@ -453,7 +442,7 @@ def _run_of(megatron_path: str | os.PathLike):
         folder, _ = resolve_checkpoint(megatron_path)
     except ConfigError:
         return None
-    return _run_config(folder)
+    return read_saved_run(folder)
 
 
 HUB_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")

@@ -11,6 +11,7 @@ from types import ModuleType
 from bridge.conversion.mappings import Mapping, make_mapping
 from bridge.errors import ConfigError
 from bridge.models.families import mapping_modules
+from bridge.models.hf_translation.registry import unsupported_error
 from bridge.models.hf_translation.registry import rules_of
 from bridge.models.hf_translation.rules import FamilyRules
 
@@ -97,14 +98,6 @@ def families() -> dict[str, Family]:
     return _FAMILIES
 
 
-def refused_architectures() -> dict[str, str]:
-    """Architecture -> why it does not convert (a family's mapping module's REFUSED_ARCHITECTURES)."""
-    table: dict[str, str] = {}
-    for module_name in mapping_modules():
-        table |= getattr(importlib.import_module(module_name), "REFUSED_ARCHITECTURES", {})
-    return table
-
-
 def supported_architectures() -> list[str]:
     return sorted(families())
 
@@ -114,12 +107,4 @@ def family_for(architectures: list[str] | None) -> Family:
     for arch in architectures or ():
         if arch in table:
             return table[arch]
-    refused = refused_architectures()
-    for arch in architectures or ():
-        if arch in refused:
-            raise ConfigError(f"architectures={architectures!r}: {refused[arch]}")
-    raise ConfigError(
-        f"architectures={architectures!r}: no conversion is registered for it; supported architectures "
-        f"are {', '.join(supported_architectures())}. Fix: convert a checkpoint of one of those, or add "
-        "a family folder with a mapping.py under bridge/models (bridge.models.families finds it)"
-    )
+    raise unsupported_error(architectures)

@@ -23,9 +23,10 @@ import torch
 
 from bridge.checkpoint.atomic import atomic_dir, check_target_dir
 from bridge.checkpoint.paths import HF_ASSETS_DIR
-from bridge.conversion.auto_bridge import AutoBridge, _run_config
+from bridge.conversion.auto_bridge import AutoBridge
 from bridge.conversion.hf_io import HFCheckpoint
 from bridge.conversion.model_params import LocalParam, local_params
+from bridge.conversion.saved_run import read_saved_run
 from bridge.errors import ConfigError
 from bridge.parallel import ranks
 
@@ -308,7 +309,7 @@ def _refuse_unsupported(folder: Path) -> None:
     from bridge.checkpoint.save_load import read_common
 
     content = read_common(folder).get("checkpoint_content", {})
-    run = _run_config(folder)
+    run = read_saved_run(folder)
     if content.get("adapters_only") or (run is not None and run.peft.scheme is not None):
         raise ConfigError(
             f"checkpoint {folder} holds PEFT adapters: the {_LOW_MEMORY} exports full torch_dist weights only. "

@@ -508,7 +508,7 @@ class GPTModelProvider(TransformerFields):
         try:
             return config_class(**kwargs)
         except (ValueError, AssertionError, NotImplementedError) as err:
-            from bridge.config.performance import SETTINGS
+            from bridge.models.performance_settings import SETTINGS
 
             asked = [s.field for s in SETTINGS if s.requested(getattr(self, s.field))]
             hint = (

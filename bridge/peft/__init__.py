@@ -7,8 +7,9 @@
     bridge.save_hf_adapter(model, "adapter/")     # HF PEFT adapter folder (peft.PeftModel.from_pretrained)
 
 Modules: names (which parameters are adapters; no torch), adapters (the adapter module), apply (attach
-to model chunks), merge (merged weights), hf_adapter (HF PEFT folder export). `import bridge.peft`
-stays light: the names below load on first use.
+to model chunks). The Hugging Face exports (merged weights: bridge.conversion.peft_merge; the PEFT adapter
+folder: bridge.conversion.hf_adapter) belong to conversion. `import bridge.peft` stays light: the names
+below load on first use.
 """
 
 from bridge.peft.names import is_adapter_param
@@ -21,9 +22,6 @@ _LAZY = {
     "has_adapters": "bridge.peft.apply",
     "init_dora_magnitudes": "bridge.peft.apply",
     "ParallelAdapter": "bridge.peft.adapters",
-    "merged_local_tensor": "bridge.peft.merge",
-    "export_adapter_tensors": "bridge.peft.hf_adapter",
-    "save_hf_adapter": "bridge.peft.hf_adapter",
 }
 
 __all__ = ["is_adapter_param", *_LAZY]

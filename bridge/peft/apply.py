@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from bridge.errors import ConfigError
+from bridge.models.adapter_marks import mark_adapters
 from bridge.parallel.wrappers import unwrap, unwrap_all
 from bridge.peft.adapters import AdapterHook, NormSpec, ParallelAdapter, tp_size_rank
 from bridge.peft.names import TARGETS, adapter_name, is_adapter_param
@@ -141,6 +142,7 @@ def apply_peft(chunks: list, peft: Any, seed: int) -> None:
                 holder, base = _base_of(layer, target)
                 adapter = build_adapter(base, target, peft, model.config, layer.layer_number)
                 attach_adapter(holder, target, adapter, seed)
+        mark_adapters(model, is_adapter_param)  # how the checkpoint tells the adapters from the base
 
 
 def adapted_linears(chunks: Any) -> list[AdaptedLinear]:

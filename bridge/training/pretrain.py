@@ -26,7 +26,7 @@ def _resume(cfg: ConfigContainer, model: list, optimizer, scheduler, layout_line
     checkpoint.ckpt_step's; or one iter_* folder); otherwise checkpoint.pretrained_checkpoint (if set)
     loads weights only, as in Megatron-Bridge. A damaged checkpoint falls back to the previous complete
     one (checkpoint.fallback_to_previous), with a warning naming what is wrong."""
-    from bridge import checkpoint
+    import bridge.checkpoint as checkpoint
     from bridge.checkpoint.paths import checkpoint_candidates
     from bridge.parallel import ranks
     from bridge.training.logging import logger
@@ -87,7 +87,7 @@ def _resume(cfg: ConfigContainer, model: list, optimizer, scheduler, layout_line
         return state
     if ck.load:
         logger.warning("checkpoint.load=%s holds no checkpoint yet: starting from scratch", ck.load)
-    from bridge.config.finetune_rules import is_hf_folder
+    from bridge.checkpoint.paths import is_hf_folder
 
     # HF folders, and torch_dist checkpoints under fsdp2, were loaded at build (_model_provider)
     if (
@@ -198,7 +198,7 @@ def _model_provider(plan: RunPlan):
     import copy
     import functools
 
-    from bridge.config.finetune_rules import is_hf_folder
+    from bridge.checkpoint.paths import is_hf_folder
 
     cfg = plan.config
     provider = copy.deepcopy(plan.provider)
@@ -208,7 +208,7 @@ def _model_provider(plan: RunPlan):
 
         stream_hf_weights(provider, pretrained)
     elif pretrained and _loads_before_fully_shard(cfg):
-        from bridge import checkpoint
+        import bridge.checkpoint as checkpoint
 
         def load_pretrained(chunks: list) -> None:  # into the plain chunks: fully_shard keeps the values
             checkpoint.load_checkpoint(pretrained, chunks, None, None, load_rng=False, model_config=cfg.model)

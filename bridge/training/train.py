@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from bridge import checkpoint
+import bridge.checkpoint as checkpoint
 from bridge.config.container import ConfigContainer
 from bridge.config.plan import Precision, RunPlan
 from bridge.training import peak_flops

@@ -23,8 +23,8 @@ def test_every_family_folder_is_registered_once_with_its_presets():
 
 
 def test_presets_conversion_and_planner_read_the_registry():
+    from bridge.cli.plan import resolve_model
     from bridge.conversion import registry as conversion
-    from bridge.plan import resolve_model
 
     converting = [f for f in families.families().values() if f.mapping_module]
     architectures = {

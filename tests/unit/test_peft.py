@@ -137,7 +137,7 @@ FUSED |= {m: parts for parts in list(FUSED.values()) for m in parts}
 @pytest.mark.parametrize("scheme", ["lora", "dora"])
 def test_gradients_match_peft(scheme, sources, tmp_path):
     """Backward through the adapters (DoRA: the weight norm is a constant, as in peft)."""
-    from bridge.peft import export_adapter_tensors
+    from bridge.conversion.hf_adapter import export_adapter_tensors
 
     folder = sources / "llama"
     bridge, chunk = _build(folder, _peft(scheme))

@@ -215,7 +215,7 @@ def test_planner_plans_for_a_requested_schedule():
 
 
 def test_planner_cli_overrides_carry_the_schedule(capsys):
-    from bridge.plan import main
+    from bridge.cli.plan import main
 
     code = main(["--model", "llama31_8b_pretrain_config", "--gpus", "16", "--global-batch-size", "32", "--pp", "4",
                  "--pp-schedule", "looped_bfs", "--overrides"])  # fmt: skip

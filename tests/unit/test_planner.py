@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
+from bridge.cli.plan import main as plan_main
 from bridge.errors import ConfigError
 from bridge.parallel.layout import ModelShape, ParallelLayout
 from bridge.parallel.memory import TrainingSetup, activation_memory, estimate_memory, seed_state_memory
 from bridge.parallel.param_count import count_parameters
 from bridge.parallel.planner import USABLE_FRACTION, PlanRequest, plan
-from bridge.plan import main as plan_main
 from tests.unit.published_shapes import LLAMA31_8B, LLAMA31_70B, LLAMA32_1B, MIXTRAL_8X7B, QWEN3_30B_A3B
 
 # A DeepSeek-V3-sized MoE (671.6B total, 38.1B active; MLA approximated by plain attention).

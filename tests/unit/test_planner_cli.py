@@ -16,11 +16,11 @@ import sys
 
 import pytest
 
+from bridge.cli.plan import main as plan_main
 from bridge.errors import ConfigError
 from bridge.parallel.layout import ParallelLayout
 from bridge.parallel.param_count import count_parameters, padded_vocab_size
 from bridge.parallel.planner import USABLE_FRACTION, PlanRequest, plan
-from bridge.plan import main as plan_main
 from tests.unit.published_shapes import LLAMA31_70B, LLAMA32_1B, QWEN3_30B_A3B
 
 # a context-parallel size above 1 ("cp=2", "CP=4", "context_parallel_size = 2") or the --cp flag, in a

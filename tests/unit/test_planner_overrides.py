@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from bridge.cli.plan import main as plan_main
 from bridge.config import apply_overrides
-from bridge.plan import main as plan_main
 from recipes import get_recipe
 
 CASES = [

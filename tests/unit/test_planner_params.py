@@ -7,9 +7,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from bridge.cli.plan import shape_from_hf_config  # noqa: E402
 from bridge.parallel.layout import ParallelLayout  # noqa: E402
 from bridge.parallel.param_count import count_parameters, padded_vocab_size, params_per_rank  # noqa: E402
-from bridge.plan import shape_from_hf_config  # noqa: E402
 from tests.unit.published_shapes import (  # noqa: E402
     DEEPSEEK_V2_LITE,
     DEEPSEEK_V3,

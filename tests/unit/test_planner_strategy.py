@@ -10,13 +10,13 @@ import json
 
 import pytest
 
+from bridge.cli.plan import build_parser
+from bridge.cli.plan import main as plan_main
 from bridge.config import apply_overrides
 from bridge.errors import ConfigError
 from bridge.parallel.layout import ModelShape, ParallelLayout
 from bridge.parallel.memory import TrainingSetup, estimate_memory, gathered_params, stage_memory
 from bridge.parallel.planner import USABLE_FRACTION, PlanRequest, plan
-from bridge.plan import build_parser
-from bridge.plan import main as plan_main
 from recipes import get_recipe
 from tests.unit.published_shapes import LLAMA31_8B, LLAMA31_70B, LLAMA32_1B, QWEN3_30B_A3B
 

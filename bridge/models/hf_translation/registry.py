@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from bridge.errors import ConfigError
 from bridge.models.families import families
 from bridge.models.hf_translation.rules import FamilyRules
 
@@ -78,3 +79,53 @@ def with_class_defaults(config: dict[str, Any]) -> dict[str, Any] | None:
     if defaults is None:
         return None
     return {**defaults, **config}
+
+
+@functools.cache
+def _by_architecture() -> dict[str, HfFamily]:
+    table: dict[str, HfFamily] = {}
+    types = hf_families()
+    for info in families().values():
+        if info.mapping_module is None:
+            continue
+        mapping = importlib.import_module(info.mapping_module)
+        per_arch = getattr(mapping, "HF_MODEL_TYPES", {})
+        for arch in mapping.ARCHITECTURES:
+            table[arch] = types[per_arch.get(arch, mapping.HF_MODEL_TYPE)]
+    return table
+
+
+def supported_architectures() -> list[str]:
+    """The Hugging Face architecture names that convert, sorted."""
+    return sorted(_by_architecture())
+
+
+def refused_architectures() -> dict[str, str]:
+    """Architecture -> why it does not convert (a family's mapping module's REFUSED_ARCHITECTURES)."""
+    table: dict[str, str] = {}
+    for info in families().values():
+        if info.mapping_module is not None:
+            table |= getattr(importlib.import_module(info.mapping_module), "REFUSED_ARCHITECTURES", {})
+    return table
+
+
+def unsupported_error(architectures: list[str] | None) -> ConfigError:
+    """The one error for a config.json whose architectures no family converts."""
+    refused = refused_architectures()
+    for arch in architectures or ():
+        if arch in refused:
+            return ConfigError(f"architectures={architectures!r}: {refused[arch]}")
+    return ConfigError(
+        f"architectures={architectures!r}: no conversion is registered for it; supported architectures "
+        f"are {', '.join(supported_architectures())}. Fix: convert a checkpoint of one of those, or add "
+        "a family folder with a mapping.py under bridge/models (bridge.models.families finds it)"
+    )
+
+
+def hf_family_for(architectures: list[str] | None) -> HfFamily:
+    """The family (as the translator sees it) of the first architecture that converts; else ConfigError."""
+    table = _by_architecture()
+    for arch in architectures or ():
+        if arch in table:
+            return table[arch]
+    raise unsupported_error(architectures)

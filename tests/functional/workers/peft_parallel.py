@@ -104,7 +104,7 @@ def step_loss(chunks, data) -> float:
 
 
 def adapters(bridge, chunks, grads: bool = False) -> dict[str, torch.Tensor]:
-    from bridge.peft import export_adapter_tensors
+    from bridge.conversion.hf_adapter import export_adapter_tensors
 
     it = export_adapter_tensors(chunks, bridge.family, VOCAB, dst=0, grads=grads)
     return {n: t.detach().clone() for n, t in it}

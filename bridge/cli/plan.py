@@ -1,4 +1,4 @@
-"""`bridge plan` / `python -m bridge.plan`: recommend a parallel layout and estimate per-GPU memory, offline.
+"""`bridge plan` / `python -m bridge.cli.plan`: recommend a parallel layout and estimate per-GPU memory, offline.
 
     bridge plan --model llama31_70b_pretrain_config --gpus 64 --json
     bridge plan --model /path/to/hf_model --gpus 16 --seq-length 32768 --overrides

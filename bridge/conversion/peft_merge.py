@@ -1,4 +1,4 @@
-"""Merged weights: the base weight with its adapter folded in, per tensor-parallel shard.
+"""Merged weights for export: the base weight with its adapter folded in, per tensor-parallel shard.
 
 LoRA: W' = W + s B A. DoRA: W' = m / ||W + s B A||_row * (W + s B A) (the row norms of a row-parallel
 shard are all-reduced over TP). Biases are unchanged by both. The model itself is never modified: each

@@ -1,4 +1,8 @@
-"""The `bridge` console script: `bridge <subcommand> ...` (subcommands load lazily, so --help is instant)."""
+"""The `bridge` console script: `bridge <subcommand> ...` (subcommands load lazily, so --help is instant).
+
+An entry point: the package sits above every layer of bridge (and may import recipes); nothing in the
+library imports it.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import sys
 
 # subcommand -> (module with main(argv) -> int, one-line help)
 SUBCOMMANDS = {
-    "plan": ("bridge.plan", "recommend a parallel layout and estimate per-GPU memory (offline)"),
+    "plan": ("bridge.cli.plan", "recommend a parallel layout and estimate per-GPU memory (offline)"),
 }
 
 
