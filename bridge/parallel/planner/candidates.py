@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bridge.errors import ConfigError
+from bridge.errors import config_error
 from bridge.parallel import schedules
 from bridge.parallel.layout import ModelShape, ParallelLayout
 from bridge.parallel.memory import TrainingSetup
@@ -63,9 +63,12 @@ def _choose_vpp(shape: ModelShape, pp: int, setup: TrainingSetup, dp: int) -> in
         ok = m is None or schedules.microbatch_rule(schedule, pp, m) is None
     if not ok or not options:
         if schedule is not None:
-            raise ConfigError(
-                f"pp_schedule = {schedule!r}: needs virtual stages, and pp={pp} with {per_stage} layers per "
-                f"stage and {m} micro batches per step has none. Fix: another layout or schedule."
+            raise config_error(
+                "pp_schedule",
+                schedule,
+                f"needs virtual stages, and pp={pp} with {per_stage} layers per stage and {m} micro batches "
+                "per step has none",
+                "another layout or schedule",
             )
         return None
     return min(options, key=lambda v: (abs(per_stage / v - 4), -v))
@@ -134,8 +137,10 @@ def candidate_layout(
     )
     gbs = setup.global_batch_size
     if gbs is not None and gbs % (setup.micro_batch_size * layout.dp):
-        raise ConfigError(
-            f"train.global_batch_size = {gbs}: must be divisible by micro_batch_size*dp = "
-            f"{setup.micro_batch_size}*{layout.dp}. Fix: change the global batch or the layout."
+        raise config_error(
+            "train.global_batch_size",
+            gbs,
+            f"must be divisible by micro_batch_size*dp = {setup.micro_batch_size}*{layout.dp}",
+            "change the global batch or the layout",
         )
     return layout, setup

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from bridge.errors import ConfigError
+from bridge.errors import ConfigError, config_error
 from bridge.parallel import schedules
 from bridge.parallel.layout import STRATEGIES, ModelShape, ParallelLayout
 from bridge.parallel.memory import MEMORY_MODELS, MemoryEstimate, TrainingSetup
@@ -43,59 +43,65 @@ class PlanRequest:
         if self.pp_schedule is not None:
             name = schedules.normalize(self.pp_schedule)
             if name not in schedules.NAMES:
-                raise ConfigError(
-                    f"pp_schedule = {self.pp_schedule!r}: must be one of {', '.join(schedules.NAMES)}. "
-                    "Fix: pick one of those."
+                raise config_error(
+                    "pp_schedule",
+                    self.pp_schedule,
+                    f"must be one of {', '.join(schedules.NAMES)}",
+                    "pick one of those",
                 )
             if name == "v_schedule":
-                raise ConfigError(
-                    f"pp_schedule = 'v_schedule': {schedules.V_SCHEDULE_REFUSAL}. Fix: {schedules.V_SCHEDULE_FIX}."
+                raise config_error(
+                    "pp_schedule", name, schedules.V_SCHEDULE_REFUSAL, schedules.V_SCHEDULE_FIX
                 )
             object.__setattr__(self, "pp_schedule", name)
         for name in ("gpus", "gpus_per_node"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(
-                    f"{name} = {value!r}: must be a positive integer. Fix: give an integer >= 1."
-                )
+                raise config_error(name, value, "must be a positive integer", "give an integer >= 1")
         if self.interconnect is not None and self.interconnect not in INTERCONNECTS:
-            raise ConfigError(
-                f"interconnect = {self.interconnect!r}: must be one of {', '.join(INTERCONNECTS)}. "
-                "Fix: nvlink for one node, infiniband or ethernet between nodes."
+            raise config_error(
+                "interconnect",
+                self.interconnect,
+                f"must be one of {', '.join(INTERCONNECTS)}",
+                "nvlink for one node, infiniband or ethernet between nodes",
             )
         if not self.gpu_memory_gb > 0:
-            raise ConfigError(f"gpu_memory_gb = {self.gpu_memory_gb!r}: must be positive. Fix: e.g. 80.")
+            raise config_error("gpu_memory_gb", self.gpu_memory_gb, "must be positive", "e.g. 80")
         if self.memory_model not in MEMORY_MODELS:
-            raise ConfigError(
-                f"memory_model = {self.memory_model!r}: must be one of {', '.join(MEMORY_MODELS)}. "
-                "Fix: pick one of those."
+            raise config_error(
+                "memory_model",
+                self.memory_model,
+                f"must be one of {', '.join(MEMORY_MODELS)}",
+                "pick one of those",
             )
         for name, value in self.fixed.items():
             if name not in SIZE_FLAGS:
                 raise ConfigError(f"fixed size {name!r}: unknown. Fix: use one of {', '.join(SIZE_FLAGS)}.")
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(
-                    f"--{name} = {value!r}: must be a positive integer. Fix: give an integer >= 1."
-                )
+                raise config_error(f"--{name}", value, "must be a positive integer", "give an integer >= 1")
         self.setup(recompute="none")  # validates seq/batch/precision/optimizer
         self._check_strategy()
 
     def _check_strategy(self) -> None:
         if self.strategy not in STRATEGY_CHOICES:
-            raise ConfigError(
-                f"--strategy = {self.strategy!r}: must be one of {', '.join(STRATEGY_CHOICES)}. "
-                "Fix: pick one of those (auto chooses fsdp2 or megatron per layout)."
+            raise config_error(
+                "--strategy",
+                self.strategy,
+                f"must be one of {', '.join(STRATEGY_CHOICES)}",
+                "pick one of those (auto chooses fsdp2 or megatron per layout)",
             )
         r = self.dp_replicate_size
         if r is not None:
             if isinstance(r, bool) or not isinstance(r, int) or r < 1:
-                raise ConfigError(
-                    f"--dp-replicate-size = {r!r}: must be a positive integer. Fix: give an integer >= 1."
+                raise config_error(
+                    "--dp-replicate-size", r, "must be a positive integer", "give an integer >= 1"
                 )
             if self.strategy != "fsdp2":
-                raise ConfigError(
-                    f"--dp-replicate-size = {r}: HSDP replication is an fsdp2 option; --strategy is "
-                    f"{self.strategy!r}. Fix: add --strategy fsdp2, or drop --dp-replicate-size."
+                raise config_error(
+                    "--dp-replicate-size",
+                    r,
+                    f"HSDP replication is an fsdp2 option; --strategy is {self.strategy!r}",
+                    "add --strategy fsdp2, or drop --dp-replicate-size",
                 )
         if self.strategy == "fsdp2":
             refusal = fsdp2_request_refusal(self)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bridge.errors import ConfigError
+from bridge.errors import ConfigError, config_error
 from bridge.parallel.layout import ParallelLayout
 from bridge.parallel.memory import TrainingSetup, estimate_memory
 from bridge.parallel.param_count import count_parameters
@@ -117,9 +117,11 @@ def _no_valid_layout(req: PlanRequest) -> ConfigError:
     except ConfigError as err:
         return err
     given = ", ".join(f"--{k} {v}" for k, v in req.fixed.items()) or "no fixed sizes"
-    return ConfigError(
-        f"gpus = {req.gpus}: no valid layout for this model with {given}. "
-        "Fix: change the GPU count or the fixed sizes."
+    return config_error(
+        "gpus",
+        req.gpus,
+        f"no valid layout for this model with {given}",
+        "change the GPU count or the fixed sizes",
     )
 
 
