@@ -29,7 +29,7 @@ from bridge.models.transformer_fields import AVAILABLE_FIELDS, TransformerFields
 if TYPE_CHECKING:
     from bridge.parallel.layout import ModelShape, ParallelLayout
 
-# The vocabulary of the by-name fields, importable from here as before the split.
+# The provider and the vocabulary of its by-name fields (defined beside it, in provider_checks / provider_build).
 __all__ = [
     "ACTIVATIONS",
     "DEFAULTS_DIFFERING_FROM_MCORE",
