@@ -21,63 +21,19 @@ def _b(n: float) -> str:
 
 
 def reasons(req: PlanRequest, count: ParamCount, layout: ParallelLayout, recompute: str) -> list[str]:
-    shape, fixed = req.model, req.fixed
-    per_node = req.gpus_per_node
+    """One line per decision: the strategy, each size (or that the user fixed it), SP, recompute, dp/edp."""
 
     def fixed_or(name: str, text: str) -> str:
-        return f"{name}={getattr(layout, name)}: fixed by --{name}" if name in fixed else text
+        return f"{name}={getattr(layout, name)}: fixed by --{name}" if name in req.fixed else text
 
     out = [_strategy_reason(req, count, layout, recompute)]
-    if layout.tp == 1:
-        tp_text = f"tp=1: {_b(count.active)} active parameters fit without tensor parallelism"
-    else:
-        tp_text = (
-            f"tp={layout.tp}: sized by the {_b(count.active)} active parameters and memory; kept inside "
-            f"one node ({per_node} GPUs, {'nvlink' if layout.tp <= per_node else 'CROSSES NODES'})"
-        )
-        if req.link == "ethernet":
-            tp_text += "; at most 4 over ethernet (too slow for more TP traffic)"
-    out.append(fixed_or("tp", tp_text))
-    if layout.pp == 1:
-        pp_text = "pp=1: the model fits without pipeline parallelism"
-    else:
-        across = layout.world_size > per_node
-        pp_text = (
-            f"pp={layout.pp}: {shape.num_layers // layout.pp} layers per stage; pipeline stages handle "
-            f"depth{' across nodes' if across else ''} where TP alone does not fit"
-        )
-    out.append(fixed_or("pp", pp_text))
+    out.append(fixed_or("tp", _tp_text(req, count, layout)))
+    out.append(fixed_or("pp", _pp_text(req, layout)))
     if layout.pp > 1:
-        schedule = schedules.effective(req.pp_schedule, layout.vpp if layout.interleaved else None)
-        if layout.interleaved and schedule != "interleaved_1f1b":
-            vpp_text = (
-                f"vpp={layout.vpp}: {layout.vpp} virtual stages per rank for {schedule}, "
-                f"{shape.num_layers // (layout.pp * layout.vpp)} layers per virtual stage"
-            )
-        elif layout.interleaved:
-            vpp_text = (
-                f"vpp={layout.vpp}: interleaved 1F1B, {shape.num_layers // (layout.pp * layout.vpp)} "
-                "layers per virtual stage, to shrink the pipeline bubble"
-            )
-        elif schedule in ("1f1b", "gpipe") and req.pp_schedule is not None:
-            vpp_text = f"vpp unset: pp_schedule {schedule} runs one stage per pipeline rank"
-        else:
-            vpp_text = (
-                "vpp unset: no interleaving (the layers per stage or the micro batches per step "
-                "do not divide into virtual stages)"
-            )
-        out.append(fixed_or("vpp", vpp_text))
+        out.append(fixed_or("vpp", _vpp_text(req, layout)))
         out.append(_bubble_reason(req, layout))
-    if layout.cp == 1 and req.seq < LONG_SEQUENCE:
-        cp_text = f"cp=1: sequence {req.seq} < {LONG_SEQUENCE} needs no context parallelism"
-    elif layout.cp == 1:
-        cp_text = (
-            f"cp=1: a sequence of {req.seq} >= {LONG_SEQUENCE} tokens would use context parallelism, but no "
-            f"layout with it is valid and fits on {layout.world_size} GPU(s)"
-        )
-    else:
-        cp_text = f"cp={layout.cp}: sequence {req.seq} >= {LONG_SEQUENCE} is split across {layout.cp} ranks"
-    out.append(fixed_or("cp", cp_text))
+    out.append(fixed_or("cp", _cp_text(req, layout)))
+    shape = req.model
     if shape.is_moe:
         out.append(
             fixed_or(
@@ -89,21 +45,8 @@ def reasons(req: PlanRequest, count: ParamCount, layout: ParallelLayout, recompu
         out.append(fixed_or("etp", f"etp={layout.etp}: expert tensor parallelism is rarely needed"))
     else:
         out.append("ep=1, etp=1: dense model (no experts)")
-    if layout.sequence_parallel:
-        out.append(
-            "sequence_parallel=True: with tp > 1 it shards norm activations by tp"
-            + (" (and MoE with tp > 1 requires it)" if shape.is_moe else "")
-        )
-    elif layout.tp > 1:  # megatron_fsdp: the only strategy the planner turns SP off for
-        out.append(f"sequence_parallel=False: strategy {layout.strategy} does not support it")
-    else:
-        out.append("sequence_parallel=False: needs tp > 1")
-    if recompute == "none":
-        out.append("activation recomputation: none (fits without)")
-    elif shape.is_moe:
-        out.append("activation recomputation: full (needed to fit at this small tp; cheaper than more TP)")
-    else:
-        out.append("activation recomputation: full (no layout fits without it)")
+    out.append(_sequence_parallel_text(req, layout))
+    out.append(_recompute_text(req, recompute))
     out.append(f"dp={layout.dp}, edp={layout.edp}: implied by world/(tp*pp*cp) and world/(pp*ep*etp)")
     gbs = planned_global_batch(req, layout.dp)
     if gbs != req.global_batch_size:
@@ -112,6 +55,79 @@ def reasons(req: PlanRequest, count: ParamCount, layout: ParallelLayout, recompu
             f"micro_batch_size*dp = {req.micro_batch_size}*{layout.dp} (give --global-batch-size to choose)"
         )
     return out
+
+
+def _tp_text(req: PlanRequest, count: ParamCount, layout: ParallelLayout) -> str:
+    per_node = req.gpus_per_node
+    if layout.tp == 1:
+        return f"tp=1: {_b(count.active)} active parameters fit without tensor parallelism"
+    tp_text = (
+        f"tp={layout.tp}: sized by the {_b(count.active)} active parameters and memory; kept inside "
+        f"one node ({per_node} GPUs, {'nvlink' if layout.tp <= per_node else 'CROSSES NODES'})"
+    )
+    if req.link == "ethernet":
+        tp_text += "; at most 4 over ethernet (too slow for more TP traffic)"
+    return tp_text
+
+
+def _pp_text(req: PlanRequest, layout: ParallelLayout) -> str:
+    if layout.pp == 1:
+        return "pp=1: the model fits without pipeline parallelism"
+    across = layout.world_size > req.gpus_per_node
+    return (
+        f"pp={layout.pp}: {req.model.num_layers // layout.pp} layers per stage; pipeline stages handle "
+        f"depth{' across nodes' if across else ''} where TP alone does not fit"
+    )
+
+
+def _vpp_text(req: PlanRequest, layout: ParallelLayout) -> str:
+    num_layers = req.model.num_layers
+    schedule = schedules.effective(req.pp_schedule, layout.vpp if layout.interleaved else None)
+    if layout.interleaved and schedule != "interleaved_1f1b":
+        return (
+            f"vpp={layout.vpp}: {layout.vpp} virtual stages per rank for {schedule}, "
+            f"{num_layers // (layout.pp * layout.vpp)} layers per virtual stage"
+        )
+    if layout.interleaved:
+        return (
+            f"vpp={layout.vpp}: interleaved 1F1B, {num_layers // (layout.pp * layout.vpp)} "
+            "layers per virtual stage, to shrink the pipeline bubble"
+        )
+    if schedule in ("1f1b", "gpipe") and req.pp_schedule is not None:
+        return f"vpp unset: pp_schedule {schedule} runs one stage per pipeline rank"
+    return (
+        "vpp unset: no interleaving (the layers per stage or the micro batches per step "
+        "do not divide into virtual stages)"
+    )
+
+
+def _cp_text(req: PlanRequest, layout: ParallelLayout) -> str:
+    if layout.cp == 1 and req.seq < LONG_SEQUENCE:
+        return f"cp=1: sequence {req.seq} < {LONG_SEQUENCE} needs no context parallelism"
+    if layout.cp == 1:
+        return (
+            f"cp=1: a sequence of {req.seq} >= {LONG_SEQUENCE} tokens would use context parallelism, but no "
+            f"layout with it is valid and fits on {layout.world_size} GPU(s)"
+        )
+    return f"cp={layout.cp}: sequence {req.seq} >= {LONG_SEQUENCE} is split across {layout.cp} ranks"
+
+
+def _sequence_parallel_text(req: PlanRequest, layout: ParallelLayout) -> str:
+    if layout.sequence_parallel:
+        return "sequence_parallel=True: with tp > 1 it shards norm activations by tp" + (
+            " (and MoE with tp > 1 requires it)" if req.model.is_moe else ""
+        )
+    if layout.tp > 1:  # megatron_fsdp: the only strategy the planner turns SP off for
+        return f"sequence_parallel=False: strategy {layout.strategy} does not support it"
+    return "sequence_parallel=False: needs tp > 1"
+
+
+def _recompute_text(req: PlanRequest, recompute: str) -> str:
+    if recompute == "none":
+        return "activation recomputation: none (fits without)"
+    if req.model.is_moe:
+        return "activation recomputation: full (needed to fit at this small tp; cheaper than more TP)"
+    return "activation recomputation: full (no layout fits without it)"
 
 
 def _strategy_text(layout: ParallelLayout) -> str:
