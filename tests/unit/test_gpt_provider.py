@@ -289,10 +289,16 @@ def test_context_parallel_without_transformer_engine_needs_sdpa_attention(built,
     "overrides,match",
     [
         ({"layernorm_placement": "middle"}, r"model.layernorm_placement = 'middle': must be one of"),
-        ({"qk_layernorm_scope": "projection"}, r"model.qk_layernorm_scope = 'projection'.*qk_layernorm=False"),
+        (
+            {"qk_layernorm_scope": "projection"},
+            r"model.qk_layernorm_scope = 'projection'.*qk_layernorm=False",
+        ),
         ({"attn_logit_softcapping": 0.0}, r"model.attn_logit_softcapping = 0.0: must be positive"),
         ({"final_logit_softcapping": -1.0}, r"model.final_logit_softcapping = -1.0: must be positive"),
-        ({"local_rotary_base": 0.0, "window_size": [3, 0]}, r"model.local_rotary_base = 0.0: must be positive"),
+        (
+            {"local_rotary_base": 0.0, "window_size": [3, 0]},
+            r"model.local_rotary_base = 0.0: must be positive",
+        ),
         ({"local_rotary_base": 10.0}, r"model.local_rotary_base = 10.0: .*window_size=None makes none"),
         (
             {"local_rotary_base": 10.0, "window_size": [3, 0], "rotary_percent": 0.5},
