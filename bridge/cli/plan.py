@@ -22,8 +22,8 @@ from pathlib import Path
 from bridge.errors import ConfigError
 from bridge.parallel.layout import ModelShape
 from bridge.parallel.memory import MEMORY_MODELS, OPTIMIZERS, PRECISIONS
-from bridge.parallel.plan_report import format_table, plan_overrides, plan_to_json
 from bridge.parallel.planner import INTERCONNECTS, SIZE_FLAGS, STRATEGY_CHOICES, PlanRequest, plan
+from bridge.parallel.planner.report import format_table, plan_overrides, plan_to_json
 
 
 def _positive_int(cfg: dict, key: str, source: str, *, required: bool = True) -> int | None:

@@ -9,10 +9,8 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from bridge.conversion.mappings import Mapping, make_mapping
-from bridge.errors import ConfigError
 from bridge.models.families import mapping_modules
-from bridge.models.hf_translation.registry import unsupported_error
-from bridge.models.hf_translation.registry import rules_of
+from bridge.models.hf_translation.registry import rules_of, unsupported_error
 from bridge.models.hf_translation.rules import FamilyRules
 
 

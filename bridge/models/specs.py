@@ -13,7 +13,7 @@ SDPAttention (DotProductAttention takes no k_channels / v_channels, which MLA pa
 cannot run is refused for it. SDPAttention is also the local
 spec's context-parallel attention (K/V all-gathered over the CP group; see bridge.models.attention):
 with context_parallel_size > 1 and no Transformer Engine, a config that would keep DotProductAttention
-(which refuses CP) is refused by the model build (GPTModelProvider._build_stage).
+(which refuses CP) is refused by the model build (bridge.models.provider_build).
 
 Its MoE experts' first linear is ExpertColumnParallelLinear: Megatron-Core's ColumnParallelLinear, built
 without sequence parallelism when the expert tensor-parallel group has one rank (ETP=1, e.g. TP=2 EP=2).

@@ -44,8 +44,9 @@ import contextlib
 import functools
 import logging
 import threading
-import warnings
 from typing import Any
+
+from bridge.parallel.cpu_device_mode import push_device_mode
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ def install() -> bool:
     Returns True when the CPU backend is active after the call, False when CUDA is present (nothing
     is touched then). Calling it again is harmless.
     """
-    global _installed
+    global _installed, _mode
     with _lock:
         if _installed is not None:
             return True
@@ -107,7 +108,8 @@ def install() -> bool:
         changed += _patch_torch_cuda(torch)
         changed += _patch_rng_tracker(torch)
         changed += _patch_moe(torch)
-        changed.append(_push_device_mode(torch))
+        _mode, pushed = push_device_mode(torch)
+        changed.append(pushed)
         changed += _patch_recompute()
         changed += _patch_pipeline_p2p(torch)
         changed += _patch_one_rank_collectives(torch)
@@ -412,90 +414,3 @@ def _patch_one_rank_collectives(torch: Any) -> list[str]:
     buffers.dist_reduce_scatter_func = skipping_self_copy(buffers.dist_reduce_scatter_func)
     buffers.dist_all_gather_func = skipping_self_copy(buffers.dist_all_gather_func)
     return ["one-rank in-place reduce-scatter/all-gather->no copy"]
-
-
-# -- 2, 3, 4: the device-rewriting TorchFunctionMode ----------------------------------------------
-
-
-def _is_cuda_device(device: Any, torch: Any) -> bool:
-    if isinstance(device, torch.device):
-        return device.type == "cuda"
-    if isinstance(device, str):
-        return device == "cuda" or device.startswith("cuda:")
-    # a bare int is a CUDA ordinal in torch's device arguments (bool is an int too: exclude it)
-    return isinstance(device, int) and not isinstance(device, bool)
-
-
-def _push_device_mode(torch: Any) -> str:
-    global _mode
-    from torch.overrides import TorchFunctionMode
-
-    tensor_cls = torch.Tensor
-    is_cuda = _is_cuda_device
-
-    def cpu_type_name(name: str) -> str:
-        # "torch.FloatTensor" -> "torch.cuda.FloatTensor" (what a GPU parameter reports)
-        return "torch.cuda." + name[len("torch.") :] if name.startswith("torch.") else name
-
-    grad_get = tensor_cls.grad.__get__  # a new method-wrapper per lookup: compare with ==, not `is`
-    special = frozenset(
-        {
-            tensor_cls.cuda,
-            tensor_cls.pin_memory,
-            tensor_cls.record_stream,
-            tensor_cls.to,
-            tensor_cls.type,
-            grad_get,
-        }
-    )
-
-    def reattributed_grad(getter: Any, tensor: Any) -> Any:
-        # torch warns about reading a non-leaf's .grad from the innermost Python frame, which would be
-        # __torch_function__ below: warn from the frame that read it, as without the mode, so the
-        # message and warning filters (bridge.parallel.quiet_warnings) see the real module.
-        if tensor.is_leaf:
-            return getter(tensor)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            value = getter(tensor)
-        for w in caught:
-            warnings.warn(w.message, w.category, stacklevel=3)  # 1: here, 2: __torch_function__, 3: reader
-        return value
-
-    class CpuDeviceMode(TorchFunctionMode):
-        """Runs "cuda" requests on the CPU and reports CUDA type strings."""
-
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            if kwargs:
-                if "device" in kwargs and is_cuda(kwargs["device"], torch):
-                    kwargs = {**kwargs, "device": "cpu"}
-                if kwargs.get("pin_memory"):
-                    kwargs = {**kwargs, "pin_memory": False}
-            else:
-                kwargs = {}
-            if func not in special:  # the common case: one set lookup
-                return func(*args, **kwargs)
-            if func is tensor_cls.cuda or func is tensor_cls.pin_memory:
-                return args[0]
-            if func is tensor_cls.record_stream:
-                return None
-            if func == grad_get:
-                return reattributed_grad(func, args[0])
-            if func is tensor_cls.to:
-                if len(args) > 1 and is_cuda(args[1], torch):
-                    args = (args[0], "cpu", *args[2:])
-                return func(*args, **kwargs)
-            # Tensor.type
-            if len(args) == 1 and "dtype" not in kwargs:
-                return cpu_type_name(func(*args, **kwargs))
-            kwargs = dict(kwargs)
-            target = kwargs.pop("dtype", args[1] if len(args) > 1 else None)
-            if isinstance(target, type):
-                target = f"{target.__module__}.{target.__name__}"
-            if isinstance(target, str):
-                target = target.replace("torch.cuda.", "torch.", 1)
-            return func(args[0], target, *args[2:], **kwargs)
-
-    _mode = CpuDeviceMode()
-    _mode.__enter__()  # never exited: the mode stays for the life of the process
-    return "device='cuda'/.cuda()/.to(cuda)->CPU, Tensor.type()->torch.cuda.*, pinning dropped"

@@ -10,39 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bridge.errors import ConfigError
+from bridge.parallel.layout_rules import check_positive_int, check_strategy, fail
 
 STRATEGIES = ("megatron", "fsdp2", "megatron_fsdp", "ddp")
-
-# The names users type (provider / ConfigContainer fields), shown next to the layout's short names.
-USER_FIELD = {
-    "world_size": "world_size (torchrun nnodes x nproc_per_node)",
-    "tp": "model.tensor_model_parallel_size",
-    "pp": "model.pipeline_model_parallel_size",
-    "vpp": "model.virtual_pipeline_model_parallel_size",
-    "cp": "model.context_parallel_size",
-    "ep": "model.expert_model_parallel_size",
-    "etp": "model.expert_tensor_parallel_size",
-    "sequence_parallel": "model.sequence_parallel",
-    "strategy": "distributed.strategy",
-    "dp_replicate_size": "distributed.dp_replicate_size",
-    "packed_sequence_size": "dataset.packed_sequence_size",
-    "gpus_per_node": "distributed.gpus_per_node",
-    "model": "the model shape (provider.model_shape())",
-}
-
-
-def _fail(field: str, value, rule: str, fix: str):
-    name = USER_FIELD.get(field, field if field.startswith("model.") else f"model.{field}")
-    shown = name if name.startswith(field) else f"{field} ({name})"
-    raise ConfigError(f"{shown} = {value!r}: {rule}. Fix: {fix}.")
-
-
-def _check_positive_int(field: str, value, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        _fail(field, value, "must be a positive integer", "give an integer >= 1")
 
 
 @dataclass(frozen=True)
@@ -85,7 +55,7 @@ class ModelShape:
 
     def __post_init__(self):
         for name in ("num_layers", "num_attention_heads"):
-            _check_positive_int(f"model.{name}", getattr(self, name))
+            check_positive_int(f"model.{name}", getattr(self, name))
         for name in (
             "num_query_groups",
             "ffn_hidden_size",
@@ -96,22 +66,22 @@ class ModelShape:
             "moe_ffn_hidden_size",
             "moe_shared_expert_intermediate_size",
         ):
-            _check_positive_int(f"model.{name}", getattr(self, name), allow_none=True)
+            check_positive_int(f"model.{name}", getattr(self, name), allow_none=True)
         if self.num_moe_experts is not None and (
             isinstance(self.num_moe_experts, bool)
             or not isinstance(self.num_moe_experts, int)
             or self.num_moe_experts < 0
         ):
-            _fail(
+            fail(
                 "model.num_moe_experts",
                 self.num_moe_experts,
                 "must be None, 0 (dense) or a positive integer",
                 "give the number of experts, or None for a dense model",
             )
         if self.is_moe:
-            _check_positive_int("model.moe_router_topk", self.moe_router_topk)
+            check_positive_int("model.moe_router_topk", self.moe_router_topk)
             if self.moe_router_topk > self.num_moe_experts:
-                _fail(
+                fail(
                     "model.moe_router_topk",
                     self.moe_router_topk,
                     f"cannot exceed num_moe_experts ({self.num_moe_experts})",
@@ -119,16 +89,16 @@ class ModelShape:
                 )
         freq = self.moe_layer_freq
         if isinstance(freq, int) and not isinstance(freq, bool):
-            _check_positive_int("model.moe_layer_freq", freq)
+            check_positive_int("model.moe_layer_freq", freq)
         elif not isinstance(freq, (list, tuple)):
-            _fail(
+            fail(
                 "model.moe_layer_freq",
                 freq,
                 "must be an integer N (a MoE layer every N layers) or a per-layer list of 1 (MoE) / 0 (dense)",
                 "give e.g. 1, or one 0/1 per layer",
             )
         elif len(freq) != self.num_layers or any(v not in (0, 1) for v in freq):
-            _fail(
+            fail(
                 "model.moe_layer_freq",
                 list(freq),
                 f"a per-layer pattern must hold num_layers={self.num_layers} values of 1 (MoE) or 0 (dense)",
@@ -136,7 +106,7 @@ class ModelShape:
             )
         groups = self.query_groups
         if self.num_attention_heads % groups:
-            _fail(
+            fail(
                 "model.num_query_groups",
                 groups,
                 f"must divide num_attention_heads ({self.num_attention_heads})",
@@ -183,7 +153,7 @@ class ParallelLayout:
         self._check_types()
         self._check_world()
         self._check_sequence_parallel()
-        self._check_strategy()
+        check_strategy(self)
         self._check_context_parallel()
         self._check_experts()
         if self.model is not None:
@@ -255,31 +225,31 @@ class ParallelLayout:
 
     def _check_types(self) -> None:
         for name in ("world_size", "tp", "pp", "cp", "ep", "etp", "gpus_per_node"):
-            _check_positive_int(name, getattr(self, name))
-        _check_positive_int("vpp", self.vpp, allow_none=True)
-        _check_positive_int("dp_replicate_size", self.dp_replicate_size, allow_none=True)
+            check_positive_int(name, getattr(self, name))
+        check_positive_int("vpp", self.vpp, allow_none=True)
+        check_positive_int("dp_replicate_size", self.dp_replicate_size, allow_none=True)
         if self.packed_sequence_size is not None and (
             isinstance(self.packed_sequence_size, bool)
             or not isinstance(self.packed_sequence_size, int)
             or self.packed_sequence_size < 0
         ):
-            _fail(
+            fail(
                 "packed_sequence_size",
                 self.packed_sequence_size,
                 "must be None, 0 (off) or a positive integer",
                 "give the packed length in tokens, or 0 to turn packing off",
             )
         if not isinstance(self.sequence_parallel, bool):
-            _fail("sequence_parallel", self.sequence_parallel, "must be true or false", "give a boolean")
+            fail("sequence_parallel", self.sequence_parallel, "must be true or false", "give a boolean")
         if self.strategy not in STRATEGIES:
-            _fail(
+            fail(
                 "strategy",
                 self.strategy,
                 f"must be one of {', '.join(STRATEGIES)}",
                 "pick one of those (megatron is the default)",
             )
         if self.model is not None and not isinstance(self.model, ModelShape):
-            _fail(
+            fail(
                 "model",
                 type(self.model).__name__,
                 "must be a ModelShape",
@@ -289,7 +259,7 @@ class ParallelLayout:
     def _check_world(self) -> None:
         w = self.world_size
         if w < self.min_gpus:
-            _fail(
+            fail(
                 "world_size",
                 w,
                 f"these sizes need at least min_gpus = pp*max(tp*cp, ep*etp) = {self.pp}*max({self.tp}*{self.cp}, "
@@ -298,7 +268,7 @@ class ParallelLayout:
             )
         dense = self.tp * self.pp * self.cp
         if w % dense:
-            _fail(
+            fail(
                 "world_size",
                 w,
                 f"must be divisible by tp*pp*cp = {self.tp}*{self.pp}*{self.cp} = {dense} (dp = world/(tp*pp*cp))",
@@ -306,7 +276,7 @@ class ParallelLayout:
             )
         expert = self.pp * self.ep * self.etp
         if w % expert:
-            _fail(
+            fail(
                 "world_size",
                 w,
                 f"must be divisible by pp*ep*etp = {self.pp}*{self.ep}*{self.etp} = {expert} "
@@ -314,7 +284,7 @@ class ParallelLayout:
                 f"use a multiple of {expert} GPUs, or change pp/ep/etp so their product divides {w}",
             )
         if self.vpp is not None and self.pp == 1:
-            _fail(
+            fail(
                 "vpp",
                 self.vpp,
                 "virtual pipeline stages need pipeline parallelism (pp > 1)",
@@ -323,99 +293,12 @@ class ParallelLayout:
 
     def _check_sequence_parallel(self) -> None:
         if self.sequence_parallel and self.tp == 1:
-            _fail(
+            fail(
                 "sequence_parallel",
                 True,
                 "sequence parallelism splits activations across tensor-parallel ranks, so it needs tp > 1 "
                 "(it is never turned off silently)",
                 "set model.sequence_parallel=False, or raise tp above 1",
-            )
-
-    def _check_strategy(self) -> None:
-        s = self.strategy
-        if self.dp_replicate_size is not None and s != "fsdp2":
-            _fail(
-                "dp_replicate_size",
-                self.dp_replicate_size,
-                f"HSDP replication is an fsdp2 option; strategy is {s!r}",
-                "remove distributed.dp_replicate_size, or use distributed.strategy=fsdp2",
-            )
-        if s == "ddp":
-            # PyTorch DDP replicates the whole model: data parallelism only.
-            for name in ("tp", "pp", "cp", "ep", "etp"):
-                value = getattr(self, name)
-                if value > 1:
-                    _fail(
-                        name,
-                        value,
-                        "strategy 'ddp' is data parallelism only (no TP, PP, CP, EP or ETP)",
-                        f"set {name}=1, or use distributed.strategy=megatron for model parallelism",
-                    )
-        elif s == "megatron_fsdp":
-            # Megatron-FSDP has no pipeline, expert or sequence parallelism (NeMo AutoModel rejects them too).
-            if self.pp > 1:
-                _fail(
-                    "pp",
-                    self.pp,
-                    "strategy 'megatron_fsdp' does not support pipeline parallelism",
-                    "set pp=1, or use distributed.strategy=megatron",
-                )
-            if self.ep > 1:
-                _fail(
-                    "ep",
-                    self.ep,
-                    "strategy 'megatron_fsdp' does not support expert parallelism",
-                    "set ep=1, or use distributed.strategy=megatron",
-                )
-            if self.sequence_parallel:
-                _fail(
-                    "sequence_parallel",
-                    True,
-                    "strategy 'megatron_fsdp' does not support sequence parallelism",
-                    "set model.sequence_parallel=False, or use distributed.strategy=megatron",
-                )
-        elif s == "fsdp2":
-            self._check_fsdp2()
-
-    def _check_fsdp2(self) -> None:
-        if self.dp_replicate_size is not None:
-            r, dp = self.dp_replicate_size, self.dp
-            if dp % r:
-                _fail(
-                    "dp_replicate_size",
-                    r,
-                    f"must divide dp = world/(tp*pp*cp) = {dp}",
-                    f"use a divisor of {dp}",
-                )
-            if r >= dp:
-                _fail(
-                    "dp_replicate_size",
-                    r,
-                    f"must be < dp ({dp}): pure replication without sharding is not FSDP",
-                    "use a smaller value, or distributed.strategy=megatron for plain replication",
-                )
-        # NeMo AutoModel's rule: in an FSDP2 mesh the experts live on the dp*cp ranks, so ep | dp*cp.
-        # (With `megatron` the expert grid folds across the TP ranks instead: only world % (pp*ep*etp).)
-        if self.ep > 1 and (self.dp * self.cp) % self.ep:
-            _fail(
-                "ep",
-                self.ep,
-                f"with strategy 'fsdp2' the experts are laid out on the dp*cp mesh, so ep must divide "
-                f"dp*cp = {self.dp}*{self.cp} = {self.dp * self.cp}",
-                "choose ep dividing dp*cp, or use distributed.strategy=megatron",
-            )
-        # strategy fsdp2 runs on PyTorch's fully_shard (bridge/training/strategies.py) over the dense
-        # mesh's (dp_replicate, dp_shard*cp) axes: HSDP, TP/SP, PP/VPP (Megatron-Core's 1f1b and
-        # interleaved schedules) and tied embeddings run and match strategy megatron
-        # (tests/functional/test_fsdp2*.py). With ep > 1 the experts are sharded over the MoE mesh's
-        # ep_shard axis, which is Megatron-Core's expert data-parallel group only when etp = 1:
-        if self.ep > 1 and self.etp > 1:
-            _fail(
-                "etp",
-                self.etp,
-                "with strategy 'fsdp2' and ep > 1 the experts are sharded over the (pp, ep_shard, ep) mesh, "
-                "which matches Megatron-Core's expert groups only with etp = 1",
-                "set model.expert_tensor_parallel_size=1, or use distributed.strategy=megatron",
             )
 
     def _check_context_parallel(self) -> None:
@@ -424,7 +307,7 @@ class ParallelLayout:
         seq = self.model.seq_length if self.model is not None else None
         if seq is not None and seq % (2 * self.cp):
             # Each CP rank takes two chunks of the sequence (load balancing of causal attention).
-            _fail(
+            fail(
                 "model.seq_length",
                 seq,
                 f"with cp={self.cp} it must be divisible by 2*cp = {2 * self.cp}",
@@ -432,7 +315,7 @@ class ParallelLayout:
             )
         packed = self.packed_sequence_size
         if packed and packed % self.cp:
-            _fail(
+            fail(
                 "packed_sequence_size",
                 packed,
                 f"with cp={self.cp} it must be divisible by cp",
@@ -447,7 +330,7 @@ class ParallelLayout:
             for name in ("ep", "etp"):
                 value = getattr(self, name)
                 if value > 1:
-                    _fail(
+                    fail(
                         name,
                         value,
                         "expert parallelism is only for MoE models (model.num_moe_experts is unset)",
@@ -455,14 +338,14 @@ class ParallelLayout:
                     )
             return
         if m.num_moe_experts % self.ep:
-            _fail(
+            fail(
                 "ep",
                 self.ep,
                 f"must divide model.num_moe_experts ({m.num_moe_experts})",
                 "choose ep so every rank holds the same number of experts",
             )
         if self.tp > 1 and not self.sequence_parallel:
-            _fail(
+            fail(
                 "sequence_parallel",
                 False,
                 f"Megatron-Core requires sequence parallelism for MoE models with tp > 1 (tp={self.tp})",
@@ -470,7 +353,7 @@ class ParallelLayout:
             )
         expert_ffn = m.moe_ffn_hidden_size or m.ffn_hidden_size
         if expert_ffn is not None and expert_ffn % self.etp:
-            _fail(
+            fail(
                 "etp",
                 self.etp,
                 f"must divide the expert FFN size ({expert_ffn})",
@@ -480,7 +363,7 @@ class ParallelLayout:
     def _check_model_shape(self, m: ModelShape) -> None:
         tp = self.tp
         if m.num_attention_heads % tp:
-            _fail(
+            fail(
                 "tp",
                 tp,
                 f"must divide model.num_attention_heads ({m.num_attention_heads})",
@@ -489,7 +372,7 @@ class ParallelLayout:
         # Megatron-Core 0.16.1 would also accept tp a multiple of the query groups (replicated KV heads),
         # but our checkpoint mappings shard KV heads, so each rank must hold whole groups.
         if m.query_groups % tp:
-            _fail(
+            fail(
                 "tp",
                 tp,
                 f"must divide model.num_query_groups ({m.query_groups} key/value heads)",
@@ -498,16 +381,16 @@ class ParallelLayout:
         for name in ("ffn_hidden_size", "moe_shared_expert_intermediate_size"):
             size = getattr(m, name)
             if size is not None and size % tp:
-                _fail("tp", tp, f"must divide model.{name} ({size})", f"choose tp dividing {size}")
+                fail("tp", tp, f"must divide model.{name} ({size})", f"choose tp dividing {size}")
         if m.num_layers % self.pp:
-            _fail(
+            fail(
                 "pp",
                 self.pp,
                 f"must divide model.num_layers ({m.num_layers}) so every stage gets whole layers",
                 "choose pp dividing num_layers",
             )
         if self.vpp is not None and m.num_layers % (self.pp * self.vpp):
-            _fail(
+            fail(
                 "vpp",
                 self.vpp,
                 f"with pp={self.pp}, pp*vpp = {self.pp * self.vpp} must divide model.num_layers ({m.num_layers})",

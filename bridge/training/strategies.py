@@ -71,19 +71,20 @@ def wrap_model(
             ddp_config=ddp_config_for(dist_cfg, strategy, use_dist_opt),
             data_parallel_random_init=data_parallel_random_init,
             seed=seed,
+            layout=layout,
         )
         return WrappedModel(chunks, use_dist_opt, megatron_ddp=True)
 
     if strategy == "fsdp2":
         # fp32 parameters (no Float16Module): FSDP2's MixedPrecisionPolicy casts them per all-gather.
         chunks = provider.provide_distributed_model(
-            wrap_with_ddp=False, mixed_precision_wrapper=False, seed=seed
+            wrap_with_ddp=False, mixed_precision_wrapper=False, seed=seed, layout=layout
         )
         sharded = fully_shard_chunks(
             chunks, layout, precision, moe_reshard_after_forward=bool(dist_cfg.moe_reshard_after_forward)
         )
         return WrappedModel(sharded, False, False, fsdp2=True)
-    chunks = provider.provide_distributed_model(wrap_with_ddp=False, seed=seed)
+    chunks = provider.provide_distributed_model(wrap_with_ddp=False, seed=seed, layout=layout)
     if strategy == "ddp":
         return WrappedModel([_torch_ddp(c) for c in chunks], False, megatron_ddp=False)
     # megatron_fsdp

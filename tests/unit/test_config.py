@@ -310,7 +310,7 @@ def test_valid_config_gives_layout_and_no_warnings():
         ),
         (["model.sequence_parallel=True"], 1, r"model.sequence_parallel\) = True: .*needs tp > 1"),
         (["model.tensor_model_parallel_size=2"], 3, r"world_size .* = 3: must be divisible by tp\*pp\*cp"),
-        (["model.hidden_size=66"], 1, r"model.hidden_size=66: must be divisible by num_attention_heads=4"),
+        (["model.hidden_size=66"], 1, r"model.hidden_size = 66: must be divisible by num_attention_heads=4"),
     ],
 )
 def test_validation_rules(overrides, world, expected):

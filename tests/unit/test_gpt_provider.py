@@ -111,7 +111,7 @@ def test_omegaconf_type_checks_values():
     ],
 )
 def test_finalize_rejects_bad_fields_naming_field_and_fix(overrides, field):
-    with pytest.raises(ConfigError, match=rf"model\.{field}=.*Fix: "):
+    with pytest.raises(ConfigError, match=rf"model\.{field} = .*Fix: "):
         tiny(**overrides).finalize()
 
 
@@ -281,22 +281,28 @@ def test_context_parallel_without_transformer_engine_needs_sdpa_attention(built,
 
     if use_transformer_engine():
         pytest.skip("Transformer Engine is usable here")
-    with pytest.raises(ConfigError, match=f"context_parallel_size=2.*sdpa attention.*{reason}.*Fix"):
+    with pytest.raises(ConfigError, match=f"context_parallel_size = 2.*sdpa attention.*{reason}.*Fix"):
         tiny(context_parallel_size=2, **overrides).provide()
 
 
 @pytest.mark.parametrize(
     "overrides,match",
     [
-        ({"layernorm_placement": "middle"}, r"model.layernorm_placement='middle': must be one of"),
-        ({"qk_layernorm_scope": "projection"}, r"model.qk_layernorm_scope='projection'.*qk_layernorm=False"),
-        ({"attn_logit_softcapping": 0.0}, r"model.attn_logit_softcapping=0.0: must be positive"),
-        ({"final_logit_softcapping": -1.0}, r"model.final_logit_softcapping=-1.0: must be positive"),
-        ({"local_rotary_base": 0.0, "window_size": [3, 0]}, r"model.local_rotary_base=0.0: must be positive"),
-        ({"local_rotary_base": 10.0}, r"model.local_rotary_base=10.0: .*window_size=None makes none"),
+        ({"layernorm_placement": "middle"}, r"model.layernorm_placement = 'middle': must be one of"),
+        (
+            {"qk_layernorm_scope": "projection"},
+            r"model.qk_layernorm_scope = 'projection'.*qk_layernorm=False",
+        ),
+        ({"attn_logit_softcapping": 0.0}, r"model.attn_logit_softcapping = 0.0: must be positive"),
+        ({"final_logit_softcapping": -1.0}, r"model.final_logit_softcapping = -1.0: must be positive"),
+        (
+            {"local_rotary_base": 0.0, "window_size": [3, 0]},
+            r"model.local_rotary_base = 0.0: must be positive",
+        ),
+        ({"local_rotary_base": 10.0}, r"model.local_rotary_base = 10.0: .*window_size=None makes none"),
         (
             {"local_rotary_base": 10.0, "window_size": [3, 0], "rotary_percent": 0.5},
-            r"model.local_rotary_base=10.0: needs .*rotary_percent=1.0",
+            r"model.local_rotary_base = 10.0: needs .*rotary_percent=1.0",
         ),
     ],
 )
@@ -306,14 +312,14 @@ def test_layer_variant_fields_are_checked(overrides, match):
 
 
 def test_soft_capped_attention_refuses_context_parallelism(built):
-    with pytest.raises(ConfigError, match=r"context_parallel_size=2: attention logit soft-capping.*Fix"):
+    with pytest.raises(ConfigError, match=r"context_parallel_size = 2: attention logit soft-capping.*Fix"):
         tiny(context_parallel_size=2, attn_logit_softcapping=50.0).provide()
 
 
 def test_per_layer_rope_refuses_context_parallelism(built):
     # the local layers' own embedding would need the CP-sliced positions of GPTModel's
     with pytest.raises(
-        ConfigError, match=r"context_parallel_size=2: per-layer RoPE \(local_rotary_base.*Fix"
+        ConfigError, match=r"context_parallel_size = 2: per-layer RoPE \(local_rotary_base.*Fix"
     ):
         tiny(
             context_parallel_size=2, local_rotary_base=10.0, window_size=[3, 0], window_attn_skip_freq=2
@@ -321,7 +327,7 @@ def test_per_layer_rope_refuses_context_parallelism(built):
 
 
 def test_groups_of_another_layout_are_refused(built):
-    with pytest.raises(ConfigError, match="tensor_model_parallel_size=2.*initialized with 1"):
+    with pytest.raises(ConfigError, match="tensor_model_parallel_size = 2.*initialized with 1"):
         tiny(tensor_model_parallel_size=2).provide_distributed_model(wrap_with_ddp=False)
 
 

@@ -192,17 +192,17 @@ def test_deepseek_preset_math_equals_what_the_published_config_converts_to(name,
     # Every field that changes the math, as the conversion reads the published config.json.
     from bridge.conversion.registry import family_for
     from bridge.errors import ConfigError
-    from bridge.models.gpt_provider import _has_mla_qk_norm_resolver
     from bridge.models.hf_translation.read import provider_fields
     from bridge.models.hf_translation.registry import with_class_defaults
     from bridge.models.hf_translation.write import NOT_MATH as _NOT_MATH
+    from bridge.models.provider_checks import has_mla_qk_norm_resolver
 
     cls, values = PUBLISHED[name]
     model_type = "deepseek_v3" if "V3" in cls else "deepseek_v2"
     arch = cls.replace("Config", "ForCausalLM")
     config = with_class_defaults({"model_type": model_type, "architectures": [arch], **values})
     family = family_for([arch])
-    if name == "deepseek_v2_lite" and _has_mla_qk_norm_resolver():
+    if name == "deepseek_v2_lite" and has_mla_qk_norm_resolver():
         # megatron-core 0.19's MLA adds a query norm V2-Lite does not have: refused by the provider's
         # validation (so the dry run refuses it as the build would)
         with pytest.raises(ConfigError, match="QKNormConfigResolver"):
@@ -316,7 +316,7 @@ def test_parameter_count_equals_hugging_face(name, single_process_groups):
     provider = preset(name)
     from tests.functional.workers.convert_models import refused_by_installed_release
 
-    # V2-Lite (no query compression) is refused by megatron-core 0.19.2 (GPTModelProvider._check_mla_query_norm)
+    # V2-Lite (no query compression) is refused by megatron-core 0.19.2 (bridge.models.provider_checks.check_mla_query_norm)
     if name in COUNTED_BY_FORMULA or (
         name == "deepseek_v2_lite" and refused_by_installed_release("deepseek_v2")
     ):

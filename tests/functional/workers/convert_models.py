@@ -212,11 +212,11 @@ def refused_by_installed_release(family: str) -> str | None:
     """The ConfigError text (a regex) the installed Megatron-Core gets for `family`'s tiny model, or None.
 
     deepseek_v2 (q_lora_rank None, as DeepSeek-V2-Lite): megatron-core 0.19.2's MLA would add a query
-    norm (GPTModelProvider._check_mla_query_norm); it converts on 0.16.1."""
+    norm (bridge.models.provider_checks.check_mla_query_norm); it converts on 0.16.1."""
     import importlib.util
 
     if family == "deepseek_v2" and importlib.util.find_spec("megatron.core.transformer.mla_qk_norm_config"):
-        return r"model\.q_lora_rank=None: megatron-core .* fused norm\+linear"
+        return r"model\.q_lora_rank = None: megatron-core .* fused norm\+linear"
     return None
 
 

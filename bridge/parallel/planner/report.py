@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bridge.parallel.layout import ParallelLayout
-from bridge.parallel.planner import USABLE_FRACTION, Plan
+from bridge.parallel.planner.request import USABLE_FRACTION, Plan
 
 _LAYOUT_KEYS = (
     ("tensor_model_parallel_size", "tp"),

@@ -1,0 +1,278 @@
+"""The provider's field checks (`GPTModelProvider.finalize`), one named check per rule group. Pure Python.
+
+The layout rules (sizes against the world and the model) are ParallelLayout's; these are the model's own
+fields: sizes, names from a closed vocabulary, and the combinations Megatron-Core or bridge's spec cannot
+build. Each raises the one ConfigError wording (bridge.errors.config_error) naming `model.<field>`.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bridge.errors import ConfigError, config_error
+from bridge.models.dtypes import DTYPES
+from bridge.models.transformer_fields import (
+    BY_NAME_FIELDS,
+    FIELD_CHOICES,
+    INSTALLED_RELEASE,
+    UNAVAILABLE_FIELDS,
+    field_default,
+    unavailable_field_error,
+)
+
+if TYPE_CHECKING:
+    from bridge.models.gpt_provider import GPTModelProvider
+
+# Activations by name -> (module, attribute), imported only when a model is built.
+ACTIVATIONS = {
+    "gelu": ("torch.nn.functional", "gelu"),
+    "silu": ("torch.nn.functional", "silu"),
+    "relu": ("torch.nn.functional", "relu"),
+    "squared_relu": ("megatron.core.activations", "squared_relu"),
+    "quick_gelu": ("megatron.core.activations", "quick_gelu"),
+    "fast_gelu": ("megatron.core.activations", "fast_gelu"),
+    "gelu_tanh": ("bridge.models.activations", "gelu_tanh"),  # HF gelu_pytorch_tanh (Gemma's GeGLU)
+}
+
+# Layer variants bridge's local spec builds (bridge.models.layer_variant): where the norms sit, and the
+# scope of the q/k norms.
+LAYERNORM_PLACEMENTS = ("pre", "post", "sandwich")
+QK_LAYERNORM_SCOPES = ("head", "projection")
+
+# GPTModel position embeddings the provider can build ("yarn" and "mrope" need settings
+# TransformerConfig does not carry in this release).
+POSITION_EMBEDDINGS = ("learned_absolute", "rope", "none")
+
+
+def model_error(field: str, value: Any, rule: str, fix: str) -> ConfigError:
+    """A provider field's ConfigError: `model.<field> = <value>: <rule>. Fix: <fix>.`"""
+    return config_error(f"model.{field}", value, rule, fix)
+
+
+def check_fields(p: GPTModelProvider) -> None:
+    """Every model-field rule, in the order finalize() has always raised them."""
+    _check_unavailable_fields(p)
+    _check_sizes(p)
+    _check_names(p)
+    check_layer_variant(p)
+    if p.multi_latent_attention:
+        check_multi_latent_attention(p)
+        check_mla_query_norm(p)  # here, so that the dry run refuses it as the build would
+    _check_precision_and_vocab(p)
+    if p.rope_scaling:
+        _check_rope_scaling(p)
+    if p.num_moe_experts is not None:
+        _check_experts(p)
+
+
+def _check_unavailable_fields(p: GPTModelProvider) -> None:
+    # Fields of other supported releases: set only at their default on the installed one.
+    for name in UNAVAILABLE_FIELDS:
+        value = getattr(p, name)
+        if value != field_default(name):
+            raise ConfigError(unavailable_field_error(name, value))
+
+
+def _check_sizes(p: GPTModelProvider) -> None:
+    for name in ("num_layers", "hidden_size", "num_attention_heads", "seq_length"):
+        if getattr(p, name) <= 0:
+            raise model_error(name, getattr(p, name), "must be a positive integer", f"set model.{name}")
+    if p.kv_channels is None and p.hidden_size % p.num_attention_heads:
+        raise model_error(
+            "hidden_size",
+            p.hidden_size,
+            f"must be divisible by num_attention_heads={p.num_attention_heads} when kv_channels is unset",
+            "change hidden_size or num_attention_heads, or set kv_channels (the head dimension)",
+        )
+    groups = p.num_query_groups
+    if groups is not None and (groups <= 0 or p.num_attention_heads % groups):
+        raise model_error(
+            "num_query_groups",
+            groups,
+            f"must be a positive divisor of num_attention_heads={p.num_attention_heads}",
+            "set the number of key/value heads (HF num_key_value_heads), or None for MHA",
+        )
+
+
+def _check_names(p: GPTModelProvider) -> None:
+    # Fields given by name: Megatron-Core's enums and choices, dtypes, activations, position embeddings.
+    for name, choices in FIELD_CHOICES.items():
+        value = getattr(p, name)
+        if value is not None and value not in choices:
+            raise model_error(name, value, f"must be one of {list(choices)}", "pick one of those")
+    for name, kind in BY_NAME_FIELDS.items():
+        value = getattr(p, name)
+        if kind == "dtype" and value is not None and value not in DTYPES:
+            raise model_error(name, value, f"must be one of {list(DTYPES)}", "give the dtype by name")
+    checks = (
+        ("activation_func", ACTIVATIONS),
+        ("position_embedding_type", POSITION_EMBEDDINGS),
+    )
+    for name, known in checks:
+        if getattr(p, name) not in known:
+            raise model_error(name, getattr(p, name), f"must be one of {list(known)}", "pick one of those")
+
+
+def _check_precision_and_vocab(p: GPTModelProvider) -> None:
+    if p.fp16 and p.bf16:
+        raise model_error(
+            "fp16", True, "fp16 and bf16 are both set", "set only one of model.fp16 / model.bf16"
+        )
+    if p.vocab_size is not None and p.vocab_size <= 0:
+        raise model_error("vocab_size", p.vocab_size, "must be positive", "set the tokenizer's vocab size")
+    if p.make_vocab_size_divisible_by <= 0:
+        raise model_error(
+            "make_vocab_size_divisible_by",
+            p.make_vocab_size_divisible_by,
+            "must be a positive integer",
+            "use 128 (Megatron's default) or 1 for no padding",
+        )
+
+
+def _check_rope_scaling(p: GPTModelProvider) -> None:
+    if p.position_embedding_type != "rope":
+        raise model_error(
+            "rope_scaling",
+            True,
+            f"needs position_embedding_type='rope', got {p.position_embedding_type!r}",
+            "set model.position_embedding_type=rope or model.rope_scaling=False",
+        )
+    if p.rope_scaling_factor <= 0:
+        raise model_error("rope_scaling_factor", p.rope_scaling_factor, "must be positive", "use e.g. 8.0")
+    if not 0 < p.rope_scaling_low_freq_factor < p.rope_scaling_high_freq_factor:
+        raise model_error(
+            "rope_scaling_low_freq_factor",
+            p.rope_scaling_low_freq_factor,
+            f"must be positive and below rope_scaling_high_freq_factor={p.rope_scaling_high_freq_factor}",
+            "use the values of the HF config's rope_scaling (llama3: 1.0 and 4.0)",
+        )
+
+
+def _check_experts(p: GPTModelProvider) -> None:
+    if p.num_moe_experts <= 0:
+        raise model_error(
+            "num_moe_experts", p.num_moe_experts, "must be positive", "use None for a dense model"
+        )
+    freq = p.moe_layer_freq
+    if isinstance(freq, (list, tuple)) and (len(freq) != p.num_layers or any(v not in (0, 1) for v in freq)):
+        raise model_error(
+            "moe_layer_freq",
+            list(freq),
+            f"a per-layer pattern must hold num_layers={p.num_layers} values of 1 (MoE layer) "
+            "or 0 (dense MLP of ffn_hidden_size)",
+            "give one 0/1 per layer, or an integer N (a MoE layer every N layers)",
+        )
+    if not 1 <= p.moe_router_topk <= p.num_moe_experts:
+        raise model_error(
+            "moe_router_topk",
+            p.moe_router_topk,
+            f"must be between 1 and num_moe_experts={p.num_moe_experts}",
+            "set the number of experts each token is routed to",
+        )
+
+
+def check_layer_variant(p: GPTModelProvider) -> None:
+    for name, known in (
+        ("layernorm_placement", LAYERNORM_PLACEMENTS),
+        ("qk_layernorm_scope", QK_LAYERNORM_SCOPES),
+    ):
+        if getattr(p, name) not in known:
+            raise model_error(name, getattr(p, name), f"must be one of {list(known)}", "pick one of those")
+    if p.qk_layernorm_scope == "projection" and not p.qk_layernorm:
+        raise model_error(
+            "qk_layernorm_scope",
+            "projection",
+            "scopes the q/k norms, which qk_layernorm=False does not build",
+            "set model.qk_layernorm=True or model.qk_layernorm_scope=head",
+        )
+    for name in ("attn_logit_softcapping", "final_logit_softcapping"):
+        value = getattr(p, name)
+        if value is not None and not value > 0:
+            raise model_error(
+                name, value, "must be positive or None (no soft-capping)", "use e.g. 50.0 or None"
+            )
+    _check_local_rotary_base(p)
+
+
+def _check_local_rotary_base(p: GPTModelProvider) -> None:
+    value = p.local_rotary_base
+    if value is None:
+        return
+    if not value > 0:
+        raise model_error("local_rotary_base", value, "must be positive or None", "use e.g. 10000.0 or None")
+    if p.position_embedding_type != "rope" or p.rotary_percent != 1.0 or p.rope_scaling:
+        raise model_error(
+            "local_rotary_base",
+            value,
+            "needs position_embedding_type='rope', rotary_percent=1.0 and rope_scaling=False "
+            "(the per-layer RoPE of bridge.models.local_rope_attention rotates whole heads)",
+            "set those fields or model.local_rotary_base=None",
+        )
+    if p.window_size is None:
+        raise model_error(
+            "local_rotary_base",
+            value,
+            "is the RoPE base of the sliding-window layers, and window_size=None makes none",
+            "set model.window_size (and window_attn_skip_freq) or model.local_rotary_base=None",
+        )
+
+
+def check_multi_latent_attention(p: GPTModelProvider) -> None:
+    # Megatron-Core's MLA (MLATransformerConfig) carries its own RoPE: rope_type "rope" or "yarn" on
+    # the qk_pos_emb_head_dim slice of each head; GPTModel builds no rotary embedding of its own.
+    if p.position_embedding_type != "rope":
+        raise model_error(
+            "position_embedding_type",
+            p.position_embedding_type,
+            "multi-latent attention applies its own rotary embedding (rope_type), so it needs 'rope'",
+            "set model.position_embedding_type=rope",
+        )
+    if p.rope_type not in ("rope", "yarn"):
+        raise model_error(
+            "rope_type", p.rope_type, "must be 'rope' or 'yarn' (MLA's RoPE)", "pick one of those"
+        )
+    if p.rope_scaling:
+        raise model_error(
+            "rope_scaling",
+            True,
+            "llama3 RoPE scaling is GPTModel's rotary embedding, which multi-latent attention does not use",
+            "set model.rope_scaling=False (MLA scales its RoPE with rope_type=yarn)",
+        )
+    if p.q_lora_rank is not None and p.q_lora_rank <= 0:
+        raise model_error(
+            "q_lora_rank", p.q_lora_rank, "must be positive or None", "use None for no q compression"
+        )
+    for name in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
+        if getattr(p, name) <= 0:
+            raise model_error(name, getattr(p, name), "must be a positive integer", f"set model.{name}")
+
+
+@functools.cache
+def has_mla_qk_norm_resolver() -> bool:
+    """The installed Megatron-Core has megatron/core/transformer/mla_qk_norm_config.py (0.19.x), looked up
+    on disk: importing a submodule to find it would import Megatron-Core and torch (the dry run has neither)."""
+    spec = importlib.util.find_spec("megatron")
+    locations = (spec.submodule_search_locations or []) if spec is not None else []
+    return any((Path(loc) / "core" / "transformer" / "mla_qk_norm_config.py").is_file() for loc in locations)
+
+
+def check_mla_query_norm(p: GPTModelProvider) -> None:
+    # megatron-core 0.19.2's MLA resolves its q/kv norms (mla_qk_norm_config.QKNormConfigResolver):
+    # with qk_layernorm and q_lora_rank None it builds linear_q_proj as a fused norm+linear, a norm on
+    # the query input that DeepSeek-V2-Lite does not have (0.16.1 builds no q norm then).
+    if p.q_lora_rank is not None or not p.qk_layernorm:
+        return
+    if not has_mla_qk_norm_resolver():
+        return
+    raise model_error(
+        "q_lora_rank",
+        None,
+        f"megatron-core {INSTALLED_RELEASE}'s multi-latent attention (QKNormConfigResolver) builds "
+        "linear_q_proj as a fused norm+linear whenever qk_layernorm is set and q_lora_rank is None: a norm "
+        "on the query input that DeepSeek-V2-Lite does not have (its one latent norm is kv_a_layernorm, "
+        "which needs qk_layernorm), and the local spec has no fused norm+linear",
+        "use megatron-core 0.16.1 for a model without query compression, or a model with q_lora_rank set",
+    )

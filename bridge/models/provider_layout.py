@@ -1,0 +1,89 @@
+"""A provider's parallel sizes as a ParallelLayout: the one place the provider's size fields meet the layout.
+
+The sizes live as provider fields (what users and recipes set, by Megatron-Core's names) and as a
+validated ParallelLayout (what the runtime builds process groups from). `LAYOUT_SIZE_FIELDS` is the one
+mapping between the two; `derive_layout` is the one derivation, called once per run (validation keeps its
+result on the RunPlan; provide_distributed_model takes it, or derives it when it initializes the groups).
+Pure Python.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bridge.parallel.layout import ModelShape, ParallelLayout
+
+if TYPE_CHECKING:
+    from bridge.models.gpt_provider import GPTModelProvider
+
+# Provider field -> ParallelLayout attribute, in the order the sizes are checked and reported.
+LAYOUT_SIZE_FIELDS = {
+    "tensor_model_parallel_size": "tp",
+    "pipeline_model_parallel_size": "pp",
+    "virtual_pipeline_model_parallel_size": "vpp",
+    "context_parallel_size": "cp",
+    "expert_model_parallel_size": "ep",
+    "expert_tensor_parallel_size": "etp",
+}
+
+
+def parallel_sizes(p: GPTModelProvider) -> dict[str, int | None]:
+    """The provider's model-parallel sizes by layout name (tp, pp, vpp, cp, ep, etp), etp resolved."""
+    sizes = {short: getattr(p, name) for name, short in LAYOUT_SIZE_FIELDS.items()}
+    sizes["etp"] = p.effective_expert_tensor_parallel_size()
+    return sizes
+
+
+def model_shape(p: GPTModelProvider) -> ModelShape:
+    """The model facts the layout rules and the planner need."""
+    return ModelShape(
+        num_layers=p.num_layers,
+        num_attention_heads=p.num_attention_heads,
+        num_query_groups=p.num_query_groups,
+        ffn_hidden_size=p.effective_ffn_hidden_size(),
+        num_moe_experts=p.num_moe_experts,
+        seq_length=p.seq_length,
+        hidden_size=p.hidden_size,
+        vocab_size=p.vocab_size,
+        kv_channels=p.kv_channels,
+        gated_linear_unit=p.gated_linear_unit,
+        share_embeddings_and_output_weights=p.share_embeddings_and_output_weights,
+        add_qkv_bias=p.add_qkv_bias,
+        qk_layernorm=p.qk_layernorm,
+        moe_router_topk=p.moe_router_topk,
+        moe_ffn_hidden_size=p.moe_ffn_hidden_size,
+        moe_shared_expert_intermediate_size=p.moe_shared_expert_intermediate_size,
+        moe_shared_expert_gate=bool(p.moe_shared_expert_gate),
+        moe_layer_freq=(tuple(p.moe_layer_freq) if isinstance(p.moe_layer_freq, list) else p.moe_layer_freq),
+        layer_norms=4 if p.layernorm_placement == "sandwich" else 2,
+        qk_layernorm_per_projection=p.qk_layernorm and p.qk_layernorm_scope == "projection",
+        **_mla_shape(p),
+    )
+
+
+def _mla_shape(p: GPTModelProvider) -> dict:
+    if not p.multi_latent_attention:
+        return {}
+    names = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+    return {"multi_latent_attention": True} | {name: getattr(p, name) for name in names}
+
+
+def derive_layout(
+    p: GPTModelProvider,
+    world_size: int,
+    strategy: str = "megatron",
+    dp_replicate_size: int | None = None,
+    packed_sequence_size: int | None = None,
+    gpus_per_node: int = 8,
+) -> ParallelLayout:
+    """The validated parallel layout of the provider's model on `world_size` ranks (raises ConfigError)."""
+    return ParallelLayout(
+        world_size=world_size,
+        **parallel_sizes(p),
+        sequence_parallel=p.sequence_parallel,
+        strategy=strategy,
+        dp_replicate_size=dp_replicate_size,
+        packed_sequence_size=packed_sequence_size,
+        gpus_per_node=gpus_per_node,
+        model=model_shape(p),
+    )

@@ -1,0 +1,146 @@
+"""The candidate layouts the planner tries, in their order of preference, and the validated layout of one. Pure Python."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from bridge.errors import config_error
+from bridge.parallel import schedules
+from bridge.parallel.layout import ModelShape, ParallelLayout
+from bridge.parallel.memory import TrainingSetup
+from bridge.parallel.planner.request import LONG_SEQUENCE, PlanRequest, planned_global_batch
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _tp_start(active: int) -> int:
+    """Tensor parallelism by active parameters (a starting table; memory decides)."""
+    billions = active / 1e9
+    if billions < 10:
+        return 1
+    if billions < 40:
+        return 2
+    if billions < 120:
+        return 4
+    return 8
+
+
+def _cp_start(seq: int) -> int:
+    if seq < LONG_SEQUENCE:
+        return 1
+    cp = 2
+    while cp * 2 * 16384 <= seq:
+        cp *= 2
+    return cp
+
+
+def _cp_choices(seq: int, gpus: int) -> list[int]:
+    """CP sizes to try, in order: from _cp_start's size for this sequence up (at most 4 sizes), then the
+    smaller ones down to 1. CP is the planner's choice, never a precondition: a GPU count that no CP
+    group divides (1, 3, ...) or a layout that only fits without CP still gets a plan at cp=1."""
+    cp0 = _cp_start(seq)
+    powers = [c for c in _divisors(gpus) if (c & (c - 1)) == 0]
+    if cp0 == 1:
+        return [1]
+    return [c for c in powers if c >= cp0][:4] + sorted((c for c in powers if c < cp0), reverse=True)
+
+
+def _choose_vpp(shape: ModelShape, pp: int, setup: TrainingSetup, dp: int) -> int | None:
+    """vpp for pp stages: the schedule's (setup.pp_schedule), else interleaving when the micro batches allow.
+    A schedule that needs virtual stages and gets none raises ConfigError (the candidate is invalid)."""
+    schedule = setup.pp_schedule
+    if pp == 1 or schedule in ("1f1b", "gpipe"):
+        return None
+    m = setup.num_microbatches(dp)
+    per_stage = shape.num_layers // pp
+    options = [v for v in _divisors(per_stage) if v >= 2]
+    if schedule is None or schedule == "interleaved_1f1b":
+        # Megatron-Core's interleaved schedule needs the micro batches in groups of pp
+        ok = m is None or (m >= pp and m % pp == 0)
+    else:
+        ok = m is None or schedules.microbatch_rule(schedule, pp, m) is None
+    if not ok or not options:
+        if schedule is not None:
+            raise config_error(
+                "pp_schedule",
+                schedule,
+                f"needs virtual stages, and pp={pp} with {per_stage} layers per stage and {m} micro batches "
+                "per step has none",
+                "another layout or schedule",
+            )
+        return None
+    return min(options, key=lambda v: (abs(per_stage / v - 4), -v))
+
+
+def candidates(req: PlanRequest, active: int):
+    """((tp, pp, cp, ep, etp), recompute) in order of preference; the caller checks validity."""
+    shape, gpus, fixed = req.model, req.gpus, req.fixed
+    tp_cap = min(req.gpus_per_node, 4 if req.link == "ethernet" else req.gpus_per_node)
+    start = _tp_start(active)
+    tps = [fixed["tp"]] if "tp" in fixed else [t for t in _divisors(gpus) if t <= tp_cap]
+    tps = sorted(tps, key=lambda t: (t < start, t))  # from the starting tp upwards, smaller only if forced
+    pps = [fixed["pp"]] if "pp" in fixed else _divisors(gpus)
+    # cp only for long sequences (from LONG_SEQUENCE tokens up, more when memory needs it)
+    cps = [fixed["cp"]] if "cp" in fixed else _cp_choices(req.seq, gpus)
+    etp = fixed.get("etp", 1)
+    if shape.is_moe:
+        eps = (
+            [fixed["ep"]]
+            if "ep" in fixed
+            else sorted((e for e in _divisors(shape.num_moe_experts) if gpus % e == 0), reverse=True)
+        )
+        # MoE: keep tp small; recompute before raising tp (as the MoE recipes do); then cp, then the
+        # fewest pipeline stages with the widest expert parallelism.
+        for tp in tps:
+            for recompute in ("none", "full"):
+                for cp in cps:
+                    for pp in pps:
+                        for ep in eps:
+                            yield (tp, pp, cp, ep, etp), recompute
+    else:
+        # Dense: no recompute while more model parallelism helps; tp from the starting size; then the
+        # smallest model-parallel group; on a tie the larger tp (inside the node) before more pp.
+        ep = fixed.get("ep", 1)
+        pairs = sorted(
+            ((t, p) for t in tps for p in pps),
+            key=lambda tp_pp: (tp_pp[0] < start, tp_pp[0] * tp_pp[1], -tp_pp[0]),
+        )
+        for recompute in ("none", "full"):
+            for cp in cps:
+                for tp, pp in pairs:
+                    yield (tp, pp, cp, ep, etp), recompute
+
+
+def candidate_layout(
+    req: PlanRequest, tp, pp, cp, ep, etp, setup: TrainingSetup, strategy: str = "megatron"
+) -> tuple[ParallelLayout, TrainingSetup]:
+    """The validated layout for these sizes and strategy, and `setup` with the global batch it trains with."""
+    world = req.gpus
+    dp = world // (tp * pp * cp) if world % (tp * pp * cp) == 0 else 1
+    setup = replace(setup, global_batch_size=planned_global_batch(req, dp))
+    vpp = req.fixed.get("vpp") if "vpp" in req.fixed else _choose_vpp(req.model, pp, setup, dp)
+    layout = ParallelLayout(
+        world_size=world,
+        tp=tp,
+        pp=pp,
+        vpp=vpp,
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        sequence_parallel=tp > 1 and strategy != "megatron_fsdp",  # Megatron-FSDP refuses SP
+        strategy=strategy,
+        dp_replicate_size=req.dp_replicate_size if strategy == "fsdp2" else None,
+        gpus_per_node=req.gpus_per_node,
+        model=req.model,
+    )
+    gbs = setup.global_batch_size
+    if gbs is not None and gbs % (setup.micro_batch_size * layout.dp):
+        raise config_error(
+            "train.global_batch_size",
+            gbs,
+            f"must be divisible by micro_batch_size*dp = {setup.micro_batch_size}*{layout.dp}",
+            "change the global batch or the layout",
+        )
+    return layout, setup

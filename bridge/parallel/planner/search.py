@@ -1,0 +1,145 @@
+"""Recommend a parallel layout for a model on a cluster, with a per-GPU memory estimate. Pure Python.
+
+The search follows the sizing rules of docs/parallelism.md ("How `bridge plan` chooses a layout") and
+returns the first candidate, in their order of preference, that passes ParallelLayout validation and
+fits the memory budget:
+
+- cp: sequences of 8K tokens and more get context parallelism (about one CP rank per 16K tokens, at
+  least 2; up to 8x that when memory needs it); shorter sequences never. CP is a choice, never a
+  precondition: when no CP group divides the GPUs (or no layout with it fits) cp falls back to 1.
+- dense models: tp is sized by the active parameters and kept inside a node (<= gpus_per_node; <= 4 over
+  ethernet, too slow for more TP traffic); pp is added for depth, across nodes, when TP alone does not
+  fit; the smallest model-parallel group that fits wins (the rest is data parallelism), larger tp first.
+- MoE models: tp stays small (sized by the *active* parameters), ep is the main dimension (as many
+  experts spread as the GPUs allow), pp handles depth across nodes; etp stays 1 (rarely useful).
+- pp > 1 is interleaved (vpp: about four layers per virtual stage) when the micro batches allow it; a
+  requested pipeline schedule (PlanRequest.pp_schedule: one of bridge.parallel.schedules.NAMES) decides
+  instead: gpipe and 1f1b keep one stage per rank, the multi-stage ones need vpp >= 2. The reasons state
+  the schedule's bubble fraction and the other schedules' at the same layout (bridge.parallel.schedules).
+- sequence_parallel whenever tp > 1 (it shards the norm activations; MoE with tp > 1 requires it).
+- activation recomputation (full): for dense models only when no layout fits without it; for MoE
+  models before raising tp (small TP is worth the recompute, as in the MoE recipes).
+dp and edp are implied: world / (tp*pp*cp) and world / (pp*ep*etp). A default global batch (a recipe's,
+round_global_batch) is rounded down to a multiple of micro_batch_size*dp rather than ruling a layout out.
+
+The data-parallel strategy (PlanRequest.strategy) does not change the order of the candidates, only
+which of them are valid (ParallelLayout's strategy rules) and the memory model that checks the fit
+(bridge.parallel.memory). `auto` (NeMo AutoModel's decision tree) picks per candidate: one GPU:
+megatron with everything 1 (no distributed setup); otherwise fsdp2 whenever fsdp2 accepts the request
+(not fp16, not zero_bubble) and the layout (for MoE: ep | dp*cp, not pp > 1 with ep > 1, etp 1), else
+megatron, and the reasons name the branch and fsdp2's refusal. megatron_fsdp plans turn sequence
+parallelism off (Megatron-FSDP refuses it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from bridge.errors import ConfigError, config_error
+from bridge.parallel.layout import ParallelLayout
+from bridge.parallel.memory import TrainingSetup, estimate_memory
+from bridge.parallel.param_count import count_parameters
+from bridge.parallel.planner.candidates import candidate_layout, candidates
+from bridge.parallel.planner.reasons import reasons
+from bridge.parallel.planner.request import USABLE_FRACTION, Plan, PlanRequest, strategies_to_try
+
+
+def search(req: PlanRequest, active: int):
+    """First fitting (layout, recompute, memory), and the lowest-memory valid candidate."""
+    budget = req.gpu_memory_gb * USABLE_FRACTION
+    closest = None
+    setups = {r: req.setup(r) for r in ("none", "full")}
+    strategies = strategies_to_try(req)
+    for sizes, recompute in candidates(req, active):
+        built = _first_valid(req, sizes, setups[recompute], strategies)
+        if built is None:
+            continue
+        layout, setup = built
+        mem = estimate_memory(req.model, layout, setup, req.memory_model)
+        if closest is None or mem.total < closest[2].total:
+            closest = (layout, recompute, mem)
+        if mem.total <= budget:
+            return (layout, recompute, mem), closest
+    return None, closest
+
+
+def _first_valid(
+    req: PlanRequest, sizes: tuple, setup: TrainingSetup, strategies: tuple[str, ...]
+) -> tuple[ParallelLayout, TrainingSetup] | None:
+    """The layout of these sizes under the first strategy that accepts them (None: none does)."""
+    for strategy in strategies:
+        try:
+            return candidate_layout(req, *sizes, setup, strategy)
+        except ConfigError:
+            continue
+    return None
+
+
+def _advice(req: PlanRequest, active: int) -> list[str]:
+    out = ["full activation recomputation was tried and is not enough on its own"]
+    for factor in (2, 4, 8, 16, 32, 64):
+        gpus = req.gpus * factor
+        bigger = replace(req, gpus=gpus)
+        found, _ = search(bigger, active)
+        if found is not None:
+            layout, recompute, mem = found
+            out.append(
+                f"more GPUs: {gpus} GPUs fit ({layout.describe()}, strategy={layout.strategy}, recompute={recompute}, "
+                f"{mem.total:.1f} GB per GPU)"
+            )
+            break
+    else:
+        out.append(f"more GPUs: not even {req.gpus * 64} GPUs fit with these settings")
+    if req.micro_batch_size > 1:
+        found, _ = search(replace(req, micro_batch_size=1), active)
+        if found is not None:
+            out.append(f"a smaller micro batch: --micro-batch-size 1 fits ({found[0].describe()})")
+    if req.precision == "fp32":
+        found, _ = search(replace(req, precision="bf16"), active)
+        if found is not None:
+            out.append(f"mixed precision: --precision bf16 fits ({found[0].describe()})")
+    if req.fixed:
+        found, _ = search(replace(req, fixed={}), active)
+        if found is not None:
+            out.append(
+                f"drop the fixed sizes ({', '.join('--' + k for k in req.fixed)}): {found[0].describe()} fits"
+            )
+    return out
+
+
+def _no_valid_layout(req: PlanRequest) -> ConfigError:
+    """The error when no candidate is valid, in terms of what the user set: the sizes the planner would
+    choose (tp, pp, cp, ep, etp not given) are taken at 1, so no message blames a size the user never set.
+    That layout is among the candidates, so its own rule violation is the reason nothing is valid."""
+    sizes = {name: req.fixed.get(name, 1) for name in ("tp", "pp", "cp", "ep", "etp")}
+    try:  # the last strategy tried is the most permissive one (auto: megatron)
+        candidate_layout(req, **sizes, setup=req.setup("none"), strategy=strategies_to_try(req)[-1])
+    except ConfigError as err:
+        return err
+    given = ", ".join(f"--{k} {v}" for k, v in req.fixed.items()) or "no fixed sizes"
+    return config_error(
+        "gpus",
+        req.gpus,
+        f"no valid layout for this model with {given}",
+        "change the GPU count or the fixed sizes",
+    )
+
+
+def plan(req: PlanRequest) -> Plan:
+    """The recommended layout for `req`, or (fits=False) advice on what would make it fit."""
+    count = count_parameters(req.model)
+    found, closest = search(req, count.active)
+    if found is None:
+        if closest is None:  # no candidate is even valid: the fixed sizes (or the GPU count) rule it out
+            raise _no_valid_layout(req)
+        return Plan(req, count, fits=False, advice=_advice(req, count.active), closest=closest)
+    layout, recompute, mem = found
+    return Plan(
+        req,
+        count,
+        fits=True,
+        layout=layout,
+        recompute=recompute,
+        memory=mem,
+        reasons=reasons(req, count, layout, recompute),
+    )
