@@ -15,7 +15,7 @@ import torch
 
 from bridge import checkpoint
 from bridge.config.container import ConfigContainer
-from bridge.config.plan import Precision, RunPlan
+from bridge.config.run_plan import Precision, RunPlan
 from bridge.training import peak_flops
 from bridge.training.logging import (
     IterationStats,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.config.plan import DataPlan
+from bridge.config.run_plan import DataPlan
 from bridge.config.validation import parse_split
 from bridge.errors import ConfigError
 from bridge.training.data.loaders import build_datasets

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from bridge.config.plan import DataPlan
+from bridge.config.run_plan import DataPlan
 from bridge.config.sections import TokenizerConfig
 from bridge.config.validation import blend_paths, parse_split
 from bridge.errors import ConfigError
