@@ -227,8 +227,9 @@ def _jsonl_datasets(tmp_path, text: str, tokenizer):
     from bridge.training.data.jsonl import build_jsonl_datasets
 
     f = tmp_path / "d.jsonl"
-    f.write_text(text)
+    f.write_text('{"text": "1"}\n')  # valid while planning (validation reads the first document) ...
     plan = _plan("dataset.kind=jsonl", f"dataset.data_paths=[{f}]", 'dataset.split="1,0,0"')
+    f.write_text(text)  # ... then the loader's own checks meet the mistake
     return f, lambda: build_jsonl_datasets(plan.data, tokenizer)
 
 
