@@ -205,7 +205,7 @@ def test_ckpt_step_and_exit_signal_rules(tmp_path):
 
 
 def test_last_finite_checkpoint(tmp_path):
-    from bridge.training.train import _last_checkpoint_note
+    from bridge.training.saves import last_checkpoint_note as _last_checkpoint_note
 
     for it, finite in ((2, True), (4, True), (6, False)):
         folder = paths.checkpoint_dir(tmp_path, it)
