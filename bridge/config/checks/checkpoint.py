@@ -11,6 +11,7 @@ from bridge.errors import config_error
 
 if TYPE_CHECKING:
     from bridge.config.container import ConfigContainer
+    from bridge.config.sections import CheckpointConfig
 
 
 def check_checkpoint(cfg: ConfigContainer) -> None:
@@ -65,32 +66,37 @@ def check_checkpoint(cfg: ConfigContainer) -> None:
             "give an existing checkpoint (e.g. one written by scripts/conversion/convert_checkpoint.py)",
         )
     if c.ckpt_step is not None:
-        positive("checkpoint.ckpt_step", c.ckpt_step, zero_ok=True)
-        if not c.load:
-            raise config_error(
-                "checkpoint.ckpt_step",
-                c.ckpt_step,
-                "picks an iteration of checkpoint.load, which is not set",
-                "set checkpoint.load to the checkpoint root",
-            )
-        name = os.path.basename(os.path.normpath(c.load))
-        if name.startswith("iter_") and name[5:].isdigit():
-            raise config_error(
-                "checkpoint.ckpt_step",
-                c.ckpt_step,
-                f"checkpoint.load already names one checkpoint ({name})",
-                "set checkpoint.load to the root that holds the iter_* folders, or drop checkpoint.ckpt_step",
-            )
-        folder = os.path.join(c.load, f"iter_{c.ckpt_step:07d}")
-        if not os.path.isdir(folder):
-            have = sorted(int(n[5:]) for n in os.listdir(c.load) if n.startswith("iter_") and n[5:].isdigit())
-            raise config_error(
-                "checkpoint.ckpt_step",
-                c.ckpt_step,
-                f"{folder} does not exist (checkpoints in {c.load}: {', '.join(map(str, have)) or 'none'})",
-                "pick one of those iterations",
-            )
+        check_ckpt_step(c)
     if c.most_recent_k != -1 and c.most_recent_k < 1:
         raise config_error(
             "checkpoint.most_recent_k", c.most_recent_k, "must be -1 (keep all) or >= 1", "use -1 or a count"
+        )
+
+
+def check_ckpt_step(c: CheckpointConfig) -> None:
+    """checkpoint.ckpt_step picks an existing iter_* folder of the checkpoint.load root."""
+    positive("checkpoint.ckpt_step", c.ckpt_step, zero_ok=True)
+    if not c.load:
+        raise config_error(
+            "checkpoint.ckpt_step",
+            c.ckpt_step,
+            "picks an iteration of checkpoint.load, which is not set",
+            "set checkpoint.load to the checkpoint root",
+        )
+    name = os.path.basename(os.path.normpath(c.load))
+    if name.startswith("iter_") and name[5:].isdigit():
+        raise config_error(
+            "checkpoint.ckpt_step",
+            c.ckpt_step,
+            f"checkpoint.load already names one checkpoint ({name})",
+            "set checkpoint.load to the root that holds the iter_* folders, or drop checkpoint.ckpt_step",
+        )
+    folder = os.path.join(c.load, f"iter_{c.ckpt_step:07d}")
+    if not os.path.isdir(folder):
+        have = sorted(int(n[5:]) for n in os.listdir(c.load) if n.startswith("iter_") and n[5:].isdigit())
+        raise config_error(
+            "checkpoint.ckpt_step",
+            c.ckpt_step,
+            f"{folder} does not exist (checkpoints in {c.load}: {', '.join(map(str, have)) or 'none'})",
+            "pick one of those iterations",
         )

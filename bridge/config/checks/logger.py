@@ -10,6 +10,7 @@ from bridge.errors import config_error
 
 if TYPE_CHECKING:
     from bridge.config.container import ConfigContainer
+    from bridge.config.sections import ProfilingConfig
 
 
 def check_logger(cfg: ConfigContainer) -> list[str]:
@@ -64,6 +65,19 @@ def check_profiling(cfg: ConfigContainer, world_size: int, cuda: bool) -> list[s
                     "(profiling.use_pytorch_profiler / use_nsys_profiler / record_memory_history)."
                 )
         return warnings
+    check_profiling_window(p, world_size)
+    if not cuda:
+        warnings += cuda_only_profiling_notes(p)
+    if p.profile_step_start > cfg.train.train_iters:
+        warnings.append(
+            f"profiling.profile_step_start={p.profile_step_start} is after the last iteration "
+            f"(train.train_iters={cfg.train.train_iters}): nothing is profiled."
+        )
+    return warnings
+
+
+def check_profiling_window(p: ProfilingConfig, world_size: int) -> None:
+    """The profiled iterations, the profiled ranks and the trace folder of a profiler that is on."""
     if p.profile_step_start < 1:
         raise config_error(
             "profiling.profile_step_start",
@@ -100,21 +114,20 @@ def check_profiling(cfg: ConfigContainer, world_size: int, cuda: bool) -> list[s
         raise config_error(
             "profiling.output_dir", p.output_dir, "exists and is not a directory", "give a directory path"
         )
-    if not cuda:
-        if p.record_memory_history:
-            warnings.append(
-                "profiling.record_memory_history=true is inactive on this machine: it records the CUDA "
-                "caching allocator's history (torch.cuda.memory._record_memory_history), which needs CUDA; "
-                "no snapshot is written."
-            )
-        if p.use_nsys_profiler:
-            warnings.append(
-                "profiling.use_nsys_profiler=true is inactive on this machine: the nsys capture range "
-                "(cudaProfilerStart/Stop) and the NVTX ranges need CUDA; nothing is profiled by it."
-            )
-    if p.profile_step_start > cfg.train.train_iters:
-        warnings.append(
-            f"profiling.profile_step_start={p.profile_step_start} is after the last iteration "
-            f"(train.train_iters={cfg.train.train_iters}): nothing is profiled."
+
+
+def cuda_only_profiling_notes(p: ProfilingConfig) -> list[str]:
+    """What is inactive without CUDA (a warning, so a GPU recipe still dry-runs on a laptop)."""
+    notes: list[str] = []
+    if p.record_memory_history:
+        notes.append(
+            "profiling.record_memory_history=true is inactive on this machine: it records the CUDA "
+            "caching allocator's history (torch.cuda.memory._record_memory_history), which needs CUDA; "
+            "no snapshot is written."
         )
-    return warnings
+    if p.use_nsys_profiler:
+        notes.append(
+            "profiling.use_nsys_profiler=true is inactive on this machine: the nsys capture range "
+            "(cudaProfilerStart/Stop) and the NVTX ranges need CUDA; nothing is profiled by it."
+        )
+    return notes
