@@ -3,7 +3,7 @@
 A recipe returns one; `--config-file` and dotted overrides change it (bridge.config.overrides);
 `resolve()` fills the fields that follow others (sequence length, NullTokenizer vocab);
 `validate(world_size)` checks every rule across sections (raising ConfigError) and returns the frozen
-RunPlan the run builds (bridge.config.plan); `to_yaml()` /
+RunPlan the run builds (bridge.config.run_plan); `to_yaml()` /
 `from_yaml()` round-trip it without loss (run_config.yaml next to checkpoints).
 """
 
@@ -33,7 +33,7 @@ from bridge.models.gpt_provider import GPTModelProvider
 
 if TYPE_CHECKING:
     from bridge.config.environment import Environment
-    from bridge.config.plan import RunPlan
+    from bridge.config.run_plan import RunPlan
     from bridge.parallel.layout import ParallelLayout
 
 
@@ -111,7 +111,7 @@ class ConfigContainer:
         plan holds a resolved copy.
         """
         from bridge.config.environment import Environment
-        from bridge.config.plan import build_plan
+        from bridge.config.run_plan import build_plan
 
         return build_plan(self, world_size, env if env is not None else Environment.detect(cuda))
 

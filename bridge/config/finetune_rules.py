@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from bridge.checkpoint.paths import is_hf_folder
 from bridge.config import sections as S
-from bridge.errors import ConfigError
+from bridge.errors import config_error
 
 if TYPE_CHECKING:
     from bridge.config.container import ConfigContainer
@@ -18,25 +18,21 @@ SFT_FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 PEFT_STRATEGIES = ("megatron", "ddp")
 
 
-def _fail(field: str, value, rule: str, fix: str) -> ConfigError:
-    return ConfigError(f"{field} = {value!r}: {rule}. Fix: {fix}.")
-
-
 def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
     d = cfg.dataset
     if d.truncation not in S.TRUNCATIONS:
-        raise _fail(
+        raise config_error(
             "dataset.truncation", d.truncation, f"must be one of {', '.join(S.TRUNCATIONS)}", "pick one"
         )
     if d.pad_seq_to_mult is not None and not d.packed_sequence_size:
-        raise _fail(
+        raise config_error(
             "dataset.pad_seq_to_mult",
             d.pad_seq_to_mult,
             "pads the samples of packed rows, and dataset.packed_sequence_size is 0 (no packing)",
             "set dataset.packed_sequence_size, or remove dataset.pad_seq_to_mult",
         )
     if d.packed_sequence_size and d.kind not in SFT_KINDS:
-        raise _fail(
+        raise config_error(
             "dataset.packed_sequence_size",
             d.packed_sequence_size,
             f"packing is for finetuning data (dataset.kind=sft or chat), not dataset.kind={d.kind}, which is "
@@ -47,14 +43,14 @@ def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
         return
     for path in d.data_paths:
         if not str(path).endswith(SFT_FILE_SUFFIXES):
-            raise _fail(
+            raise config_error(
                 "dataset.data_paths",
                 path,
                 f"dataset.kind={d.kind} reads {', '.join(SFT_FILE_SUFFIXES)} files (through the datasets library)",
                 "give JSON Lines, JSON or Parquet files",
             )
     if d.kind == "chat" and cfg.tokenizer.tokenizer_type != "HuggingFaceTokenizer":
-        raise _fail(
+        raise config_error(
             "tokenizer.tokenizer_type",
             cfg.tokenizer.tokenizer_type,
             "dataset.kind=chat renders messages with the tokenizer's chat template, which a NullTokenizer lacks",
@@ -64,14 +60,14 @@ def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
     n = d.packed_sequence_size
     if n:
         if cfg.train.micro_batch_size != 1:
-            raise _fail(
+            raise config_error(
                 "train.micro_batch_size",
                 cfg.train.micro_batch_size,
                 "with packed sequences a micro batch is one packed row (the packing already fills it)",
                 "set train.micro_batch_size=1 (raise dataset.packed_sequence_size for more tokens per step)",
             )
         if n > cfg.model.seq_length:
-            raise _fail(
+            raise config_error(
                 "dataset.packed_sequence_size",
                 n,
                 f"a packed row is longer than model.seq_length={cfg.model.seq_length}",
@@ -79,7 +75,7 @@ def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
             )
         _check_pad_seq_to_mult(cfg, n)
         if cfg.model.window_size is not None and not cuda:
-            raise _fail(
+            raise config_error(
                 "model.window_size",
                 cfg.model.window_size,
                 "packed rows on CPU run through bridge's sdpa attention, which has no sliding window",
@@ -98,10 +94,12 @@ def packing_multiple(cfg: ConfigContainer) -> int:
 def _check_pad_seq_to_mult(cfg: ConfigContainer, n: int) -> None:
     given, cp = cfg.dataset.pad_seq_to_mult, cfg.model.context_parallel_size or 1
     if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given < 1):
-        raise _fail("dataset.pad_seq_to_mult", given, "must be a positive integer or null", "give e.g. 4")
+        raise config_error(
+            "dataset.pad_seq_to_mult", given, "must be a positive integer or null", "give e.g. 4"
+        )
     m = packing_multiple(cfg)
     if cp > 1 and m % (2 * cp):
-        raise _fail(
+        raise config_error(
             "dataset.pad_seq_to_mult",
             given,
             f"with context parallelism every packed sample splits into 2*cp = {2 * cp} chunks, so its padding "
@@ -109,7 +107,7 @@ def _check_pad_seq_to_mult(cfg: ConfigContainer, n: int) -> None:
             f"set dataset.pad_seq_to_mult={2 * cp} (or null, which means 2*cp)",
         )
     if n % m:
-        raise _fail(
+        raise config_error(
             "dataset.packed_sequence_size",
             n,
             f"packed samples are padded to multiples of {m} (dataset.pad_seq_to_mult, 2*cp with context "
@@ -123,13 +121,13 @@ def check_peft(cfg: ConfigContainer) -> None:
     if p.scheme is None:
         return
     if p.scheme not in S.PEFT_SCHEMES:
-        raise _fail(
+        raise config_error(
             "peft.scheme", p.scheme, f"must be null or one of {', '.join(S.PEFT_SCHEMES)}", "pick one"
         )
     targets = list(p.target_modules)
     unknown = [t for t in targets if t not in S.PEFT_TARGETS]
     if not targets or unknown or len(set(targets)) != len(targets):
-        raise _fail(
+        raise config_error(
             "peft.target_modules",
             targets,
             f"must be a non-empty list without repeats of {', '.join(S.PEFT_TARGETS)}"
@@ -137,15 +135,15 @@ def check_peft(cfg: ConfigContainer) -> None:
             "e.g. peft.target_modules=[linear_qkv,linear_proj]",
         )
     if isinstance(p.dim, bool) or not isinstance(p.dim, int) or p.dim < 1:
-        raise _fail("peft.dim", p.dim, "the adapter rank must be an integer >= 1", "e.g. peft.dim=16")
+        raise config_error("peft.dim", p.dim, "the adapter rank must be an integer >= 1", "e.g. peft.dim=16")
     if not p.alpha > 0:
-        raise _fail(
+        raise config_error(
             "peft.alpha", p.alpha, "must be > 0 (the adapter scale is alpha / dim)", "e.g. peft.alpha=32"
         )
     if not 0.0 <= p.dropout < 1.0:
-        raise _fail("peft.dropout", p.dropout, "must be in [0, 1)", "e.g. peft.dropout=0.05")
+        raise config_error("peft.dropout", p.dropout, "must be in [0, 1)", "e.g. peft.dropout=0.05")
     if cfg.distributed.strategy not in PEFT_STRATEGIES:
-        raise _fail(
+        raise config_error(
             "distributed.strategy",
             cfg.distributed.strategy,
             f"peft.scheme={p.scheme} runs with strategies {', '.join(PEFT_STRATEGIES)} (adapters are small: "
@@ -154,7 +152,7 @@ def check_peft(cfg: ConfigContainer) -> None:
         )
     experts = [t for t in targets if t in ("linear_fc1", "linear_fc2")]
     if cfg.model.num_moe_experts and experts:
-        raise _fail(
+        raise config_error(
             "peft.target_modules",
             targets,
             f"{', '.join(experts)} of a mixture-of-experts model are its expert layers, which take no adapters "
@@ -162,7 +160,7 @@ def check_peft(cfg: ConfigContainer) -> None:
             "target the attention only: peft.target_modules=[linear_qkv,linear_proj]",
         )
     if not cfg.checkpoint.pretrained_checkpoint:
-        raise _fail(
+        raise config_error(
             "checkpoint.pretrained_checkpoint",
             None,
             f"peft.scheme={p.scheme} trains adapters on frozen pretrained weights, so it needs them (adapter "
@@ -175,7 +173,7 @@ def check_finetune_start(cfg: ConfigContainer) -> None:
     """finetune() starts from trained weights: checkpoint.pretrained_checkpoint or checkpoint.load."""
     c = cfg.checkpoint
     if not (c.pretrained_checkpoint or c.load):
-        raise _fail(
+        raise config_error(
             "checkpoint.pretrained_checkpoint",
             None,
             "finetuning starts from trained weights, and neither checkpoint.pretrained_checkpoint nor "
@@ -196,7 +194,7 @@ def check_hf_start(cfg: ConfigContainer) -> None:
     for name, want in architecture_fields(path).items():
         have = getattr(cfg.model, name)
         if have != want:
-            raise _fail(
+            raise config_error(
                 f"model.{name}",
                 have,
                 f"checkpoint.pretrained_checkpoint={path!r} is a Hugging Face model whose config.json gives "

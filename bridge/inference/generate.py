@@ -34,11 +34,10 @@ import random
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from bridge.errors import ConfigError
+from bridge.errors import config_error
 from bridge.parallel.wrappers import unwrap_all
 
 
@@ -100,10 +99,6 @@ def sample_token(
 # ---- checks ----------------------------------------------------------------------------------------
 
 
-def _fail(name: str, value: Any, rule: str, fix: str) -> ConfigError:
-    return ConfigError(f"{name}={value!r}: {rule}. Fix: {fix}.")
-
-
 def check_request(
     prompt_ids: Sequence[int],
     max_new_tokens: int,
@@ -115,20 +110,22 @@ def check_request(
 ) -> None:
     """Every rule of a generation request, as ConfigError (name, value, rule, fix)."""
     if len(prompt_ids) == 0:
-        raise _fail("prompt_ids", [], "the prompt needs at least one token", "pass a non-empty prompt")
+        raise config_error("prompt_ids", [], "the prompt needs at least one token", "pass a non-empty prompt")
     bad = [i for i in prompt_ids if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < vocab_size]
     if bad:
-        raise _fail(
+        raise config_error(
             "prompt_ids",
             bad[:5],
             f"every id must be an integer in [0, {vocab_size}) (the model's vocab_size is {vocab_size})",
             "drop or replace those ids",
         )
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise _fail("max_new_tokens", max_new_tokens, "must be an integer >= 1", "ask for at least one token")
+        raise config_error(
+            "max_new_tokens", max_new_tokens, "must be an integer >= 1", "ask for at least one token"
+        )
     total = len(prompt_ids) + max_new_tokens
     if max_sequence_length is not None and total > max_sequence_length:
-        raise _fail(
+        raise config_error(
             "max_new_tokens",
             max_new_tokens,
             f"the prompt ({len(prompt_ids)} tokens) plus the new tokens ({total}) exceed the model's "
@@ -136,18 +133,22 @@ def check_request(
             f"ask for at most {max_sequence_length - len(prompt_ids)} new tokens or shorten the prompt",
         )
     if not temperature >= 0.0:
-        raise _fail("temperature", temperature, "must be >= 0 (0 = greedy)", "pass 0 or a positive value")
+        raise config_error(
+            "temperature", temperature, "must be >= 0 (0 = greedy)", "pass 0 or a positive value"
+        )
     if not isinstance(top_k, int) or top_k < 0:
-        raise _fail("top_k", top_k, "must be an integer >= 0 (0 = off)", "pass 0 or a positive integer")
+        raise config_error(
+            "top_k", top_k, "must be an integer >= 0 (0 = off)", "pass 0 or a positive integer"
+        )
     if not 0.0 < top_p <= 1.0:
-        raise _fail("top_p", top_p, "must be in (0, 1] (1 = off)", "pass a value such as 0.9, or 1.0")
+        raise config_error("top_p", top_p, "must be in (0, 1] (1 = off)", "pass a value such as 0.9, or 1.0")
 
 
 def _check_chunks(chunks: list) -> None:
     from megatron.core import parallel_state
 
     if len(chunks) != 1:
-        raise _fail(
+        raise config_error(
             "model_chunks",
             f"{len(chunks)} chunks",
             "generation runs one model chunk per rank (virtual pipeline stages are not supported)",
@@ -155,14 +156,14 @@ def _check_chunks(chunks: list) -> None:
         )
     config = chunks[0].config
     if config.sequence_parallel and parallel_state.get_tensor_model_parallel_world_size() > 1:
-        raise _fail(
+        raise config_error(
             "sequence_parallel",
             True,
             "a decoding step holds one token, which cannot be split over the TP ranks",
             "build the model with sequence_parallel=False for generation",
         )
     if parallel_state.get_context_parallel_world_size() > 1:
-        raise _fail(
+        raise config_error(
             "context_parallel_size",
             parallel_state.get_context_parallel_world_size(),
             "generation runs without context parallelism",

@@ -14,7 +14,7 @@ import inspect
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from bridge.config.plan import RunPlan
+    from bridge.config.run_plan import RunPlan
 
 
 def userbuffer_shape(plan: RunPlan) -> list[int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 
-from bridge.config.plan import RunPlan
+from bridge.config.run_plan import RunPlan
 from bridge.errors import ConfigError
 
 logger = logging.getLogger("bridge.training")

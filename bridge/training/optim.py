@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from bridge.config.plan import Precision, SchedulePlan
+from bridge.config.run_plan import Precision, SchedulePlan
 from bridge.config.sections import MixedPrecisionConfig, OptimizerConfig, SchedulerConfig
 
 

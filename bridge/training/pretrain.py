@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 
 from bridge.config.container import ConfigContainer
-from bridge.config.plan import RunPlan
+from bridge.config.run_plan import RunPlan
 from bridge.errors import ConfigError
 from bridge.training.state import TrainResult, TrainState
 

@@ -7,7 +7,7 @@
 | ddp           | torch.nn.parallel.DistributedDataParallel         | Megatron-Core, not distributed     |
 
 The run's plan has already refused strategies this machine cannot run (megatron_fsdp needs CUDA:
-bridge.config.validation.CUDA_ONLY_STRATEGIES); this module only builds.
+bridge.config.checks.distributed.CUDA_ONLY_STRATEGIES); this module only builds.
 
 fsdp2 is PyTorch's own `torch.distributed.fsdp.fully_shard` (not Megatron-Core's wrapper): every
 TransformerLayer and then the root GPTModel are sharded over the dense mesh's dp_shard*cp axis and

@@ -1,6 +1,7 @@
 """One training step, evaluation, and the iteration loop, on Megatron-Core's pipeline schedules or (the
 plan's torch schedules: gpipe, looped_bfs, dfs, zero_bubble) on torch.distributed.pipelining's
-(bridge/training/pipelining.py)."""
+(bridge/training/pipelining.py). The loop is a sequence of named steps (`_loop`); saving lives in
+bridge/training/saves.py, the exit signals in bridge/training/exit_requests.py."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from typing import Any
 
 import torch
 
-import bridge.checkpoint as checkpoint
 from bridge.config.container import ConfigContainer
-from bridge.config.plan import Precision, RunPlan
+from bridge.config.run_plan import Precision, RunPlan
 from bridge.training import peak_flops
+from bridge.training.exit_requests import ExitRequests
 from bridge.training.logging import (
     IterationStats,
     MetricWriters,
@@ -24,6 +25,7 @@ from bridge.training.logging import (
     format_validation_line,
     logger,
 )
+from bridge.training.saves import log_rank, non_finite_message, save, sync_params_for
 from bridge.training.state import NonFiniteLossError, TrainResult, TrainState
 
 
@@ -66,10 +68,6 @@ class TrainingContext:
         return self.plan.precision
 
 
-def _log_rank() -> int:
-    return torch.distributed.get_world_size() - 1  # a last-pipeline-stage rank (pp is the outer dim)
-
-
 def _reduce_losses(losses_reduced: list[dict]) -> dict[str, torch.Tensor]:
     """Sum [loss_sum, tokens] over microbatches and data-parallel ranks (last stage only)."""
     from megatron.core import parallel_state
@@ -93,7 +91,7 @@ def _broadcast_loss(totals: dict[str, torch.Tensor]) -> float:
     if "lm loss" in totals:
         s, n = totals["lm loss"].tolist()
         value[0] = s / max(n, 1.0)
-    torch.distributed.broadcast(value, src=_log_rank())
+    torch.distributed.broadcast(value, src=log_rank())
     return float(value.item())
 
 
@@ -126,83 +124,15 @@ def train_step(ctx: TrainingContext) -> tuple[float, float | None, bool]:
     loss = _broadcast_loss(_reduce_losses(losses_reduced))
     iteration = ctx.state.iteration + 1
     if not math.isfinite(loss):
-        raise NonFiniteLossError(_non_finite_message("lm loss", loss, iteration, ctx))
+        raise NonFiniteLossError(non_finite_message("lm loss", loss, iteration, ctx))
     update_successful, grad_norm, _ = ctx.optimizer.step()
     if update_successful:
         ctx.scheduler.step(increment=ctx.cfg.train.global_batch_size)
     elif grad_norm is None:
         pass  # the fp16 loss scaler found inf/nan gradients: Megatron-Core skips this step
     if grad_norm is not None and not math.isfinite(grad_norm):
-        raise NonFiniteLossError(_non_finite_message("grad norm", grad_norm, iteration, ctx))
+        raise NonFiniteLossError(non_finite_message("grad norm", grad_norm, iteration, ctx))
     return loss, grad_norm, bool(update_successful)
-
-
-def last_finite_checkpoint(save_dir: str | None) -> tuple[int, str, dict] | None:
-    """The newest complete checkpoint in `save_dir` whose weights were finite when it was saved
-    (from its manifest summary; a checkpoint without one counts as finite)."""
-    from bridge.checkpoint import manifest, paths
-
-    if not save_dir:
-        return None
-    for it in reversed(paths.complete_iterations(save_dir)):
-        folder = paths.checkpoint_dir(save_dir, it)
-        summary = manifest.summary(folder)
-        if summary.get("weights_finite", True):
-            return it, str(folder), summary
-    return None
-
-
-def _last_checkpoint_note(save_dir: str | None) -> str:
-    found = last_finite_checkpoint(save_dir)
-    if found is None:
-        return (
-            "no checkpoint with finite weights exists in checkpoint.save" if save_dir else "nothing was saved"
-        )
-    it, folder, summary = found
-    size = summary.get("max_abs_weight")
-    loss = summary.get("lm_loss")
-    facts = ", ".join(
-        x
-        for x in (
-            f"lm loss {loss:.4g}" if isinstance(loss, float) else "",
-            f"largest |weight| {size:.3g}" if isinstance(size, float) else "",
-        )
-        if x
-    )
-    return (
-        f"the last checkpoint with finite weights is iteration {it} ({folder}{': ' + facts if facts else ''})"
-    )
-
-
-def _non_finite_message(what: str, value: float, iteration: int, ctx: TrainingContext) -> str:
-    if what == "lm loss":
-        stopped = "training stopped before the optimizer step could change the weights"
-    else:  # Megatron-Core computes the norm inside optimizer.step(): this step was already applied
-        stopped = "training stopped; the weights in memory are no longer trusted and are not saved"
-    return (
-        f"{what} is {value} at iteration {iteration}: {stopped}; {_last_checkpoint_note(ctx.cfg.checkpoint.save)}. "
-        "Lower optimizer.lr, check the data, or enable gradient clipping (optimizer.clip_grad), then resume "
-        "from that checkpoint (checkpoint.ckpt_step)."
-    )
-
-
-def _weights_summary(model: list) -> dict:
-    """Whether every parameter is finite, and the largest finite |weight| (over all ranks)."""
-    device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
-    finite, largest = True, 0.0
-    with torch.no_grad():
-        for chunk in model:
-            for p in chunk.parameters():
-                ok = bool(torch.isfinite(p).all())
-                finite &= ok
-                a = p.detach().abs()
-                if not ok:
-                    a = a[torch.isfinite(a)]
-                if a.numel():
-                    largest = max(largest, float(a.max()))
-    t = torch.tensor([0.0 if finite else 1.0, largest], dtype=torch.float64, device=device)
-    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-    return {"weights_finite": bool(t[0].item() == 0.0), "max_abs_weight": float(t[1].item())}
 
 
 def evaluate(ctx: TrainingContext) -> float:
@@ -221,130 +151,6 @@ def evaluate(ctx: TrainingContext) -> float:
     return _broadcast_loss(sums)
 
 
-def _sync_params_for(ctx: TrainingContext):
-    """With overlapped param all-gather, params are current only after the next forward's hooks run:
-    force the gather before saving or evaluating, and re-arm the hooks afterwards."""
-
-    class _Sync:
-        def __enter__(self):
-            if ctx.overlap_param_gather:
-                for chunk in ctx.model:
-                    chunk.disable_forward_pre_hook(param_sync=True)
-
-        def __exit__(self, *exc):
-            if ctx.overlap_param_gather:
-                for chunk in ctx.model:
-                    chunk.enable_forward_pre_hook()
-
-    return _Sync()
-
-
-def save(ctx: TrainingContext, loss: float | None = None) -> str:
-    """Save the current iteration (refused, with NonFiniteLossError, when a weight is NaN/inf)."""
-    cfg = ctx.cfg.checkpoint
-    summary = _weights_summary(ctx.model)
-    if not summary["weights_finite"]:
-        raise NonFiniteLossError(
-            f"weights are not finite at iteration {ctx.state.iteration}: not saved; "
-            f"{_last_checkpoint_note(cfg.save)}. Lower optimizer.lr or enable gradient clipping "
-            "(optimizer.clip_grad), then resume from that checkpoint."
-        )
-    if loss is not None and math.isfinite(loss):
-        summary["lm_loss"] = float(loss)
-    target = checkpoint.checkpoint_dir(cfg.save, ctx.state.iteration)
-    if checkpoint.latest_iteration(cfg.save) == ctx.state.iteration and (target / "manifest.json").is_file():
-        if torch.distributed.get_rank() == _log_rank():
-            logger.info(
-                "iteration %d is already saved in %s (a tracked checkpoint is never rewritten)",
-                ctx.state.iteration,
-                target,
-            )
-        return str(target)
-    with _sync_params_for(ctx):
-        path = checkpoint.save_checkpoint(
-            cfg.save,
-            ctx.state.iteration,
-            ctx.model,
-            optimizer=ctx.optimizer if cfg.save_optim else None,
-            scheduler=ctx.scheduler,
-            train_state=ctx.state.to_dict(),
-            run_config_yaml=ctx.run_config_yaml,
-            save_rng=cfg.save_rng,
-            most_recent_k=cfg.most_recent_k,
-            summary=summary,
-            consolidated=ctx.consolidated,
-            fully_parallel=cfg.fully_parallel_save,
-        )
-    if torch.distributed.get_rank() == _log_rank():
-        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-        what = ", PEFT adapters only" if ctx.cfg.peft.scheme is not None else ""
-        logger.info(
-            "saved checkpoint at iteration %d to %s (%.2f MB%s)", ctx.state.iteration, path, size / 1e6, what
-        )
-    return str(path)
-
-
-class _ExitRequests:
-    """SIGTERM, SIGINT and train.exit_signal set a flag (the step in progress finishes); the loop asks
-    every iteration whether any rank got one, or train.exit_duration_in_mins has passed, and then
-    saves and returns. A second SIGINT interrupts at once (KeyboardInterrupt)."""
-
-    def __init__(self, train_cfg):
-        import signal
-        import threading
-
-        self.received: str | None = None
-        self.started = time.monotonic()
-        self.duration_s = (train_cfg.exit_duration_in_mins or 0) * 60.0
-        self._previous: dict = {}
-        if threading.current_thread() is not threading.main_thread():
-            return  # signal handlers can only be installed from the main thread
-        wanted = {signal.SIGTERM, signal.SIGINT}
-        if train_cfg.exit_signal:
-            wanted.add(_signal_number(train_cfg.exit_signal))
-        for sig in wanted:
-            self._previous[sig] = signal.signal(sig, self._handle)
-
-    def _handle(self, signum, frame):
-        import signal
-
-        name = signal.Signals(signum).name
-        if self.received == name and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        self.received = name
-
-    def restore(self) -> None:
-        import signal
-
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous = {}
-
-    def poll(self) -> str | None:
-        """The reason to stop now (the same on every rank), or None."""
-        device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
-        import signal
-
-        code = float(signal.Signals[self.received].value) if self.received else 0.0
-        late = 1.0 if self.duration_s and time.monotonic() - self.started >= self.duration_s else 0.0
-        t = torch.tensor([code, late], dtype=torch.float64, device=device)
-        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-        if t[0].item():
-            return f"received {signal.Signals(int(t[0].item())).name}"
-        if t[1].item():
-            return f"train.exit_duration_in_mins={self.duration_s / 60:g} reached"
-        return None
-
-
-def _signal_number(value) -> int:
-    import signal
-
-    text = str(value).strip().upper()
-    if text.isdigit():
-        return int(text)
-    return int(signal.Signals[text if text.startswith("SIG") else "SIG" + text])
-
-
 def _memory_note() -> str:
     if torch.cuda.is_available():
         return f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB"
@@ -361,7 +167,7 @@ def train(ctx: TrainingContext) -> TrainResult:
         gc.disable()
         gc.collect()
     start_iteration = state.iteration  # a resumed run never re-saves the iteration it loaded
-    exits = _ExitRequests(cfg.train)
+    exits = ExitRequests(cfg.train)
     profiler = None
     if ctx.plan.profiling is not None:  # nothing at all when profiling is off
         from bridge.training.profiling import StepProfiler
@@ -392,126 +198,199 @@ def _mfu_device(ctx: TrainingContext, log: bool) -> str | None:
     return name
 
 
+@dataclass
+class _LoopState:
+    """What the loop carries from one iteration to the next, besides the checkpointed TrainState."""
+
+    saved_at: int  # the last iteration saved (a resumed run's loaded one counts: it is never re-saved)
+    is_log_rank: bool
+    mfu_device: str | None
+    # the log line's window: sums since the last line
+    window_loss: float = 0.0
+    window_n: int = 0
+    window_time: float = 0.0
+    window_skipped: int = 0
+    # the run's throughput, without the first step (it includes the warm-up)
+    total_time: float = 0.0
+    total_iters: int = 0
+
+    def reset_window(self) -> None:
+        self.window_loss, self.window_n, self.window_time, self.window_skipped = 0.0, 0, 0.0, 0
+
+
 def _loop(
     ctx: TrainingContext,
     result: TrainResult,
-    exits: _ExitRequests,
+    exits: ExitRequests,
     saved_at: int,
     start_iteration: int,
     profiler=None,
 ) -> TrainResult:
     cfg = ctx.cfg
-    state = ctx.state
-    is_log_rank = torch.distributed.get_rank() == _log_rank()
-    train_iters = cfg.train.train_iters
-    gbs = cfg.train.global_batch_size
-    log_interval = max(1, cfg.logger.log_interval or 1)
-    eval_interval = cfg.validation.eval_interval or 0
-    save_interval = cfg.checkpoint.save_interval or 0
-    exit_interval = cfg.train.exit_interval or 0
-    world = torch.distributed.get_world_size()
+    is_log_rank = torch.distributed.get_rank() == log_rank()
     mfu_device = _mfu_device(ctx, is_log_rank) if cfg.logger.log_throughput else None
-    window_loss, window_n, window_time, window_skipped = 0.0, 0, 0.0, 0
-    total_time, total_iters = 0.0, 0
+    loop = _LoopState(saved_at=saved_at, is_log_rank=is_log_rank, mfu_device=mfu_device)
+    log_interval = max(1, cfg.logger.log_interval or 1)
     for chunk in ctx.model:
         chunk.train()
-    while state.iteration < train_iters:
-        if profiler is not None:
-            profiler.begin(state.iteration + 1)
-        start = time.perf_counter()
-        loss, grad_norm, ok = train_step(ctx)
-        elapsed = time.perf_counter() - start
-        if profiler is not None:
-            profiler.end(state.iteration + 1)
-        state.iteration += 1
-        state.consumed_train_samples += gbs
-        if not ok:
-            state.skipped_iterations += 1
-            window_skipped += 1
-        it = state.iteration
-        lr = ctx.optimizer.param_groups[0]["lr"]
-        result.losses[it], result.grad_norms[it], result.learning_rates[it] = loss, grad_norm, lr
-        result.iteration_times[it] = elapsed
-        window_loss, window_n, window_time = window_loss + loss, window_n + 1, window_time + elapsed
-        if total_iters or it > 1 or train_iters == 1:  # the first step includes warm-up: keep it out
-            total_time, total_iters = total_time + elapsed, total_iters + 1
-
+    while ctx.state.iteration < cfg.train.train_iters:
+        loss, grad_norm = _run_iteration(ctx, result, loop, profiler)
+        it = ctx.state.iteration
         if it % log_interval == 0:
-            per_iter = window_time / window_n
-            tokens_per_s = gbs * ctx.seq_length / per_iter
-            tflops = ctx.flops_per_token * tokens_per_s / world / 1e12
-            stats = IterationStats(
-                iteration=it,
-                train_iters=train_iters,
-                consumed_samples=state.consumed_train_samples,
-                elapsed_ms=per_iter * 1000.0,
-                learning_rate=lr,
-                global_batch_size=gbs,
-                losses={"lm loss": window_loss / window_n},
-                grad_norm=grad_norm,
-                loss_scale=float(ctx.optimizer.get_loss_scale().item()) if ctx.precision.fp16 else None,
-                tokens_per_second=tokens_per_s if cfg.logger.log_throughput else None,
-                tflops_per_gpu=tflops if cfg.logger.log_throughput else None,
-                throughput_unit="GPU" if ctx.plan.cuda else "rank",
-                mfu=peak_flops.mfu(tflops, mfu_device, ctx.precision.compute) if mfu_device else None,
-                skipped_iterations=window_skipped,
-                extra={"max memory": _memory_note()} if cfg.logger.log_memory else {},
-            )
-            if is_log_rank:
-                logger.info(format_iteration_line(stats))
-                scalars = {
-                    "lm loss": stats.losses["lm loss"],
-                    "learning-rate": lr,
-                    "iteration-time": per_iter,
-                    "tokens-per-second": tokens_per_s,
-                }
-                if grad_norm is not None:
-                    scalars["grad-norm"] = grad_norm
-                if stats.mfu is not None:
-                    scalars["mfu"] = 100.0 * stats.mfu  # percent
-                ctx.writers.write(it, scalars)
-            window_loss, window_n, window_time, window_skipped = 0.0, 0, 0.0, 0
-
-        if eval_interval and cfg.validation.eval_iters and ctx.valid_iterators and it % eval_interval == 0:
-            if cfg.train.manual_gc and cfg.train.manual_gc_eval:
-                gc.collect()
-            with _sync_params_for(ctx):
-                val = evaluate(ctx)
-            if cfg.train.manual_gc and cfg.train.manual_gc_eval:
-                gc.collect()
-            result.validation_losses[it] = val
-            if is_log_rank:
-                logger.info(format_validation_line(it, {"lm loss": val}))
-                ctx.writers.write(it, {"validation lm loss": val})
-
-        if cfg.checkpoint.save and save_interval and it % save_interval == 0:
-            result.last_checkpoint, saved_at = save(ctx, loss), it
-        if cfg.train.manual_gc and cfg.train.manual_gc_interval and it % cfg.train.manual_gc_interval == 0:
-            gc.collect()
-        if exit_interval and it % exit_interval == 0:
-            if is_log_rank:
-                logger.info("exiting at iteration %d (train.exit_interval=%d)", it, exit_interval)
+            _log_iteration(ctx, loop, it, grad_norm, result.learning_rates[it])
+        _maybe_evaluate(ctx, result, loop, it)
+        _maybe_save(ctx, result, loop, it, loss)
+        _maybe_collect_garbage(cfg, it)
+        if _exit_interval_reached(cfg, loop, it) or _exit_requested(ctx, result, loop, exits, it, loss):
             break
-        reason = exits.poll()
-        if reason is not None:
-            result.exit_reason = reason
-            if cfg.checkpoint.save and saved_at != it:
-                result.last_checkpoint, saved_at = save(ctx, loss), it
-            if is_log_rank:
-                what = (
-                    f"saved checkpoint {result.last_checkpoint}"
-                    if cfg.checkpoint.save
-                    else "nothing saved (checkpoint.save is not set)"
-                )
-                logger.warning("%s at iteration %d: %s; exiting", reason, it, what)
-            break
-
     if profiler is not None:
         profiler.finish()  # the run ended inside the window: the trace leaves out the final save
-    if cfg.checkpoint.save and state.iteration > start_iteration and saved_at != state.iteration:
+    return _finish(ctx, result, loop, start_iteration)
+
+
+def _run_iteration(
+    ctx: TrainingContext, result: TrainResult, loop: _LoopState, profiler
+) -> tuple[float, float | None]:
+    """One train step, timed (and profiled), counted in the TrainState and recorded in the result."""
+    state = ctx.state
+    if profiler is not None:
+        profiler.begin(state.iteration + 1)
+    start = time.perf_counter()
+    loss, grad_norm, ok = train_step(ctx)
+    elapsed = time.perf_counter() - start
+    if profiler is not None:
+        profiler.end(state.iteration + 1)
+    state.iteration += 1
+    state.consumed_train_samples += ctx.cfg.train.global_batch_size
+    if not ok:
+        state.skipped_iterations += 1
+        loop.window_skipped += 1
+    it = state.iteration
+    lr = ctx.optimizer.param_groups[0]["lr"]
+    result.losses[it], result.grad_norms[it], result.learning_rates[it] = loss, grad_norm, lr
+    result.iteration_times[it] = elapsed
+    loop.window_loss, loop.window_n = loop.window_loss + loss, loop.window_n + 1
+    loop.window_time += elapsed
+    if loop.total_iters or it > 1 or ctx.cfg.train.train_iters == 1:  # the first step includes warm-up
+        loop.total_time, loop.total_iters = loop.total_time + elapsed, loop.total_iters + 1
+    return loss, grad_norm
+
+
+def _log_iteration(
+    ctx: TrainingContext, loop: _LoopState, it: int, grad_norm: float | None, lr: float
+) -> None:
+    """The iteration line over the window since the last one (logging rank), its scalars to TensorBoard /
+    W&B; then a new window."""
+    cfg = ctx.cfg
+    gbs = cfg.train.global_batch_size
+    per_iter = loop.window_time / loop.window_n
+    tokens_per_s = gbs * ctx.seq_length / per_iter
+    tflops = ctx.flops_per_token * tokens_per_s / torch.distributed.get_world_size() / 1e12
+    throughput = cfg.logger.log_throughput
+    stats = IterationStats(
+        iteration=it,
+        train_iters=cfg.train.train_iters,
+        consumed_samples=ctx.state.consumed_train_samples,
+        elapsed_ms=per_iter * 1000.0,
+        learning_rate=lr,
+        global_batch_size=gbs,
+        losses={"lm loss": loop.window_loss / loop.window_n},
+        grad_norm=grad_norm,
+        loss_scale=float(ctx.optimizer.get_loss_scale().item()) if ctx.precision.fp16 else None,
+        tokens_per_second=tokens_per_s if throughput else None,
+        tflops_per_gpu=tflops if throughput else None,
+        throughput_unit="GPU" if ctx.plan.cuda else "rank",
+        mfu=peak_flops.mfu(tflops, loop.mfu_device, ctx.precision.compute) if loop.mfu_device else None,
+        skipped_iterations=loop.window_skipped,
+        extra={"max memory": _memory_note()} if cfg.logger.log_memory else {},
+    )
+    if loop.is_log_rank:
+        logger.info(format_iteration_line(stats))
+        scalars = {
+            "lm loss": stats.losses["lm loss"],
+            "learning-rate": lr,
+            "iteration-time": per_iter,
+            "tokens-per-second": tokens_per_s,
+        }
+        if grad_norm is not None:
+            scalars["grad-norm"] = grad_norm
+        if stats.mfu is not None:
+            scalars["mfu"] = 100.0 * stats.mfu  # percent
+        ctx.writers.write(it, scalars)
+    loop.reset_window()
+
+
+def _maybe_evaluate(ctx: TrainingContext, result: TrainResult, loop: _LoopState, it: int) -> None:
+    """Every validation.eval_interval iterations (with validation data), the validation loss."""
+    cfg = ctx.cfg
+    interval = cfg.validation.eval_interval or 0
+    if not (interval and cfg.validation.eval_iters and ctx.valid_iterators and it % interval == 0):
+        return
+    collect = cfg.train.manual_gc and cfg.train.manual_gc_eval
+    if collect:
+        gc.collect()
+    with sync_params_for(ctx):
+        val = evaluate(ctx)
+    if collect:
+        gc.collect()
+    result.validation_losses[it] = val
+    if loop.is_log_rank:
+        logger.info(format_validation_line(it, {"lm loss": val}))
+        ctx.writers.write(it, {"validation lm loss": val})
+
+
+def _maybe_save(ctx: TrainingContext, result: TrainResult, loop: _LoopState, it: int, loss: float) -> None:
+    """Every checkpoint.save_interval iterations, a checkpoint."""
+    interval = ctx.cfg.checkpoint.save_interval or 0
+    if ctx.cfg.checkpoint.save and interval and it % interval == 0:
+        result.last_checkpoint, loop.saved_at = save(ctx, loss), it
+
+
+def _maybe_collect_garbage(cfg: ConfigContainer, it: int) -> None:
+    if cfg.train.manual_gc and cfg.train.manual_gc_interval and it % cfg.train.manual_gc_interval == 0:
+        gc.collect()
+
+
+def _exit_interval_reached(cfg: ConfigContainer, loop: _LoopState, it: int) -> bool:
+    interval = cfg.train.exit_interval or 0
+    if interval and it % interval == 0:
+        if loop.is_log_rank:
+            logger.info("exiting at iteration %d (train.exit_interval=%d)", it, interval)
+        return True
+    return False
+
+
+def _exit_requested(
+    ctx: TrainingContext, result: TrainResult, loop: _LoopState, exits: ExitRequests, it: int, loss: float
+) -> bool:
+    """A signal on any rank, or train.exit_duration_in_mins passed: save (unless this iteration is saved)
+    and stop."""
+    reason = exits.poll()
+    if reason is None:
+        return False
+    result.exit_reason = reason
+    save_dir = ctx.cfg.checkpoint.save
+    if save_dir and loop.saved_at != it:
+        result.last_checkpoint, loop.saved_at = save(ctx, loss), it
+    if loop.is_log_rank:
+        what = (
+            f"saved checkpoint {result.last_checkpoint}"
+            if save_dir
+            else "nothing saved (checkpoint.save is not set)"
+        )
+        logger.warning("%s at iteration %d: %s; exiting", reason, it, what)
+    return True
+
+
+def _finish(ctx: TrainingContext, result: TrainResult, loop: _LoopState, start_iteration: int) -> TrainResult:
+    """The final save (when this run trained past its start and has not saved its last iteration), and the
+    result's totals."""
+    state = ctx.state
+    if ctx.cfg.checkpoint.save and state.iteration > start_iteration and loop.saved_at != state.iteration:
         result.last_checkpoint = save(ctx, result.losses.get(state.iteration))
     result.iteration = state.iteration
     result.skipped_iterations = state.skipped_iterations
-    if total_iters:
-        result.tokens_per_second = total_iters * gbs * ctx.seq_length / total_time
+    if loop.total_iters:
+        gbs = ctx.cfg.train.global_batch_size
+        result.tokens_per_second = loop.total_iters * gbs * ctx.seq_length / loop.total_time
     return result

@@ -205,7 +205,7 @@ def test_ckpt_step_and_exit_signal_rules(tmp_path):
 
 
 def test_last_finite_checkpoint(tmp_path):
-    from bridge.training.train import _last_checkpoint_note
+    from bridge.training.saves import last_checkpoint_note as _last_checkpoint_note
 
     for it, finite in ((2, True), (4, True), (6, False)):
         folder = paths.checkpoint_dir(tmp_path, it)
@@ -227,8 +227,9 @@ def _jsonl_datasets(tmp_path, text: str, tokenizer):
     from bridge.training.data.jsonl import build_jsonl_datasets
 
     f = tmp_path / "d.jsonl"
-    f.write_text(text)
+    f.write_text('{"text": "1"}\n')  # valid while planning (validation reads the first document) ...
     plan = _plan("dataset.kind=jsonl", f"dataset.data_paths=[{f}]", 'dataset.split="1,0,0"')
+    f.write_text(text)  # ... then the loader's own checks meet the mistake
     return f, lambda: build_jsonl_datasets(plan.data, tokenizer)
 
 

@@ -321,8 +321,8 @@ def test_validation_rules(overrides, world, expected):
 
 
 def test_existing_paths_pass(tmp_path):
-    (tmp_path / "d.bin").write_bytes(b"")
-    (tmp_path / "d.idx").write_bytes(b"")
+    (tmp_path / "d.bin").write_bytes(b"\0")  # non-empty: validation refuses an empty file
+    (tmp_path / "d.idx").write_bytes(b"\0")  # non-empty: validation refuses an empty file
     (tmp_path / "ckpt").mkdir()
     prefix = str(tmp_path / "d")
     cfg = apply_overrides(

@@ -29,12 +29,15 @@ def test_every_finetuning_recipe_is_listed_here():
 
 @pytest.fixture()
 def start(tmp_path):
-    """A data file and a (torch_dist-shaped) pretrained folder: validation only checks they exist."""
+    """A data file, a (torch_dist-shaped) pretrained folder and a tokenizer folder: validation checks they
+    exist and are not empty, and that the tokenizer declares an eos token."""
     data = tmp_path / "train.jsonl"
     data.write_text('{"input": "a", "output": "b"}\n')
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "latest_checkpointed_iteration.txt").write_text("0")
+    # validation reads the tokenizer folder's files: an eos token must be declared
+    (tmp_path / "tokenizer_config.json").write_text('{"eos_token": "<eos>"}')
     return [
         f"dataset.data_paths=[{data}]",
         f"checkpoint.pretrained_checkpoint={ckpt}",

@@ -152,12 +152,12 @@ def test_request_rules_are_config_errors(sources):
     provider, chunks = _build(sources["llama"][0])
     vocab = provider.vocab_size
     cases = [  # (prompt, max_new_tokens, options, text the message must hold)
-        ([], 4, {}, "prompt_ids=[]"),
-        ([1, vocab], 4, {}, f"prompt_ids=[{vocab}]"),
-        (PROMPT, 0, {}, "max_new_tokens=0"),
+        ([], 4, {}, "prompt_ids = []"),
+        ([1, vocab], 4, {}, f"prompt_ids = [{vocab}]"),
+        (PROMPT, 0, {}, "max_new_tokens = 0"),
         (PROMPT, provider.seq_length, {}, "max sequence length"),
-        (PROMPT, 4, {"temperature": -1.0}, "temperature=-1.0"),
-        (PROMPT, 4, {"top_p": 0.0}, "top_p=0.0"),
+        (PROMPT, 4, {"temperature": -1.0}, "temperature = -1.0"),
+        (PROMPT, 4, {"top_p": 0.0}, "top_p = 0.0"),
     ]
     for prompt, n, options, message in cases:
         with pytest.raises(ConfigError, match="Fix:") as err:

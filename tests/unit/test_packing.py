@@ -8,8 +8,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from bridge.config.plan import DataPlan
-from bridge.config.validation import parse_split
+from bridge.config.checks.data import parse_split
+from bridge.config.run_plan import DataPlan
 from bridge.training.data.loaders import build_datasets
 from bridge.training.data.packing import PackedDataset, pack_lengths
 from bridge.training.data.tokenizer import HFTokenizer

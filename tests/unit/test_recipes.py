@@ -112,8 +112,8 @@ def test_70b_uses_interleaved_multi_node_layout():
 
 
 def test_recipe_keyword_arguments(tmp_path):
-    (tmp_path / "d.bin").write_bytes(b"")
-    (tmp_path / "d.idx").write_bytes(b"")
+    (tmp_path / "d.bin").write_bytes(b"\0")  # non-empty: validation refuses an empty file
+    (tmp_path / "d.idx").write_bytes(b"\0")  # non-empty: validation refuses an empty file
     cfg = get_recipe("llama32_1b_pretrain_config")(
         tensor_model_parallel_size=2,
         pipeline_model_parallel_size=2,

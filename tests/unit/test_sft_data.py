@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge.config.plan import DataPlan
-from bridge.config.validation import parse_split
+from bridge.config.checks.data import parse_split
+from bridge.config.run_plan import DataPlan
 from bridge.errors import ConfigError
 from bridge.training.data.loaders import build_datasets
 from bridge.training.data.sft import build_sft_datasets, read_records

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from bridge.config.plan import DataPlan
+from bridge.config.checks.data import blend_paths, parse_split
+from bridge.config.run_plan import DataPlan
 from bridge.config.sections import TokenizerConfig
-from bridge.config.validation import blend_paths, parse_split
 from bridge.errors import ConfigError
 from bridge.training.data.jsonl import JsonlDataset
 from bridge.training.data.loaders import build_iterator

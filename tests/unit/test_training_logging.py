@@ -230,7 +230,7 @@ def test_mfu_device_is_read_once_and_an_unknown_one_said_once(monkeypatch, devic
 
     import torch
 
-    from bridge.config.plan import Precision
+    from bridge.config.run_plan import Precision
     from bridge.training.train import _mfu_device
 
     asked = []

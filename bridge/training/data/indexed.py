@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.config.plan import DataPlan
+from bridge.config.run_plan import DataPlan
 
 
 def build_indexed_datasets(data: DataPlan, tokenizer) -> list:

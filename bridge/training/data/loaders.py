@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from bridge.config.plan import DataPlan
+from bridge.config.run_plan import DataPlan
 from bridge.training.data.mock import MockDataset
 from bridge.training.data.sample import DocumentMasking
 from bridge.training.data.samplers import DataParallelSampler

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bridge.config.plan import DataPlan
+from bridge.config.run_plan import DataPlan
 from bridge.errors import ConfigError
 from bridge.training.data.splits import split_ranges
 from bridge.training.data.tokenizer import NullTokenizer

@@ -15,17 +15,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bridge.config import finetune_rules, performance
+from bridge.config.checks.data import blend_paths, parse_split
+from bridge.config.checks.optimizer import scheduler_iters
 from bridge.config.environment import Environment
 from bridge.config.performance import SettingState
 from bridge.config.profiling import ProfilingPlan, profiling_plan
-from bridge.config.sections import FP8_PRECISIONS
-from bridge.config.validation import (
-    PRECISION_DTYPES,
-    blend_paths,
-    parse_split,
-    scheduler_iters,
-    validate_config,
-)
+from bridge.config.sections import FP8_PRECISIONS, PRECISION_DTYPES
+from bridge.config.validation import validate_config
 
 if TYPE_CHECKING:
     from bridge.config.container import ConfigContainer
@@ -218,7 +214,7 @@ def _memory(cfg: ConfigContainer, layout: ParallelLayout, precision: Precision) 
             recompute=recompute,
             pp_schedule=cfg.distributed.pp_schedule,
         )
-        return estimate_memory(cfg.model.model_shape(), layout, setup)
+        return estimate_memory(layout.model, layout, setup)  # the model shape the layout was checked with
     except (ValueError, TypeError, ZeroDivisionError):
         return None  # a shape the memory model does not cover: the run does not depend on it
 

@@ -1,0 +1,105 @@
+"""The `dataset` section: kind, split, blend list, and that every data file exists."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from bridge.config import sections as S
+from bridge.config.checks.rules import one_of, positive
+from bridge.errors import config_error
+
+if TYPE_CHECKING:
+    from bridge.config.container import ConfigContainer
+
+
+def split_weights(split: str) -> list[float]:
+    try:
+        weights = [float(part) for part in str(split).replace("/", ",").split(",") if part.strip()]
+    except ValueError:
+        weights = []
+    if not 1 <= len(weights) <= 3 or any(w < 0 for w in weights) or sum(weights) <= 0:
+        raise config_error(
+            "dataset.split",
+            split,
+            "must be 1 to 3 comma-separated non-negative weights (train,valid,test) with a positive sum",
+            "use e.g. '969,30,1' (quote it on the command line: 'dataset.split=\"969,30,1\"')",
+        )
+    return weights
+
+
+def parse_split(split: str) -> tuple[float, float, float]:
+    """dataset.split ("969,30,1") -> train, valid, test ratios summing to 1 (raises ConfigError)."""
+    weights = split_weights(split)
+    weights += [0.0] * (3 - len(weights))
+    total = sum(weights)
+    return (weights[0] / total, weights[1] / total, weights[2] / total)
+
+
+def blend_paths(data_paths: list[str]) -> tuple[list[str], list[float] | None]:
+    """Megatron's blend list -> (paths, weights or None): ["p1", "p2"] or ["w1", "p1", "w2", "p2"]."""
+
+    def number(text: str) -> float | None:
+        try:
+            return float(text)
+        except (TypeError, ValueError):
+            return None
+
+    values = [str(p) for p in data_paths]
+    if len(values) % 2 == 0 and values and all(number(v) is not None for v in values[0::2]):
+        weights = [number(v) for v in values[0::2]]
+        if any(w <= 0 for w in weights):
+            raise config_error(
+                "dataset.data_paths", data_paths, "blend weights must be > 0", "give positive weights"
+            )
+        return values[1::2], weights
+    if any(number(v) is not None for v in values):
+        raise config_error(
+            "dataset.data_paths",
+            data_paths,
+            "mixes weights and paths: give either paths only, or a weight before every path",
+            "write [p1, p2] or ['0.3', p1, '0.7', p2]",
+        )
+    return values, None
+
+
+def check_dataset(cfg: ConfigContainer) -> None:
+    d = cfg.dataset
+    one_of("dataset.kind", d.kind, S.DATASET_KINDS)
+    positive("dataset.seq_length", d.seq_length)
+    split_weights(d.split)
+    positive("dataset.num_workers", d.num_workers, zero_ok=True)
+    positive("dataset.packed_sequence_size", d.packed_sequence_size, zero_ok=True)
+    if d.kind == "mock" and d.data_paths:
+        raise config_error(
+            "dataset.data_paths",
+            d.data_paths,
+            "dataset.kind is mock, which generates random tokens and reads no files",
+            "set dataset.kind=indexed (Megatron .bin/.idx) or jsonl, or drop the paths (~dataset.data_paths)",
+        )
+    if d.kind != "mock":
+        if not d.data_paths:
+            raise config_error(
+                "dataset.data_paths",
+                d.data_paths,
+                f"dataset.kind={d.kind} needs data files",
+                "give dataset.data_paths=[prefix_or_file, ...], or use dataset.kind=mock",
+            )
+        paths, _ = blend_paths(d.data_paths)
+        for path in paths:
+            needed = [path + ".bin", path + ".idx"] if d.kind == "indexed" else [path]
+            missing = [p for p in needed if not os.path.isfile(p)]
+            if missing:
+                what = (
+                    "an indexed dataset prefix (path without .bin/.idx)"
+                    if d.kind == "indexed"
+                    else "a JSONL file"
+                    if d.kind == "jsonl"
+                    else "a .jsonl / .json / .parquet file"
+                )
+                raise config_error(
+                    "dataset.data_paths",
+                    path,
+                    f"{', '.join(missing)} not found; each entry must be {what}",
+                    "fix the path (scripts/data/preprocess_data.py writes .bin/.idx from JSONL)",
+                )

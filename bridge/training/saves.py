@@ -1,0 +1,151 @@
+"""Saving from the training loop: the checkpoint of an iteration (refused when a weight is not finite),
+and the messages that point at the last checkpoint whose weights were finite."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+import bridge.checkpoint as checkpoint
+from bridge.training.logging import logger
+from bridge.training.state import NonFiniteLossError
+
+if TYPE_CHECKING:
+    from bridge.training.train import TrainingContext
+
+
+def log_rank() -> int:
+    return torch.distributed.get_world_size() - 1  # a last-pipeline-stage rank (pp is the outer dim)
+
+
+def last_finite_checkpoint(save_dir: str | None) -> tuple[int, str, dict] | None:
+    """The newest complete checkpoint in `save_dir` whose weights were finite when it was saved
+    (from its manifest summary; a checkpoint without one counts as finite)."""
+    from bridge.checkpoint import manifest, paths
+
+    if not save_dir:
+        return None
+    for it in reversed(paths.complete_iterations(save_dir)):
+        folder = paths.checkpoint_dir(save_dir, it)
+        summary = manifest.summary(folder)
+        if summary.get("weights_finite", True):
+            return it, str(folder), summary
+    return None
+
+
+def last_checkpoint_note(save_dir: str | None) -> str:
+    found = last_finite_checkpoint(save_dir)
+    if found is None:
+        return (
+            "no checkpoint with finite weights exists in checkpoint.save" if save_dir else "nothing was saved"
+        )
+    it, folder, summary = found
+    size = summary.get("max_abs_weight")
+    loss = summary.get("lm_loss")
+    facts = ", ".join(
+        x
+        for x in (
+            f"lm loss {loss:.4g}" if isinstance(loss, float) else "",
+            f"largest |weight| {size:.3g}" if isinstance(size, float) else "",
+        )
+        if x
+    )
+    return (
+        f"the last checkpoint with finite weights is iteration {it} ({folder}{': ' + facts if facts else ''})"
+    )
+
+
+def non_finite_message(what: str, value: float, iteration: int, ctx: TrainingContext) -> str:
+    if what == "lm loss":
+        stopped = "training stopped before the optimizer step could change the weights"
+    else:  # Megatron-Core computes the norm inside optimizer.step(): this step was already applied
+        stopped = "training stopped; the weights in memory are no longer trusted and are not saved"
+    return (
+        f"{what} is {value} at iteration {iteration}: {stopped}; {last_checkpoint_note(ctx.cfg.checkpoint.save)}. "
+        "Lower optimizer.lr, check the data, or enable gradient clipping (optimizer.clip_grad), then resume "
+        "from that checkpoint (checkpoint.ckpt_step)."
+    )
+
+
+def weights_summary(model: list) -> dict:
+    """Whether every parameter is finite, and the largest finite |weight| (over all ranks)."""
+    device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
+    finite, largest = True, 0.0
+    with torch.no_grad():
+        for chunk in model:
+            for p in chunk.parameters():
+                ok = bool(torch.isfinite(p).all())
+                finite &= ok
+                a = p.detach().abs()
+                if not ok:
+                    a = a[torch.isfinite(a)]
+                if a.numel():
+                    largest = max(largest, float(a.max()))
+    t = torch.tensor([0.0 if finite else 1.0, largest], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    return {"weights_finite": bool(t[0].item() == 0.0), "max_abs_weight": float(t[1].item())}
+
+
+def sync_params_for(ctx: TrainingContext):
+    """With overlapped param all-gather, params are current only after the next forward's hooks run:
+    force the gather before saving or evaluating, and re-arm the hooks afterwards."""
+
+    class _Sync:
+        def __enter__(self):
+            if ctx.overlap_param_gather:
+                for chunk in ctx.model:
+                    chunk.disable_forward_pre_hook(param_sync=True)
+
+        def __exit__(self, *exc):
+            if ctx.overlap_param_gather:
+                for chunk in ctx.model:
+                    chunk.enable_forward_pre_hook()
+
+    return _Sync()
+
+
+def save(ctx: TrainingContext, loss: float | None = None) -> str:
+    """Save the current iteration (refused, with NonFiniteLossError, when a weight is NaN/inf)."""
+    cfg = ctx.cfg.checkpoint
+    summary = weights_summary(ctx.model)
+    if not summary["weights_finite"]:
+        raise NonFiniteLossError(
+            f"weights are not finite at iteration {ctx.state.iteration}: not saved; "
+            f"{last_checkpoint_note(cfg.save)}. Lower optimizer.lr or enable gradient clipping "
+            "(optimizer.clip_grad), then resume from that checkpoint."
+        )
+    if loss is not None and math.isfinite(loss):
+        summary["lm_loss"] = float(loss)
+    target = checkpoint.checkpoint_dir(cfg.save, ctx.state.iteration)
+    if checkpoint.latest_iteration(cfg.save) == ctx.state.iteration and (target / "manifest.json").is_file():
+        if torch.distributed.get_rank() == log_rank():
+            logger.info(
+                "iteration %d is already saved in %s (a tracked checkpoint is never rewritten)",
+                ctx.state.iteration,
+                target,
+            )
+        return str(target)
+    with sync_params_for(ctx):
+        path = checkpoint.save_checkpoint(
+            cfg.save,
+            ctx.state.iteration,
+            ctx.model,
+            optimizer=ctx.optimizer if cfg.save_optim else None,
+            scheduler=ctx.scheduler,
+            train_state=ctx.state.to_dict(),
+            run_config_yaml=ctx.run_config_yaml,
+            save_rng=cfg.save_rng,
+            most_recent_k=cfg.most_recent_k,
+            summary=summary,
+            consolidated=ctx.consolidated,
+            fully_parallel=cfg.fully_parallel_save,
+        )
+    if torch.distributed.get_rank() == log_rank():
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        what = ", PEFT adapters only" if ctx.cfg.peft.scheme is not None else ""
+        logger.info(
+            "saved checkpoint at iteration %d to %s (%.2f MB%s)", ctx.state.iteration, path, size / 1e6, what
+        )
+    return str(path)
