@@ -16,9 +16,10 @@ def single_process_groups():
     runtime.destroy_distributed()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def family_sources(tmp_path_factory):
-    """family -> (folder, HF model) saved with save_pretrained in fp32."""
+    """family -> (folder, HF model) saved with save_pretrained in fp32; built once per session (the tests
+    that change a folder copy it first)."""
     from tests.functional.workers.convert_models import FAMILIES, save_hf_model
 
     root = tmp_path_factory.mktemp("hf")
