@@ -6,14 +6,25 @@ tests/functional/tiers.py. Every other functional test is marked `slow` here and
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.functional.fsdp2_checks import run_suites
+from tests.functional.launch import assert_ok, torchrun
 from tests.functional.tiers import in_smoke_set
 
 HERE = Path(__file__).parent
+BUNDLE = HERE / "workers" / "bundle.py"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "bundled(case, nproc): the test reads `bundled`, the output of worker CASE run on NPROC ranks in one "
+        "launch with the session's other cases of that world size (tests/functional/workers/bundle.py)",
+    )
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects on the markers
@@ -41,3 +52,54 @@ def fsdp2_runs(request, tmp_path_factory) -> dict[str, dict]:
         }
     )
     return run_suites(tmp_path_factory, suites)
+
+
+@dataclass(frozen=True)
+class BundledRun:
+    """One case of a bundled launch: its output (every rank's, in rank order), and the whole launch's
+    (torchrun's own and every case's), for what a process does once, whichever case comes first."""
+
+    case: str
+    launch: str
+
+
+class Bundles:
+    """One launch per world size for the bundled cases of the collected tests, made on first use."""
+
+    def __init__(self, session: pytest.Session, tmp_path_factory: pytest.TempPathFactory):
+        self.session, self.tmp_path_factory = session, tmp_path_factory
+        self.launched: dict[int, tuple[Path, str, list[str]]] = {}  # nproc -> (workdir, output, cases)
+
+    def cases(self, nproc: int) -> list[str]:
+        """The cases of this world size, in the order of the collected tests."""
+        found: list[str] = []
+        for item in self.session.items:
+            marker = item.get_closest_marker("bundled")
+            if marker and marker.kwargs["nproc"] == nproc and marker.args[0] not in found:
+                found.append(marker.args[0])
+        return found
+
+    def run(self, case: str, nproc: int) -> BundledRun:
+        if nproc not in self.launched:
+            work, cases = self.tmp_path_factory.mktemp(f"bundle{nproc}"), self.cases(nproc)
+            out = assert_ok(torchrun(BUNDLE, nproc, str(work), ",".join(cases), timeout=600))
+            self.launched[nproc] = (work, out, cases)
+        work, out, cases = self.launched[nproc]
+        assert case in cases, (case, cases)
+
+        def text(name: str) -> str:
+            return "".join((work / f"{name}.rank{rank}.log").read_text() for rank in range(nproc))
+
+        return BundledRun(text(case), out + "".join(text(name) for name in cases))
+
+
+@pytest.fixture(scope="session")
+def bundles(request, tmp_path_factory) -> Bundles:
+    return Bundles(request.session, tmp_path_factory)
+
+
+@pytest.fixture
+def bundled(request, bundles) -> BundledRun:
+    """The output of the test's `bundled(case, nproc)` case."""
+    marker = request.node.get_closest_marker("bundled")
+    return bundles.run(marker.args[0], marker.kwargs["nproc"])
