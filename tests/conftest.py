@@ -1,4 +1,38 @@
+from __future__ import annotations
+
+from pathlib import Path
+
 import pytest
+
+
+class TinyHFFolders:
+    """Each family's tiny Hugging Face folder (tests/functional/workers/convert_models.py's save_hf_model:
+    fp32, seed 0, with its tokenizer), saved once per session on first use and shared by every test
+    that reads it; a test that changes a folder copies it first."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.models: dict[str, object] = {}
+
+    def get(self, family: str) -> tuple[Path, object]:
+        """(folder, HF model) of `family`."""
+        if family not in self.models:
+            from tests.functional.workers.convert_models import save_hf_model
+
+            self.models[family] = save_hf_model(family, self.root / family)
+        return self.root / family, self.models[family]
+
+    def link(self, family: str, where: Path) -> object:
+        """`where` becomes a link to `family`'s folder (for workers that read ROOT/hf/<family>); its model."""
+        folder, model = self.get(family)
+        where.parent.mkdir(parents=True, exist_ok=True)
+        where.symlink_to(folder, target_is_directory=True)
+        return model
+
+
+@pytest.fixture(scope="session")
+def tiny_hf(tmp_path_factory) -> TinyHFFolders:
+    return TinyHFFolders(tmp_path_factory.mktemp("tiny_hf"))
 
 
 def pytest_collection_modifyitems(config, items):

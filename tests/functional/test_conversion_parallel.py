@@ -25,11 +25,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
+def root(tmp_path_factory, tiny_hf):
     root = tmp_path_factory.mktemp("convert")
     (root / "refs").mkdir()
-    for family in FAMILIES:
-        model = save_hf_model(family, root / "hf" / family)
+    for family in FAMILIES:  # the session's folders (tests/conftest.py), linked where the worker reads them
+        model = tiny_hf.link(family, root / "hf" / family)
         torch.save(hf_logits(model, tokens()), root / "refs" / f"{family}.pt")
     save_hf_model("llama", root / "hf" / "llama_bf16", dtype=torch.bfloat16, seed=3)
     return root
