@@ -27,6 +27,11 @@ def pytest_configure(config):
     )
 
 
+# A shared launch runs several workers' work, all of it in the setup of the first test that uses it: that
+# test gets pytest's limit (pyproject's 600 s per test) once per share, and so does the launch itself.
+SHARED_LAUNCH_TIMEOUT = 1800
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects on the markers
 def pytest_collection_modifyitems(config, items):
     slow = pytest.mark.slow
@@ -38,6 +43,8 @@ def pytest_collection_modifyitems(config, items):
         nodeid = relative.as_posix() + item.nodeid[item.nodeid.index("::") :]
         if not in_smoke_set(nodeid):
             item.add_marker(slow)
+        if {"fsdp2_runs", "bundled"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.timeout(SHARED_LAUNCH_TIMEOUT))
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +58,7 @@ def fsdp2_runs(request, tmp_path_factory) -> dict[str, dict]:
             if "fsdp2_runs" in getattr(item, "fixturenames", ())
         }
     )
-    return run_suites(tmp_path_factory, suites)
+    return run_suites(tmp_path_factory, suites, timeout=SHARED_LAUNCH_TIMEOUT)
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,9 @@ class Bundles:
     def run(self, case: str, nproc: int) -> BundledRun:
         if nproc not in self.launched:
             work, cases = self.tmp_path_factory.mktemp(f"bundle{nproc}"), self.cases(nproc)
-            out = assert_ok(torchrun(BUNDLE, nproc, str(work), ",".join(cases), timeout=600))
+            out = assert_ok(
+                torchrun(BUNDLE, nproc, str(work), ",".join(cases), timeout=SHARED_LAUNCH_TIMEOUT)
+            )
             self.launched[nproc] = (work, out, cases)
         work, out, cases = self.launched[nproc]
         assert case in cases, (case, cases)

@@ -9,10 +9,10 @@ from tests.functional.launch import REPO_ROOT, assert_ok, payloads, torchrun
 WORKER = REPO_ROOT / "tests/functional/workers/fsdp2_equivalence.py"
 
 
-def run_suites(tmp_path_factory, suites: list[str]) -> dict[str, dict]:
+def run_suites(tmp_path_factory, suites: list[str], timeout: float) -> dict[str, dict]:
     """Every run of `suites` (run names are unique across suites), by name (losses, grad_norms, mesh_ok)."""
     work = str(tmp_path_factory.mktemp("fsdp2"))
-    out = assert_ok(torchrun(WORKER, 4, work, ",".join(suites), timeout=600))
+    out = assert_ok(torchrun(WORKER, 4, work, ",".join(suites), timeout=timeout))
     return {r["run"]: r for r in payloads(out, "run")}
 
 
