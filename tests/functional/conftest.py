@@ -6,6 +6,7 @@ tests/functional/tiers.py. Every other functional test is marked `slow` here and
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +23,9 @@ BUNDLE = HERE / "workers" / "bundle.py"
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "bundled(case, nproc): the test reads `bundled`, the output of worker CASE run on NPROC ranks in one "
-        "launch with the session's other cases of that world size (tests/functional/workers/bundle.py)",
+        "bundled(script, *args, nproc): worker SCRIPT (tests/functional/workers/) with ARGS ('{workdir}': a "
+        "folder of its own) runs on NPROC ranks in one launch with the session's other cases of that world "
+        "size (workers/bundle.py); the test reads it with the `bundled` fixture or `bundles.run`",
     )
 
 
@@ -43,7 +45,7 @@ def pytest_collection_modifyitems(config, items):
         nodeid = relative.as_posix() + item.nodeid[item.nodeid.index("::") :]
         if not in_smoke_set(nodeid):
             item.add_marker(slow)
-        if {"fsdp2_runs", "bundled"} & set(getattr(item, "fixturenames", ())):
+        if {"fsdp2_runs", "bundles"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.timeout(SHARED_LAUNCH_TIMEOUT))
 
 
@@ -63,43 +65,56 @@ def fsdp2_runs(request, tmp_path_factory) -> dict[str, dict]:
 
 @dataclass(frozen=True)
 class BundledRun:
-    """One case of a bundled launch: its output (every rank's, in rank order), and the whole launch's
-    (torchrun's own and every case's), for what a process does once, whichever case comes first."""
+    """One case of a bundled launch: its output (every rank's, in rank order), the whole launch's
+    (torchrun's own and every case's: for what a process does once, whichever case comes first), and
+    the folder given to the case for its `{workdir}` argument."""
 
     case: str
     launch: str
+    workdir: Path
+
+
+def case_id(script: str, args: tuple[str, ...]) -> str:
+    return ".".join([Path(script).stem, *(a for a in args if a != "{workdir}")])
 
 
 class Bundles:
-    """One launch per world size for the bundled cases of the collected tests, made on first use."""
+    """One launch per world size for the bundled cases of the collected tests (their `bundled` markers,
+    in collection order), made on first use."""
 
     def __init__(self, session: pytest.Session, tmp_path_factory: pytest.TempPathFactory):
         self.session, self.tmp_path_factory = session, tmp_path_factory
-        self.launched: dict[int, tuple[Path, str, list[str]]] = {}  # nproc -> (workdir, output, cases)
+        self.launched: dict[int, tuple[Path, str, list[str]]] = {}  # nproc -> (workdir, output, case ids)
 
-    def cases(self, nproc: int) -> list[str]:
-        """The cases of this world size, in the order of the collected tests."""
-        found: list[str] = []
+    def cases(self, nproc: int) -> dict[str, tuple[str, ...]]:
+        """case id -> (script, args...) of this world size."""
+        found: dict[str, tuple[str, ...]] = {}
         for item in self.session.items:
-            marker = item.get_closest_marker("bundled")
-            if marker and marker.kwargs["nproc"] == nproc and marker.args[0] not in found:
-                found.append(marker.args[0])
+            for marker in item.iter_markers("bundled"):
+                if marker.kwargs["nproc"] == nproc:
+                    found.setdefault(case_id(marker.args[0], marker.args[1:]), marker.args)
         return found
 
-    def run(self, case: str, nproc: int) -> BundledRun:
+    def run(self, script: str, *args: str, nproc: int) -> BundledRun:
         if nproc not in self.launched:
             work, cases = self.tmp_path_factory.mktemp(f"bundle{nproc}"), self.cases(nproc)
+            specs = []
+            for name, (case_script, *case_args) in cases.items():
+                (work / name).mkdir()
+                argv = [case_script, *(str(work / name) if a == "{workdir}" else a for a in case_args)]
+                specs.append({"id": name, "argv": argv})
             out = assert_ok(
-                torchrun(BUNDLE, nproc, str(work), ",".join(cases), timeout=SHARED_LAUNCH_TIMEOUT)
+                torchrun(BUNDLE, nproc, str(work), json.dumps(specs), timeout=SHARED_LAUNCH_TIMEOUT)
             )
-            self.launched[nproc] = (work, out, cases)
-        work, out, cases = self.launched[nproc]
-        assert case in cases, (case, cases)
+            self.launched[nproc] = (work, out, list(cases))
+        work, out, names = self.launched[nproc]
+        name = case_id(script, args)
+        assert name in names, (name, names)
 
-        def text(name: str) -> str:
-            return "".join((work / f"{name}.rank{rank}.log").read_text() for rank in range(nproc))
+        def text(case: str) -> str:
+            return "".join((work / f"{case}.rank{rank}.log").read_text() for rank in range(nproc))
 
-        return BundledRun(text(case), out + "".join(text(name) for name in cases))
+        return BundledRun(text(name), out + "".join(text(case) for case in names), work / name)
 
 
 @pytest.fixture(scope="session")
@@ -109,6 +124,6 @@ def bundles(request, tmp_path_factory) -> Bundles:
 
 @pytest.fixture
 def bundled(request, bundles) -> BundledRun:
-    """The output of the test's `bundled(case, nproc)` case."""
+    """The output of the test's `bundled(script, args..., nproc=N)` case."""
     marker = request.node.get_closest_marker("bundled")
-    return bundles.run(marker.args[0], marker.kwargs["nproc"])
+    return bundles.run(*marker.args, nproc=marker.kwargs["nproc"])

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.functional.launch import REPO_ROOT, assert_ok, count_launch, free_port, records_by_tag, torchrun
+from tests.functional.launch import REPO_ROOT, count_launch, free_port, records_by_tag
 from tests.functional.workers.train_common import TINY_MODEL
 
 WORKERS = REPO_ROOT / "tests/functional/workers"
+pytestmark = pytest.mark.bundled("ckpt_faults.py", "{workdir}", nproc=2)  # the `faults` fixture's case
 
 
 def _ints(d: dict) -> dict:
@@ -28,9 +29,8 @@ def _ints(d: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def faults(tmp_path_factory):
-    work = tmp_path_factory.mktemp("faults")
-    return records_by_tag(assert_ok(torchrun(WORKERS / "ckpt_faults.py", 2, str(work), timeout=600)))
+def faults(bundles):  # workers/ckpt_faults.py, in the 2-rank bundled launch (tests/functional/conftest.py)
+    return records_by_tag(bundles.run("ckpt_faults.py", "{workdir}", nproc=2).case)
 
 
 def test_exact_resume_with_dropout(faults):

@@ -7,7 +7,7 @@ import pytest
 from tests.functional.launch import payloads
 
 # workers/cpu_p2p.py, in the 2-rank bundled launch (tests/functional/conftest.py)
-pytestmark = pytest.mark.bundled("cpu_p2p", nproc=2)
+pytestmark = pytest.mark.bundled("cpu_p2p.py", nproc=2)
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from tests.functional.launch import REPO_ROOT, assert_ok
 WORKERS = Path(__file__).parent / "workers"
 
 
-@pytest.mark.bundled("runtime_pipeline", nproc=4)
+@pytest.mark.bundled("runtime_pipeline.py", nproc=4)
 def test_tp2_pp2_sequence_parallel_matches_pp1(bundled):
     out = bundled.case
     # The success signal: the layout line, once per initialization (rank 0 only; the second,
@@ -34,7 +34,7 @@ def test_tp2_pp2_sequence_parallel_matches_pp1(bundled):
         assert f"rank {rank} stage {stage}: OK" in out, out[-3000:]
 
 
-@pytest.mark.bundled("runtime_tp_moe", nproc=2)
+@pytest.mark.bundled("runtime_tp_moe.py", nproc=2)
 def test_tp2_logits_match_tp1_and_moe_ep2_trains_a_step(bundled):
     out = bundled.case
     assert out.count("parallel layout: TP=2 PP=1 CP=1 EP=1 ETP=1 DP=1 EDP=2 world=2") == 1, out[-3000:]

@@ -5,7 +5,7 @@ import json
 import pytest
 
 
-@pytest.mark.bundled("planner_memory", nproc=4)  # workers/planner_memory.py, in the 4-rank bundled launch
+@pytest.mark.bundled("planner_memory.py", nproc=4)  # workers/planner_memory.py, in the 4-rank bundled launch
 def test_param_and_grad_memory_per_rank_match_megatron(bundled):
     out = bundled.case
     results = [json.loads(line.split("RESULT ", 1)[1]) for line in out.splitlines() if "RESULT " in line]

@@ -9,7 +9,9 @@ import pytest
 
 
 @pytest.mark.slow
-@pytest.mark.bundled("provider_vpp_sp", nproc=4)  # workers/provider_vpp_sp.py, in the 4-rank bundled launch
+@pytest.mark.bundled(
+    "provider_vpp_sp.py", nproc=4
+)  # workers/provider_vpp_sp.py, in the 4-rank bundled launch
 def test_provider_tp2_pp2_vpp2_sequence_parallel(bundled):
     out = bundled.case
     assert all(f"rank {r} OK" in out for r in range(4)), out[-4000:]

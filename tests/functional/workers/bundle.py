@@ -1,24 +1,27 @@
-"""Several workers in one launch: each rank imports Megatron-Core once and runs the cases one after the
-other, instead of one torchrun (and its 7-10 s of imports per rank) per worker.
+"""Several workers in one launch: each rank imports torch and Megatron-Core once and runs the cases one
+after the other, instead of one torchrun (and its 7-10 s of imports per rank) per worker.
 
-A CASE is a worker module of this folder with a main() that takes no arguments and tears its process
-groups down before it returns (as every worker does when launched alone). Each case's output (file
-descriptors 1 and 2, so C-level and logging output too) goes to WORKDIR/<case>.rank<r>.log, so a test
-reads a case's output as if the worker had been launched alone (tests/functional/conftest.py's
-`bundled` fixture). A failing case prints its log's tail to the launch's output and ends the launch.
+A case is a worker script of this folder with its arguments, run as `__main__` with that argv, exactly
+as when launched alone; every worker tears its process groups down before it ends, so the next case
+starts from none. Each case's output (file descriptors 1 and 2, so C-level and logging output too) goes
+to WORKDIR/<case id>.rank<r>.log, so a test reads a case's output as if the worker had been launched
+alone (tests/functional/conftest.py's `bundled` fixture). A failing case prints its log's tail to the
+launch's output and ends the launch.
 
-usage: bundle.py WORKDIR CASE[,CASE...]"""
+usage: bundle.py WORKDIR CASES_JSON, CASES_JSON a list of {"id": ..., "argv": [script, args...]}"""
 
 from __future__ import annotations
 
-import importlib
+import json
 import os
+import runpy
 import sys
 from pathlib import Path
 
+HERE = Path(__file__).resolve().parent
 
-def run_case(workdir: Path, case: str, rank: str) -> None:
-    log = workdir / f"{case}.rank{rank}.log"
+
+def run_case(log: Path, argv: list[str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
@@ -26,12 +29,15 @@ def run_case(workdir: Path, case: str, rank: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
-    failed = False
+    failed = True
+    sys.argv = [str(HERE / argv[0]), *argv[1:]]
     try:
-        importlib.import_module(case).main()
-    except BaseException:
-        failed = True
-        raise
+        runpy.run_path(sys.argv[0], run_name="__main__")
+        failed = False
+    except SystemExit as exit_:  # a worker that ends with sys.exit(0) succeeded
+        failed = exit_.code not in (0, None)
+        if failed:
+            raise
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -44,11 +50,11 @@ def run_case(workdir: Path, case: str, rank: str) -> None:
             sys.stderr.flush()
 
 
-def main(workdir: str, cases: list[str]) -> None:
+def main(workdir: str, cases: list[dict]) -> None:
     rank = os.environ.get("RANK", "0")
     for case in cases:
-        run_case(Path(workdir), case, rank)
+        run_case(Path(workdir) / f"{case['id']}.rank{rank}.log", case["argv"])
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2].split(","))
+    main(sys.argv[1], json.loads(sys.argv[2]))
