@@ -1,4 +1,38 @@
+from __future__ import annotations
+
+from pathlib import Path
+
 import pytest
+
+
+class TinyHFFolders:
+    """Each family's tiny Hugging Face folder (tests/functional/workers/convert_models.py's save_hf_model:
+    fp32, seed 0, with its tokenizer), saved once per session on first use and shared by every test
+    that reads it; a test that changes a folder copies it first."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.models: dict[str, object] = {}
+
+    def get(self, family: str) -> tuple[Path, object]:
+        """(folder, HF model) of `family`."""
+        if family not in self.models:
+            from tests.functional.workers.convert_models import save_hf_model
+
+            self.models[family] = save_hf_model(family, self.root / family)
+        return self.root / family, self.models[family]
+
+    def link(self, family: str, where: Path) -> object:
+        """`where` becomes a link to `family`'s folder (for workers that read ROOT/hf/<family>); its model."""
+        folder, model = self.get(family)
+        where.parent.mkdir(parents=True, exist_ok=True)
+        where.symlink_to(folder, target_is_directory=True)
+        return model
+
+
+@pytest.fixture(scope="session")
+def tiny_hf(tmp_path_factory) -> TinyHFFolders:
+    return TinyHFFolders(tmp_path_factory.mktemp("tiny_hf"))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -14,3 +48,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The session's torchrun launches: how many, on how many rank processes, and their seconds in all
+    (each rank pays 7-10 s of imports before any test work, so the count is what the functional time
+    follows)."""
+    import sys
+
+    launch = sys.modules.get("tests.functional.launch")
+    if launch is None or not launch.LAUNCHES:
+        return
+    launches = launch.LAUNCHES
+    ranks = sum(one.nproc for one in launches)
+    seconds = sum(one.seconds for one in launches)
+    terminalreporter.write_sep("-", "torchrun launches")
+    terminalreporter.write_line(f"{len(launches)} launches, {ranks} rank processes, {seconds:.0f} s in all")

@@ -1,5 +1,6 @@
-"""Shared by the test_fsdp2*.py modules: launch one suite of tests/functional/workers/fsdp2_equivalence.py
-on 4 gloo ranks and compare each fsdp2 run with the strategy-megatron run it must reproduce."""
+"""Shared by the test_fsdp2*.py modules: launch their suites of tests/functional/workers/fsdp2_equivalence.py
+together on 4 gloo ranks (one launch: tests/functional/conftest.py's fsdp2_runs) and compare each fsdp2 run
+with the strategy-megatron run it must reproduce."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from tests.functional.launch import REPO_ROOT, assert_ok, payloads, torchrun
 WORKER = REPO_ROOT / "tests/functional/workers/fsdp2_equivalence.py"
 
 
-def run_suite(tmp_path_factory, suite: str) -> dict[str, dict]:
-    """Every run of `suite`, by name (losses, grad_norms, mesh_ok)."""
-    out = assert_ok(torchrun(WORKER, 4, str(tmp_path_factory.mktemp("fsdp2")), suite, timeout=600))
+def run_suites(tmp_path_factory, suites: list[str], timeout: float) -> dict[str, dict]:
+    """Every run of `suites` (run names are unique across suites), by name (losses, grad_norms, mesh_ok)."""
+    work = str(tmp_path_factory.mktemp("fsdp2"))
+    out = assert_ok(torchrun(WORKER, 4, work, ",".join(suites), timeout=timeout))
     return {r["run"]: r for r in payloads(out, "run")}
 
 

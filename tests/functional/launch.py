@@ -9,9 +9,30 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One multi-rank launch of this pytest session: what ran, on how many ranks, for how long."""
+
+    script: str
+    nproc: int
+    seconds: float
+
+
+# Every torchrun launch of the session, in order: tests/conftest.py prints their count at the end, since
+# the per-launch cost (each rank imports torch and Megatron-Core) is where the functional tier's time goes.
+LAUNCHES: list[Launch] = []
+
+
+def count_launch(script: str | Path, nproc: int, started: float) -> None:
+    """Record a launch that began at time.monotonic() `started` and has just ended."""
+    LAUNCHES.append(Launch(Path(script).name, nproc, time.monotonic() - started))
 
 
 def free_port() -> int:
@@ -38,6 +59,7 @@ def torchrun(script: str | Path, nproc: int, *args: str, timeout: float = 600, e
     full_env.pop("PYTHONUNBUFFERED", None)
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
     # A session of its own, so a timeout can kill torchrun *and* its worker processes.
+    started = time.monotonic()
     proc = subprocess.Popen(
         cmd,
         cwd=REPO_ROOT,
@@ -55,6 +77,8 @@ def torchrun(script: str | Path, nproc: int, *args: str, timeout: float = 600, e
         raise AssertionError(
             f"torchrun {script} timed out after {timeout} s\n{(out or '')[-6000:]}"
         ) from None
+    finally:
+        count_launch(script, nproc, started)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
 
 

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.functional.launch import REPO_ROOT, assert_ok, free_port, records_by_tag, torchrun
+from tests.functional.launch import REPO_ROOT, count_launch, free_port, records_by_tag
 from tests.functional.workers.train_common import TINY_MODEL
 
 WORKERS = REPO_ROOT / "tests/functional/workers"
+pytestmark = pytest.mark.bundled("ckpt_faults.py", "{workdir}", nproc=2)  # the `faults` fixture's case
 
 
 def _ints(d: dict) -> dict:
@@ -28,9 +29,8 @@ def _ints(d: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def faults(tmp_path_factory):
-    work = tmp_path_factory.mktemp("faults")
-    return records_by_tag(assert_ok(torchrun(WORKERS / "ckpt_faults.py", 2, str(work), timeout=600)))
+def faults(bundles):  # workers/ckpt_faults.py, in the 2-rank bundled launch (tests/functional/conftest.py)
+    return records_by_tag(bundles.run("ckpt_faults.py", "{workdir}", nproc=2).case)
 
 
 def test_exact_resume_with_dropout(faults):
@@ -125,11 +125,12 @@ class _Output:
     """A launch's output lines as they come (a reader thread), so that a process still holding the
     pipe after the launcher ended (an orphaned writer) shows as a timeout instead of a hang."""
 
-    def __init__(self, proc: subprocess.Popen):
+    def __init__(self, proc: subprocess.Popen, script: Path, nproc: int):
         import queue
         import threading
 
         self.proc, self.seen, self.q, self.ended = proc, [], queue.Queue(), False
+        self.script, self.nproc, self.started = script, nproc, time.monotonic()
         threading.Thread(
             target=lambda: [*map(self.q.put, proc.stdout), self.q.put(None)], daemon=True
         ).start()
@@ -161,6 +162,8 @@ class _Output:
             return self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.fail("the launcher did not exit")
+        finally:
+            count_launch(self.script, self.nproc, self.started)
 
 
 def _leftover_processes(token: str) -> list[str]:
@@ -209,7 +212,7 @@ def test_kill_9_at_seeded_points_of_saves_never_loses_a_checkpoint(tmp_path):
             victims = victims if victims != "1" else "all"
         delay = rng.uniform(0.0, 0.3)
         proc = _launch(WORKERS / "ckpt_kill.py", 2, str(tmp_path))
-        out, pids, killed = _Output(proc), {}, False
+        out, pids, killed = _Output(proc, WORKERS / "ckpt_kill.py", 2), {}, False
         for line in out.lines():
             # two ranks' lines can meet on one line of the merged output: find every marker in it
             for r, pid in re.findall(r"@@pid (\d+) (\d+)", line):
@@ -250,7 +253,7 @@ def test_sigterm_saves_and_exits_0_and_a_second_run_is_refused(tmp_path):
             "scheduler.lr_warmup_iters=1", "validation.eval_interval=0", "checkpoint.save_interval=0",
             "logger.log_interval=1", "dataset.num_workers=0", f"checkpoint.save={save}"]  # fmt: skip
     proc = _launch(REPO_ROOT / "scripts/training/run_recipe.py", 2, *args)
-    out = _Output(proc)
+    out = _Output(proc, REPO_ROOT / "scripts/training/run_recipe.py", 2)
     for line in out.lines():
         if re.search(r"iteration\s+3/", line):
             break

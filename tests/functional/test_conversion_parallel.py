@@ -25,11 +25,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
+def root(tmp_path_factory, tiny_hf):
     root = tmp_path_factory.mktemp("convert")
     (root / "refs").mkdir()
-    for family in FAMILIES:
-        model = save_hf_model(family, root / "hf" / family)
+    for family in FAMILIES:  # the session's folders (tests/conftest.py), linked where the worker reads them
+        model = tiny_hf.link(family, root / "hf" / family)
         torch.save(hf_logits(model, tokens()), root / "refs" / f"{family}.pt")
     save_hf_model("llama", root / "hf" / "llama_bf16", dtype=torch.bfloat16, seed=3)
     return root
@@ -41,21 +41,33 @@ def _results(stdout: str) -> dict[tuple[str, str], str]:
     }
 
 
-def test_tp2_pp2_ep2_and_torch_dist_round_trip(root):
-    # two launches, each well under 30 s on an idle machine; the second exports what the first imported
-    results = _results(assert_ok(torchrun(WORKER, 2, str(root), "tp2", "ckpt_import_tp2", timeout=600)))
-    results |= _results(
+@pytest.fixture(scope="module")
+def tp2_results(root):
+    """The first launch: every family through TP=2 and back, and HF (bf16) -> torch_dist written at TP=2."""
+    return _results(assert_ok(torchrun(WORKER, 2, str(root), "tp2", "ckpt_import_tp2", timeout=600)))
+
+
+def _check_round_trips(root: Path, results: dict[tuple[str, str], str], phase: str) -> None:
+    """HF-equal logits at `phase`'s layout, and its export holds the source's bytes, for every family."""
+    for family in FAMILIES:
+        if (phase == "ep2" and family not in MOE_FAMILIES) or refused_by_installed_release(family):
+            continue
+        assert float(results[(phase, family)]) <= 1e-5, (phase, family, results.get((phase, family)))
+        diff = bit_identical(read_tensors(root / "hf" / family), read_tensors(root / "out" / phase / family))
+        assert diff is None, (phase, family, diff)
+
+
+def test_tp2_round_trip_and_torch_dist_import(root, tp2_results):
+    _check_round_trips(root, tp2_results, "tp2")
+
+
+def test_pp2_ep2_and_torch_dist_export_round_trip(root, tp2_results):
+    # a second launch (each well under 30 s on an idle machine) exports what the first imported
+    results = _results(
         assert_ok(torchrun(WORKER, 2, str(root), "pp2", "ep2", "ckpt_export_pp2", timeout=600))
     )
-    for phase in ("tp2", "pp2", "ep2"):
-        for family in FAMILIES:
-            if (phase == "ep2" and family not in MOE_FAMILIES) or refused_by_installed_release(family):
-                continue
-            assert float(results[(phase, family)]) <= 1e-5, (phase, family, results.get((phase, family)))
-            diff = bit_identical(
-                read_tensors(root / "hf" / family), read_tensors(root / "out" / phase / family)
-            )
-            assert diff is None, (phase, family, diff)
+    for phase in ("pp2", "ep2"):
+        _check_round_trips(root, results, phase)
     # HF (bf16) -> torch_dist written at TP=2 -> HF written at PP=2: the same bytes
     assert results[("ckpt_export_pp2", "llama_bf16")] == "done"
     exported = root / "out" / "ckpt_export_pp2"

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.functional.launch import REPO_ROOT, assert_ok, payloads, torchrun
+from tests.functional.launch import payloads
 
-WORKER = REPO_ROOT / "tests/functional/workers/cpu_p2p.py"
+# workers/cpu_p2p.py, in the 2-rank bundled launch (tests/functional/conftest.py)
+pytestmark = pytest.mark.bundled("cpu_p2p.py", nproc=2)
 
 
-@pytest.fixture(scope="module")
-def out() -> str:
-    return assert_ok(torchrun(WORKER, 2, timeout=180))
+@pytest.fixture
+def out(bundled) -> str:
+    return bundled.case
 
 
 def test_batched_p2p_gives_the_unbatched_losses_and_grads(out):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.functional.fsdp2_checks import check_matches, run_suite
+from tests.functional.fsdp2_checks import check_matches
 
 SUITE = "pipeline"
 PAIRS = {  # fsdp2 run -> the megatron run it must reproduce
@@ -18,8 +18,8 @@ PAIRS = {  # fsdp2 run -> the megatron run it must reproduce
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return run_suite(tmp_path_factory, SUITE)
+def runs(fsdp2_runs):  # tests/functional/conftest.py: one launch for the collected fsdp2 suites
+    return fsdp2_runs
 
 
 @pytest.mark.parametrize("fsdp2_run", sorted(PAIRS))

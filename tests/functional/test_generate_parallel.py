@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from tests.functional.launch import assert_ok, torchrun
-from tests.functional.workers.convert_models import save_hf_model
 from tests.functional.workers.generate_parallel import CLI_ARGS, FAMILIES, LAYOUTS, NEW_TOKENS, PROMPT
 
 WORKER = Path(__file__).parent / "workers" / "generate_parallel.py"
@@ -51,8 +50,8 @@ def _json_line(stdout: str) -> dict:
     raise AssertionError(f"no JSON line in\n{stdout[-4000:]}")
 
 
-def test_tp2_and_pp2_generate_the_tp1_tokens(tmp_path):
-    hf = {family: save_hf_model(family, tmp_path / "hf" / family) for family in FAMILIES}
+def test_tp2_and_pp2_generate_the_tp1_tokens(tmp_path, tiny_hf):
+    hf = {family: tiny_hf.link(family, tmp_path / "hf" / family) for family in FAMILIES}
     out = assert_ok(torchrun(WORKER, 2, str(tmp_path), timeout=600))
     results = _results(out)
     for family in FAMILIES:

@@ -1,7 +1,8 @@
 """initialize_distributed + the CPU backend under real process groups (gloo), on tiny Megatron-Core GPTs.
 
-Three launches: 4 ranks (TP=2 x PP=2 with sequence parallelism vs PP=1), 2 ranks (TP=2 vs TP=1
-logits, MoE EP=2 training step), and one plain process without torchrun.
+Three cases: 4 ranks (TP=2 x PP=2 with sequence parallelism vs PP=1), 2 ranks (TP=2 vs TP=1 logits,
+MoE EP=2 training step), each in its world size's bundled launch (tests/functional/conftest.py), and one
+plain process without torchrun.
 """
 
 from __future__ import annotations
@@ -15,24 +16,27 @@ import pytest
 
 from bridge.errors import ConfigError
 from bridge.parallel import ranks
-from tests.functional.launch import REPO_ROOT, assert_ok, torchrun
+from tests.functional.launch import REPO_ROOT, assert_ok
 
 WORKERS = Path(__file__).parent / "workers"
 
 
-def test_tp2_pp2_sequence_parallel_matches_pp1():
-    out = assert_ok(torchrun(WORKERS / "runtime_pipeline.py", 4))
+@pytest.mark.bundled("runtime_pipeline.py", nproc=4)
+def test_tp2_pp2_sequence_parallel_matches_pp1(bundled):
+    out = bundled.case
     # The success signal: the layout line, once per initialization (rank 0 only; the second,
     # idempotent call with the same layout logs nothing).
     assert out.count("parallel layout: TP=2 PP=1 CP=1 EP=1 ETP=1 DP=2 EDP=4 world=4") == 1, out[-3000:]
     assert out.count("parallel layout: TP=2 PP=2 CP=1 EP=1 ETP=1 DP=1 EDP=2 world=4") == 1, out[-3000:]
-    assert out.count("CPU backend for Megatron-Core installed") == 1, out[-3000:]
+    # once per process (whichever case of the launch comes first)
+    assert bundled.launch.count("CPU backend for Megatron-Core installed") == 1, bundled.launch[-3000:]
     for rank, stage in [(0, 0), (1, 0), (2, 1), (3, 1)]:
         assert f"rank {rank} stage {stage}: OK" in out, out[-3000:]
 
 
-def test_tp2_logits_match_tp1_and_moe_ep2_trains_a_step():
-    out = assert_ok(torchrun(WORKERS / "runtime_tp_moe.py", 2))
+@pytest.mark.bundled("runtime_tp_moe.py", nproc=2)
+def test_tp2_logits_match_tp1_and_moe_ep2_trains_a_step(bundled):
+    out = bundled.case
     assert out.count("parallel layout: TP=2 PP=1 CP=1 EP=1 ETP=1 DP=1 EDP=2 world=2") == 1, out[-3000:]
     assert out.count("parallel layout: TP=1 PP=1 CP=1 EP=2 ETP=1 DP=2 EDP=1 world=2") == 1, out[-3000:]
     for rank in (0, 1):

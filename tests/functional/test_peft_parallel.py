@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.functional.launch import assert_ok, torchrun
-from tests.functional.workers.convert_models import read_tensors, save_hf_model
+from tests.functional.workers.convert_models import read_tensors
 
 WORKER = Path(__file__).parent / "workers" / "peft_parallel.py"
 LAYOUTS = ("tp2", "tp2_sp", "pp2")
@@ -18,9 +18,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
+def root(tmp_path_factory, tiny_hf):
     root = tmp_path_factory.mktemp("peft")
-    save_hf_model("llama", root / "hf")
+    tiny_hf.link("llama", root / "hf")  # the session's folder (tests/conftest.py)
     assert_ok(torchrun(WORKER, 2, str(root), timeout=300))
     return root
 

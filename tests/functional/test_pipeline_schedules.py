@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.functional.launch import REPO_ROOT, assert_ok, payloads, torchrun
+from tests.functional.launch import payloads
 
-WORKER = REPO_ROOT / "tests/functional/workers/pipeline_schedules.py"
+# workers/pipeline_schedules.py per suite, in the bundled launches of 2 and 4 ranks (tests/functional/conftest.py)
+pytestmark = [
+    pytest.mark.bundled("pipeline_schedules.py", "{workdir}", "world2", nproc=2),
+    pytest.mark.bundled("pipeline_schedules.py", "{workdir}", "world4", nproc=4),
+]
 RUNS = {
     "world2": ["gpipe_pp2", "looped_bfs_pp2_vpp2_scaled", "dfs_pp2_vpp2", "zero_bubble_pp2_vpp2"],
     "world4": [
@@ -27,21 +31,22 @@ RUNS = {
 TOL = 1e-5
 
 
-def _suite(tmp_path_factory, suite: str) -> dict[str, dict]:
-    world = int(suite.removeprefix("world"))
-    out = assert_ok(torchrun(WORKER, world, str(tmp_path_factory.mktemp(suite)), suite, timeout=600))
+def _suite(bundles, suite: str) -> dict[str, dict]:
+    out = bundles.run(
+        "pipeline_schedules.py", "{workdir}", suite, nproc=int(suite.removeprefix("world"))
+    ).case
     runs = {record["run"]: record for record in payloads(out, "run")}
     return runs | {f"refused:{record['case']}": record for record in payloads(out, "refused")}
 
 
 @pytest.fixture(scope="module")
-def world2(tmp_path_factory):
-    return _suite(tmp_path_factory, "world2")
+def world2(bundles):
+    return _suite(bundles, "world2")
 
 
 @pytest.fixture(scope="module")
-def world4(tmp_path_factory):
-    return _suite(tmp_path_factory, "world4")
+def world4(bundles):
+    return _suite(bundles, "world4")
 
 
 def _rel(a: float, b: float) -> float:

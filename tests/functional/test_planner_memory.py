@@ -1,15 +1,13 @@
 """The planner's parameter memory per rank equals what a tiny Megatron model allocates (TP=2 x PP=2, gloo)."""
 
 import json
-from pathlib import Path
 
-from tests.functional.launch import assert_ok, torchrun
-
-WORKER = Path(__file__).parent / "workers" / "planner_memory.py"
+import pytest
 
 
-def test_param_and_grad_memory_per_rank_match_megatron():
-    out = assert_ok(torchrun(WORKER, 4))
+@pytest.mark.bundled("planner_memory.py", nproc=4)  # workers/planner_memory.py, in the 4-rank bundled launch
+def test_param_and_grad_memory_per_rank_match_megatron(bundled):
+    out = bundled.case
     results = [json.loads(line.split("RESULT ", 1)[1]) for line in out.splitlines() if "RESULT " in line]
     assert len(results) == 8, out[-3000:]  # 4 ranks x 2 models
     for r in results:

@@ -5,16 +5,13 @@ pre/post stages, the interleaved schedule trains with finite loss and gradients 
 bridge's sequence-parallel norm gives the same gradients as without sequence parallelism.
 """
 
-from pathlib import Path
-
 import pytest
-
-from tests.functional.launch import assert_ok, torchrun
-
-WORKER = Path(__file__).parent / "workers" / "provider_vpp_sp.py"
 
 
 @pytest.mark.slow
-def test_provider_tp2_pp2_vpp2_sequence_parallel():
-    out = assert_ok(torchrun(WORKER, 4))
+@pytest.mark.bundled(
+    "provider_vpp_sp.py", nproc=4
+)  # workers/provider_vpp_sp.py, in the 4-rank bundled launch
+def test_provider_tp2_pp2_vpp2_sequence_parallel(bundled):
+    out = bundled.case
     assert all(f"rank {r} OK" in out for r in range(4)), out[-4000:]

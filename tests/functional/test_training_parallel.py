@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.functional.launch import REPO_ROOT, assert_ok, payloads, torchrun
+from tests.functional.launch import payloads
 
-WORKER = REPO_ROOT / "tests/functional/workers/train_equivalence.py"
+# workers/train_equivalence.py, in the 4-rank bundled launch (tests/functional/conftest.py)
+pytestmark = pytest.mark.bundled("train_equivalence.py", "{workdir}", nproc=4)
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    out = assert_ok(torchrun(WORKER, 4, str(tmp_path_factory.mktemp("equivalence")), timeout=600))
+def run(bundles):
+    out = bundles.run("train_equivalence.py", "{workdir}", nproc=4).case
     losses = {r["run"]: {int(k): v for k, v in r["losses"].items()} for r in payloads(out, "losses")}
     return out, losses
 

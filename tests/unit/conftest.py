@@ -16,10 +16,10 @@ def single_process_groups():
     runtime.destroy_distributed()
 
 
-@pytest.fixture(scope="module")
-def family_sources(tmp_path_factory):
-    """family -> (folder, HF model) saved with save_pretrained in fp32."""
-    from tests.functional.workers.convert_models import FAMILIES, save_hf_model
+@pytest.fixture(scope="session")
+def family_sources(tiny_hf):
+    """family -> (folder, HF model) saved with save_pretrained in fp32 (tests/conftest.py: once per
+    session, shared with the functional tests; the tests that change a folder copy it first)."""
+    from tests.functional.workers.convert_models import FAMILIES
 
-    root = tmp_path_factory.mktemp("hf")
-    return {f: (root / f, save_hf_model(f, root / f)) for f in FAMILIES}
+    return {f: tiny_hf.get(f) for f in FAMILIES}

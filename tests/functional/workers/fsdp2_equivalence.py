@@ -9,7 +9,7 @@ run also checks its DeviceMesh groups against Megatron-Core's live process group
 MoE (top-2) with EP=1 (dp_shard=4), EP=2 (experts sharded over ep_shard=2; also with
 moe_reshard_after_forward), EP=2 with HSDP 2x2
 and TP=2+SP x EP=2 (ETP=1).
-usage: fsdp2_equivalence.py WORKDIR SUITE"""
+usage: fsdp2_equivalence.py WORKDIR SUITE[,SUITE...] (the runs of several suites in one launch)"""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def counting_reduce_scatters():
         dist.reduce_scatter_single, fsdp.fully_shard = original, original_shard
 
 
-def main(workdir: str, suite: str) -> None:
+def main(workdir: str, suite_names: list[str]) -> None:
     import torch
 
     from bridge.parallel import runtime
@@ -131,7 +131,7 @@ def main(workdir: str, suite: str) -> None:
         "fsdp2_moe_tp2ep2": [*fsdp2, *moe, *tp2, "model.expert_model_parallel_size=2"],
     }
     suites["dp_tp"]["fsdp2_automodel_yaml_hsdp"] = []  # HSDP 2 x 2 from the seeds' YAML (SEED_YAML)
-    runs = suites[suite]
+    runs = {name: extra for suite in suite_names for name, extra in suites[suite].items()}
     for name, extra in runs.items():
         cfg = tiny_config(*common, *extra)
         if name == "fsdp2_automodel_yaml_hsdp":
@@ -150,4 +150,4 @@ def main(workdir: str, suite: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2].split(","))

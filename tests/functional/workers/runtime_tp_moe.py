@@ -93,6 +93,10 @@ def check_moe_step() -> None:
     runtime.destroy_distributed()
 
 
-if __name__ == "__main__":
+def main() -> None:
     check_tp_logits()
     check_moe_step()
+
+
+if __name__ == "__main__":
+    main()

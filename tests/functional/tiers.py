@@ -1,0 +1,28 @@
+"""The functional tests' fast tier: the smoke set that `pytest -m "not slow" tests` (the README's test
+command) keeps. It is the cheapest launches that still run every strategy and parallel dimension once;
+tests/functional/conftest.py marks every other functional test `slow` (the full suite, `pytest tests`)."""
+
+from __future__ import annotations
+
+# node id (relative to tests/functional; a file name takes all its tests) -> what it covers, and its launches
+SMOKE = {
+    "test_parallel_runtime.py::test_tp2_logits_match_tp1_and_moe_ep2_trains_a_step": "TP=2, MoE EP=2 (2 ranks)",
+    "test_parallel_runtime.py::test_single_process_without_torchrun": "one rank without torchrun (1 process)",
+    "test_parallel_runtime.py::test_env_world_size": "WORLD_SIZE parsing (no launch)",
+    "test_cpu_p2p.py": "PP=2 with VPP, batched and unbatched p2p (2 ranks)",
+    "test_context_parallel_packed.py": "CP=2 and a finetune (SFT) from a tiny HF Llama (1 + 2 ranks)",
+    "test_consolidated_save.py": "fsdp2 and megatron training, consolidated HF save, export CLI (2 + 1 ranks)",
+    "test_training_checkpoints.py": "checkpoint save, crash during a save, exact resume (2 + 2 ranks)",
+    "test_conversion_parallel.py::test_tp2_round_trip_and_torch_dist_import": (
+        "HF -> Megatron TP=2 -> HF round trip of every family (2 ranks)"
+    ),
+    "test_run_recipe_dry_run.py": "the CLI's dry run (plain processes, no torch)",
+}
+
+
+def in_smoke_set(nodeid_in_functional: str) -> bool:
+    """Whether a test (its node id relative to tests/functional) belongs to the fast tier."""
+    return any(
+        nodeid_in_functional == key or nodeid_in_functional.startswith(key + ("[" if "::" in key else "::"))
+        for key in SMOKE
+    )
