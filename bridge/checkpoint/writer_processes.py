@@ -1,14 +1,17 @@
-"""The processes Megatron-Core's torch_dist writer starts beside a rank: the writers it forks for each
-save (filesystem_async.write_preloaded_data_multiproc) and the spawned multiprocessing Manager that
-serves its results queue (created at the first save, kept for the process's life).
+"""The processes forked or spawned beside a rank: the writers Megatron-Core's torch_dist save forks for
+each save (filesystem_async.write_preloaded_data_multiproc), the spawned multiprocessing Manager that
+serves its results queue (created at the first save, kept for the process's life), and the DataLoader's
+workers (forked when the data iterators are built, once the reaper is installed).
 
 Two rules hold for them:
 - they die with their rank (PR_SET_PDEATHSIG SIGKILL), so a killed rank leaves no process behind;
-- they ignore the signals that ask a run to stop. Those signals reach every process of a rank's
+- they never end by a signal that asks a run to stop. Those signals reach every process of a rank's
   process group (torchrun sends them with killpg, a terminal's Ctrl-C reaches the foreground group),
   and the rank handles them by finishing the step in flight and saving. A writer or queue server that
-  died of them broke that very save (BrokenPipeError in global_results_queue.put). The rank decides
-  when they end; the parent-death signal makes sure they do.
+  died of them broke that very save (BrokenPipeError in global_results_queue.put); a DataLoader worker
+  that died of them crashed its rank (torch's SIGCHLD check). The forked ones block these signals (a
+  mask outlives the handlers torch's DataLoader worker installs), the queue server ignores them. The
+  rank decides when they end; the parent-death signal makes sure they do.
 """
 
 from __future__ import annotations
@@ -20,23 +23,23 @@ from collections.abc import Iterable
 
 from bridge.parallel.parent_death import die_with_parent
 
-# the signals a rank handles as "stop after this step" (set by the training loop while it runs):
-# processes forked from the rank meanwhile ignore them
-_stop_signals: set[int] = set()
-# the queue server outlives any one training loop: it ignores every signal a launcher forwards or a
-# user may configure as train.exit_signal, and lives exactly as long as its rank
-_SERVER_IGNORED = tuple(
+# every signal torchrun forwards (--signals-to-handle: SIGTERM, SIGINT, SIGHUP, SIGQUIT by default) and
+# the usual train.exit_signal choices: helpers are forked before the training loop knows its own
+_HELPER_STOP_SIGNALS = tuple(
     getattr(signal, name)
     for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
     if hasattr(signal, name)
 )
+# the signals the training loop handles as "stop after this step", while it runs (any other
+# train.exit_signal is added to the helper set for the processes forked meanwhile)
+_stop_signals: set[int] = set()
 _reaper_installed = False
 _results_manager = None
 
 
 def set_stop_signals(signums: Iterable[int]) -> None:
-    """The signals the rank now handles itself (empty: none); processes it forks from now on ignore
-    them."""
+    """The signals the rank now handles itself (empty: none); processes it forks from now on block
+    them too."""
     _stop_signals.clear()
     _stop_signals.update(int(s) for s in signums)
 
@@ -45,19 +48,14 @@ def stop_signals() -> frozenset[int]:
     return frozenset(_stop_signals)
 
 
-def _ignore(signums: Iterable[int]) -> None:
-    for signum in signums:
-        signal.signal(signum, signal.SIG_IGN)
-
-
 def _forked_child(parent: int) -> None:
     die_with_parent(parent)
-    _ignore(_stop_signals)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {*_HELPER_STOP_SIGNALS, *_stop_signals})
 
 
 def install_writer_reaper() -> None:
-    """Every process forked from this one (checkpoint writers, data workers) dies with it, and ignores
-    the stop signals the rank handles at the time of the fork."""
+    """Every process forked from this one (checkpoint writers, data workers) dies with it, and blocks
+    the stop signals."""
     global _reaper_installed
     if _reaper_installed or not hasattr(os, "register_at_fork"):
         return
@@ -72,7 +70,8 @@ def install_writer_reaper() -> None:
 
 def _queue_server_init(parent: int) -> None:
     die_with_parent(parent)
-    _ignore(_SERVER_IGNORED)
+    for signum in _HELPER_STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def install_results_queue() -> None:

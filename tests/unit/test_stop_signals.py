@@ -48,27 +48,54 @@ def test_exit_requests_name_the_stop_signals_while_the_loop_runs(monkeypatch):
 
 
 @linux_only
-def test_a_process_forked_during_the_loop_ignores_the_stop_signals_and_dies_by_sigkill():
+def test_a_forked_helper_outlives_stop_signals_and_the_loops_own_one():
     writer_processes.install_writer_reaper()
     fork = multiprocessing.get_context("fork")
-    writer_processes.set_stop_signals({signal.SIGTERM, signal.SIGINT})
+    writer_processes.set_stop_signals({signal.SIGVTALRM})  # an unusual train.exit_signal, while the loop runs
     try:
         writer = fork.Process(target=_sleep_then_exit, args=(1.5,))
         writer.start()
     finally:
         writer_processes.set_stop_signals(())
     time.sleep(0.3)
-    os.kill(writer.pid, signal.SIGTERM)
-    os.kill(writer.pid, signal.SIGINT)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGVTALRM):
+        os.kill(writer.pid, signum)
     writer.join(10)
     assert writer.exitcode == 7  # it ran to its end: the save it was writing is not broken
-
-    plain = fork.Process(target=_sleep_then_exit, args=(5,))  # outside the loop: the default actions
+    plain = fork.Process(target=_sleep_then_exit, args=(5,))  # forked after the loop: SIGVTALRM's default
     plain.start()
     time.sleep(0.3)
-    os.kill(plain.pid, signal.SIGTERM)
+    os.kill(plain.pid, signal.SIGVTALRM)
     plain.join(10)
-    assert plain.exitcode == -signal.SIGTERM
+    assert plain.exitcode == -signal.SIGVTALRM
+
+
+class _SlowItems:
+    def __len__(self):
+        return 10_000
+
+    def __getitem__(self, i):
+        time.sleep(0.01)
+        return i
+
+
+@linux_only
+def test_a_data_loader_worker_survives_sigterm_from_the_launcher():
+    """torchrun's killpg reaches the DataLoader's workers too; a worker killed by it makes torch's SIGCHLD
+    check raise in the rank ("DataLoader worker (pid N) is killed by signal: Terminated")."""
+    import subprocess
+
+    import torch
+
+    writer_processes.install_writer_reaper()
+    loader = torch.utils.data.DataLoader(_SlowItems(), num_workers=2, persistent_workers=True)
+    batches = iter(loader)
+    assert int(next(batches)) == 0
+    pids = [w.pid for w in batches._workers]
+    subprocess.run(["kill", "-TERM", *map(str, pids)], check=True)  # sent by another process, as torchrun's
+    time.sleep(0.5)
+    assert [int(next(batches)) for _ in range(20)] == list(range(1, 21))
+    batches._shutdown_workers()
 
 
 @linux_only
