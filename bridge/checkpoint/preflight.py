@@ -2,78 +2,22 @@
 check that the directory is writable and has room for one checkpoint. Every failure is one ConfigError,
 the same on every rank (run_recipe.py: `error: ...`, exit 2).
 
-Also installs the writer reaper: Megatron-Core's torch_dist save forks writer processes and spawns a
-Manager server for its results queue; each gets PR_SET_PDEATHSIG(SIGKILL), so a rank killed during a
-save takes them with it instead of leaving them running forever (install_results_queue).
+Also installs the writer reaper (bridge.checkpoint.writer_processes): the processes Megatron-Core's
+torch_dist save starts die with their rank.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
-import signal
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bridge.checkpoint.lock import DirLock
 from bridge.checkpoint.paths import clean_leftovers
+from bridge.checkpoint.writer_processes import install_writer_reaper
 from bridge.errors import ConfigError
-
-_PR_SET_PDEATHSIG = 1
-_reaper_installed = False
-
-
-def _die_with_parent(parent: int) -> None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: nothing to do
-        return
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
-
-
-def install_writer_reaper() -> None:
-    """Every process forked from this one (checkpoint writers, data workers) dies with it."""
-    global _reaper_installed
-    if _reaper_installed or not hasattr(os, "register_at_fork"):
-        return
-    _reaper_installed = True
-    state = {"pid": os.getpid()}
-
-    def before() -> None:
-        state["pid"] = os.getpid()
-
-    os.register_at_fork(before=before, after_in_child=lambda: _die_with_parent(state["pid"]))
-
-
-_results_manager = None
-
-
-def install_results_queue() -> None:
-    """Megatron-Core's torch_dist writer collects results through a queue served by a *spawned*
-    multiprocessing Manager (one per process, created at the first save). Spawned processes run none
-    of the at-fork hooks, and a rank killed with -9 left that server running forever (holding the
-    launcher's stdout). Bridge creates the same queue first, from a Manager whose server process gets
-    PR_SET_PDEATHSIG in its initializer, so it dies with its rank."""
-    global _results_manager
-    if _results_manager is not None:
-        return
-    import multiprocessing
-    from multiprocessing.managers import SyncManager
-
-    try:
-        from megatron.core.dist_checkpointing.strategies import filesystem_async as fa
-    except ImportError:  # pragma: no cover
-        return
-    if getattr(fa, "_results_queue", "absent") is not None:
-        return  # already created by Megatron-Core (or a release without it)
-    manager = SyncManager(ctx=multiprocessing.get_context("spawn"))
-    manager.start(initializer=_die_with_parent, initargs=(os.getpid(),))
-    fa._results_queue = manager.Queue()
-    _results_manager = manager
 
 
 def checkpoint_bytes(plan) -> tuple[int, str]:

@@ -121,10 +121,11 @@ def save_checkpoint(
     """
     from megatron.core import dist_checkpointing
 
-    from bridge.checkpoint import preflight
+    from bridge.checkpoint import writer_processes
 
-    preflight.install_writer_reaper()  # forked writers die with this process
-    preflight.install_results_queue()  # and so does the spawned results-queue server
+    # forked writers and the spawned results-queue server die with this rank and ignore stop signals
+    writer_processes.install_writer_reaper()
+    writer_processes.install_results_queue()
     root = Path(root)
     target = checkpoint_dir(root, iteration)
     staging = staging_dir(root, iteration)

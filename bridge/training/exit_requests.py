@@ -6,11 +6,20 @@ import time
 
 import torch
 
+from bridge.checkpoint import writer_processes
+from bridge.parallel import parent_death
+
 
 class ExitRequests:
     """SIGTERM, SIGINT and train.exit_signal set a flag (the step in progress finishes); the loop asks
     every iteration whether any rank got one, or train.exit_duration_in_mins has passed, and then
-    saves and returns. A second SIGINT interrupts at once (KeyboardInterrupt)."""
+    saves and returns. A second SIGINT interrupts at once (KeyboardInterrupt).
+
+    While the loop runs, the processes the rank forks (checkpoint writers) ignore these signals: they
+    reach the whole process group, and the save they would break is the one the signal asks for
+    (bridge.checkpoint.writer_processes). Under torchrun the rank gets SIGTERM when torchrun dies (a
+    repeated signal ends torchrun's own shutdown early, a signal torchrun does not handle kills it):
+    the rank then saves and exits like for any stop instead of training on without its launcher."""
 
     def __init__(self, train_cfg):
         import signal
@@ -27,6 +36,9 @@ class ExitRequests:
             wanted.add(signal_number(train_cfg.exit_signal))
         for sig in wanted:
             self._previous[sig] = signal.signal(sig, self._handle)
+        writer_processes.set_stop_signals(wanted)
+        if parent_death.launched_by_torchrun() and not parent_death.signal_on_parent_death(signal.SIGTERM):
+            self.received = "SIGTERM"  # torchrun is already gone
 
     def _handle(self, signum, frame):
         import signal
@@ -41,6 +53,8 @@ class ExitRequests:
 
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        if self._previous:
+            writer_processes.set_stop_signals(())
         self._previous = {}
 
     def poll(self) -> str | None:

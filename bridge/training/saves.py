@@ -106,8 +106,9 @@ def sync_params_for(ctx: TrainingContext):
     return _Sync()
 
 
-def save(ctx: TrainingContext, loss: float | None = None) -> str:
-    """Save the current iteration (refused, with NonFiniteLossError, when a weight is NaN/inf)."""
+def save(ctx: TrainingContext, loss: float | None = None, announce: bool = True) -> str:
+    """Save the current iteration (refused, with NonFiniteLossError, when a weight is NaN/inf).
+    `announce`: log the "saved checkpoint" line (a stop's save says it in the stop's one line)."""
     cfg = ctx.cfg.checkpoint
     summary = weights_summary(ctx.model)
     if not summary["weights_finite"]:
@@ -142,7 +143,7 @@ def save(ctx: TrainingContext, loss: float | None = None) -> str:
             consolidated=ctx.consolidated,
             fully_parallel=cfg.fully_parallel_save,
         )
-    if torch.distributed.get_rank() == log_rank():
+    if announce and torch.distributed.get_rank() == log_rank():
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
         what = ", PEFT adapters only" if ctx.cfg.peft.scheme is not None else ""
         logger.info(

@@ -370,8 +370,8 @@ def _exit_requested(
         return False
     result.exit_reason = reason
     save_dir = ctx.cfg.checkpoint.save
-    if save_dir and loop.saved_at != it:
-        result.last_checkpoint, loop.saved_at = save(ctx, loss), it
+    if save_dir and loop.saved_at != it:  # the step in flight has finished: it is what gets saved
+        result.last_checkpoint, loop.saved_at = save(ctx, loss, announce=False), it
     if loop.is_log_rank:
         what = (
             f"saved checkpoint {result.last_checkpoint}"
