@@ -11,6 +11,7 @@ Exporter does the TP gather and the PP transfer, so every rank calls these funct
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -183,6 +184,9 @@ def save_hf_adapter(
         return
     # own storage for each tensor: a duplicated A is one tensor under several names
     tensors = {name: t.detach().to("cpu", copy=True).contiguous() for name, t in exporter.iterate(dst=0)}
+    if base_model is not None and Path(base_model).exists():
+        # absolute, so peft finds the base from wherever the adapter folder is loaded (a Hub id stays)
+        base_model = os.path.abspath(base_model)
     config = adapter_config(settings, _target_modules(list(tensors)), base_model)
     with atomic_dir(target, "path") as staging:
         save_file(tensors, str(staging / WEIGHTS_FILE), metadata={"format": "pt"})
