@@ -140,7 +140,12 @@ def adapter_config(settings: dict[str, Any], target_modules: list[str], base_mod
     return {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
-        "base_model_name_or_path": base_model,
+        # absolute, so peft finds a local base from wherever the adapter is loaded (a Hub id stays as is)
+        "base_model_name_or_path": (
+            os.path.abspath(base_model)
+            if base_model is not None and Path(base_model).exists()
+            else base_model
+        ),
         **settings,
         "target_modules": target_modules,
         "bias": "none",
@@ -184,9 +189,6 @@ def save_hf_adapter(
         return
     # own storage for each tensor: a duplicated A is one tensor under several names
     tensors = {name: t.detach().to("cpu", copy=True).contiguous() for name, t in exporter.iterate(dst=0)}
-    if base_model is not None and Path(base_model).exists():
-        # absolute, so peft finds the base from wherever the adapter folder is loaded (a Hub id stays)
-        base_model = os.path.abspath(base_model)
     config = adapter_config(settings, _target_modules(list(tensors)), base_model)
     with atomic_dir(target, "path") as staging:
         save_file(tensors, str(staging / WEIGHTS_FILE), metadata={"format": "pt"})

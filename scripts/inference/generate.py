@@ -275,11 +275,13 @@ def run(args: argparse.Namespace) -> dict:
         eos_token_id=eos,
         kv_cache=not args.no_kv_cache,
     )
-    shown = list(result.ids)
-    if eos and shown and shown[-1] in eos:
-        shown.pop()  # the EOS generation stopped at is not part of the text (the ids keep it)
-    text = tokenizer.decode(shown) if tokenizer is not None else None
+    text = tokenizer.decode(text_ids(result.ids, eos)) if tokenizer is not None else None
     return {"ids": result.ids, "tokens_per_s": result.tokens_per_s, "text": text}
+
+
+def text_ids(ids: list[int], eos: list[int] | None) -> list[int]:
+    """The ids the text shows: without the EOS generation stopped at (the JSON's ids keep it)."""
+    return list(ids[:-1]) if eos and ids and ids[-1] in eos else list(ids)
 
 
 def _is_rank_zero() -> bool:
