@@ -131,3 +131,14 @@ def test_plan_of_a_small_config_json_uses_its_context_window(tmp_path, capsys):
     path.write_text(json.dumps({**config, "max_position_embeddings": 131072}))
     assert main(["--model", str(path), "--gpus", "2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["seq_length"] == 4096
+
+
+def test_the_interleaved_schedule_dispatches_param_gathers_alone():
+    """With the interleaved schedule dispatching each chunk's all-gathers (config.param_sync_func), the
+    forward hooks do not (Megatron-LM's align_param_gather): no "already dispatched" warning per step."""
+    from bridge.config.sections import DistributedConfig
+    from bridge.training.strategies import ddp_config_for
+
+    assert ddp_config_for(DistributedConfig(), "megatron", True, interleaved=True).align_param_gather
+    assert not ddp_config_for(DistributedConfig(), "megatron", True).align_param_gather
+    assert not ddp_config_for(DistributedConfig(), "megatron", False, interleaved=True).align_param_gather
