@@ -1,5 +1,5 @@
 """The README's first command (2 gloo ranks, TP=2 with sequence parallelism, 10 iterations), read from
-the README itself and run as written (plus a checkpoint folder of the test's own): quiet by default
+the README itself and run as written (plus checkpoint and TensorBoard folders of the test's own): quiet by default
 (issue 29, item 2). Before: 8 lines before the first iteration (the CPU backend's ~400-character patch
 list, the precision and data-worker notes, 9 GPU settings inactive on CPU, the build step); now the
 layout, the memory check and the model, then the iterations and the saved checkpoint. No warning, no
@@ -32,7 +32,8 @@ def readme_first_command() -> list[str]:
 def test_the_first_command_is_quiet(tmp_path):
     script, *args = readme_first_command()
     assert script == "scripts/training/run_recipe.py"
-    out = assert_ok(torchrun(REPO_ROOT / script, 2, *args, f"checkpoint.save={tmp_path}/ckpt"))
+    own_folders = [f"checkpoint.save={tmp_path}/ckpt", f"logger.tensorboard_dir={tmp_path}/tb"]
+    out = assert_ok(torchrun(REPO_ROOT / script, 2, *args, *own_folders))
     lines = [line for line in out.splitlines() if line.strip()]
     first = next(i for i, line in enumerate(lines) if re.match(r" iteration\s+1/", line))
     before = lines[:first]
