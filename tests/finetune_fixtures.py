@@ -1,96 +1,31 @@
-"""Tiny finetuning inputs made locally: a word-level tokenizer with a chat template (built with the
-`tokenizers` library), a random Llama of transformers' own class saved with it as one Hugging Face
-folder, and SFT / chat JSONL files. Nothing is downloaded."""
+"""The tiny finetuning inputs of scripts/dev/make_tiny_model.py (the script the README uses), re-exported
+under the names the tests import."""
 
 from __future__ import annotations
 
-import json
+import importlib.util
+import sys
 from pathlib import Path
 
-import numpy as np
-
-WORDS = (
-    "the a cat dog bird sat ran flew on under over mat log tree red blue green big small one two three "
-    "four five what is where who why how yes no and or but then now here there sun moon star sky sea "
-    "hill road car bus train fast slow hot cold"
-).split()
-SPECIALS = ["<unk>", "<pad>", "<eos>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
-# Every turn is "<|role|> content <|end|>"; the generation prompt opens an assistant turn. Rendering a
-# prefix of the conversation gives a prefix of the tokens (what answer-only masking relies on).
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} <|end|> {% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|> {% endif %}"
-)
-TINY_LLAMA = dict(
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-    rms_norm_eps=1e-5,
-    tie_word_embeddings=False,
-    rope_theta=10000.0,
-)
+_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "dev" / "make_tiny_model.py"
 
 
-def make_tokenizer(out: Path) -> Path:
-    """A word-level tokenizer (ids: specials first, then WORDS) with CHAT_TEMPLATE, saved to `out`."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.train_from_iterator([" ".join(WORDS)], trainers.WordLevelTrainer(special_tokens=SPECIALS))
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="<eos>"
-    )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(out)
-    return Path(out)
+def _load_script():
+    name = "bridge_dev_make_tiny_model"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, _SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
-def make_tiny_llama(out: Path, seed: int = 0, **overrides) -> Path:
-    """A random LlamaForCausalLM (fp32) and its tokenizer in one Hugging Face folder."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    out = Path(out)
-    make_tokenizer(out)
-    from transformers import AutoTokenizer
-
-    vocab = len(AutoTokenizer.from_pretrained(out))
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=vocab, **{**TINY_LLAMA, **overrides})
-    config.torch_dtype = torch.float32
-    model = LlamaForCausalLM(config).float()
-    with torch.no_grad():  # norms away from 1 so a mapping mistake shows
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.uniform_(0.5, 1.5)
-    model.save_pretrained(out, safe_serialization=True)
-    return out
-
-
-def _sentence(rng, low: int = 2, high: int = 8) -> str:
-    return " ".join(rng.choice(WORDS, size=int(rng.integers(low, high))))
-
-
-def write_sft_jsonl(path: Path, n: int, seed: int = 0) -> list[dict]:
-    rng = np.random.default_rng(seed)
-    rows = [{"input": _sentence(rng), "output": _sentence(rng)} for _ in range(n)]
-    Path(path).write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return rows
-
-
-def write_chat_jsonl(path: Path, n: int, seed: int = 0, turns: int = 2) -> list[dict]:
-    rng = np.random.default_rng(seed)
-    rows = []
-    for _ in range(n):
-        messages = [{"role": "system", "content": _sentence(rng, 1, 4)}]
-        for _ in range(int(rng.integers(1, turns + 1))):
-            messages.append({"role": "user", "content": _sentence(rng)})
-            messages.append({"role": "assistant", "content": _sentence(rng)})
-        rows.append({"messages": messages})
-    Path(path).write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return rows
+_tiny = _load_script()
+WORDS = _tiny.WORDS
+SPECIALS = _tiny.SPECIALS
+CHAT_TEMPLATE = _tiny.CHAT_TEMPLATE
+TINY_LLAMA = _tiny.TINY_LLAMA
+make_tokenizer = _tiny.make_tokenizer
+make_tiny_llama = _tiny.make_tiny_llama
+write_sft_jsonl = _tiny.write_sft_jsonl
+write_chat_jsonl = _tiny.write_chat_jsonl

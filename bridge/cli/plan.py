@@ -25,6 +25,8 @@ from bridge.parallel.memory import MEMORY_MODELS, OPTIMIZERS, PRECISIONS
 from bridge.parallel.planner import INTERCONNECTS, SIZE_FLAGS, STRATEGY_CHOICES, PlanRequest, plan
 from bridge.parallel.planner.report import format_table, plan_overrides, plan_to_json
 
+DEFAULT_SEQ_LENGTH = 4096  # PlanRequest's sequence length when neither --seq-length nor the model says one
+
 
 def _positive_int(cfg: dict, key: str, source: str, *, required: bool = True) -> int | None:
     value = cfg.get(key)
@@ -72,6 +74,15 @@ def shape_from_hf_config(cfg: dict, source: str = "config.json") -> ModelShape:
     return model_shape(cfg)
 
 
+def _hf_defaults(cfg: dict) -> dict:
+    """A config.json whose context window is below the default 4096 tokens plans for that window."""
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    window = cfg.get("max_position_embeddings", text.get("max_position_embeddings"))
+    if isinstance(window, int) and not isinstance(window, bool) and 0 < window < DEFAULT_SEQ_LENGTH:
+        return {"seq_length": window}
+    return {}
+
+
 def resolve_model(name: str) -> tuple[ModelShape, dict]:
     """(shape, defaults) for --model; defaults are a recipe's seq_length / batch sizes."""
     path = Path(name)
@@ -92,7 +103,7 @@ def resolve_model(name: str) -> tuple[ModelShape, dict]:
             raise ConfigError(
                 f"--model {name!r}: cannot read {path} ({err.strerror}). Fix: check the path."
             ) from None
-        return shape_from_hf_config(cfg, str(path)), {}
+        return shape_from_hf_config(cfg, str(path)), _hf_defaults(cfg)
     from recipes import RECIPES, get_recipe  # lazily: bridge never imports recipes at module level
 
     if name in RECIPES:
@@ -136,7 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="between nodes (default: nvlink on one node, infiniband across nodes)",
     )
     ap.add_argument("--gpu-memory-gb", type=float, default=80.0)
-    ap.add_argument("--seq-length", type=int, default=None, help="default: the recipe's, else 4096")
+    ap.add_argument(
+        "--seq-length",
+        type=int,
+        default=None,
+        help="default: the recipe's, else 4096 (a config.json's max_position_embeddings when smaller)",
+    )
     ap.add_argument("--global-batch-size", type=int, default=None, help="default: the recipe's")
     ap.add_argument("--micro-batch-size", type=int, default=None, help="default: the recipe's, else 1")
     ap.add_argument("--precision", choices=PRECISIONS, default=None, help="default: bf16")

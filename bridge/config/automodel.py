@@ -40,10 +40,11 @@ Keys of the file in the ConfigContainer's own shape pass through unchanged.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.config.tree import suggest
-from bridge.errors import ConfigError
+from bridge.errors import ConfigError, config_error
 from bridge.parallel import schedules
 
 DISTRIBUTED_KEYS = {
@@ -110,6 +111,73 @@ def is_automodel_form(data: dict) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class DerivedSettings:
+    """What an AutoModel file gives relative to other fields, computed once everything is merged (the file
+    and the command line: `model.num_layers=4` on the command line counts for `layers_per_stage`).
+
+    `explicit_keys`: the container keys the file sets itself (its own shape or translated), so a derived
+    value never replaces one the user wrote."""
+
+    source: str = "config file"
+    layers_per_stage: int | None = None
+    interleaved_origin: str | None = None  # the file's key that asked for the interleaved schedule
+    interleaved_written: Any = None  # and its value as written (interleaved1f1b, ...)
+    explicit_keys: frozenset[str] = field(default_factory=frozenset)
+
+    def apply(self, cfg: Any, explicit_keys: frozenset[str] = frozenset()) -> None:
+        """Set model.virtual_pipeline_model_parallel_size from layers_per_stage on the merged `cfg` (in
+        place); `explicit_keys`: the keys the command line set. Errors name the keys the file used."""
+        explicit = self.explicit_keys | explicit_keys
+        vpp_key = "model.virtual_pipeline_model_parallel_size"
+        origin = "distributed.pipeline.layers_per_stage"
+        if self.layers_per_stage is not None:
+            derived = vpp_from_layers_per_stage(
+                self.layers_per_stage,
+                cfg.model.num_layers,
+                cfg.model.pipeline_model_parallel_size or 1,
+                self.source,
+            )
+            have = cfg.model.virtual_pipeline_model_parallel_size
+            if vpp_key in explicit and have != derived:
+                raise ConfigError(
+                    f"{self.source}: {origin}={self.layers_per_stage!r} gives {vpp_key}={derived!r}, but "
+                    f"{vpp_key}={have!r} is set too. Fix: give one of them."
+                )
+            cfg.model.virtual_pipeline_model_parallel_size = derived
+        schedule = schedules.normalize(cfg.distributed.pp_schedule or "")
+        if (
+            self.interleaved_origin is not None
+            and schedule == "interleaved_1f1b"
+            and cfg.model.virtual_pipeline_model_parallel_size is None
+        ):
+            if self.layers_per_stage is None:
+                rule = "interleaving needs virtual pipeline stages"
+            else:
+                rule = f"{origin}={self.layers_per_stage} gives one stage per pipeline rank: no interleaving"
+            raise config_error(
+                self.interleaved_origin,
+                self.interleaved_written,
+                f"{rule} ({self.source})",
+                f"set {origin} so that model.num_layers ({cfg.model.num_layers}) / (pp_size "
+                f"({cfg.model.pipeline_model_parallel_size}) * layers_per_stage) >= 2, or use pp_schedule 1f1b",
+            )
+
+
+def vpp_from_layers_per_stage(layers_per_stage: int, num_layers: int, pp: int, source: str) -> int | None:
+    """model.virtual_pipeline_model_parallel_size for AutoModel's `layers_per_stage` (None: one stage per
+    pipeline rank, no interleaving)."""
+    stages, rest = divmod(num_layers, layers_per_stage)
+    if rest or stages % pp:
+        raise ConfigError(
+            f"{source}: distributed.pipeline.layers_per_stage={layers_per_stage}: model.num_layers="
+            f"{num_layers} must split into stages of {layers_per_stage} layers, a multiple of pp_size={pp} "
+            "of them. Fix: pick layers_per_stage so that num_layers / (pp_size * layers_per_stage) is an integer."
+        )
+    vpp = stages // pp
+    return vpp if vpp > 1 else None
+
+
 def translate_automodel(
     data: dict[str, Any], base: Any, source: str = "config file"
 ) -> tuple[dict, list[str]]:
@@ -121,9 +189,40 @@ def translate_automodel(
     return _Translation(data, base, source).run()
 
 
+def translate_automodel_deferred(
+    data: dict[str, Any], base: Any, source: str = "config file"
+) -> tuple[dict, list[str], DerivedSettings]:
+    """As translate_automodel, but the values derived from other fields (the VPP of `layers_per_stage`)
+    are left out and returned as DerivedSettings, to apply once the command line is merged too."""
+    if not is_automodel_form(data):
+        return data, [], DerivedSettings(source, explicit_keys=frozenset(_dotted(data)))
+    translation = _Translation(data, base, source, derive=False)
+    out, warnings = translation.run()
+    schedule = translation.mapped.get("distributed.pp_schedule")
+    derived = DerivedSettings(
+        source,
+        layers_per_stage=translation.layers_per_stage,
+        interleaved_origin=schedule[1] if schedule and schedule[0] == "interleaved_1f1b" else None,
+        interleaved_written=translation.pp_schedule_written,
+        explicit_keys=frozenset(_dotted(out)),
+    )
+    return out, warnings, derived
+
+
+def _dotted(data: dict, prefix: str = "") -> list[str]:
+    """The dotted keys of a nested dict's leaves (section.field)."""
+    keys = []
+    for name, value in data.items():
+        key = f"{prefix}{name}"
+        keys += _dotted(value, key + ".") if isinstance(value, dict) and not prefix else [key]
+    return keys
+
+
 class _Translation:
-    def __init__(self, data: dict, base: Any, source: str):
-        self.data, self.base, self.source = data, base, source
+    def __init__(self, data: dict, base: Any, source: str, derive: bool = True):
+        self.data, self.base, self.source, self.derive = data, base, source, derive
+        self.layers_per_stage: int | None = None  # what the file gave, derived or deferred
+        self.pp_schedule_written: Any = None  # pipeline.pp_schedule as the file spells it
         self.out = copy.deepcopy({k: v for k, v in data.items() if k not in SECTION_KEYS})
         self.dist = dict(self.mapping(self.out.pop("distributed", None), "distributed"))
         self.mapped: dict[str, tuple[Any, str]] = {}  # container key -> (value, where it came from)
@@ -160,7 +259,8 @@ class _Translation:
         self.model_save_format()
         if moe is not None:
             self.moe(moe)
-        if layers_per_stage is not None:
+        self.layers_per_stage = layers_per_stage
+        if layers_per_stage is not None and self.derive:
             self.put(
                 "model.virtual_pipeline_model_parallel_size",
                 self.vpp_from_layers_per_stage(layers_per_stage),
@@ -223,6 +323,7 @@ class _Translation:
                         f"{', '.join(schedules.NAMES)} (interleaved1f1b = interleaved_1f1b)."
                     )
                 self.put("distributed.pp_schedule", normalized, origin)
+                self.pp_schedule_written = value
             elif name in ("pp_microbatch_size", "scale_grads_in_schedule"):
                 self.put(PIPELINE_KEYS[name], value, origin)
             elif name == "layers_per_stage":
@@ -241,15 +342,7 @@ class _Translation:
     def vpp_from_layers_per_stage(self, layers_per_stage: int) -> int | None:
         num_layers = self.current("model.num_layers")
         pp = self.current("model.pipeline_model_parallel_size") or 1
-        stages, rest = divmod(num_layers, layers_per_stage)
-        if rest or stages % pp:
-            raise ConfigError(
-                f"{self.source}: distributed.pipeline.layers_per_stage={layers_per_stage}: model.num_layers="
-                f"{num_layers} must split into stages of {layers_per_stage} layers, a multiple of pp_size={pp} "
-                "of them. Fix: pick layers_per_stage so that num_layers / (pp_size * layers_per_stage) is an integer."
-            )
-        vpp = stages // pp
-        return vpp if vpp > 1 else None  # one stage per pipeline rank = no interleaving
+        return vpp_from_layers_per_stage(layers_per_stage, num_layers, pp, self.source)
 
     def moe(self, moe: dict) -> None:
         ep = self.current("model.expert_model_parallel_size") or 1

@@ -1,8 +1,13 @@
 """One run's config from a base tree (a recipe), an optional YAML file and command-line overrides.
 
-Order: base -> `--config-file` (own shape or AutoModel form) -> overrides (left to right) -> resolve().
-The overrides win over the file by design; within the overrides each key may appear once (a repeat, in
-any form: key=, +key=, ++key=, ~key, is a ConfigError naming both).
+Order: base -> `--config-file` (own shape or AutoModel form) -> overrides (left to right) -> the values
+derived from others -> resolve(). The overrides win over the file by design; within the overrides each
+key may appear once (a repeat, in any form: key=, +key=, ++key=, ~key, is a ConfigError naming both).
+Derived after both are merged, unless the file or the command line sets them itself:
+- model.virtual_pipeline_model_parallel_size from the AutoModel `distributed.pipeline.layers_per_stage`
+  (against the merged model.num_layers and pipeline size);
+- dataset.packed_sequence_size follows model.seq_length where the base ties them (a packing recipe's
+  packed size is its sequence length), as in Megatron-Bridge.
 Validation for a world size is a separate step (ConfigContainer.validate).
 """
 
@@ -12,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from bridge.config.overrides import apply_overrides
-from bridge.config.yaml_io import merge_yaml
+from bridge.config.overrides import apply_overrides, override_keys
+from bridge.config.yaml_io import merge_yaml_deferred
 from bridge.errors import ConfigError
 
 T = TypeVar("T")
@@ -45,6 +50,7 @@ def compose(
 def _compose_once(base: T, config_file: str | Path | None, overrides: Sequence[str]) -> tuple[T, list[str]]:
     warnings: list[str] = []
     cfg = base
+    derived = None
     if config_file is not None:
         path = Path(config_file)
         try:
@@ -53,9 +59,27 @@ def _compose_once(base: T, config_file: str | Path | None, overrides: Sequence[s
             raise ConfigError(
                 f"--config-file {str(path)!r}: cannot read it ({e.strerror}). Fix: give a YAML file path."
             ) from None
-        cfg, warnings = merge_yaml(cfg, text, source=f"--config-file {path}")
+        cfg, warnings, derived = merge_yaml_deferred(cfg, text, source=f"--config-file {path}")
     cfg = apply_overrides(cfg, overrides, unique_keys=True)
+    explicit = override_keys(overrides)
+    if derived is not None:
+        derived.apply(cfg, explicit)
+        explicit |= derived.explicit_keys
+    _packed_size_follows_seq_length(base, cfg, explicit)
     resolve = getattr(cfg, "resolve", None)
     if resolve is not None:
         resolve()
     return cfg, warnings
+
+
+def _packed_size_follows_seq_length(base: object, cfg: object, explicit: frozenset[str]) -> None:
+    """A packing base (packed_sequence_size == seq_length) keeps them tied when only the sequence length
+    is changed: `model.seq_length=64` alone packs rows of 64 tokens."""
+    base_model, base_data = getattr(base, "model", None), getattr(base, "dataset", None)
+    model, data = getattr(cfg, "model", None), getattr(cfg, "dataset", None)
+    if base_model is None or base_data is None or model is None or data is None:
+        return
+    packed = getattr(base_data, "packed_sequence_size", None)
+    tied = bool(packed) and packed == getattr(base_model, "seq_length", None)
+    if tied and "dataset.packed_sequence_size" not in explicit and data.packed_sequence_size == packed:
+        data.packed_sequence_size = model.seq_length

@@ -61,6 +61,11 @@ def _reject_repeated_keys(parsed: list) -> None:
         first[key] = ov.input_line
 
 
+def override_keys(overrides: Sequence[str]) -> frozenset[str]:
+    """The dotted keys `overrides` edit (in any form: key=, +key=, ++key=, ~key)."""
+    return frozenset(ov.key_or_group for ov in _parse(overrides)) if overrides else frozenset()
+
+
 def apply_overrides(cfg: T, overrides: Sequence[str], *, unique_keys: bool = False) -> T:
     """Return a new config tree with `overrides` applied in order (`cfg` is left unchanged).
 

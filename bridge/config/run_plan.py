@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from bridge.config import finetune_rules, performance
 from bridge.config.checks.data import blend_paths, parse_split
+from bridge.config.checks.distributed import unused_ddp_settings_warning
 from bridge.config.checks.optimizer import scheduler_iters
 from bridge.config.environment import Environment
 from bridge.config.performance import SettingState
@@ -149,6 +150,10 @@ class RunPlan:
     memory: MemoryEstimate | None  # per rank, the fullest pipeline stage (None: not estimable)
     warnings: tuple[str, ...]
     profiling: ProfilingPlan | None = None  # None: nothing is profiled (bridge/config/profiling.py)
+    # the warnings (also in `warnings`) about the recipe's own values, not the user's: how a GPU recipe
+    # runs on CPU, DDP settings a strategy ignores. The run's log shows them with logger.verbose only
+    # (nothing the user set to act on), the dry run always.
+    detail_warnings: tuple[str, ...] = ()
 
     @property
     def cuda(self) -> bool:
@@ -228,16 +233,18 @@ def build_plan(config: ConfigContainer, world_size: int, env: Environment) -> Ru
     runs = PRECISION_DTYPES[mp] if cuda else "fp32"
     fp8 = FP8_PRECISIONS[mp][1]["fp8_recipe"] if cuda and mp in FP8_PRECISIONS else None
     precision = Precision(requested=mp, name=runs, fp8=fp8)
+    details = [w for w in warnings if w == unused_ddp_settings_warning(cfg.distributed)]
     if runs != PRECISION_DTYPES[mp]:
-        warnings.append(f"mixed_precision.precision={mp} needs CUDA; training in fp32 on CPU.")
+        details.append(f"mixed_precision.precision={mp} needs CUDA; training in fp32 on CPU.")
     t, d, v = cfg.train, cfg.dataset, cfg.validation
     workers = d.num_workers
     if workers and not cuda:
-        warnings.append(
+        details.append(
             f"dataset.num_workers={workers}: on CPU the data is read in the training process "
             "(worker processes would compete with the training threads for the same cores)."
         )
         workers = 0
+    warnings += [w for w in details if w not in warnings]
     train_samples = t.train_iters * t.global_batch_size
     if v.eval_interval and v.eval_iters:
         valid = (t.train_iters // v.eval_interval + 1) * v.eval_iters * t.global_batch_size
@@ -286,4 +293,5 @@ def build_plan(config: ConfigContainer, world_size: int, env: Environment) -> Ru
         memory=_memory(cfg, layout, precision),
         warnings=tuple(warnings),
         profiling=profiling_plan(cfg, cuda),
+        detail_warnings=tuple(details),
     )

@@ -181,6 +181,9 @@ class LoggerConfig:
     wandb_exp_name: str | None = None
     log_throughput: bool = True
     log_memory: bool = False
+    # the run's first lines are the layout, the memory check and what was loaded; true (run_recipe.py -v)
+    # adds the detail: the CPU backend's patches, GPU settings inactive here, CPU adaptations, build steps
+    verbose: bool = False
 
 
 @dataclass

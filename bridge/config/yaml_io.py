@@ -62,5 +62,17 @@ def merge_yaml(cfg: T, text: str, source: str = "config file") -> tuple[T, list[
     return tree.to_object(node), warnings
 
 
+def merge_yaml_deferred(cfg: T, text: str, source: str = "config file") -> tuple[T, list[str], Any]:
+    """As merge_yaml, with the AutoModel values derived from other fields left for later: returns (tree,
+    warnings, bridge.config.automodel.DerivedSettings), applied once the command line is merged too."""
+    from bridge.config.automodel import automodel_keys, translate_automodel_deferred
+
+    data = load_yaml_text(text, source)
+    data, warnings, derived = translate_automodel_deferred(data, cfg, source)
+    node = tree.structured(cfg)
+    tree.merge_dict(node, data, tree.dotted_keys(cfg) + automodel_keys(), source)
+    return tree.to_object(node), warnings, derived
+
+
 def _defaults_for_keys(node) -> dict:
     return tree.to_object_lenient(node)

@@ -11,6 +11,7 @@ Exporter does the TP gather and the PP transfer, so every rank calls these funct
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,12 @@ def adapter_config(settings: dict[str, Any], target_modules: list[str], base_mod
     return {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",
-        "base_model_name_or_path": base_model,
+        # absolute, so peft finds a local base from wherever the adapter is loaded (a Hub id stays as is)
+        "base_model_name_or_path": (
+            os.path.abspath(base_model)
+            if base_model is not None and Path(base_model).exists()
+            else base_model
+        ),
         **settings,
         "target_modules": target_modules,
         "bias": "none",

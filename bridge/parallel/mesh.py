@@ -13,7 +13,7 @@ torch DeviceMeshes once per process-group setup, after `parallel_state.initializ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import product
 from typing import Any
 
@@ -56,16 +56,25 @@ class ParallelMeshes:
     layout: Any
     dense: Any  # DeviceMesh (pp, dp_replicate, dp_shard, cp, tp)
     moe: Any  # DeviceMesh (pp, ep_shard, ep), or None when etp > 1
+    # the flattened meshes as _flatten returned them (dp, dp_cp, dp_shard_cp): kept here because slicing
+    # a flattened dim from the root mesh is deprecated in torch ("users need to bookkeep the flattened mesh")
+    flat: dict[str, Any] = field(default_factory=dict)
+
+    def axis(self, name: str):
+        """The 1-D mesh of one axis of the dense mesh, or of a flattened one (dp, dp_cp, dp_shard_cp)."""
+        return self.flat[name] if name in self.flat else self.dense[name]
 
     def fsdp_mesh(self):
         """What fully_shard shards over: dp_shard*cp (1-D), or (dp_replicate, dp_shard*cp) for HSDP."""
         if self.layout.dense_mesh_shape[1] > 1:
-            return self.dense["dp_replicate", "dp_shard_cp"]
-        return self.dense["dp_shard_cp"]
+            from torch.distributed.device_mesh import DeviceMesh
+
+            return DeviceMesh._concatenate([self.dense["dp_replicate"], self.flat["dp_shard_cp"]])
+        return self.flat["dp_shard_cp"]
 
     def group(self, name: str):
         """The process group of one axis of the dense mesh, or of a flattened one (dp, dp_cp, dp_shard_cp)."""
-        return self.dense[name].get_group()
+        return self.axis(name).get_group()
 
 
 _CACHE: dict = {}
@@ -83,13 +92,15 @@ def build_meshes(layout) -> ParallelMeshes:
     _CACHE.clear()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dense = init_device_mesh(device, layout.dense_mesh_shape, mesh_dim_names=layout.dense_mesh_names)
-    dense["dp_replicate", "dp_shard"]._flatten("dp")
-    dense["dp_replicate", "dp_shard", "cp"]._flatten("dp_cp")
-    dense["dp_shard", "cp"]._flatten("dp_shard_cp")
+    flat = {
+        "dp": dense["dp_replicate", "dp_shard"]._flatten("dp"),
+        "dp_cp": dense["dp_replicate", "dp_shard", "cp"]._flatten("dp_cp"),
+        "dp_shard_cp": dense["dp_shard", "cp"]._flatten("dp_shard_cp"),
+    }
     moe = None
     if layout.etp == 1:
         moe = init_device_mesh(device, layout.moe_mesh_shape, mesh_dim_names=layout.moe_mesh_names)
-    meshes = ParallelMeshes(layout, dense, moe)
+    meshes = ParallelMeshes(layout, dense, moe, flat)
     _CACHE[key] = meshes
     return meshes
 
@@ -110,7 +121,7 @@ def check_against_parallel_state(meshes: ParallelMeshes) -> None:
         "dp_cp": ps.get_data_parallel_group(with_context_parallel=True),
     }
     for name, group in pairs.items():
-        mine = sorted(meshes.dense[name].mesh.flatten().tolist())
+        mine = sorted(meshes.axis(name).mesh.flatten().tolist())
         assert mine == ranks(group), (name, mine, ranks(group))
     if meshes.moe is not None:
         for name, group in (

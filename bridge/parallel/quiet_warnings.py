@@ -81,6 +81,28 @@ KNOWN_WARNINGS: tuple[KnownWarning, ...] = (
         r"(torch\.distributed|megatron\.core)(\.\w+)*",
         "torch_dist checkpoints go through torch.distributed.checkpoint's own ShardedTensor support",
     ),
+    KnownWarning(
+        r"Please use DTensor instead and we are deprecating ShardedTensor",
+        FutureWarning,
+        r"bridge\.parallel\.cpu_device_mode",
+        "the same Megatron-Core ShardedTensor call, seen through the CPU device mode that forwards it",
+        cpu_only=True,
+    ),
+    KnownWarning(
+        r"`load_state_dict` is deprecated and will be removed in future versions\. Please use `load`",
+        FutureWarning,
+        r"megatron\.core\.dist_checkpointing\.strategies\.torch",
+        "Megatron-Core's torch_dist loader calls torch.distributed.checkpoint's old name; bridge calls "
+        "dist_checkpointing.load, nothing for a user to change",
+    ),
+    KnownWarning(
+        r"When using async grad allreduce it is recommended to set the environment variable "
+        r"CUDA_DEVICE_MAX_CONNECTIONS",
+        UserWarning,
+        r"megatron\.core\.tensor_parallel\.layers",
+        "a CUDA stream setting: meaningless without CUDA",
+        cpu_only=True,
+    ),
 )
 
 

@@ -74,6 +74,17 @@ class RankZeroFilter(logging.Filter):
         return record.levelno >= logging.ERROR or record.name in self.own_rank or rank() == 0
 
 
+# bridge loggers whose INFO records are detail (the CPU backend's list of patches): entry points show
+# them with -v / logger.verbose only
+DETAIL_LOGGERS = ("bridge.parallel.cpu_backend",)
+
+
+def set_verbosity(verbose: bool) -> None:
+    """Quiet by default: without `verbose` the detail loggers show warnings and errors only."""
+    for name in DETAIL_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
+
+
 def log_on_rank_zero(handler: logging.Handler, own_rank: tuple[str, ...] = ()) -> None:
     """Add a RankZeroFilter to `handler` (once)."""
     if not any(isinstance(f, RankZeroFilter) for f in handler.filters):

@@ -83,9 +83,10 @@ def _resume(cfg: ConfigContainer, model: list, optimizer, scheduler, layout_line
             optimizer.reload_model_params()
         state = TrainState.from_dict(train_state)
         state.layout = layout_line
-        logger.info("resumed from %s at iteration %d", train_state["checkpoint_dir"], state.iteration)
+        if ranks.is_rank_zero():  # bridge.training logs on every rank (the loop picks its own)
+            logger.info("resumed from %s at iteration %d", train_state["checkpoint_dir"], state.iteration)
         return state
-    if ck.load:
+    if ck.load and ranks.is_rank_zero():
         logger.warning("checkpoint.load=%s holds no checkpoint yet: starting from scratch", ck.load)
     from bridge.checkpoint.paths import is_hf_folder
 
@@ -103,7 +104,8 @@ def _resume(cfg: ConfigContainer, model: list, optimizer, scheduler, layout_line
 
             init_dora_magnitudes(model)
         optimizer.reload_model_params()
-        logger.info("loaded pretrained weights from %s", ck.pretrained_checkpoint)
+        if ranks.is_rank_zero():
+            logger.info("loaded pretrained weights from %s", ck.pretrained_checkpoint)
     return TrainState(layout=layout_line)
 
 
@@ -244,6 +246,8 @@ def _run(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None) ->
     _check_plan_matches_process(plan)
     cfg = plan.config
     ensure_console_logging()
+    verbose = cfg.logger.verbose
+    runtime.set_verbosity(verbose)  # before initialize_distributed installs the CPU backend (a detail line)
     for handler in logger.handlers:  # bridge's own console handler (none when the application set up logging)
         runtime.log_on_rank_zero(handler, own_rank=(logger.name,))  # the loop picks its log rank itself
     runtime.initialize_distributed(
@@ -252,8 +256,10 @@ def _run(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None) ->
     is_rank_zero = torch.distributed.get_rank() == 0
     if is_rank_zero:
         for w in plan.warnings:
-            logger.warning("config: %s", w)
-        for line in performance.summary(plan.performance):
+            if verbose or w not in plan.detail_warnings:
+                logger.warning("config: %s", w)
+        # on CPU every GPU setting is inactive for the same reason: the dry run and -v list them
+        for line in performance.summary(plan.performance) if verbose or plan.cuda else ():
             logger.info("%s", line)
 
     # Transformer Engine's userbuffers communicators must exist before its layers are built
@@ -264,7 +270,7 @@ def _run(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None) ->
     check_memory_fits(plan, skip=not cfg.train.check_memory, log=is_rank_zero)
 
     started = time.perf_counter()
-    if is_rank_zero:
+    if is_rank_zero and verbose:
         logger.info(
             "building the model (%d layers, hidden %d) ...",
             plan.provider.num_layers,

@@ -33,13 +33,18 @@ class WrappedModel:
     fsdp2: bool = False  # chunks are PyTorch FSDP2 modules (DTensor parameters)
 
 
-def ddp_config_for(dist_cfg: Any, strategy: str, use_distributed_optimizer: bool):
+def ddp_config_for(dist_cfg: Any, strategy: str, use_distributed_optimizer: bool, interleaved: bool = False):
     from megatron.core.distributed import DistributedDataParallelConfig
 
+    overlap_param_gather = bool(dist_cfg.overlap_param_gather) and use_distributed_optimizer
     kwargs = dict(
         grad_reduce_in_fp32=bool(dist_cfg.grad_reduce_in_fp32),
         overlap_grad_reduce=bool(dist_cfg.overlap_grad_reduce),
-        overlap_param_gather=bool(dist_cfg.overlap_param_gather) and use_distributed_optimizer,
+        overlap_param_gather=overlap_param_gather,
+        # the interleaved schedule dispatches each chunk's all-gathers itself (config.param_sync_func), so
+        # the forward hooks must not dispatch them too (Megatron-LM's align_param_gather; without it
+        # Megatron-Core warns "already dispatched" on every step)
+        align_param_gather=overlap_param_gather and interleaved,
         average_in_collective=bool(getattr(dist_cfg, "average_in_collective", True)),
         use_distributed_optimizer=use_distributed_optimizer,
         # The loop checks loss and grad-norm finiteness on every rank together and stops with one
@@ -68,7 +73,9 @@ def wrap_model(
         use_dist_opt = bool(opt_cfg.use_distributed_optimizer)
         chunks = provider.provide_distributed_model(
             wrap_with_ddp=True,
-            ddp_config=ddp_config_for(dist_cfg, strategy, use_dist_opt),
+            ddp_config=ddp_config_for(
+                dist_cfg, strategy, use_dist_opt, interleaved=layout is not None and layout.interleaved
+            ),
             data_parallel_random_init=data_parallel_random_init,
             seed=seed,
             layout=layout,

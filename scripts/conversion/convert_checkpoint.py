@@ -58,6 +58,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.add_argument("--tp", type=positive, default=1, help="tensor-parallel size of the conversion")
         p.add_argument("--pp", type=positive, default=1, help="pipeline-parallel size of the conversion")
         p.add_argument("--ep", type=positive, default=1, help="expert-parallel size of the conversion")
+        p.add_argument("-v", "--verbose", action="store_true", help="detail lines too (the CPU backend's)")
         p.add_argument(
             "--low-memory",
             action="store_true",
@@ -112,6 +113,9 @@ def _low_memory(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from bridge.parallel.runtime import set_verbosity
+
+    set_verbosity(args.verbose)  # quiet by default: the CPU backend's patch list only with -v
     layout = dict(
         tensor_model_parallel_size=args.tp,
         pipeline_model_parallel_size=args.pp,

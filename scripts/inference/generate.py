@@ -53,6 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ignore-eos", action="store_true", help="do not stop at the model's EOS id")
     parser.add_argument("--no-kv-cache", action="store_true", help="recompute the whole sequence every step")
     parser.add_argument("--json", action="store_true", help='last line: {"ids": [...], "tokens_per_s": x}')
+    parser.add_argument("-v", "--verbose", action="store_true", help="detail lines too (the CPU backend's)")
     return parser.parse_args(argv)
 
 
@@ -261,6 +262,7 @@ def run(args: argparse.Namespace) -> dict:
     tokenizer = tokenizer_of(source.folder)
     ids = prompt_ids(args, provider.vocab_size, source.folder, tokenizer)  # checked before the build
     _check_length(args, len(ids), provider.seq_length)
+    eos = None if args.ignore_eos else eos_ids(source.folder)
     result = generate(
         build(source),
         ids,
@@ -270,11 +272,16 @@ def run(args: argparse.Namespace) -> dict:
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed,
-        eos_token_id=None if args.ignore_eos else eos_ids(source.folder),
+        eos_token_id=eos,
         kv_cache=not args.no_kv_cache,
     )
-    text = tokenizer.decode(result.ids) if tokenizer is not None else None
+    text = tokenizer.decode(text_ids(result.ids, eos)) if tokenizer is not None else None
     return {"ids": result.ids, "tokens_per_s": result.tokens_per_s, "text": text}
+
+
+def text_ids(ids: list[int], eos: list[int] | None) -> list[int]:
+    """The ids the text shows: without the EOS generation stopped at (the JSON's ids keep it)."""
+    return list(ids[:-1]) if eos and ids and ids[-1] in eos else list(ids)
 
 
 def _is_rank_zero() -> bool:
@@ -283,6 +290,9 @@ def _is_rank_zero() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from bridge.parallel.runtime import set_verbosity
+
+    set_verbosity(args.verbose)  # quiet by default: the CPU backend's patch list only with -v
     try:
         check_args(args, env_world_size())
         out = run(args)

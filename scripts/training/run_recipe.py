@@ -52,6 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="dry run: plan for this device (default: cuda when an NVIDIA driver is present)",
     )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="the run's detail lines too (= logger.verbose=true)"
+    )
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.train_iters=10")
     args = parser.parse_args(argv)
     if not args.list_recipes and not args.recipe:
@@ -99,6 +102,8 @@ def run(argv: list[str] | None = None) -> int:
             "Fix: drop --world-size (it is for dry runs) or launch that many ranks."
         )
     cfg, warnings = compose(get_recipe(args.recipe)(), config_file=args.config_file, overrides=args.overrides)
+    if args.verbose:
+        cfg.logger.verbose = True
     finetuning = recipe_info(args.recipe).entry == "finetune"
 
     if args.dry_run:

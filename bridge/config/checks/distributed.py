@@ -42,24 +42,33 @@ def check_distributed(cfg: ConfigContainer, layout: ParallelLayout, running: fro
             "distributed optimizer (there is no gather without it)",
             "set distributed.overlap_param_gather=false, or optimizer.use_distributed_optimizer=true",
         )
-    if not megatron_ddp:
-        knobs = [
-            k
-            for k in (
-                "overlap_grad_reduce",
-                "overlap_param_gather",
-                "grad_reduce_in_fp32",
-                "average_in_collective",
-                "check_for_nan_in_grad",
-            )
-            if getattr(d, k)
-        ]
-        if knobs:
-            warnings.append(
-                f"distributed.{', distributed.'.join(knobs)} are Megatron-Core DDP settings that strategy "
-                f"{d.strategy} does not use."
-            )
+    if not megatron_ddp and (unused := unused_ddp_settings_warning(d)):
+        warnings.append(unused)
     return warnings
+
+
+def unused_ddp_settings_warning(d) -> str | None:
+    """The warning for Megatron-Core DDP settings left on under a strategy that does not use them (the
+    recipes set them on for strategy megatron: the run's log shows it with logger.verbose only)."""
+    if d.strategy in ("megatron", "megatron_fsdp"):
+        return None
+    knobs = [
+        k
+        for k in (
+            "overlap_grad_reduce",
+            "overlap_param_gather",
+            "grad_reduce_in_fp32",
+            "average_in_collective",
+            "check_for_nan_in_grad",
+        )
+        if getattr(d, k)
+    ]
+    if not knobs:
+        return None
+    return (
+        f"distributed.{', distributed.'.join(knobs)} are Megatron-Core DDP settings that strategy "
+        f"{d.strategy} does not use."
+    )
 
 
 # Strategies whose engine needs CUDA, and why (measured: each fails on a CPU-only machine).

@@ -52,7 +52,7 @@ def _base_config_dict(p: Any, family: TranslatedFamily, architecture: str) -> di
         "tie_word_embeddings": p.share_embeddings_and_output_weights,
         "initializer_range": p.init_method_std,
         "attention_dropout": p.attention_dropout,
-        "torch_dtype": _DTYPE_TO_HF[p.params_dtype],
+        "torch_dtype": _DTYPE_TO_HF[p.params_dtype],  # renamed `dtype` by _current_keys
         "rope_theta": p.rotary_base,
     }
 
@@ -106,9 +106,38 @@ def hf_config_dict(provider: Any, family: TranslatedFamily, architecture: str) -
     return _read_back_checked(p, family, architecture, out)
 
 
+def _current_keys(out: dict[str, Any]) -> dict[str, Any]:
+    """transformers 5's names, which it loads without a deprecation warning: `dtype` (not `torch_dtype`),
+    the RoPE settings in `rope_parameters` (not `rope_theta` + `rope_scaling`); and a
+    `max_position_embeddings` above a scaled RoPE's `original_max_position_embeddings` (transformers
+    checks it): the scaled window, original x factor, when the run's sequence length is below it."""
+    out = dict(out)
+    if "torch_dtype" in out:
+        out["dtype"] = out.pop("torch_dtype")
+    theta = out.pop("rope_theta", None)
+    legacy = out.pop("rope_scaling", None) or {}
+    params = out.get("rope_parameters") or {}
+    if params and all(isinstance(v, dict) for v in params.values()):
+        return out  # one entry per layer type (Gemma 3): the family wrote it whole
+    legacy = {("rope_type" if k == "type" else k): v for k, v in legacy.items()}
+    params = {
+        "rope_type": "default",
+        **({"rope_theta": theta} if theta is not None else {}),
+        **legacy,
+        **params,
+    }
+    out["rope_parameters"] = params
+    original, factor = params.get("original_max_position_embeddings"), params.get("factor")
+    window = out.get("max_position_embeddings")
+    if original and factor and window is not None and window <= original:
+        out["max_position_embeddings"] = max(window, round(original * factor))
+    return out
+
+
 def _read_back_checked(
     p: Any, family: TranslatedFamily, architecture: str, out: dict[str, Any]
 ) -> dict[str, Any]:
+    out = _current_keys(out)
     # Whatever the family cannot express shows up as a math field that does not come back.
     for name, value in provider_fields(out, family).items():
         have = getattr(p, name)
