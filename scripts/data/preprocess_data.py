@@ -31,6 +31,7 @@ from bridge.errors import ConfigError  # noqa: E402
 _JSON_TYPES = {
     dict: "object",
     list: "array",
+    str: "string",
     int: "number",
     float: "number",
     bool: "boolean",
