@@ -41,6 +41,15 @@ def _exit_line(rank: int, failure: Any) -> str:
     return error_line(f"rank {rank} exited with code {failure.exitcode} (see its output above)")
 
 
+def root_failure(failures: dict[int, Any]) -> tuple[int, Any]:
+    """The rank to report: the earliest of those that exited by themselves (torchrun's own choice, the
+    earliest error file, can be a rank it killed after that rank had recorded the same mistake)."""
+    exited = {rank: f for rank, f in failures.items() if f.exitcode > 0}
+    pool = exited or failures
+    rank = min(pool, key=lambda r: (pool[r].timestamp, r))
+    return rank, pool[rank]
+
+
 def exit_code_of(failure: Any) -> int:
     """The failed rank's exit code; a signal as the shell reports it (128 + the signal number)."""
     if failure.exitcode < 0:
@@ -63,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(args)
     except ChildFailedError as failed:
-        rank, failure = failed.get_first_failure()
+        rank, failure = root_failure(failed.failures)
         print(failure_line(rank, failure), file=sys.stderr, flush=True)
         return exit_code_of(failure)
     except KeyboardInterrupt:

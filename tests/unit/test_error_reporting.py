@@ -80,8 +80,12 @@ def test_every_rank_records_the_line_and_the_first_to_fail_prints_it(no_launcher
     summary = str(ChildFailedError("run_recipe.py", failures))
     assert summary.count("traceback : error: train.x = 3: wrong. Fix: 2.") == 4
     assert "To enable traceback" not in summary
-    rank, failure = ChildFailedError("run_recipe.py", failures).get_first_failure()
+    rank, failure = launch.root_failure(failures)
     assert launch.failure_line(rank, failure) == "error: train.x = 3: wrong. Fix: 2."
+    # a rank torchrun killed after it recorded the line may have the earliest file: the exit code is 2
+    failures[0] = ProcessFailure(local_rank=0, pid=100, exitcode=-15, error_file=str(files[0]))
+    failures[0].timestamp -= 1
+    assert launch.root_failure(failures)[1].exitcode == 2
 
 
 def test_under_bridge_run_the_workers_print_nothing(no_launcher_env, capsys, tmp_path):
