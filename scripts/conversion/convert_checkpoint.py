@@ -124,6 +124,16 @@ def _gb(n: int) -> str:
     return f"{n / 1e9:.2f} GB"
 
 
+def _is_written(path: Path, target: Path) -> bool:
+    """Whether `path` is the target, in it, one of its parents (created), or in its hidden staging folder."""
+    path, target = path.resolve(), target.resolve()
+    if path in target.parents or path.is_relative_to(target):
+        return True
+    if not path.is_relative_to(target.parent):
+        return False
+    return path.relative_to(target.parent).parts[0].startswith(f".{target.name}.")
+
+
 def write_failure(args: argparse.Namespace, err: OSError) -> ConfigError:
     """The conversion's target could not be written: one line naming the file and the way out."""
     target = Path(args.megatron_path if args.direction == "import" else args.hf_path)
@@ -140,7 +150,7 @@ def write_failure(args: argparse.Namespace, err: OSError) -> ConfigError:
             "nothing was kept. Fix: free space there, or convert into a folder on another device"
         )
     reason = err.strerror or str(err)
-    if not Path(where).resolve().is_relative_to(target.resolve().parent):
+    if not _is_written(Path(where), target):
         return ConfigError(f"{where}: {reason} while reading it. Fix: make it readable, or pass another path")
     return ConfigError(
         f"{where}: {reason} while writing {target}; nothing was kept. Fix: convert into a folder you can "

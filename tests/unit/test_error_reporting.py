@@ -153,6 +153,11 @@ def test_conversion_write_failures_exit_2_with_one_line(no_launcher_env, capsys,
         assert convert.main(["import", "--hf-path", str(hf), "--megatron-path", str(target)]) == 2
         line = _one_error_line(capsys.readouterr().err)
         assert text in line and "x.distcp" in line and "Fix:" in line, line
+    unreadable = OSError(errno.EACCES, "Permission denied", str(hf / "model.safetensors"))
+    args = convert.parse_args(["import", "--hf-path", str(hf), "--megatron-path", str(target)])
+    assert "model.safetensors: Permission denied while reading it" in str(
+        convert.write_failure(args, unreadable)
+    )
     assert (
         "about 0.00 GB (the source's weights)"
         in convert.write_failure(
