@@ -47,6 +47,30 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     fsync_dir(path.parent)
 
 
+def remove_dead_stagings(target: Path) -> list[Path]:
+    """Remove `.<name>.tmp-<pid>` staging folders of `target` whose process is gone.
+
+    A killed conversion cannot clean up after itself; the next conversion to the same target does.
+    Folders of a live process (another conversion writing right now) are kept."""
+    removed = []
+    for staging in target.parent.glob(f".{target.name}.tmp-*"):
+        pid = staging.name.rsplit("tmp-", 1)[1]
+        if staging.is_dir() and pid.isdigit() and not _process_alive(int(pid)):
+            shutil.rmtree(staging, ignore_errors=True)
+            removed.append(staging)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike, field: str = "path", *, all_ranks: bool = False) -> Iterator[Path]:
     """Yield a hidden staging folder next to `path`; rename it onto `path` only if the block succeeds.
@@ -64,6 +88,7 @@ def atomic_dir(path: str | os.PathLike, field: str = "path", *, all_ranks: bool 
         target.parent.mkdir(parents=True, exist_ok=True)
         if staging.exists():
             shutil.rmtree(staging)
+        remove_dead_stagings(target)
         staging.mkdir()
     if all_ranks:
         ranks.barrier()

@@ -267,12 +267,16 @@ def load_checkpoint(
             break
         if on_fallback is not None:
             on_fallback(f"{what}; loading the previous complete checkpoint {candidates[i + 1][0]} instead")
+    previous = candidates[len(failures)][0] if may_fall_back and len(failures) < len(candidates) else None
+    # conversion and generation load with no fallback setting: name the folder that a path can point at
     hint = (
         "no older complete checkpoint is left"
-        if fallback and may_fall_back
-        else "set checkpoint.fallback_to_previous=true to load the previous complete checkpoint"
+        if fallback and may_fall_back or may_fall_back and previous is None
+        else f"load the previous complete checkpoint {previous} by giving that folder as the path "
+        "(checkpoint.load, or --megatron-path to convert or generate); a training run loads it itself "
+        "with checkpoint.fallback_to_previous=true"
         if may_fall_back
-        else "point checkpoint.load / checkpoint.ckpt_step at another checkpoint"
+        else "point the path (checkpoint.load / checkpoint.ckpt_step, or --megatron-path) at another checkpoint"
     )
     raise CheckpointDamaged(f"{' | '.join(failures)}. Fix: {hint}, or restore the files")
 

@@ -12,6 +12,7 @@ import sys
 # subcommand -> (module with main(argv) -> int, one-line help)
 SUBCOMMANDS = {
     "plan": ("bridge.cli.plan", "recommend a parallel layout and estimate per-GPU memory (offline)"),
+    "run": ("bridge.cli.launch", "launch like torchrun; a failed launch prints the rank's one error line"),
 }
 
 

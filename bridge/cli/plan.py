@@ -19,6 +19,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from bridge.cli.user_error import report_user_error
 from bridge.errors import ConfigError
 from bridge.parallel.layout import ModelShape
 from bridge.parallel.memory import MEMORY_MODELS, OPTIMIZERS, PRECISIONS
@@ -221,8 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         result = plan(req)
     except ConfigError as err:
-        print(f"error: {' '.join(str(err).split())}", file=sys.stderr)  # one line, as run_recipe.py
-        return 2
+        return report_user_error(err)  # one line, as every entry point
     overrides = plan_overrides(result, explicit)
     if args.json:
         print(json.dumps(plan_to_json(result), indent=2))

@@ -26,6 +26,7 @@ from typing import Any
 from bridge.checkpoint.atomic import atomic_dir, check_target_dir
 from bridge.checkpoint.paths import HF_ASSETS_DIR  # import_ckpt writes it, export_ckpt reads it
 from bridge.conversion import registry
+from bridge.conversion.fsdp2_refusal import refuse_fsdp2_checkpoint
 from bridge.conversion.hf_io import DTYPES, HFCheckpoint
 from bridge.conversion.progress import progress_bar
 from bridge.conversion.saved_run import read_saved_run
@@ -298,6 +299,7 @@ class AutoBridge:
         folder, _ = resolve_checkpoint(
             megatron_path
         )  # a missing / incomplete checkpoint fails before building
+        refuse_fsdp2_checkpoint(folder)
         run = read_saved_run(folder)
         peft = run.peft if run is not None and run.peft.scheme is not None else None
         if adapter_only and peft is None:

@@ -24,6 +24,7 @@ import torch
 from bridge.checkpoint.atomic import atomic_dir, check_target_dir
 from bridge.checkpoint.paths import HF_ASSETS_DIR
 from bridge.conversion.auto_bridge import AutoBridge
+from bridge.conversion.fsdp2_refusal import refuse_fsdp2_checkpoint
 from bridge.conversion.hf_io import HFCheckpoint
 from bridge.conversion.model_params import LocalParam, local_params
 from bridge.conversion.saved_run import read_saved_run
@@ -315,11 +316,7 @@ def _refuse_unsupported(folder: Path) -> None:
             f"checkpoint {folder} holds PEFT adapters: the {_LOW_MEMORY} exports full torch_dist weights only. "
             "Fix: export it without --low-memory"
         )
-    if content.get("fsdp2") is not None:
-        raise ConfigError(
-            f"checkpoint {folder} was saved by strategy fsdp2 (torch DCP shards): the {_LOW_MEMORY} reads "
-            "Megatron-Core torch_dist checkpoints only. Fix: export it without --low-memory"
-        )
+    refuse_fsdp2_checkpoint(folder)  # not "without --low-memory": the plain export refuses it too
 
 
 def stream_export(

@@ -25,6 +25,9 @@ def _fields(path: str) -> tuple[tuple[str, object], ...]:
     config = common.read_config_json(Path(path) / "config.json")
     merged = registry.with_class_defaults(config)
     if merged is None:  # a model type without recorded defaults: transformers reads it
+        # an architecture bridge cannot convert is refused first (transformers may not know it either,
+        # and would raise its own error with a traceback)
+        registry.hf_family_for(config.get("architectures"))
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(str(path))

@@ -314,12 +314,14 @@ class ParallelLayout:
                 f"use a seq_length that is a multiple of {2 * self.cp}, or a smaller cp",
             )
         packed = self.packed_sequence_size
-        if packed and packed % self.cp:
+        if packed and self.cp > 1 and packed % (2 * self.cp):  # the packing pads each sample to 2*cp
             fail(
                 "packed_sequence_size",
                 packed,
-                f"with cp={self.cp} it must be divisible by cp",
-                f"use a packed length that is a multiple of {self.cp}",
+                f"with cp={self.cp} each packed sample splits into 2*cp = {2 * self.cp} chunks, so it must be "
+                f"divisible by 2*cp, not only divisible by cp",
+                f"use a packed length that is a multiple of {2 * self.cp} "
+                f"(e.g. {max(2 * self.cp, packed // (2 * self.cp) * 2 * self.cp)})",
             )
 
     def _check_experts(self) -> None:

@@ -9,12 +9,17 @@ size is the number of processes); a torch_dist checkpoint loads under any layout
 reads the HF config recorded by import (CKPT/hf_assets) unless --hf-config names another folder.
 --low-memory (one process, TP = PP = EP = 1) streams the conversion one tensor at a time
 (bridge.conversion.streaming): for checkpoints larger than the machine's memory.
-Invalid input exits 2 with the error on stderr; nothing is written in that case.
+Invalid input, and a target that cannot be written (no permission, a full disk), exits 2 with one
+`error:` line on stderr (once under torchrun too: bridge.cli.user_error); no partial output is left (the
+result is published by renaming a hidden staging folder, which a failure removes and a later run
+removes if the process was killed).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import re
 import sys
 import time
@@ -24,9 +29,10 @@ _REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(_REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(_REPO_ROOT))
 
+from bridge.cli.user_error import EXIT_USER_ERROR, report_user_error  # noqa: E402
 from bridge.errors import ConfigError  # noqa: E402
 
-EXIT_INVALID = 2
+EXIT_INVALID = EXIT_USER_ERROR
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 
 
@@ -111,6 +117,48 @@ def _low_memory(args: argparse.Namespace) -> None:
     )
 
 
+def _bytes_under(path: Path, pattern: str) -> int:
+    return sum(f.stat().st_size for f in path.rglob(pattern) if f.is_file()) if path.is_dir() else 0
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
+
+
+def _is_written(path: Path, target: Path) -> bool:
+    """Whether `path` is the target, in it, one of its parents (created), or in its hidden staging folder."""
+    path, target = path.resolve(), target.resolve()
+    if path in target.parents or path.is_relative_to(target):
+        return True
+    if not path.is_relative_to(target.parent):
+        return False
+    return path.relative_to(target.parent).parts[0].startswith(f".{target.name}.")
+
+
+def write_failure(args: argparse.Namespace, err: OSError) -> ConfigError:
+    """The conversion's target could not be written: one line naming the file and the way out."""
+    target = Path(args.megatron_path if args.direction == "import" else args.hf_path)
+    where = err.filename or target
+    if err.errno == errno.ENOSPC:
+        # what the conversion writes is about the size of the weights it reads
+        source = Path(args.hf_path) if args.direction == "import" else None
+        needed = _bytes_under(source, "*.safetensors") if source is not None else 0
+        probe = next((p for p in (target, *target.parents) if p.exists()), Path("/"))
+        free = os.statvfs(probe).f_bavail * os.statvfs(probe).f_frsize
+        need = f"about {_gb(needed)} (the source's weights), " if needed else ""
+        return ConfigError(
+            f"{where}: no space left on the device (the conversion needs {need}{_gb(free)} free at {probe}); "
+            "nothing was kept. Fix: free space there, or convert into a folder on another device"
+        )
+    reason = err.strerror or str(err)
+    if not _is_written(Path(where), target):
+        return ConfigError(f"{where}: {reason} while reading it. Fix: make it readable, or pass another path")
+    return ConfigError(
+        f"{where}: {reason} while writing {target}; nothing was kept. Fix: convert into a folder you can "
+        "write to (check the parent folder's permissions and that its file system is not read-only)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from bridge.parallel.runtime import set_verbosity
@@ -144,8 +192,11 @@ def main(argv: list[str] | None = None) -> int:
                 **layout,
             )
     except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return EXIT_INVALID
+        return report_user_error(err)
+    except OSError as err:
+        if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT):
+            raise
+        return report_user_error(write_failure(args, err))
     from bridge.parallel import ranks
 
     if ranks.is_rank_zero():

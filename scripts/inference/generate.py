@@ -7,14 +7,14 @@
 --hf-path builds the model with AutoBridge and loads this rank's shards of the safetensors;
 --megatron-path builds it from the HF config the checkpoint records (an import by
 convert_checkpoint.py import / AutoBridge.import_ckpt, or a training run started from an HF folder or
-an import: the run_config.yaml saved with it), as convert_checkpoint.py export does, then loads the
-torch_dist weights. --prompt is tokenized with that folder's tokenizer (transformers.AutoTokenizer).
+an import: the run_config.yaml saved with it), as convert_checkpoint.py export does, or from
+--hf-config HF_DIR (a folder with the config.json it was trained with), then loads the torch_dist weights. --prompt is tokenized with that folder's tokenizer (transformers.AutoTokenizer).
 Greedy by default; --temperature > 0 samples (with --top-k / --top-p / --seed). Generation stops at
 the model's EOS id (generation_config.json, else config.json) unless --ignore-eos.
 
 Output (rank 0): the decoded text (the ids when there is no tokenizer) and a speed line on stderr;
 with --json the last line is exactly {"ids": [...], "tokens_per_s": x}. Invalid input exits 2 with
-one error on stderr (printed once, by rank 0).
+one `error:` line on stderr, printed once under torchrun too (bridge.cli.user_error).
 """
 
 from __future__ import annotations
@@ -30,10 +30,11 @@ _REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(_REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(_REPO_ROOT))
 
+from bridge.cli.user_error import EXIT_USER_ERROR, report_user_error  # noqa: E402
 from bridge.errors import ConfigError  # noqa: E402
 from bridge.parallel.ranks import env_world_size  # noqa: E402
 
-EXIT_INVALID = 2
+EXIT_INVALID = EXIT_USER_ERROR
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
@@ -41,6 +42,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Generate tokens with a bridge model (greedy or sampled).")
     parser.add_argument("--hf-path", help="Hugging Face folder (config.json + safetensors)")
     parser.add_argument("--megatron-path", help="bridge torch_dist checkpoint (root or iter_* folder)")
+    parser.add_argument(
+        "--hf-config",
+        help="with --megatron-path: HF folder with the config.json (and tokenizer) to build the model from "
+        "(default: what the checkpoint records)",
+    )
     parser.add_argument("--prompt", help="prompt text, tokenized with the model's tokenizer")
     parser.add_argument("--prompt-ids", help="prompt token ids, comma-separated: 1,2,3")
     parser.add_argument("--max-new-tokens", type=int, default=32, help="tokens to generate (default 32)")
@@ -96,6 +102,13 @@ def check_args(args: argparse.Namespace, world_size: int) -> None:
         "prompt form",
         'pass --prompt "some text" (tokenized with the model\'s tokenizer) or --prompt-ids 1,2,3',
     )
+    if args.hf_config is not None and args.megatron_path is None:
+        raise _fail(
+            "--hf-config",
+            args.hf_config,
+            "only applies to --megatron-path (a Hugging Face folder brings its own config.json)",
+            "drop --hf-config, or pass the checkpoint with --megatron-path",
+        )
     if args.prompt_ids is not None:
         parse_prompt_ids(args.prompt_ids)
     if args.prompt is not None and args.prompt == "":
@@ -169,9 +182,15 @@ def _refuse_peft(megatron_path: str) -> None:
 
 def megatron_source(args: argparse.Namespace) -> Source:
     """What convert_checkpoint.py export builds: the HF config the checkpoint records, its weights loaded."""
+    from bridge.checkpoint import resolve_checkpoint
     from bridge.conversion.auto_bridge import AutoBridge
+    from bridge.conversion.fsdp2_refusal import refuse_fsdp2_checkpoint
 
-    bridge = AutoBridge.from_megatron_checkpoint(args.megatron_path)
+    refuse_fsdp2_checkpoint(resolve_checkpoint(args.megatron_path)[0], reader="generation")
+    if args.hf_config is not None:
+        bridge = AutoBridge.from_hf_pretrained(args.hf_config)
+    else:
+        bridge = AutoBridge.from_megatron_checkpoint(args.megatron_path)
     _refuse_peft(args.megatron_path)
     provider = bridge.to_megatron_provider(load_weights=False)
     _layout(provider, args)
@@ -241,6 +260,14 @@ def prompt_ids(args: argparse.Namespace, vocab_size: int, folder: Path | None, t
 
 
 def _check_length(args: argparse.Namespace, n_prompt: int, max_len: int) -> None:
+    if n_prompt >= max_len:  # no number of new tokens fits: the prompt is what to change
+        raise _fail(
+            "--prompt" if args.prompt is not None else "--prompt-ids",
+            f"{n_prompt} tokens",
+            f"the prompt alone fills the model's max sequence length {max_len} (max_position_embeddings), "
+            "leaving no room for a new token",
+            f"shorten the prompt to at most {max_len - 1} tokens",
+        )
     if n_prompt + args.max_new_tokens > max_len:
         raise _fail(
             "--max-new-tokens",
@@ -297,9 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         check_args(args, env_world_size())
         out = run(args)
     except ConfigError as err:
-        if _is_rank_zero():
-            print(f"error: {err}", file=sys.stderr, flush=True)
-        return EXIT_INVALID
+        return report_user_error(err)
     if _is_rank_zero():
         if args.json:
             print(json.dumps({"ids": out["ids"], "tokens_per_s": out["tokens_per_s"]}), flush=True)

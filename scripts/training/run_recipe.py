@@ -7,8 +7,9 @@
 
 --dry-run validates exactly what a run would (the same RunPlan), prints the config as YAML followed by
 the plan's decisions as YAML comments (so the output loads back with --config-file), and exits 0
-without importing torch or megatron.core. Invalid input exits 2 with the error on stderr, printed once
-(by rank 0 under torchrun).
+without importing torch or megatron.core. Invalid input exits 2 with one `error:` line on stderr, printed
+once whichever rank finds it first, and carried by torchrun's failure summary (bridge.cli.user_error);
+`bridge run` launches like torchrun and prints only that line.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ _REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(_REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(_REPO_ROOT))
 
+from bridge.cli.user_error import EXIT_USER_ERROR, report_user_error  # noqa: E402
 from bridge.errors import ConfigError  # noqa: E402
 from bridge.parallel.ranks import env_world_size  # noqa: E402
 
-EXIT_INVALID = 2
+EXIT_INVALID = EXIT_USER_ERROR
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -67,14 +69,12 @@ def is_rank_zero() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit status: 0 on success, 2 on invalid input (the ConfigError message on stderr, no traceback;
-    under torchrun every rank fails the same way and rank 0 prints it)."""
+    """Exit status: 0 on success, 2 on invalid input (one `error:` line on stderr, no traceback; under
+    torchrun every rank fails the same way, the first to fail prints it and all write torchrun's error file)."""
     try:
         return run(argv)
     except ConfigError as err:
-        if is_rank_zero():
-            print(f"error: {err}", file=sys.stderr)
-        return EXIT_INVALID
+        return report_user_error(err)
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -231,3 +231,20 @@ def test_cli_megatron_path_json(cli, capsys, sources, tmp_path):
     parsed = json.loads(last)
     assert last == json.dumps({"ids": parsed["ids"], "tokens_per_s": parsed["tokens_per_s"]})
     assert parsed["ids"] == reference and parsed["tokens_per_s"] > 0
+
+
+def test_cli_hf_config_the_error_suggests_builds_the_checkpoint(cli, capsys, sources, tmp_path):
+    import shutil
+
+    from bridge import AutoBridge
+    from bridge.checkpoint.paths import HF_ASSETS_DIR
+
+    folder, hf = sources["llama"]
+    AutoBridge.import_ckpt(folder, tmp_path / "ckpt")
+    shutil.rmtree(tmp_path / "ckpt" / HF_ASSETS_DIR)  # a checkpoint that records no HF config
+    argv = ["--megatron-path", str(tmp_path / "ckpt"), "--prompt-ids", ",".join(map(str, PROMPT))]
+    argv += ["--max-new-tokens", "8", "--ignore-eos", "--json"]
+    assert "(--hf-config)" in _cli_error(cli, capsys, argv)
+    assert cli.main([*argv, "--hf-config", str(folder)]) == 0
+    reference, _ = _hf_greedy(hf, PROMPT, 8, eos_token_id=None)
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["ids"] == reference

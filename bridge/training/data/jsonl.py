@@ -29,8 +29,16 @@ def read_jsonl_records(paths: list[str], text_key: str = "text") -> list[tuple[s
                 f"dataset.data_paths entry {path!r} is not a file: give JSONL files for dataset.kind=jsonl"
             )
         found = 0
-        with p.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
+        with p.open("rb") as f:  # decoded line by line, so a non-UTF-8 byte is reported with its line
+            for lineno, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as err:
+                    raise ConfigError(
+                        f"dataset.data_paths: {path}:{lineno} is not UTF-8 text (byte {raw[err.start]:#04x} at "
+                        f"column {err.start + 1}); give JSONL files (UTF-8, one JSON object per line) for "
+                        "dataset.kind=jsonl"
+                    ) from None
                 if not line.strip():
                     continue
                 try:
