@@ -1,0 +1,213 @@
+"""Training parity against transformers + torch (issue 28): bridge's pretrain() from a Hugging Face folder
+against a plain LlamaForCausalLM + torch.optim.AdamW loop written here from the definitions.
+
+`ref` (1 rank): writes the HF folder (a random LlamaForCausalLM, 384-token vocabulary: Megatron's padding
+would make it 512 at TP=2) and the token documents, runs bridge at TP=1 recording every micro batch it
+trains on, then replays exactly those windows through the transformers loop. Full-batch steps: each
+iteration's loss is the token mean over its whole global batch, so the order of its windows cannot
+matter. `layouts` (2 ranks): the same run at TP=2, TP=2+SP, PP=2, DP=2, CP=2, fsdp2 DP=2 and TP=2 with the
+vocabulary padded, in sequence.
+Each run emits, per iteration, the loss, the grad norm (before clipping) and the learning rate.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+from train_common import emit, reset_parallel_state, write_learnable_indexed_data
+
+VOCAB = 384
+ITERS = 5
+GLOBAL_BATCH = 8
+SEQ = 32
+LR, MIN_LR, WARMUP, WEIGHT_DECAY, CLIP = 3e-3, 3e-4, 2, 0.1, 1.0
+BETAS, EPS = (0.9, 0.95), 1e-8
+HF_LLAMA = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=False,
+    rope_theta=10000.0,
+)
+# A MoE family against transformers' own MoE class: 4 experts, top-2 renormalised; the router's
+# auxiliary loss is off on both sides (HF adds it only with output_router_logits; bridge's coefficient
+# is the recipe's 0).
+HF_MIXTRAL = dict(
+    {k: v for k, v in HF_LLAMA.items()},
+    num_local_experts=4,
+    num_experts_per_tok=2,
+    output_router_logits=False,
+)
+FAMILIES = {"llama": ("LlamaConfig", HF_LLAMA), "mixtral": ("MixtralConfig", HF_MIXTRAL)}
+LAYOUTS = {
+    "tp2": ["model.tensor_model_parallel_size=2"],
+    "tp2_sp": ["model.tensor_model_parallel_size=2", "model.sequence_parallel=True"],
+    "pp2": ["model.pipeline_model_parallel_size=2"],
+    "dp2": [],
+    "cp2": ["model.context_parallel_size=2"],
+    "fsdp2": ["distributed.strategy=fsdp2"],
+    # padding on (384 -> 512 rows at TP=2): the padded logits must stay out of the loss
+    "tp2_padded": ["model.tensor_model_parallel_size=2", "model.should_pad_vocab=True"],
+}
+MOE_LAYOUTS = {"mixtral_ep2": ["model.expert_model_parallel_size=2"]}
+
+
+def overrides(workdir: str, family: str) -> list[str]:
+    return [
+        f"model.seq_length={SEQ}",
+        f"train.global_batch_size={GLOBAL_BATCH}",
+        "train.micro_batch_size=1",
+        f"train.train_iters={ITERS}",
+        "validation.eval_iters=0",
+        "validation.eval_interval=0",
+        "checkpoint.save=null",
+        "checkpoint.save_interval=0",
+        "logger.log_interval=1",
+        "logger.tensorboard_dir=null",
+        "dataset.kind=indexed",
+        f"dataset.data_paths=[{workdir}/data/count]",
+        'dataset.split="1,0,0"',
+        f"dataset.cache_dir={workdir}/cache",
+        "dataset.num_workers=0",
+        f"optimizer.lr={LR}",
+        f"optimizer.min_lr={MIN_LR}",
+        f"optimizer.weight_decay={WEIGHT_DECAY}",
+        f"optimizer.clip_grad={CLIP}",
+        f"optimizer.adam_beta1={BETAS[0]}",
+        f"optimizer.adam_beta2={BETAS[1]}",
+        f"optimizer.adam_eps={EPS}",
+        f"scheduler.lr_warmup_iters={WARMUP}",
+        "scheduler.lr_decay_style=cosine",
+        f"checkpoint.pretrained_checkpoint={workdir}/hf_{family}",
+    ]
+
+
+def config(workdir: str, family: str, *extra: str):
+    from bridge.config.compose import compose
+    from recipes.llama import llama32_1b_pretrain_config
+
+    cfg, _ = compose(llama32_1b_pretrain_config(), overrides=[*overrides(workdir, family), *extra])
+    return cfg
+
+
+def run_bridge(name: str, workdir: str, family: str, *extra: str, record: list | None = None) -> None:
+    import bridge.training.forward_step as fs
+    from bridge.training import pretrain
+
+    original = getattr(fs.get_batch, "__wrapped__", fs.get_batch)
+
+    def get_batch(data_iterator):
+        batch = original(data_iterator)
+        if record is not None:
+            record.append({k: batch[k].clone() for k in ("tokens", "labels", "loss_mask")})
+        return batch
+
+    get_batch.__wrapped__ = original
+    fs.get_batch = get_batch
+    try:
+        result = pretrain(config(workdir, family, *extra))
+    finally:
+        fs.get_batch = original
+    emit(
+        "run",
+        {
+            "run": name,
+            "losses": result.losses,
+            "grad_norms": result.grad_norms,
+            "learning_rates": result.learning_rates,
+        },
+    )
+    reset_parallel_state()
+
+
+def lr_at(samples: int) -> float:
+    """Megatron-Core's OptimizerParamScheduler, linear warmup then cosine decay, counted in samples."""
+    warmup, decay = WARMUP * GLOBAL_BATCH, ITERS * GLOBAL_BATCH
+    if samples <= warmup:
+        return LR * samples / warmup
+    ratio = (samples - warmup) / (decay - warmup)
+    return MIN_LR + (LR - MIN_LR) * 0.5 * (math.cos(math.pi * ratio) + 1.0)
+
+
+def run_transformers(workdir: str, family: str, batches: list[dict]) -> None:
+    """The reference: the family's transformers class + torch.optim.AdamW over the windows bridge trained on."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(f"{workdir}/hf_{family}", torch_dtype=torch.float32).train()
+    # Megatron's weight-decay groups: no decay on biases and 1-D parameters (the norms).
+    decay = [p for n, p in model.named_parameters() if p.ndim > 1 and not n.endswith(".bias")]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1 or n.endswith(".bias")]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr_at(0),
+        betas=BETAS,
+        eps=EPS,
+    )
+    losses, grad_norms, lrs = {}, {}, {}
+    for it in range(1, ITERS + 1):
+        window = batches[(it - 1) * GLOBAL_BATCH : it * GLOBAL_BATCH]
+        tokens = torch.cat([b["tokens"] for b in window])
+        labels = torch.cat([b["labels"] for b in window])  # Megatron's labels: already shifted
+        mask = torch.cat([b["loss_mask"] for b in window]).float()
+        optimizer.zero_grad()
+        logits = model(input_ids=tokens).logits.float()
+        per_token = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none"
+        )
+        loss = (per_token * mask.reshape(-1)).sum() / mask.sum()  # the token mean of the global batch
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)  # the norm before clipping
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at((it - 1) * GLOBAL_BATCH)
+        optimizer.step()
+        losses[it], grad_norms[it], lrs[it] = float(loss), float(norm), lr_at(it * GLOBAL_BATCH)
+    emit(
+        "run",
+        {"run": f"transformers_{family}", "losses": losses, "grad_norms": grad_norms, "learning_rates": lrs},
+    )
+
+
+def write_inputs(workdir: str) -> None:
+    import torch
+    import transformers
+
+    for family, (config_class, fields) in FAMILIES.items():
+        torch.manual_seed(0)
+        config = getattr(transformers, config_class)(**fields)
+        config.torch_dtype = torch.float32
+        model = transformers.AutoModelForCausalLM.from_config(config).float()
+        with torch.no_grad():  # norms away from 1 so a mapping mistake shows
+            for name, p in model.named_parameters():
+                if "norm" in name:
+                    p.uniform_(0.5, 1.5)
+        model.save_pretrained(Path(workdir) / f"hf_{family}", safe_serialization=True)
+    write_learnable_indexed_data(f"{workdir}/data/count", n_docs=60)
+
+
+def main(mode: str, workdir: str) -> None:
+    if mode == "ref":
+        write_inputs(workdir)
+        for family in FAMILIES:
+            batches: list[dict] = []
+            run_bridge("tp1" if family == "llama" else f"{family}_tp1", workdir, family, record=batches)
+            run_transformers(workdir, family, batches)
+    elif mode == "layouts":
+        for name, extra in LAYOUTS.items():
+            run_bridge(name, workdir, "llama", *extra)
+        for name, extra in MOE_LAYOUTS.items():
+            run_bridge(name, workdir, name.split("_")[0], *extra)
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
