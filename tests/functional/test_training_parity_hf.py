@@ -7,7 +7,9 @@ Two launches of one worker (workers/training_parity_hf.py): 1 rank runs bridge a
 windows it trains on, and the transformers loop over exactly those windows; 2 ranks run TP=2, TP=2+SP,
 PP=2, DP=2, CP=2, fsdp2 DP=2 and TP=2 with the vocabulary padded (384 -> 512 rows) in sequence. The same
 for a MoE family against transformers' MixtralForCausalLM (4 experts, top-2, auxiliary loss off on both
-sides): TP=1 in the first launch, EP=2 in the second. Full-batch
+sides): TP=1 in the first launch, EP=2 in the second. And full SFT with answer-only loss (the sft recipe,
+`model.calculate_per_token_loss=True`: the token mean over the step, as transformers' loop computes it;
+docs/finetuning.md gives the size of the difference without it). Full-batch
 steps (one global batch = 8 windows, token mean over all of them) so the order of the windows cannot
 matter. Per iteration the loss must equal the reference's to 1e-5 relative, the grad norm (before
 clipping) to 2e-6 (the 7 significant digits the log prints), and the learning rate exactly.
@@ -48,7 +50,9 @@ def runs(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("training_parity_hf"))
     out = assert_ok(torchrun(WORKER, 1, "ref", workdir, timeout=420))
     out += assert_ok(torchrun(WORKER, 2, "layouts", workdir, timeout=560))
-    return {r["run"]: r for r in payloads(out, "run")}
+    results = {r["run"]: r for r in payloads(out, "run")}
+    (results["sft_answers"],) = payloads(out, "sft_answers")
+    return results
 
 
 def _rel(a: float, b: float) -> float:
@@ -56,10 +60,18 @@ def _rel(a: float, b: float) -> float:
 
 
 def _reference(runs, run: str) -> dict:
-    return runs["transformers_mixtral" if run.startswith("mixtral_") else "transformers_llama"]
+    family = run.split("_")[0] if run.startswith(("mixtral_", "sft_")) else "llama"
+    return runs[f"transformers_{family}"]
 
 
-@pytest.mark.parametrize("family", ["llama", "mixtral"])
+def test_sft_loss_falls_on_the_answers_only(runs):
+    # the labels bridge puts loss on in the first step's 8 windows are the 8 records' answers (+ eos), as
+    # transformers' tokenizer writes them: no prompt token, no padding
+    answers = runs["sft_answers"]
+    assert sorted(answers["masked"]) == sorted(answers["answers"])
+
+
+@pytest.mark.parametrize("family", ["llama", "mixtral", "sft"])
 def test_the_reference_trains(runs, family):
     ref = runs[f"transformers_{family}"]
     assert sorted(ref["losses"]) == ITERS

@@ -19,6 +19,7 @@ from pathlib import Path
 from train_common import emit, reset_parallel_state, write_learnable_indexed_data
 
 VOCAB = 384
+SFT_RECORDS = 8  # = GLOBAL_BATCH: one step sees every record
 ITERS = 5
 GLOBAL_BATCH = 8
 SEQ = 32
@@ -97,8 +98,33 @@ def config(workdir: str, family: str, *extra: str):
     return cfg
 
 
-def run_bridge(name: str, workdir: str, family: str, *extra: str, record: list | None = None) -> None:
+def sft_config(workdir: str):
+    """Full SFT with answer-only loss (the sft recipe) from the finetuning fixtures' tiny Llama + tokenizer,
+    on SFT_RECORDS {"input", "output"} records: one global batch holds every record."""
+    from bridge.config.compose import compose
+    from recipes.llama_finetune import llama32_1b_sft_config
+
+    hf = f"{workdir}/hf_sft"
+    common = [o for o in overrides(workdir, "sft") if not o.startswith("dataset.")]
+    sft = [
+        "dataset.kind=sft",
+        f"dataset.data_paths=[{workdir}/sft.jsonl]",
+        'dataset.split="1,0,0"',
+        "dataset.packed_sequence_size=0",
+        "dataset.answer_only_loss=True",
+        "model.calculate_per_token_loss=True",
+        "distributed.average_in_collective=False",
+        "dataset.num_workers=0",
+        "tokenizer.tokenizer_type=HuggingFaceTokenizer",
+        f"tokenizer.tokenizer_model={hf}",
+    ]
+    cfg, _ = compose(llama32_1b_sft_config(), overrides=[*common, *sft])
+    return cfg
+
+
+def run_bridge(name: str, cfg, record: list | None = None, finetune: bool = False) -> None:
     import bridge.training.forward_step as fs
+    from bridge.training import finetune as run_finetune
     from bridge.training import pretrain
 
     original = getattr(fs.get_batch, "__wrapped__", fs.get_batch)
@@ -112,7 +138,7 @@ def run_bridge(name: str, workdir: str, family: str, *extra: str, record: list |
     get_batch.__wrapped__ = original
     fs.get_batch = get_batch
     try:
-        result = pretrain(config(workdir, family, *extra))
+        result = (run_finetune if finetune else pretrain)(cfg)
     finally:
         fs.get_batch = original
     emit(
@@ -191,6 +217,26 @@ def write_inputs(workdir: str) -> None:
                     p.uniform_(0.5, 1.5)
         model.save_pretrained(Path(workdir) / f"hf_{family}", safe_serialization=True)
     write_learnable_indexed_data(f"{workdir}/data/count", n_docs=60)
+    from tests.finetune_fixtures import make_tiny_llama, write_sft_jsonl
+
+    make_tiny_llama(Path(workdir) / "hf_sft")
+    write_sft_jsonl(Path(workdir) / "sft.jsonl", SFT_RECORDS, seed=5)
+
+
+def emit_answers(workdir: str, batches: list[dict]) -> None:
+    """The label ids bridge put loss on, per window, and each record's answer tokenized by transformers
+    (output + eos): the test checks the loss falls on the answers only, independently of bridge's masks."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(f"{workdir}/hf_sft")
+    records = [json.loads(line) for line in (Path(workdir) / "sft.jsonl").read_text().splitlines()]
+    answers = [
+        tok(" " + r["output"], add_special_tokens=False).input_ids + [tok.eos_token_id] for r in records
+    ]
+    masked = [b["labels"][b["loss_mask"].bool()].tolist() for b in batches]
+    emit("sft_answers", {"masked": masked, "answers": answers})
 
 
 def main(mode: str, workdir: str) -> None:
@@ -198,13 +244,18 @@ def main(mode: str, workdir: str) -> None:
         write_inputs(workdir)
         for family in FAMILIES:
             batches: list[dict] = []
-            run_bridge("tp1" if family == "llama" else f"{family}_tp1", workdir, family, record=batches)
+            name = "tp1" if family == "llama" else f"{family}_tp1"
+            run_bridge(name, config(workdir, family), record=batches)
             run_transformers(workdir, family, batches)
+        batches = []
+        run_bridge("sft_tp1", sft_config(workdir), record=batches, finetune=True)
+        run_transformers(workdir, "sft", batches)
+        emit_answers(workdir, batches[:GLOBAL_BATCH])
     elif mode == "layouts":
         for name, extra in LAYOUTS.items():
-            run_bridge(name, workdir, "llama", *extra)
+            run_bridge(name, config(workdir, "llama", *extra))
         for name, extra in MOE_LAYOUTS.items():
-            run_bridge(name, workdir, name.split("_")[0], *extra)
+            run_bridge(name, config(workdir, name.split("_")[0], *extra))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 
