@@ -1,17 +1,19 @@
-"""Training equals Hugging Face at every layout (issue 28): bridge's pretrain() started from an HF folder
-(`checkpoint.pretrained_checkpoint=<HF folder>`) against a plain transformers LlamaForCausalLM +
+"""Training equals Hugging Face at every layout (issue 28): bridge's pretrain() / finetune() started from
+an HF folder (`checkpoint.pretrained_checkpoint=<HF folder>`) against a plain transformers +
 torch.optim.AdamW loop written in the worker from the definitions (Megatron's weight-decay groups,
 clipping, linear warmup + cosine decay; HF's logits scored against Megatron's already shifted labels).
 
-Two launches of one worker (workers/training_parity_hf.py): 1 rank runs bridge at TP=1, recording the
-windows it trains on, and the transformers loop over exactly those windows; 2 ranks run TP=2, TP=2+SP,
-PP=2, DP=2, CP=2, fsdp2 DP=2 and TP=2 with the vocabulary padded (384 -> 512 rows) in sequence. The same
-for a MoE family against transformers' MixtralForCausalLM (4 experts, top-2, auxiliary loss off on both
-sides): TP=1 in the first launch, EP=2 in the second. And full SFT with answer-only loss (the sft recipe,
-`model.calculate_per_token_loss=True`: the token mean over the step, as transformers' loop computes it;
-docs/finetuning.md gives the size of the difference without it). Full-batch
-steps (one global batch = 8 windows, token mean over all of them) so the order of the windows cannot
-matter. Per iteration the loss must equal the reference's to 1e-5 relative, the grad norm (before
+Two launches of one worker (workers/training_parity_hf.py). 1 rank: bridge at TP=1, recording the windows
+it trains on, and the reference over exactly those windows, for a LlamaForCausalLM (384-token vocabulary),
+a MixtralForCausalLM (4 experts, top-2, auxiliary loss off on both sides), full SFT with answer-only loss
+(the sft recipe with `model.calculate_per_token_loss=True`: the token mean over the step, as the reference
+computes it; docs/finetuning.md gives the size of the difference without it) and LoRA on that SFT (the
+peft recipe, rank 4 on linear_proj / linear_fc2, against peft's LoRA on o_proj / down_proj started from
+bridge's initial A and B). 2 ranks: Llama at TP=2, TP=2+SP, PP=2, DP=2, CP=2, fsdp2 DP=2 and TP=2 with
+the vocabulary padded (384 -> 512 rows), and Mixtral at EP=2, in sequence.
+
+Full-batch steps (one global batch = 8 windows, token mean over all of them) so the order of the windows
+cannot matter. Per iteration the loss must equal the reference's to 1e-5 relative, the grad norm (before
 clipping) to 2e-6 (the 7 significant digits the log prints), and the learning rate exactly.
 """
 
@@ -60,6 +62,8 @@ def _rel(a: float, b: float) -> float:
 
 
 def _reference(runs, run: str) -> dict:
+    if run.startswith("lora_"):
+        return runs["peft_lora"]
     family = run.split("_")[0] if run.startswith(("mixtral_", "sft_")) else "llama"
     return runs[f"transformers_{family}"]
 

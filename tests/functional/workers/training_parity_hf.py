@@ -1,12 +1,13 @@
-"""Training parity against transformers + torch (issue 28): bridge's pretrain() from a Hugging Face folder
-against a plain LlamaForCausalLM + torch.optim.AdamW loop written here from the definitions.
+"""Training parity against transformers + torch (issue 28): bridge's pretrain() / finetune() from a
+Hugging Face folder against a plain transformers + torch.optim.AdamW loop written here from the definitions.
 
-`ref` (1 rank): writes the HF folder (a random LlamaForCausalLM, 384-token vocabulary: Megatron's padding
-would make it 512 at TP=2) and the token documents, runs bridge at TP=1 recording every micro batch it
-trains on, then replays exactly those windows through the transformers loop. Full-batch steps: each
-iteration's loss is the token mean over its whole global batch, so the order of its windows cannot
-matter. `layouts` (2 ranks): the same run at TP=2, TP=2+SP, PP=2, DP=2, CP=2, fsdp2 DP=2 and TP=2 with the
-vocabulary padded, in sequence.
+`ref` (1 rank): writes the HF folders (random LlamaForCausalLM and MixtralForCausalLM with a 384-token
+vocabulary: Megatron's padding would make it 512 at TP=2; the finetuning fixtures' tiny Llama with its
+tokenizer), the token documents and the SFT records; per case runs bridge at TP=1 recording every micro
+batch it trains on, then replays exactly those windows through the reference (peft's LoRA for the LoRA
+case). Full-batch steps: each iteration's loss is the token mean over its whole global batch, so the order
+of its windows cannot matter. `layouts` (2 ranks): Llama at TP=2, TP=2+SP, PP=2, DP=2, CP=2, fsdp2 DP=2 and
+TP=2 with the vocabulary padded, then Mixtral at EP=2, in sequence.
 Each run emits, per iteration, the loss, the grad norm (before clipping) and the learning rate.
 """
 
@@ -98,12 +99,9 @@ def config(workdir: str, family: str, *extra: str):
     return cfg
 
 
-def sft_config(workdir: str):
-    """Full SFT with answer-only loss (the sft recipe) from the finetuning fixtures' tiny Llama + tokenizer,
-    on SFT_RECORDS {"input", "output"} records: one global batch holds every record."""
-    from bridge.config.compose import compose
-    from recipes.llama_finetune import llama32_1b_sft_config
-
+def sft_overrides(workdir: str) -> list[str]:
+    """SFT with answer-only loss from the finetuning fixtures' tiny Llama + tokenizer, on SFT_RECORDS
+    {"input", "output"} records: one global batch holds every record."""
     hf = f"{workdir}/hf_sft"
     common = [o for o in overrides(workdir, "sft") if not o.startswith("dataset.")]
     sft = [
@@ -118,7 +116,15 @@ def sft_config(workdir: str):
         "tokenizer.tokenizer_type=HuggingFaceTokenizer",
         f"tokenizer.tokenizer_model={hf}",
     ]
-    cfg, _ = compose(llama32_1b_sft_config(), overrides=[*common, *sft])
+    return [*common, *sft]
+
+
+def sft_config(workdir: str):
+    """Full SFT (the sft recipe)."""
+    from bridge.config.compose import compose
+    from recipes.llama_finetune import llama32_1b_sft_config
+
+    cfg, _ = compose(llama32_1b_sft_config(), overrides=sft_overrides(workdir))
     return cfg
 
 
@@ -162,16 +168,21 @@ def lr_at(samples: int) -> float:
     return MIN_LR + (LR - MIN_LR) * 0.5 * (math.cos(math.pi * ratio) + 1.0)
 
 
-def run_transformers(workdir: str, family: str, batches: list[dict]) -> None:
-    """The reference: the family's transformers class + torch.optim.AdamW over the windows bridge trained on."""
+def run_transformers(workdir: str, family: str, batches: list[dict], lora_init: dict | None = None) -> None:
+    """The reference: the family's transformers class + torch.optim.AdamW over the windows bridge trained on;
+    with `lora_init` ({bridge adapter parameter name: tensor}), peft's LoRA on it, started from those."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(f"{workdir}/hf_{family}", torch_dtype=torch.float32).train()
+    name = f"transformers_{family}"
+    if lora_init is not None:
+        model, name = peft_model(model, lora_init), "peft_lora"
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     # Megatron's weight-decay groups: no decay on biases and 1-D parameters (the norms).
-    decay = [p for n, p in model.named_parameters() if p.ndim > 1 and not n.endswith(".bias")]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1 or n.endswith(".bias")]
+    decay = [p for n, p in trainable if p.ndim > 1 and not n.endswith(".bias")]
+    no_decay = [p for n, p in trainable if p.ndim <= 1 or n.endswith(".bias")]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
         lr=lr_at(0),
@@ -191,15 +202,81 @@ def run_transformers(workdir: str, family: str, batches: list[dict]) -> None:
         )
         loss = (per_token * mask.reshape(-1)).sum() / mask.sum()  # the token mean of the global batch
         loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)  # the norm before clipping
+        norm = torch.nn.utils.clip_grad_norm_([p for _, p in trainable], CLIP)  # the norm before clipping
         for group in optimizer.param_groups:
             group["lr"] = lr_at((it - 1) * GLOBAL_BATCH)
         optimizer.step()
         losses[it], grad_norms[it], lrs[it] = float(loss), float(norm), lr_at(it * GLOBAL_BATCH)
     emit(
         "run",
-        {"run": f"transformers_{family}", "losses": losses, "grad_norms": grad_norms, "learning_rates": lrs},
+        {"run": name, "losses": losses, "grad_norms": grad_norms, "learning_rates": lrs},
     )
+
+
+# bridge's adapter targets -> transformers' module names (one HF module each: no fused q/k/v or gate/up,
+# whose shared LoRA A peft cannot express)
+LORA_TARGETS = {"self_attention.linear_proj": "self_attn.o_proj", "mlp.linear_fc2": "mlp.down_proj"}
+LORA_DIM, LORA_ALPHA = 4, 8.0
+
+
+def peft_model(model, lora_init: dict):
+    """peft's LoRA (same rank, alpha, targets) with bridge's initial A and B copied in."""
+    import re
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    hf_targets = [t.split(".")[-1] for t in LORA_TARGETS.values()]
+    config = LoraConfig(r=LORA_DIM, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules=hf_targets)
+    model = get_peft_model(model, config)
+    params = dict(model.named_parameters())
+    for name, value in lora_init.items():
+        layer, target, part = re.search(
+            r"layers\.(\d+)\.(.+)_adapter\.linear_(in|out)\.weight", name
+        ).groups()
+        ab = "A" if part == "in" else "B"
+        hf = f"base_model.model.model.layers.{layer}.{LORA_TARGETS[target]}.lora_{ab}.default.weight"
+        with torch.no_grad():
+            params[hf].copy_(value)
+    assert sum("lora_" in n for n in params) == len(lora_init) == 4 * HF_LLAMA["num_hidden_layers"]
+    return model
+
+
+def record_adapters(into: dict) -> None:
+    """Wrap the loop's train_step: before the first step, copy every adapter parameter (TP=1: whole)."""
+    import bridge.training.train as loop
+
+    original = getattr(loop.train_step, "__wrapped__", loop.train_step)
+
+    def train_step(ctx):
+        if not into:
+            for chunk in ctx.model:
+                for name, param in chunk.named_parameters():
+                    if "_adapter." in name:
+                        into[name] = param.detach().clone()
+        return original(ctx)
+
+    train_step.__wrapped__ = original
+    loop.train_step = train_step
+
+
+def lora_config(workdir: str):
+    """LoRA on the SFT data, from the peft recipe (base frozen), per-token loss as the SFT case."""
+    from bridge.config.compose import compose
+    from recipes.llama_finetune import llama32_1b_peft_config
+
+    targets = ",".join(t.split(".")[-1] for t in LORA_TARGETS)
+    cfg, _ = compose(
+        llama32_1b_peft_config(),
+        overrides=[
+            *sft_overrides(workdir),
+            f"peft.target_modules=[{targets}]",
+            f"peft.dim={LORA_DIM}",
+            f"peft.alpha={LORA_ALPHA}",
+            "peft.dropout=0.0",
+        ],
+    )
+    return cfg
 
 
 def write_inputs(workdir: str) -> None:
@@ -251,6 +328,10 @@ def main(mode: str, workdir: str) -> None:
         run_bridge("sft_tp1", sft_config(workdir), record=batches, finetune=True)
         run_transformers(workdir, "sft", batches)
         emit_answers(workdir, batches[:GLOBAL_BATCH])
+        batches, adapters = [], {}
+        record_adapters(adapters)
+        run_bridge("lora_tp1", lora_config(workdir), record=batches, finetune=True)
+        run_transformers(workdir, "sft", batches, lora_init=adapters)
     elif mode == "layouts":
         for name, extra in LAYOUTS.items():
             run_bridge(name, config(workdir, "llama", *extra))
