@@ -43,6 +43,8 @@ LAYOUT_RUNS = [
     "tp2_padded",
     "mixtral_tp1",
     "mixtral_ep2",
+    "sft_tp1",
+    "lora_tp1",
 ]
 CLIP_FLOOR = 1.0  # every step's norm is above optimizer.clip_grad: clipping is active in every step
 
