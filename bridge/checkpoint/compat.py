@@ -176,7 +176,7 @@ def check_tensors(
                 f"checkpoint {target}: tensor {key!r} has shape {list(saved[key])} in the checkpoint "
                 f"but {list(requested[key])} in the model. Fix: set the model fields to the checkpoint's "
                 "(hidden_size, num_layers, ffn_hidden_size, num_query_groups, vocab_size / "
-                "make_vocab_size_divisible_by, ...) or load a checkpoint of this model"
+                "make_vocab_size_divisible_by / should_pad_vocab, ...) or load a checkpoint of this model"
             )
     unused = sorted(saved_model - set(requested))
     if strict and unused:

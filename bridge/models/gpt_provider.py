@@ -80,6 +80,10 @@ class GPTModelProvider(TransformerFields):
     vocab_size: int | None = None  # unpadded; padded_vocab_size() is what the model allocates
     seq_length: int = 1024
     make_vocab_size_divisible_by: int = 128
+    # Megatron-Bridge's name. True (from-scratch recipes): the embedding / output layer get
+    # padded_vocab_size() rows and the padded logits are masked out of the loss (output_hooks). False
+    # (providers made from an HF config): exactly vocab_size rows, which must then divide by TP.
+    should_pad_vocab: bool = True
     position_embedding_type: str = "learned_absolute"
     rotary_base: int = 10000
     rotary_percent: float = 1.0
@@ -169,11 +173,14 @@ class GPTModelProvider(TransformerFields):
         return etp if etp is not None else self.tensor_model_parallel_size
 
     def padded_vocab_size(self) -> int:
-        """vocab_size rounded up to a multiple of make_vocab_size_divisible_by * tp (Megatron's rule)."""
+        """The rows the model allocates: vocab_size rounded up to a multiple of
+        make_vocab_size_divisible_by * tp (Megatron's rule), or vocab_size itself without should_pad_vocab."""
         if self.vocab_size is None:
             raise model_error(
                 "vocab_size", None, "is needed to build the model", "set the tokenizer's vocab size"
             )
+        if not self.should_pad_vocab:
+            return self.vocab_size
         from bridge.parallel.param_count import padded_vocab_size
 
         return padded_vocab_size(

@@ -63,8 +63,9 @@ def architecture_fields(path: str) -> dict[str, object]:
 
 def model_from_hf(model: GPTModelProvider, path: str) -> GPTModelProvider:
     """A copy of `model` (the recipe's: parallel sizes, seq_length, recompute, ...) with the folder's
-    architecture."""
-    return dataclasses.replace(model, **architecture_fields(path))
+    architecture. Its vocabulary is not padded (the folder holds exactly vocab_size rows, and padding
+    rows would enter Megatron-Core's softmax); an override of model.should_pad_vocab still wins."""
+    return dataclasses.replace(model, **architecture_fields(path), should_pad_vocab=False)
 
 
 def check_supported(architecture: str) -> None:

@@ -1,5 +1,6 @@
 """Model-level variants GPTModel does not have, as forward hooks on its built modules:
-embeddings scaled by sqrt(hidden_size) (Gemma) and final logit soft-capping (Gemma 2)."""
+embeddings scaled by sqrt(hidden_size) (Gemma), final logit soft-capping (Gemma 2), and the padded
+vocabulary rows kept out of the softmax (Megatron-Core's cross entropy would otherwise count them)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,29 @@ def apply_output_hooks(model, provider) -> None:
             return torch.tanh(logits / cap) * cap, bias
 
         output_layer.register_forward_hook(softcap_logits)
+    padded = provider.padded_vocab_size()
+    if padded > provider.vocab_size and output_layer is not None:
+        output_layer.register_forward_hook(_padded_logits_mask(provider.vocab_size, padded))
+
+
+def _padded_logits_mask(vocab_size: int, padded_vocab_size: int):
+    """A hook setting the logits of rows >= vocab_size to the dtype's lowest finite value: its exp after
+    the softmax's max subtraction is exactly 0, so the padding takes no share of the softmax (loss and
+    gradients equal an unpadded model's) and is never sampled, while the logits stay finite."""
+
+    def mask_padded_logits(module, args, output):
+        logits, bias = output
+        local = logits.shape[-1]
+        if local == padded_vocab_size:  # gathered (inference), or tensor-parallel size 1
+            start = 0
+        else:  # this rank's vocab-parallel shard
+            from megatron.core import parallel_state
+
+            start = parallel_state.get_tensor_model_parallel_rank() * local
+        first_padded = max(0, vocab_size - start)
+        if first_padded >= local:
+            return output
+        columns = torch.arange(local, device=logits.device) >= first_padded
+        return logits.masked_fill(columns, torch.finfo(logits.dtype).min), bias
+
+    return mask_padded_logits

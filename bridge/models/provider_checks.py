@@ -130,6 +130,25 @@ def _check_precision_and_vocab(p: GPTModelProvider) -> None:
             "must be a positive integer",
             "use 128 (Megatron's default) or 1 for no padding",
         )
+    if p.vocab_size is not None and not p.should_pad_vocab:
+        _check_unpadded_vocab_splits(p)
+
+
+def _check_unpadded_vocab_splits(p: GPTModelProvider) -> None:
+    # Without padding, each tensor-parallel rank holds vocab_size / TP rows of the embedding and output layer.
+    tp = p.tensor_model_parallel_size
+    if p.vocab_size % tp == 0:
+        return
+    working = [size for size in range(1, 65) if p.vocab_size % size == 0]
+    raise model_error(
+        "vocab_size",
+        p.vocab_size,
+        f"with should_pad_vocab=False the vocabulary is split over tensor_model_parallel_size={tp} "
+        f"without padding, so it must divide by it (TP values that work up to 64: {working})",
+        "use one of those TP sizes, or set model.should_pad_vocab=True: the vocabulary is then padded "
+        f"to a multiple of make_vocab_size_divisible_by * TP = {p.make_vocab_size_divisible_by * tp} "
+        "and the padded logits are kept out of the loss",
+    )
 
 
 def _check_rope_scaling(p: GPTModelProvider) -> None:

@@ -45,6 +45,7 @@ def model_shape(p: GPTModelProvider) -> ModelShape:
         seq_length=p.seq_length,
         hidden_size=p.hidden_size,
         vocab_size=p.vocab_size,
+        make_vocab_size_divisible_by=p.make_vocab_size_divisible_by if p.should_pad_vocab else 1,
         kv_channels=p.kv_channels,
         gated_linear_unit=p.gated_linear_unit,
         share_embeddings_and_output_weights=p.share_embeddings_and_output_weights,

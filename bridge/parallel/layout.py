@@ -28,6 +28,9 @@ class ModelShape:
     # the rest feeds the planner's parameter count and memory model
     hidden_size: int | None = None
     vocab_size: int | None = None
+    # Megatron pads the vocab to a multiple of this * tp; 1 when the provider does not pad (should_pad_vocab
+    # False: the vocab then divides by tp, so the model allocates exactly vocab_size rows).
+    make_vocab_size_divisible_by: int = 128
     kv_channels: int | None = None  # None = hidden_size // num_attention_heads
     gated_linear_unit: bool = True
     share_embeddings_and_output_weights: bool = False

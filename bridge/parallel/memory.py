@@ -182,7 +182,7 @@ def activation_memory(
     else:
         total = layers * in_flight * per_layer
     if stage == layout.pp - 1:
-        vocab = padded_vocab_size(shape.vocab_size, layout.tp)
+        vocab = padded_vocab_size(shape.vocab_size, layout.tp, shape.make_vocab_size_divisible_by)
         total += tokens * vocab / layout.tp * (width + 4)  # logits and their fp32 copy for the loss
     return total
 
@@ -223,7 +223,8 @@ def _root_params(shape: ModelShape, layout: ParallelLayout, stage: int) -> int:
     """Parameters of this rank outside the transformer layers (the FSDP root unit), as params_per_rank
     counts them: the embedding on the first stage; the final norm and the output layer on the last
     (with tied weights and pp = 1 the output layer is the embedding)."""
-    table = padded_vocab_size(shape.vocab_size, layout.tp) * shape.hidden_size // layout.tp
+    vocab = padded_vocab_size(shape.vocab_size, layout.tp, shape.make_vocab_size_divisible_by)
+    table = vocab * shape.hidden_size // layout.tp
     root = table if stage == 0 else 0
     if stage == layout.pp - 1:
         root += shape.hidden_size

@@ -192,11 +192,11 @@ class RankParams:
 
 
 def params_per_rank(
-    shape: ModelShape, layout: ParallelLayout, stage: int = 0, make_vocab_size_divisible_by: int = 128
+    shape: ModelShape, layout: ParallelLayout, stage: int = 0, make_vocab_size_divisible_by: int | None = None
 ) -> RankParams:
     """Parameters a rank of pipeline stage `stage` allocates, as Megatron-Core shards them.
 
-    Linear weights and the (padded) vocab are split by tp, routed experts by ep (whole experts) and etp,
+    Linear weights and the vocab (padded as the shape says) are split by tp, routed experts by ep (whole experts) and etp,
     norms and the router are replicated. The first stage holds the embedding; the last holds the final
     norm and the output layer, which with tied weights and pp > 1 is a second copy of the embedding.
     """
@@ -224,7 +224,8 @@ def params_per_rank(
         )
         if kinds[i]:
             expert += (shape.num_moe_experts // layout.ep) * (p["per_expert"] // layout.etp)
-    vocab = padded_vocab_size(shape.vocab_size, tp, make_vocab_size_divisible_by)
+    multiple = make_vocab_size_divisible_by or shape.make_vocab_size_divisible_by  # None: the shape's rule
+    vocab = padded_vocab_size(shape.vocab_size, tp, multiple)
     table = vocab * h // tp
     if stage == 0:
         dense += table

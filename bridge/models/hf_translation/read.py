@@ -159,6 +159,9 @@ def base_fields(cfg: Any) -> dict[str, Any]:
         init_method_std=float(get(cfg, "initializer_range", 0.02)),
         share_embeddings_and_output_weights=bool(get(cfg, "tie_word_embeddings", False)),
         make_vocab_size_divisible_by=128,
+        # The HF vocabulary as is (Megatron-Bridge's rule): padding rows would change the math of a model
+        # another framework trained, and the HF folder holds exactly vocab_size rows.
+        should_pad_vocab=False,
     )
     window = get(cfg, "sliding_window")
     if window is not None and get(cfg, "use_sliding_window") is None:

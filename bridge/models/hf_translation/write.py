@@ -17,6 +17,7 @@ NOT_MATH = frozenset(
     {
         "seq_length",
         "make_vocab_size_divisible_by",
+        "should_pad_vocab",
         "hidden_dropout",
         "attention_dropout",
         "init_method_std",
