@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bridge.config import finetune_rules, performance
+from bridge.config.checks.checkpoint import ResumePlan, resume_plan
 from bridge.config.checks.data import blend_paths, parse_split
 from bridge.config.checks.optimizer import scheduler_iters
 from bridge.config.environment import Environment
@@ -149,6 +150,9 @@ class RunPlan:
     memory: MemoryEstimate | None  # per rank, the fullest pipeline stage (None: not estimable)
     warnings: tuple[str, ...]
     profiling: ProfilingPlan | None = None  # None: nothing is profiled (bridge/config/profiling.py)
+    # where the run starts: checkpoint.load, a re-run resuming checkpoint.save, or scratch (None: as
+    # checkpoint.load says; bridge/config/checks/checkpoint.py)
+    resume: ResumePlan | None = None
 
     @property
     def cuda(self) -> bool:
@@ -176,6 +180,8 @@ class RunPlan:
                 f"optimizer {m.optimizer:.2f}, activations {m.activations:.2f})"
             )
         lines += performance.summary(self.performance)
+        if self.resume is not None and (cfg.checkpoint.save or cfg.checkpoint.load):
+            lines.append(self.resume.describe())
         if self.profiling is not None:
             lines.append(self.profiling.describe())
         lines += [f"warning: {w}" for w in self.warnings]
@@ -286,4 +292,5 @@ def build_plan(config: ConfigContainer, world_size: int, env: Environment) -> Ru
         memory=_memory(cfg, layout, precision),
         warnings=tuple(warnings),
         profiling=profiling_plan(cfg, cuda),
+        resume=resume_plan(cfg),
     )

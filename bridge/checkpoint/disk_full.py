@@ -1,0 +1,79 @@
+"""A save that fails for lack of space: one error naming the directory, the free and the needed space.
+
+Megatron-Core's writer reports a full disk in many shapes (OSError ENOSPC, or a torch serialization
+RuntimeError such as "unexpected pos 704 vs 598"); the errno anywhere in the exception chain, or almost
+no space left where the save was being written, says which failures are a full disk. Pure Python.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+
+from bridge.errors import ConfigError
+
+# below this much free space right after a failed write, the disk is taken as full
+NEARLY_FULL_BYTES = 1 << 20
+
+
+def human_size(n: float) -> str:
+    """Bytes in the largest unit that keeps a number >= 1 (so a small disk does not read 0.00 GiB)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{int(n)} bytes"
+
+
+def folder_bytes(folder: str | os.PathLike) -> int:
+    total = 0
+    for dirpath, _, names in os.walk(folder):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _has_enospc(err: BaseException | None) -> bool:
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+            return True
+        if "No space left on device" in str(err):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def is_disk_full(root: Path, err: BaseException) -> bool:
+    """Whether a save into `root` that failed with `err` failed for lack of space (call before the
+    unfinished save is removed: its bytes are what filled the disk)."""
+    if _has_enospc(err):
+        return True
+    try:
+        return shutil.disk_usage(root).free < NEARLY_FULL_BYTES
+    except OSError:
+        return False
+
+
+def disk_full_error(root: Path, iteration: int, need: int | None, written: int) -> ConfigError:
+    """The one error of a save of `iteration` that filled the disk, once its leftover is removed.
+    `need`: bytes of the newest complete checkpoint (None: none exists; `written` bytes were written)."""
+    try:
+        free = human_size(shutil.disk_usage(root).free)
+    except OSError:
+        free = "unknown"
+    needed = (
+        f"one checkpoint of this run needs about {human_size(need)}"
+        if need
+        else f"the save had written {human_size(written)} when the disk filled"
+    )
+    return ConfigError(
+        f"checkpoint.save = {str(root)!r}: no space left on the device while saving iteration {iteration} "
+        f"({free} free after removing the unfinished save; {needed}); the last complete checkpoint is "
+        "kept. Fix: free space there or give checkpoint.save another directory, then resume"
+    )
