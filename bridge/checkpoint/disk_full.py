@@ -26,6 +26,12 @@ def human_size(n: float) -> str:
     return f"{int(n)} bytes"
 
 
+def gib(n: float) -> str:
+    """Bytes in GiB with enough digits that a small disk never reads 0.00 GiB (e.g. 0.00195 GiB)."""
+    x = n / 2**30
+    return f"{x:.2f} GiB" if x >= 1 or x == 0 else f"{x:.3g} GiB"
+
+
 def folder_bytes(folder: str | os.PathLike) -> int:
     total = 0
     for dirpath, _, names in os.walk(folder):

@@ -123,6 +123,7 @@ def test_human_sizes_never_read_zero():
     assert disk_full.human_size(2 * 2**20) == "2.00 MiB"
     assert disk_full.human_size(3 * 2**30) == "3.00 GiB"
     assert disk_full.human_size(512) == "512 bytes"
+    assert disk_full.gib(2 * 2**20) == "0.00195 GiB"  # the up-front check of a 2 MB disk
 
 
 def test_a_full_disk_during_a_save_is_one_error_and_leaves_nothing(tmp_path, monkeypatch):
@@ -200,3 +201,24 @@ def test_a_resume_names_the_values_it_leaves_unused():
     )
     cfg.scheduler.override_opt_param_scheduler = True
     assert ignored_on_resume(cfg, 4, kept) == []
+
+
+def test_indexed_token_ids_beyond_the_vocabulary_are_one_error_naming_the_file(tmp_path):
+    import numpy as np
+    import torch
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    from bridge.training.data.token_ids import check_indexed_token_ids
+
+    good, bad = str(tmp_path / "good"), str(tmp_path / "bad")
+    for prefix, top in ((good, 511), (bad, 600)):
+        builder = IndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16)
+        builder.add_document(torch.tensor([1, 2, 3, 4], dtype=torch.int64), [4])
+        builder.add_document(torch.tensor([5, top, 7], dtype=torch.int64), [3])
+        builder.finalize(prefix + ".idx")
+    check_indexed_token_ids([good], 512)
+    with pytest.raises(ConfigError) as err:
+        check_indexed_token_ids([good, bad], 512)
+    assert str(err.value).startswith(
+        f"dataset.data_paths: {bad}.bin: token id 600 (at token 5) is outside the tokenizer's ids 0..511"
+    )
