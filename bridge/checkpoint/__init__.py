@@ -6,6 +6,8 @@
     manifest.py   the integrity manifest (size + crc32 per file) written with a save, checked on load
     lock.py       one run per save directory (.bridge.lock: owner pid/host, stale-lock detection)
     preflight.py  before the first iteration: lock, leftovers cleaned, writable, room; writer reaper
+    same_state.py whether a checkpoint on disk already holds the state about to be saved
+    disk_full.py  a save that filled the disk: one error with the free and the needed space
     state.py      RNG state and optimizer-state fixes kept in a checkpoint
     compat.py     checkpoint vs model checks before a load (names, shapes, tied embeddings, RoPE)
     fsdp2_state.py strategy fsdp2's parameters and optimizer state as torch DCP shards (dp-reshardable)

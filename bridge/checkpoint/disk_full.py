@@ -55,18 +55,23 @@ def _has_enospc(err: BaseException | None) -> bool:
     return False
 
 
-def is_disk_full(root: Path, err: BaseException) -> bool:
-    """Whether a save into `root` that failed with `err` failed for lack of space (call before the
-    unfinished save is removed: its bytes are what filled the disk)."""
+def is_disk_full(root: Path, err: BaseException, written: int = 0, need: int | None = None) -> bool:
+    """Whether a save into `root` that failed with `err` failed for lack of space. Call before the
+    unfinished save (`written` bytes so far) is removed. `need`: bytes of the newest complete
+    checkpoint: when the free space and what was written do not add up to it, the save could not fit
+    (torch's writer loses the errno: "unexpected pos 704 vs 598")."""
     if _has_enospc(err):
         return True
     try:
-        return shutil.disk_usage(root).free < NEARLY_FULL_BYTES
+        free = shutil.disk_usage(root).free
     except OSError:
         return False
+    return free < NEARLY_FULL_BYTES or (need is not None and free + written < need)
 
 
-def disk_full_error(root: Path, iteration: int, need: int | None, written: int) -> ConfigError:
+def disk_full_error(
+    root: Path, iteration: int, need: int | None, written: int, last: Path | None = None
+) -> ConfigError:
     """The one error of a save of `iteration` that filled the disk, once its leftover is removed.
     `need`: bytes of the newest complete checkpoint (None: none exists; `written` bytes were written)."""
     try:
@@ -80,6 +85,7 @@ def disk_full_error(root: Path, iteration: int, need: int | None, written: int) 
     )
     return ConfigError(
         f"checkpoint.save = {str(root)!r}: no space left on the device while saving iteration {iteration} "
-        f"({free} free after removing the unfinished save; {needed}); the last complete checkpoint is "
-        "kept. Fix: free space there or give checkpoint.save another directory, then resume"
+        f"({free} free after removing the unfinished save; {needed}); "
+        + (f"the last complete checkpoint {last.name} is kept" if last else "no checkpoint was saved")
+        + ". Fix: free space there or give checkpoint.save another directory, then resume"
     )

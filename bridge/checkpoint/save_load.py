@@ -144,7 +144,7 @@ def save_checkpoint(
             staging, iteration, model_chunks, optimizer, scheduler, train_state, run_config_yaml, save_rng,
             summary, consolidated, fully_parallel, sharded_strategy,
         )  # fmt: skip
-    except Exception as err:
+    except BaseException as err:  # torch DCP's CheckpointException is a BaseException
         _abandon(root, staging, iteration, err)
         raise
     ranks.barrier()
@@ -228,13 +228,34 @@ def _write_staging(
 def _abandon(root: Path, staging: Path, iteration: int, err: BaseException) -> None:
     """A save that failed on this rank: remove its staging folder (nothing was published), and raise
     the one disk-full error when the disk filled up."""
-    full = is_disk_full(root, err)
-    written = folder_bytes(staging) if full and staging.is_dir() else 0
+    done = complete_iterations(root)
+    need = folder_bytes(checkpoint_dir(root, done[-1])) if done else None
+    written = folder_bytes(staging) if staging.is_dir() else 0
+    full = is_disk_full(root, err, written, need)
+    if _raised_on_every_rank(err):  # decide together, before any rank frees the space
+        full = any(_gather(full))
     shutil.rmtree(staging, ignore_errors=True)
     if full:
-        done = complete_iterations(root)
-        need = folder_bytes(checkpoint_dir(root, done[-1])) if done else None
-        raise disk_full_error(root, iteration, need, written) from err
+        last = checkpoint_dir(root, done[-1]) if done else None
+        raise disk_full_error(root, iteration, need, written, last) from err
+
+
+def _raised_on_every_rank(err: BaseException) -> bool:
+    """Torch DCP's CheckpointException: Megatron-Core's finalize gathers every rank's write results and
+    raises it on all ranks (one rank's full disk reaches the others without its errno)."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    return isinstance(err, CheckpointException)
+
+
+def _gather(value: Any) -> list:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return [value]
+    parts: list = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, value)
+    return parts
 
 
 class CheckpointDamaged(ConfigError):
@@ -243,14 +264,8 @@ class CheckpointDamaged(ConfigError):
 
 def _agree(problems: list[str]) -> list[str]:
     """Every rank gets the union of all ranks' problems (so all take the same decision)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-        return problems
-    parts: list = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, problems)
     seen: list[str] = []
-    for part in parts:
+    for part in _gather(problems):
         for p in part or []:
             if p not in seen:
                 seen.append(p)
