@@ -82,6 +82,8 @@ def test_a_retrained_checkpoint_replaces_the_damaged_latest_and_is_tracked(rerun
     assert got["third"] == {}  # the next re-run finds the run finished: no fallback, nothing trained
     assert "was saved with layout" in got["layout_error"] and not got["lock_left"]
     assert ".iter_0000008.replaced" not in got["left"] and ".iter_0000008.saving" not in got["left"]
+    garbage = rerun["garbage_tracker"]  # a tracker holding no number: resumed from the newest complete one
+    assert sorted(_ints(garbage["losses"])) == [9, 10] and garbage["latest"] == 10
 
 
 @pytest.mark.slow

@@ -111,6 +111,14 @@ def main(workdir: str, full_disk: str) -> None:
          "layout_error": layout, "lock_left": (w / "f" / ".bridge.lock").exists(), "left": names(w / "f")},
     )  # fmt: skip
 
+    # 3b. A tracker holding garbage: the newest complete checkpoint (8) is resumed, then tracked again.
+    if rank() == 0:
+        shutil.copytree(w / "f", w / "g", ignore=shutil.ignore_patterns(".bridge.lock"))
+        (w / "g" / "latest_checkpointed_iteration.txt").write_text("\x00garbage")
+    barrier()
+    longer = run(f"checkpoint.save={w}/g", "train.train_iters=10")
+    emit("garbage_tracker", {"losses": longer.losses, "latest": checkpoint.latest_iteration(w / "g")})
+
     # 4. A disk (a small tmpfs) that fills during a later save: one error, no staging folder left.
     if full_disk != "-":
         message = error(f"checkpoint.save={full_disk}", "train.train_iters=40", "checkpoint.save_interval=2")
