@@ -2,7 +2,8 @@
 
 Megatron-Core's writer reports a full disk in many shapes (OSError ENOSPC, or a torch serialization
 RuntimeError such as "unexpected pos 704 vs 598"); the errno anywhere in the exception chain, or almost
-no space left where the save was being written, says which failures are a full disk. Pure Python.
+no space left where the save was being written, or less free space than one checkpoint takes, says
+which failures are a full disk. Pure Python (torch.distributed only to agree across ranks).
 """
 
 from __future__ import annotations
@@ -89,3 +90,40 @@ def disk_full_error(
         + (f"the last complete checkpoint {last.name} is kept" if last else "no checkpoint was saved")
         + ". Fix: free space there or give checkpoint.save another directory, then resume"
     )
+
+
+def abandon_save(root: Path, staging: Path, iteration: int, err: BaseException) -> None:
+    """A save that failed on this rank with `err`: remove its staging folder (nothing was published),
+    and raise the one disk-full error instead of `err` when the disk filled up."""
+    from bridge.checkpoint.paths import checkpoint_dir, complete_iterations
+
+    done = complete_iterations(root)
+    need = folder_bytes(checkpoint_dir(root, done[-1])) if done else None
+    written = folder_bytes(staging) if staging.is_dir() else 0
+    full = is_disk_full(root, err, written, need)
+    if _raised_on_every_rank(err):  # decide together, before any rank frees the space
+        full = any(_gather(full))
+    shutil.rmtree(staging, ignore_errors=True)
+    if full:
+        last = checkpoint_dir(root, done[-1]) if done else None
+        raise disk_full_error(root, iteration, need, written, last) from err
+
+
+def _raised_on_every_rank(err: BaseException) -> bool:
+    """Torch DCP's CheckpointException: Megatron-Core's finalize gathers every rank's write results and
+    raises it on all ranks (one rank's full disk reaches the others without its errno)."""
+    try:
+        from torch.distributed.checkpoint.api import CheckpointException
+    except ImportError:  # pragma: no cover - torch is there whenever a save runs
+        return False
+    return isinstance(err, CheckpointException)
+
+
+def _gather(value: bool) -> list[bool]:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return [value]
+    parts: list = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, value)
+    return parts

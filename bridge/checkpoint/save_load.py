@@ -20,13 +20,12 @@ import torch
 
 from bridge.checkpoint import compat, fsdp2_state, manifest, state
 from bridge.checkpoint.atomic import fsync_dir
-from bridge.checkpoint.disk_full import disk_full_error, folder_bytes, is_disk_full
+from bridge.checkpoint.disk_full import abandon_save
 from bridge.checkpoint.paths import (
     MANIFEST_FILENAME,
     RUN_CONFIG_FILENAME,
     checkpoint_candidates,
     checkpoint_dir,
-    complete_iterations,
     is_complete,
     remove_old_checkpoints,
     replaced_dir,
@@ -145,7 +144,7 @@ def save_checkpoint(
             summary, consolidated, fully_parallel, sharded_strategy,
         )  # fmt: skip
     except BaseException as err:  # torch DCP's CheckpointException is a BaseException
-        _abandon(root, staging, iteration, err)
+        abandon_save(root, staging, iteration, err)
         raise
     ranks.barrier()
     _stage("manifest_written", staging, iteration)
@@ -225,27 +224,8 @@ def _write_staging(
     manifest.write_manifest(staging, {"iteration": int(iteration), **(summary or {})})
 
 
-def _abandon(root: Path, staging: Path, iteration: int, err: BaseException) -> None:
-    """A save that failed on this rank: remove its staging folder (nothing was published), and raise
-    the one disk-full error when the disk filled up."""
-    done = complete_iterations(root)
-    need = folder_bytes(checkpoint_dir(root, done[-1])) if done else None
-    written = folder_bytes(staging) if staging.is_dir() else 0
-    full = is_disk_full(root, err, written, need)
-    if _raised_on_every_rank(err):  # decide together, before any rank frees the space
-        full = any(_gather(full))
-    shutil.rmtree(staging, ignore_errors=True)
-    if full:
-        last = checkpoint_dir(root, done[-1]) if done else None
-        raise disk_full_error(root, iteration, need, written, last) from err
-
-
-def _raised_on_every_rank(err: BaseException) -> bool:
-    """Torch DCP's CheckpointException: Megatron-Core's finalize gathers every rank's write results and
-    raises it on all ranks (one rank's full disk reaches the others without its errno)."""
-    from torch.distributed.checkpoint.api import CheckpointException
-
-    return isinstance(err, CheckpointException)
+class CheckpointDamaged(ConfigError):
+    """A checkpoint that cannot be loaded as it is on disk (what is wrong is in the message)."""
 
 
 def _gather(value: Any) -> list:
@@ -256,10 +236,6 @@ def _gather(value: Any) -> list:
     parts: list = [None] * dist.get_world_size()
     dist.all_gather_object(parts, value)
     return parts
-
-
-class CheckpointDamaged(ConfigError):
-    """A checkpoint that cannot be loaded as it is on disk (what is wrong is in the message)."""
 
 
 def _agree(problems: list[str]) -> list[str]:
