@@ -22,6 +22,7 @@ from bridge.checkpoint import compat, fsdp2_state, manifest, state
 from bridge.checkpoint.atomic import fsync_dir
 from bridge.checkpoint.disk_full import abandon_save
 from bridge.checkpoint.paths import (
+    HF_ASSETS_DIR,
     MANIFEST_FILENAME,
     RUN_CONFIG_FILENAME,
     checkpoint_candidates,
@@ -205,6 +206,7 @@ def _write_staging(
         "rng": save_rng,
         "adapters_only": adapters_only,
         "fsdp2": fsdp2_state.current_sizes(model_chunks) if fsdp2 else None,
+        "manifest": True,  # a manifest.json comes with it: one that goes missing means damage
     }
 
     strategy = (
@@ -343,10 +345,13 @@ def _check_folder(target: Path, verify: bool) -> list[str]:
 
 
 def _written_by_bridge(target: Path) -> bool:
-    """A checkpoint saved by save_checkpoint (its common state records `checkpoint_content`), as opposed
-    to one written by Megatron-LM or Megatron-Bridge, which has no manifest to check."""
+    """A checkpoint saved with a manifest by save_checkpoint: its common state says so, and it holds
+    the files bridge writes beside the shards (run_config.yaml from training, hf_assets/ from an
+    import). Checkpoints from before the manifest, or from Megatron-LM / Megatron-Bridge, have none."""
+    if not ((target / RUN_CONFIG_FILENAME).is_file() or (target / HF_ASSETS_DIR).is_dir()):
+        return False
     try:
-        return "checkpoint_content" in read_common(target)
+        return bool(read_common(target).get("checkpoint_content", {}).get("manifest"))
     except Exception:  # noqa: BLE001 - unreadable: the load reports it
         return False
 

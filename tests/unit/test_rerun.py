@@ -180,11 +180,15 @@ def test_a_bridge_checkpoint_without_its_manifest_is_damaged(tmp_path):
     folder.mkdir()
     (folder / "metadata.json").write_text('{"sharded_backend": "torch_dist", "sharded_backend_version": 1, '
                                           '"common_backend": "torch", "common_backend_version": 1}')  # fmt: skip
-    torch.save({"checkpoint_content": {"optimizer": False}}, folder / "common.pt")
+    torch.save({"checkpoint_content": {"optimizer": False, "manifest": True}}, folder / "common.pt")
+    (folder / paths.RUN_CONFIG_FILENAME).write_text("model: {}\n")
     paths.write_tracker(tmp_path, 3)
     problems = _check_folder(folder, verify=True)
     assert len(problems) == 1 and problems[0].startswith("manifest.json is missing (bridge writes one")
-    torch.save({"iteration": 3}, folder / "common.pt")  # written by Megatron-LM: nothing to check
+    # saved before bridge wrote manifests (no such mark), or by Megatron-LM: checked for metadata.json only
+    torch.save({"checkpoint_content": {"optimizer": False}}, folder / "common.pt")
+    assert _check_folder(folder, verify=True) == []
+    torch.save({"iteration": 3}, folder / "common.pt")
     assert _check_folder(folder, verify=True) == []
 
 
