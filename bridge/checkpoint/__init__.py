@@ -7,6 +7,8 @@
     lock.py       one run per save directory (.bridge.lock: owner pid/host, stale-lock detection)
     preflight.py  before the first iteration: lock, leftovers cleaned, writable, room; writer reaper
     writer_processes.py  Megatron-Core's writer processes: die with their rank, ignore stop signals
+    same_state.py whether a checkpoint on disk already holds the state about to be saved
+    disk_full.py  a save that filled the disk: one error with the free and the needed space
     state.py      RNG state and optimizer-state fixes kept in a checkpoint
     compat.py     checkpoint vs model checks before a load (names, shapes, tied embeddings, RoPE)
     fsdp2_state.py strategy fsdp2's parameters and optimizer state as torch DCP shards (dp-reshardable)

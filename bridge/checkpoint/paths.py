@@ -80,7 +80,17 @@ def _iteration_of(name: str) -> int | None:
     return int(name[5:]) if name.startswith("iter_") and name[5:].isdigit() else None
 
 
-def _tracked_or_none(root: Path) -> int | None:
+def tracker_problem(root: str | os.PathLike) -> str | None:
+    """What is wrong with the tracker of `root` (None when it is missing or names an iteration)."""
+    try:
+        latest_iteration(root)
+    except ConfigError as err:
+        return str(err).split("; fix or delete")[0]
+    return None
+
+
+def tracked_or_none(root: str | os.PathLike) -> int | None:
+    """The tracker's iteration, or None when it is missing or holds no number."""
     try:
         return latest_iteration(root)
     except ConfigError:
@@ -97,7 +107,7 @@ def is_complete(folder: str | os.PathLike, tracked: int | None = None) -> bool:
         return False
     it = _iteration_of(folder.name)
     if tracked is None:
-        tracked = _tracked_or_none(folder.parent)
+        tracked = tracked_or_none(folder.parent)
     return it is None or (tracked is not None and it <= tracked)  # a lone folder: the user's choice
 
 
@@ -106,7 +116,7 @@ def complete_iterations(root: str | os.PathLike) -> list[int]:
     root = Path(root)
     if not root.is_dir():
         return []
-    tracked = _tracked_or_none(root)
+    tracked = tracked_or_none(root)
     found = []
     for p in root.iterdir():
         it = _iteration_of(p.name)
@@ -135,7 +145,7 @@ def clean_leftovers(root: str | os.PathLike) -> list[str]:
     if not root.is_dir():
         return []
     done = []
-    tracked = _tracked_or_none(root)
+    tracked = tracked_or_none(root)
     for p in sorted(root.iterdir()):
         name = p.name
         if name.startswith(".iter_") and name.endswith(STAGING_SUFFIX):
@@ -166,15 +176,21 @@ def checkpoint_candidates(
 
     `path` is an iter_* directory (exactly that one), or a root: with `iteration` (checkpoint.ckpt_step)
     exactly that one; else the tracker's, followed by the older complete ones (fallback candidates).
-    An empty list means the root holds no checkpoint at all."""
+    A tracker that holds no iteration number counts as damaged: the newest complete checkpoint comes
+    first (load_checkpoint's fallback says so). An empty list means the root holds no checkpoint."""
     path = Path(path)
     own = _iteration_of(path.name)
     if own is not None or (path / METADATA_FILENAME).is_file() or (path / MANIFEST_FILENAME).is_file():
         return [(path, own)], False
     if iteration is not None:
         return [(checkpoint_dir(path, iteration), iteration)], False
-    latest = latest_iteration(path)
     complete = complete_iterations(path)
+    try:
+        latest = latest_iteration(path)
+    except ConfigError:  # a garbage tracker: the newest complete checkpoint, then the older ones
+        if not complete:
+            raise
+        return [(checkpoint_dir(path, it), it) for it in reversed(complete)], True
     if latest is None:
         if complete:
             raise ConfigError(

@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bridge.checkpoint.disk_full import gib
 from bridge.checkpoint.lock import DirLock
 from bridge.checkpoint.paths import clean_leftovers
 from bridge.checkpoint.writer_processes import install_writer_reaper
@@ -76,8 +77,8 @@ def _rank0_prepare(root: Path, need: int, how: str) -> tuple[str | None, DirLock
             free = shutil.disk_usage(root).free
             if free < need:
                 raise ConfigError(
-                    f"checkpoint.save = {str(root)!r}: {free / 2**30:.2f} GiB free, but one checkpoint of this "
-                    f"run needs about {need / 2**30:.2f} GiB ({how}). Fix: free space, or save elsewhere"
+                    f"checkpoint.save = {str(root)!r}: {gib(free)} free, but one checkpoint of this "
+                    f"run needs about {gib(need)} ({how}). Fix: free space, or save elsewhere"
                 )
         except BaseException:
             lock.release()

@@ -20,17 +20,20 @@ import torch
 
 from bridge.checkpoint import compat, fsdp2_state, manifest, state
 from bridge.checkpoint.atomic import fsync_dir
+from bridge.checkpoint.disk_full import abandon_save
 from bridge.checkpoint.paths import (
+    HF_ASSETS_DIR,
     MANIFEST_FILENAME,
     RUN_CONFIG_FILENAME,
     checkpoint_candidates,
     checkpoint_dir,
     is_complete,
-    latest_iteration,
     remove_old_checkpoints,
     replaced_dir,
     resolve_checkpoint,
     staging_dir,
+    tracked_or_none,
+    tracker_problem,
     write_tracker,
 )
 from bridge.errors import ConfigError
@@ -109,9 +112,12 @@ def save_checkpoint(
     Every rank writes into `<root>/.iter_N.saving`; once all have finished, the integrity manifest
     (bridge.checkpoint.manifest) is written into it and rank 0 renames it onto `iter_N`, then points
     the tracker at it, then applies `most_recent_k` (complete checkpoints only). A crash at any point
-    leaves the previous complete checkpoint tracked and loadable. The tracked checkpoint itself is
-    never rewritten: saving the iteration it names again is a no-op. An untracked complete `iter_N`
-    (a run resumed from an older step) is moved aside and removed only after the new one is published.
+    leaves the previous complete checkpoint tracked and loadable. A complete `iter_N` already there
+    (tracked or not: a retrain after a fallback from a damaged one, a resume from an older step) is
+    never rewritten in place: it is moved aside and removed only after the new one is published.
+    Callers that may save a state already on disk keep it instead (same_state.holds_same_state, as
+    bridge.training.saves does). A failed write removes the staging folder; a full disk is one
+    ConfigError naming the directory, the free and the needed space (disk_full).
     `consolidated(staging)`, called on every rank after the shards are written, adds the Hugging Face
     copy (checkpoint.save_consolidated) inside the folder, so that it is published with it.
     `fully_parallel` (checkpoint.fully_parallel_save): the tensors every data-parallel (and context-
@@ -119,8 +125,6 @@ def save_checkpoint(
     `sharded_strategy`: a Megatron-Core save strategy used instead of the default (e.g. the streaming
     import's, bridge.conversion.streaming, which writes tensors it reads from elsewhere).
     """
-    from megatron.core import dist_checkpointing
-
     from bridge.checkpoint import writer_processes
 
     # forked writers and the spawned results-queue server die with this rank and ignore stop signals
@@ -130,15 +134,59 @@ def save_checkpoint(
     target = checkpoint_dir(root, iteration)
     staging = staging_dir(root, iteration)
     rank0 = ranks.is_rank_zero()
-    tracked = latest_iteration(root) if root.is_dir() else None
-    if tracked == iteration and is_complete(target, tracked):
-        return target  # every rank sees the same files: all return here
     if rank0:
         root.mkdir(parents=True, exist_ok=True)
         if staging.exists():  # leftovers of an interrupted save of the same iteration
             shutil.rmtree(staging)
         staging.mkdir()
     ranks.barrier()
+    try:
+        _write_staging(
+            staging, iteration, model_chunks, optimizer, scheduler, train_state, run_config_yaml, save_rng,
+            summary, consolidated, fully_parallel, sharded_strategy,
+        )  # fmt: skip
+    except BaseException as err:  # torch DCP's CheckpointException is a BaseException
+        abandon_save(root, staging, iteration, err)
+        raise
+    ranks.barrier()
+    _stage("manifest_written", staging, iteration)
+    if rank0:
+        aside = replaced_dir(root, iteration)
+        if target.exists():  # an earlier complete checkpoint of this iteration, or a partial folder
+            if aside.exists():
+                shutil.rmtree(aside)
+            os.replace(target, aside)
+        os.replace(staging, target)
+        fsync_dir(root)
+        _stage("published", target, iteration)
+        write_tracker(root, iteration)
+        _stage("tracked", target, iteration)
+        if aside.exists():
+            shutil.rmtree(aside, ignore_errors=True)
+        if most_recent_k and most_recent_k > 0:
+            remove_old_checkpoints(root, keep=most_recent_k, newest=iteration)
+    ranks.barrier()
+    _stage("done", target, iteration)
+    return target
+
+
+def _write_staging(
+    staging: Path,
+    iteration: int,
+    model_chunks: list,
+    optimizer,
+    scheduler,
+    train_state: dict | None,
+    run_config_yaml: str | None,
+    save_rng: bool,
+    summary: dict | None,
+    consolidated: Callable[[Path], None] | None,
+    fully_parallel: bool,
+    sharded_strategy: Any,
+) -> None:
+    """Every rank: the shards, the consolidated copy, run_config.yaml and the manifest, into `staging`."""
+    from megatron.core import dist_checkpointing
+
     _stage("staging_created", staging, iteration)
 
     # a PEFT run saves its adapters only: the frozen base comes from checkpoint.pretrained_checkpoint
@@ -159,6 +207,7 @@ def save_checkpoint(
         "rng": save_rng,
         "adapters_only": adapters_only,
         "fsdp2": fsdp2_state.current_sizes(model_chunks) if fsdp2 else None,
+        "manifest": True,  # a manifest.json comes with it: one that goes missing means damage
     }
 
     strategy = (
@@ -169,49 +218,33 @@ def save_checkpoint(
         fsdp2_state.save(staging, model_chunks, optimizer)
     if consolidated is not None:
         consolidated(staging)
-    if rank0 and run_config_yaml is not None:
+    if ranks.is_rank_zero() and run_config_yaml is not None:
         (staging / RUN_CONFIG_FILENAME).write_text(run_config_yaml)
     ranks.barrier()
     for hook in AFTER_SHARDS_WRITTEN_HOOKS:
         hook(staging, iteration)
     _stage("shards_written", staging, iteration)
     manifest.write_manifest(staging, {"iteration": int(iteration), **(summary or {})})
-    ranks.barrier()
-    _stage("manifest_written", staging, iteration)
-    if rank0:
-        aside = replaced_dir(root, iteration)
-        if target.exists():  # not the tracked one (returned above): complete from another branch, or partial
-            if aside.exists():
-                shutil.rmtree(aside)
-            os.replace(target, aside)
-        os.replace(staging, target)
-        fsync_dir(root)
-        _stage("published", target, iteration)
-        write_tracker(root, iteration)
-        _stage("tracked", target, iteration)
-        if aside.exists():
-            shutil.rmtree(aside, ignore_errors=True)
-        if most_recent_k and most_recent_k > 0:
-            remove_old_checkpoints(root, keep=most_recent_k, newest=iteration)
-    ranks.barrier()
-    _stage("done", target, iteration)
-    return target
 
 
 class CheckpointDamaged(ConfigError):
     """A checkpoint that cannot be loaded as it is on disk (what is wrong is in the message)."""
 
 
-def _agree(problems: list[str]) -> list[str]:
-    """Every rank gets the union of all ranks' problems (so all take the same decision)."""
+def _gather(value: Any) -> list:
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-        return problems
+        return [value]
     parts: list = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, problems)
+    dist.all_gather_object(parts, value)
+    return parts
+
+
+def _agree(problems: list[str]) -> list[str]:
+    """Every rank gets the union of all ranks' problems (so all take the same decision)."""
     seen: list[str] = []
-    for part in parts:
+    for part in _gather(problems):
         for p in part or []:
             if p not in seen:
                 seen.append(p)
@@ -251,6 +284,15 @@ def load_checkpoint(
     candidates, may_fall_back = checkpoint_candidates(path, iteration)
     if not candidates:
         resolve_checkpoint(path, iteration)  # raises the "holds no complete checkpoint" error
+    bad_tracker = tracker_problem(path) if may_fall_back else None
+    if bad_tracker is not None:  # the candidates start at the newest complete checkpoint
+        if not fallback:
+            raise CheckpointDamaged(
+                f"{bad_tracker}. Fix: set checkpoint.fallback_to_previous=true to load the newest complete "
+                f"checkpoint ({candidates[0][0]}), or fix or delete the file"
+            )
+        if on_fallback is not None:
+            on_fallback(f"{bad_tracker}; loading the newest complete checkpoint {candidates[0][0]} instead")
     failures = []
     for i, (target, _) in enumerate(candidates):
         problems = _agree(_check_folder(target, verify))
@@ -296,10 +338,27 @@ def verified_for_model(path: str | os.PathLike, model_chunks: list, verify: bool
 def _check_folder(target: Path, verify: bool) -> list[str]:
     if not target.is_dir():
         return [f"{target} does not exist"]
-    tracked = latest_iteration(target.parent) if target.name.startswith("iter_") else None
+    tracked = tracked_or_none(target.parent) if target.name.startswith("iter_") else None
     if not is_complete(target, tracked):
         return [f"{target} is not a complete checkpoint (an interrupted save; it has no {MANIFEST_FILENAME})"]
+    if not (target / MANIFEST_FILENAME).is_file() and _written_by_bridge(target):
+        return [
+            f"{MANIFEST_FILENAME} is missing (bridge writes one with every checkpoint, so its files can no "
+            "longer be checked: it was deleted or the folder was copied incompletely)"
+        ]
     return manifest.verify(target, checksums=verify)
+
+
+def _written_by_bridge(target: Path) -> bool:
+    """A checkpoint saved with a manifest by save_checkpoint: its common state says so, and it holds
+    the files bridge writes beside the shards (run_config.yaml from training, hf_assets/ from an
+    import). Checkpoints from before the manifest, or from Megatron-LM / Megatron-Bridge, have none."""
+    if not ((target / RUN_CONFIG_FILENAME).is_file() or (target / HF_ASSETS_DIR).is_dir()):
+        return False
+    try:
+        return bool(read_common(target).get("checkpoint_content", {}).get("manifest"))
+    except Exception:  # noqa: BLE001 - unreadable: the load reports it
+        return False
 
 
 def _load_one(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bridge.config import finetune_rules, performance
+from bridge.config.checks.checkpoint import ResumePlan, resume_plan
 from bridge.config.checks.data import blend_paths, parse_split
 from bridge.config.checks.distributed import unused_ddp_settings_warning
 from bridge.config.checks.optimizer import scheduler_iters
@@ -154,6 +155,9 @@ class RunPlan:
     # runs on CPU, DDP settings a strategy ignores. The run's log shows them with logger.verbose only
     # (nothing the user set to act on), the dry run always.
     detail_warnings: tuple[str, ...] = ()
+    # where the run starts: checkpoint.load, a re-run resuming checkpoint.save, or scratch (None: as
+    # checkpoint.load says; bridge/config/checks/checkpoint.py)
+    resume: ResumePlan | None = None
 
     @property
     def cuda(self) -> bool:
@@ -181,6 +185,8 @@ class RunPlan:
                 f"optimizer {m.optimizer:.2f}, activations {m.activations:.2f})"
             )
         lines += performance.summary(self.performance)
+        if self.resume is not None and (cfg.checkpoint.save or cfg.checkpoint.load):
+            lines.append(self.resume.describe())
         if self.profiling is not None:
             lines.append(self.profiling.describe())
         lines += [f"warning: {w}" for w in self.warnings]
@@ -294,4 +300,5 @@ def build_plan(config: ConfigContainer, world_size: int, env: Environment) -> Ru
         warnings=tuple(warnings),
         profiling=profiling_plan(cfg, cuda),
         detail_warnings=tuple(details),
+        resume=resume_plan(cfg),
     )

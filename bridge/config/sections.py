@@ -170,6 +170,10 @@ class CheckpointConfig:
     # exports (convert_checkpoint.py export) of a run's checkpoints: config.json generated from the
     # run's model; unset, a run started from an HF folder or an imported checkpoint uses its source's
     hf_architecture: str | None = None
+    # a run whose checkpoint.save already holds checkpoints of another configuration (and no
+    # checkpoint.load) replaces them as it saves the same iterations, each through a staging folder and
+    # an atomic rename; False: such a run is refused before training (bridge/config/checks/checkpoint.py)
+    overwrite: bool = False
 
 
 @dataclass

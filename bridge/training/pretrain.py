@@ -21,18 +21,26 @@ from bridge.errors import ConfigError
 from bridge.training.state import TrainResult, TrainState
 
 
-def _resume(cfg: ConfigContainer, model: list, optimizer, scheduler, layout_line: str) -> TrainState:
-    """checkpoint.load resumes everything when it holds a checkpoint (a root: the tracker's, or
-    checkpoint.ckpt_step's; or one iter_* folder); otherwise checkpoint.pretrained_checkpoint (if set)
-    loads weights only, as in Megatron-Bridge. A damaged checkpoint falls back to the previous complete
-    one (checkpoint.fallback_to_previous), with a warning naming what is wrong."""
+def _resume_from(plan: RunPlan) -> str | None:
+    """The checkpoint the plan resumes (checkpoint.load, or a re-run's own checkpoint.save)."""
+    return plan.resume.load if plan.resume is not None else plan.config.checkpoint.load
+
+
+def _resume(
+    cfg: ConfigContainer, load: str | None, model: list, optimizer, scheduler, layout_line: str
+) -> TrainState:
+    """`load` (the plan's: checkpoint.load, or checkpoint.save for a re-run of the same config) resumes
+    everything when it holds a checkpoint (a root: the tracker's, or checkpoint.ckpt_step's; or one
+    iter_* folder); otherwise checkpoint.pretrained_checkpoint (if set) loads weights only, as in
+    Megatron-Bridge. A damaged checkpoint falls back to the previous complete one
+    (checkpoint.fallback_to_previous), with a warning naming what is wrong."""
     import bridge.checkpoint as checkpoint
     from bridge.checkpoint.paths import checkpoint_candidates
     from bridge.parallel import ranks
     from bridge.training.logging import logger
 
     ck = cfg.checkpoint
-    candidates = checkpoint_candidates(ck.load, ck.ckpt_step)[0] if ck.load else []
+    candidates = checkpoint_candidates(load, ck.ckpt_step)[0] if load else []
     if candidates:
         saved = None
         for target, _ in candidates:  # the layout of the first readable one (one run's layout)
@@ -46,13 +54,13 @@ def _resume(cfg: ConfigContainer, model: list, optimizer, scheduler, layout_line
         optim_reshards = cfg.distributed.strategy == "fsdp2"
         if saved is not None and not same_layout and ck.load_rng and optim_reshards:
             raise ConfigError(
-                f"checkpoint.load={ck.load!r} was saved with layout {saved} but this run is {layout_line}: "
+                f"checkpoint.load={load!r} was saved with layout {saved} but this run is {layout_line}: "
                 "weights and optimizer state reshard, the per-rank RNG state does not. Set "
                 "checkpoint.load_rng=False to continue with fresh RNG state, or keep the saved layout."
             )
         if saved is not None and not same_layout and not optim_reshards and (ck.load_optim or ck.load_rng):
             raise ConfigError(
-                f"checkpoint.load={ck.load!r} was saved with layout {saved} but this run is {layout_line}: "
+                f"checkpoint.load={load!r} was saved with layout {saved} but this run is {layout_line}: "
                 "model weights reshard, optimizer and RNG state do not. Set checkpoint.load_optim=False "
                 "checkpoint.load_rng=False to continue with fresh optimizer state, or keep the saved layout."
             )
@@ -65,7 +73,7 @@ def _resume(cfg: ConfigContainer, model: list, optimizer, scheduler, layout_line
                 logger.warning("%s", message)
 
         train_state = checkpoint.load_checkpoint(
-            ck.load,
+            load,
             model,
             optimizer if ck.load_optim else None,
             scheduler,
@@ -85,9 +93,11 @@ def _resume(cfg: ConfigContainer, model: list, optimizer, scheduler, layout_line
         state.layout = layout_line
         if ranks.is_rank_zero():  # bridge.training logs on every rank (the loop picks its own)
             logger.info("resumed from %s at iteration %d", train_state["checkpoint_dir"], state.iteration)
+            for note in ignored_on_resume(cfg, state.iteration, scheduler):
+                logger.warning("%s", note)
         return state
-    if ck.load and ranks.is_rank_zero():
-        logger.warning("checkpoint.load=%s holds no checkpoint yet: starting from scratch", ck.load)
+    if load and ranks.is_rank_zero():
+        logger.warning("checkpoint.load=%s holds no checkpoint yet: starting from scratch", load)
     from bridge.checkpoint.paths import is_hf_folder
 
     # HF folders, and torch_dist checkpoints under fsdp2, were loaded at build (_model_provider)
@@ -107,6 +117,27 @@ def _resume(cfg: ConfigContainer, model: list, optimizer, scheduler, layout_line
         if ranks.is_rank_zero():
             logger.info("loaded pretrained weights from %s", ck.pretrained_checkpoint)
     return TrainState(layout=layout_line)
+
+
+def ignored_on_resume(cfg: ConfigContainer, iteration: int, scheduler) -> list[str]:
+    """What this resume leaves as the checkpoint had it although the config asks otherwise."""
+    notes = []
+    if cfg.train.train_iters < iteration:
+        notes.append(
+            f"train.train_iters={cfg.train.train_iters} is below the checkpoint's iteration {iteration}: "
+            "nothing is trained and nothing is saved (raise train.train_iters to continue)"
+        )
+    if not cfg.scheduler.override_opt_param_scheduler:
+        for name, asked, kept in (
+            ("optimizer.lr", cfg.optimizer.lr, scheduler.max_lr),
+            ("optimizer.min_lr", cfg.optimizer.min_lr, scheduler.min_lr),
+        ):
+            if float(asked) != float(kept):
+                notes.append(
+                    f"{name}={asked} is not used: the checkpoint's learning-rate schedule ({kept}) is kept "
+                    "because scheduler.override_opt_param_scheduler=false (set it true to apply the new value)"
+                )
+    return notes
 
 
 def _configure_model_hooks(model: list, optimizer, wrapped, dist_cfg) -> bool:
@@ -230,16 +261,10 @@ def _run(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None) ->
     from bridge.parallel import runtime
 
     runtime.quiet_known_warnings()  # before the imports below pull in Megatron-Core (some warn on import)
-    from bridge.training.consolidated import consolidated_writer
-    from bridge.training.data.loaders import build_datasets, build_iterator
-    from bridge.training.data.tokenizer import build_tokenizer
-    from bridge.training.flops import training_flops_per_token
-    from bridge.training.forward_step import forward_step as default_forward_step
-    from bridge.training.logging import MetricWriters, ensure_console_logging, logger
+    from bridge.training.logging import ensure_console_logging, logger
     from bridge.training.memory_check import check_memory_fits
     from bridge.training.optim import build_optimizer, build_scheduler
     from bridge.training.strategies import wrap_model
-    from bridge.training.train import TrainingContext, train
 
     if isinstance(plan, ConfigContainer):
         plan = plan_for_this_process(plan)
@@ -310,9 +335,45 @@ def _run(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None) ->
     from bridge.checkpoint.preflight import prepare_save_dir
 
     save_dir = prepare_save_dir(plan)  # lock, leftovers cleaned, writable with room (ConfigError)
-    for note in save_dir.notes if is_rank_zero else ():
+    try:  # the lock is released on every way out, a failed resume included
+        return _resume_and_train(plan, model, optimizer, scheduler, wrapped, overlap_param_gather,
+                                 forward_step_func, save_dir.notes)  # fmt: skip
+    finally:
+        save_dir.release()
+
+
+def _resume_and_train(
+    plan: RunPlan, model: list, optimizer, scheduler, wrapped, overlap_param_gather: bool,
+    forward_step_func: Callable | None, notes: list[str],
+) -> TrainResult:  # fmt: skip
+    import torch
+
+    from bridge.training.consolidated import consolidated_writer
+    from bridge.training.data.loaders import build_datasets, build_iterator
+    from bridge.training.data.tokenizer import build_tokenizer
+    from bridge.training.flops import training_flops_per_token
+    from bridge.training.forward_step import forward_step as default_forward_step
+    from bridge.training.logging import MetricWriters, logger
+    from bridge.training.train import TrainingContext, train
+
+    cfg = plan.config
+    is_rank_zero = torch.distributed.get_rank() == 0
+    for note in notes if is_rank_zero else ():
         logger.info("checkpoint.save: %s", note)
-    state = _resume(cfg, model, optimizer, scheduler, plan.layout.describe())
+    state = _resume(cfg, _resume_from(plan), model, optimizer, scheduler, plan.layout.describe())
+    if plan.resume is not None and plan.resume.source == "checkpoint.save" and is_rank_zero:
+        logger.info(
+            "checkpoint.load is not set: this re-run resumed its own checkpoint.save (%s)",
+            cfg.checkpoint.save,
+        )
+    if state.iteration >= cfg.train.train_iters and _resume_from(plan):
+        if is_rank_zero:
+            logger.info(
+                "the run is finished: iteration %d is saved and train.train_iters=%d; nothing to train",
+                state.iteration,
+                cfg.train.train_iters,
+            )
+        return TrainResult(iteration=state.iteration, skipped_iterations=state.skipped_iterations)
 
     from megatron.core import parallel_state
 
@@ -353,4 +414,3 @@ def _run(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None) ->
         return train(ctx)
     finally:
         writers.close()
-        save_dir.release()

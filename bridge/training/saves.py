@@ -3,12 +3,15 @@ and the messages that point at the last checkpoint whose weights were finite."""
 
 from __future__ import annotations
 
+import hashlib
 import math
+import struct
 from typing import TYPE_CHECKING
 
 import torch
 
 import bridge.checkpoint as checkpoint
+from bridge.checkpoint.same_state import holds_same_state
 from bridge.training.logging import logger
 from bridge.training.state import NonFiniteLossError
 
@@ -70,22 +73,35 @@ def non_finite_message(what: str, value: float, iteration: int, ctx: TrainingCon
 
 
 def weights_summary(model: list) -> dict:
-    """Whether every parameter is finite, and the largest finite |weight| (over all ranks)."""
+    """Whether every parameter is finite, the largest finite |weight| (over all ranks), and a
+    fingerprint of the weights (a digest of every rank's per-parameter float64 sums: bit-identical
+    weights under the same layout give the same one), which same_state compares before a re-save."""
     device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
     finite, largest = True, 0.0
+    sums = []
     with torch.no_grad():
         for chunk in model:
             for p in chunk.parameters():
                 ok = bool(torch.isfinite(p).all())
                 finite &= ok
                 a = p.detach().abs()
+                local = p.to_local() if hasattr(p, "to_local") else p  # fsdp2: this rank's shard
+                local = local.detach()
+                sums += [float(local.sum(dtype=torch.float64)), float(local.abs().sum(dtype=torch.float64))]
                 if not ok:
                     a = a[torch.isfinite(a)]
                 if a.numel():
                     largest = max(largest, float(a.max()))
     t = torch.tensor([0.0 if finite else 1.0, largest], dtype=torch.float64, device=device)
     torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-    return {"weights_finite": bool(t[0].item() == 0.0), "max_abs_weight": float(t[1].item())}
+    mine = hashlib.sha256(struct.pack(f"<{len(sums)}d", *sums)).hexdigest()
+    every = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(every, mine)
+    return {
+        "weights_finite": bool(t[0].item() == 0.0),
+        "max_abs_weight": float(t[1].item()),
+        "weights_fingerprint": hashlib.sha256("".join(every).encode()).hexdigest()[:32],
+    }
 
 
 def sync_params_for(ctx: TrainingContext):
@@ -119,15 +135,18 @@ def save(ctx: TrainingContext, loss: float | None = None, announce: bool = True)
         )
     if loss is not None and math.isfinite(loss):
         summary["lm_loss"] = float(loss)
+    summary["consumed_train_samples"] = int(ctx.state.consumed_train_samples)
     target = checkpoint.checkpoint_dir(cfg.save, ctx.state.iteration)
-    if checkpoint.latest_iteration(cfg.save) == ctx.state.iteration and (target / "manifest.json").is_file():
+    if target.is_dir() and holds_same_state(target, {"iteration": ctx.state.iteration, **summary}):
         if torch.distributed.get_rank() == log_rank():
             logger.info(
-                "iteration %d is already saved in %s (a tracked checkpoint is never rewritten)",
+                "iteration %d is already saved in %s with this run's weights (checked against its "
+                "manifest): kept as it is",
                 ctx.state.iteration,
                 target,
             )
         return str(target)
+    replacing = target.is_dir()  # another state at this iteration (damaged, or other weights)
     with sync_params_for(ctx):
         path = checkpoint.save_checkpoint(
             cfg.save,
@@ -147,6 +166,13 @@ def save(ctx: TrainingContext, loss: float | None = None, announce: bool = True)
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
         what = ", PEFT adapters only" if ctx.cfg.peft.scheme is not None else ""
         logger.info(
-            "saved checkpoint at iteration %d to %s (%.2f MB%s)", ctx.state.iteration, path, size / 1e6, what
+            "saved checkpoint at iteration %d to %s (%.2f MB%s)%s",
+            ctx.state.iteration,
+            path,
+            size / 1e6,
+            what,
+            ": it replaces the earlier checkpoint of this iteration, which held another state"
+            if replacing
+            else "",
         )
     return str(path)

@@ -1,9 +1,11 @@
-"""The `checkpoint` section: format, save / load directories, the step to resume, retention."""
+"""The `checkpoint` section: format, save / load directories, the step to resume, retention; and where
+a run starts (resume_plan: checkpoint.load, a re-run resuming its own checkpoint.save, or from scratch)."""
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from bridge.config import sections as S
 from bridge.config.checks.rules import one_of, positive
@@ -100,3 +102,123 @@ def check_ckpt_step(c: CheckpointConfig) -> None:
             f"{folder} does not exist (checkpoints in {c.load}: {', '.join(map(str, have)) or 'none'})",
             "pick one of those iterations",
         )
+
+
+# What a resume may change without the checkpoint belonging to another run: how long to train and
+# when to stop, where to save and load, what to log, profile or evaluate, and process settings.
+RESUME_FREE_FIELDS: dict[str, tuple[str, ...] | None] = {
+    "checkpoint": None,  # None: the whole section
+    "logger": None,
+    "profiling": None,
+    "validation": None,
+    "train": (
+        "train_iters",
+        "exit_interval",
+        "exit_signal",
+        "exit_duration_in_mins",
+        "manual_gc",
+        "manual_gc_interval",
+        "manual_gc_eval",
+        "check_memory",
+    ),  # fmt: skip
+    "dataset": ("num_workers", "cache_dir"),
+    "distributed": ("timeout_minutes",),
+}
+
+
+@dataclass(frozen=True)
+class ResumePlan:
+    """Where a run starts: `load` (a checkpoint root or iter_* folder) resumes everything, None starts
+    from scratch (or from checkpoint.pretrained_checkpoint's weights)."""
+
+    load: str | None
+    source: str  # "checkpoint.load" | "checkpoint.save" (a re-run) | "scratch" | "overwrite"
+    iteration: int | None = None  # the checkpoint a re-run resumes (the tracker's, or the newest)
+    train_iters: int = 0
+
+    @property
+    def finished(self) -> bool:
+        """A re-run of a finished run: the checkpoint is at (or past) train.train_iters."""
+        return self.iteration is not None and self.iteration >= self.train_iters
+
+    def describe(self) -> str:
+        if self.source == "checkpoint.load":
+            return f"checkpoint: resume from checkpoint.load={self.load}"
+        if self.source == "checkpoint.save":
+            what = (
+                f"the run is finished (iteration {self.iteration} >= train.train_iters={self.train_iters}): "
+                "nothing to train"
+                if self.finished
+                else f"iteration {self.iteration}"
+            )
+            return f"checkpoint: resume from {self.load} (checkpoint.save holds this config's checkpoints; {what})"
+        if self.source == "overwrite":
+            return "checkpoint: start from scratch; checkpoint.overwrite=true replaces the saved iterations"
+        return "checkpoint: start from scratch"
+
+
+def _differences(saved: Any, current: Any, prefix: str = "") -> list[str]:
+    """Dotted fields whose values differ between two YAML trees (`field: saved -> current`)."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        out = []
+        for key in list(saved) + [k for k in current if k not in saved]:
+            section = prefix.split(".")[0] if prefix else key
+            free = RESUME_FREE_FIELDS.get(section, ())
+            if free is None or (prefix == section and key in free):
+                continue
+            name = f"{prefix}.{key}" if prefix else key
+            if key not in saved or key not in current:
+                out.append(f"{name}: {'absent' if key not in saved else 'set'} in the checkpoint")
+            else:
+                out += _differences(saved[key], current[key], name)
+        return out
+    return [] if saved == current else [f"{prefix}: {saved!r} -> {current!r}"]
+
+
+def _saved_differences(cfg: ConfigContainer, folder: str) -> list[str]:
+    from bridge.checkpoint.paths import RUN_CONFIG_FILENAME
+    from bridge.config.yaml_io import load_yaml_text, to_container_dict
+
+    path = os.path.join(folder, RUN_CONFIG_FILENAME)
+    if not os.path.isfile(path):
+        return [f"{folder} has no {RUN_CONFIG_FILENAME}, so which run wrote it is unknown"]
+    try:
+        with open(path) as f:
+            saved = load_yaml_text(f.read(), path)
+    except (OSError, ValueError) as err:
+        return [f"{path} is unreadable ({err})"]
+    return _differences(saved, to_container_dict(cfg))
+
+
+def resume_plan(cfg: ConfigContainer) -> ResumePlan:
+    """Where this run starts, decided once (the dry run prints it, pretrain follows it).
+
+    checkpoint.load set: resume from it. Otherwise, when checkpoint.save already holds complete
+    checkpoints: resume from them if the newest one's run_config.yaml is this config (up to
+    RESUME_FREE_FIELDS), as Megatron-Bridge's recipes do by setting load = save; with
+    checkpoint.overwrite start from scratch and replace them; else a ConfigError before anything runs."""
+    from bridge.checkpoint.paths import checkpoint_dir, complete_iterations, tracked_or_none
+
+    c = cfg.checkpoint
+    iters = cfg.train.train_iters
+    if c.load:
+        return ResumePlan(load=c.load, source="checkpoint.load", train_iters=iters)
+    held = complete_iterations(c.save) if c.save else []
+    if not held:
+        return ResumePlan(load=None, source="scratch", train_iters=iters)
+    if c.overwrite:
+        return ResumePlan(load=None, source="overwrite", train_iters=iters)
+    tracked = tracked_or_none(c.save)
+    newest = tracked if tracked in held else held[-1]
+    differs = _saved_differences(cfg, str(checkpoint_dir(c.save, newest)))
+    if not differs:
+        return ResumePlan(load=c.save, source="checkpoint.save", iteration=newest, train_iters=iters)
+    shown = "; ".join(differs[:6]) + (f"; and {len(differs) - 6} more" if len(differs) > 6 else "")
+    raise config_error(
+        "checkpoint.save",
+        c.save,
+        f"holds checkpoints (iterations {', '.join(map(str, held))}) of another configuration ({shown}), "
+        "and checkpoint.load is not set: this run would replace them",
+        f"resume them with checkpoint.load={c.save}, give this run its own checkpoint.save, or replace "
+        "them with checkpoint.overwrite=true",
+    )

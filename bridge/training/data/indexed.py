@@ -6,10 +6,14 @@ from bridge.config.run_plan import DataPlan
 
 
 def build_indexed_datasets(data: DataPlan, tokenizer) -> list:
-    """Train / valid / test GPTDatasets (or BlendedDatasets); None for an empty split. Call on all ranks."""
+    """Train / valid / test GPTDatasets (or BlendedDatasets); None for an empty split. Call on all ranks.
+    Every token id is checked against the tokenizer's vocabulary first (token_ids)."""
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
+    from bridge.training.data.token_ids import check_indexed_token_ids
+
+    check_indexed_token_ids(list(data.paths), tokenizer.vocab_size)
     config = GPTDatasetConfig(
         random_seed=data.seed,
         sequence_length=data.seq_length,
