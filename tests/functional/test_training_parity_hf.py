@@ -26,7 +26,6 @@ from tests.functional.launch import REPO_ROOT, assert_ok, payloads, torchrun
 pytest.importorskip("megatron.core")
 pytest.importorskip("transformers")
 
-pytestmark = pytest.mark.slow
 
 WORKER = REPO_ROOT / "tests/functional/workers/training_parity_hf.py"
 LOSS_REL = 1e-5

@@ -17,6 +17,9 @@ SMOKE = {
         "HF -> Megatron TP=2 -> HF round trip of every family (2 ranks)"
     ),
     "test_run_recipe_dry_run.py": "the CLI's dry run (plain processes, no torch)",
+    "test_training_parity_hf.py": (
+        "training equals transformers + AdamW per iteration: TP=1/2(+SP), PP, DP, CP, fsdp2, EP, SFT, LoRA (1 + 2 ranks)"
+    ),
 }
 
 
