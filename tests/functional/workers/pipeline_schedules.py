@@ -44,6 +44,7 @@ def _refusals(common: list[str]) -> None:
     """The dry run's verdict is the launched run's, for every refused case."""
     import contextlib
     import io
+    import os
     from pathlib import Path
 
     from train_common import SHORT_RUN, TINY_MODEL
@@ -54,8 +55,15 @@ def _refusals(common: list[str]) -> None:
 
     def run(args: list[str]) -> tuple[int, str]:
         err = io.StringIO()
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            code = run_recipe.main(args)
+        # main() runs in-process many times here: report as a plain process does (rank 0 prints every
+        # line), not once per torchrun launch as bridge.cli.user_error does under torchrun
+        error_file = os.environ.pop("TORCHELASTIC_ERROR_FILE", None)
+        try:
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                code = run_recipe.main(args)
+        finally:
+            if error_file is not None:
+                os.environ["TORCHELASTIC_ERROR_FILE"] = error_file
         lines = [line for line in err.getvalue().splitlines() if line.startswith("error: ")]
         return code, lines[0] if lines else ""
 

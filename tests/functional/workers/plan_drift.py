@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -63,8 +64,15 @@ def run(args: list[str]) -> tuple[int, str]:
     import run_recipe
 
     err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        code = run_recipe.main(args)
+    # main() runs in-process many times here: report as a plain process does (rank 0 prints every
+    # line), not once per torchrun launch as bridge.cli.user_error does under torchrun
+    error_file = os.environ.pop("TORCHELASTIC_ERROR_FILE", None)
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = run_recipe.main(args)
+    finally:
+        if error_file is not None:
+            os.environ["TORCHELASTIC_ERROR_FILE"] = error_file
     errors = [line for line in err.getvalue().splitlines() if line.startswith("error: ")]
     return code, errors[0] if errors else ""
 
