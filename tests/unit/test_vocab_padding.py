@@ -10,28 +10,13 @@ from bridge.errors import ConfigError
 from bridge.models import GPTModelProvider
 from bridge.parallel.layout import ParallelLayout
 from bridge.parallel.param_count import params_per_rank
+from tests.unit.test_gpt_provider import tiny as gpt_provider_tiny
 
 
 def tiny(**overrides) -> GPTModelProvider:
-    fields = dict(
-        num_layers=2,
-        hidden_size=32,
-        ffn_hidden_size=64,
-        num_attention_heads=4,
-        num_query_groups=2,
-        vocab_size=100,
-        seq_length=16,
-        make_vocab_size_divisible_by=64,
-        normalization="RMSNorm",
-        activation_func="silu",
-        gated_linear_unit=True,
-        add_bias_linear=False,
-        position_embedding_type="rope",
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-    )
-    fields.update(overrides)
-    return GPTModelProvider(**fields)
+    """test_gpt_provider's tiny model, narrower, padding to multiples of 64 rows."""
+    fields = dict(hidden_size=32, ffn_hidden_size=64, make_vocab_size_divisible_by=64) | overrides
+    return gpt_provider_tiny(**fields)
 
 
 def test_padding_is_megatrons_rule_by_default_and_off_when_asked():

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from train_common import emit, reset_parallel_state, write_learnable_indexed_data
 
+from tests.finetune_fixtures import TINY_LLAMA
+
 VOCAB = 384
 SFT_RECORDS = 8  # = GLOBAL_BATCH: one step sees every record
 ITERS = 5
@@ -26,18 +28,7 @@ GLOBAL_BATCH = 8
 SEQ = 32
 LR, MIN_LR, WARMUP, WEIGHT_DECAY, CLIP = 3e-3, 3e-4, 2, 0.1, 1.0
 BETAS, EPS = (0.9, 0.95), 1e-8
-HF_LLAMA = dict(
-    vocab_size=VOCAB,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-    rms_norm_eps=1e-5,
-    tie_word_embeddings=False,
-    rope_theta=10000.0,
-)
+HF_LLAMA = {**TINY_LLAMA, "vocab_size": VOCAB}  # the README tiny model's shape, this vocabulary
 # A MoE family against transformers' own MoE class: 4 experts, top-2 renormalised; the router's
 # auxiliary loss is off on both sides (HF adds it only with output_router_logits; bridge's coefficient
 # is the recipe's 0).
