@@ -103,6 +103,13 @@ KNOWN_WARNINGS: tuple[KnownWarning, ...] = (
         "a CUDA stream setting: meaningless without CUDA",
         cpu_only=True,
     ),
+    KnownWarning(
+        r"MimoModelConfig is experimental and still under active development",
+        UserWarning,
+        r"megatron\.core\.models\.mimo\.config\.base_configs",
+        "megatron-core 0.19 warns when its multimodal package is imported (by its checkpoint code); bridge "
+        "builds no MIMO model",
+    ),
 )
 
 
@@ -121,6 +128,24 @@ KNOWN_LOG_RECORDS: tuple[KnownLogRecord, ...] = (
         r"GPTModel IS DEPRECATED\. GPTModel is only accepting critical bug fixes",
         "megatron-core 0.19 logs it for every GPTModel built (once per model chunk); bridge builds GPTModel "
         "on purpose (HybridModel is a different model class) and the user has nothing to change",
+    ),
+    KnownLogRecord(
+        "megatron.core.distributed.distributed_data_parallel",
+        r"DistributedDataParallel: full_param_layout not provided with use_distributed_optimizer=True",
+        "megatron-core 0.19 then computes the layout itself with DistributedOptimizer.compute_full_param_layout, "
+        "from the bucket size and groups only DDP knows: the same layout a caller would pass",
+    ),
+    KnownLogRecord(
+        "megatron.core.dist_checkpointing.strategies.torch",
+        r"MCore's async save is deprecated and will be removed in the future releases",
+        "megatron-core 0.19's synchronous torch_dist save goes through its own 'mcore' async request and logs "
+        "this on every first save; NVRx (nvidia-resiliency-ext) is a GPU-cluster package bridge does not install",
+    ),
+    KnownLogRecord(
+        "torch.utils.cpp_extension",
+        r"No CUDA runtime is found, using CUDA_HOME=",
+        "a CUDA build of torch on a machine without a GPU (Megatron-Core imports cpp_extension); bridge "
+        "compiles no extension there",
     ),
 )
 
