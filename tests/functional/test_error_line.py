@@ -96,23 +96,26 @@ def unsupported(tmp_path_factory):
 
 
 def test_refused_configs_show_one_error_line_in_every_launch(unsupported):
-    """5 refused configs x (torchrun, bridge run) x 2 and 4 ranks = 20 launches, plus plain python (the
-    dry run for 2 ranks: the same validation, so the same line as the 2-rank launches)."""
+    """5 refused configs, each under torchrun and `bridge run` (10 launches), the world sizes alternating so
+    that each launcher runs both 2 and 4 ranks; plus plain python (the dry run for 2 ranks: the same
+    validation, so the same line as the 2-rank launches)."""
     seen = {}
-    for name, (overrides, word) in REFUSED.items():
+    for index, (name, (overrides, word)) in enumerate(REFUSED.items()):
         args = [*RECIPE, *(o.format(unsupported=unsupported) for o in overrides)]
         if name == "unsupported architecture":
             args[2] = "llama32_1b_sft_config"  # a run started from a Hugging Face folder
         plain = _check(
             "python", _launch([], [*args, "--dry-run", "--world-size", "2", "--device", "cpu"]), word
         )
-        for nproc in (2, 4):
-            for kind in ("torchrun", "bridge run"):
-                line = _check(kind, _launch(_multi_rank(kind, nproc), args), word)
-                if nproc == 2:
-                    assert line == plain, (name, kind, line, plain)
-                seen[(name, kind, nproc)] = line
-    assert len(seen) == 20
+        for kind, nproc in (("torchrun", (2, 4)[index % 2]), ("bridge run", (4, 2)[index % 2])):
+            line = _check(kind, _launch(_multi_rank(kind, nproc), args), word)
+            if nproc == 2:
+                assert line == plain, (name, kind, line, plain)
+            seen[(name, kind, nproc)] = line
+    assert {(kind, nproc) for _, kind, nproc in seen} == {
+        (kind, nproc) for kind in ("torchrun", "bridge run") for nproc in (2, 4)
+    }
+    assert len(seen) == 10
 
 
 def test_conversion_and_generation_under_torchrun_show_one_error_line(tmp_path):
