@@ -130,6 +130,10 @@ def test_accepted_schedules_and_the_plan_they_make(overrides, world, engine, tor
         ([*pp(2, schedule="gpipe"), "model.calculate_per_token_loss=True",
           "distributed.scale_grads_in_schedule=True"], 2,
          r"distributed.scale_grads_in_schedule = True: with model.calculate_per_token_loss"),
+        (["model.calculate_per_token_loss=True", "distributed.strategy=megatron",
+          "distributed.average_in_collective=True"], 1,
+         r"distributed.average_in_collective = True: with model.calculate_per_token_loss .* \(Megatron-Core's "
+         r"DistributedDataParallel refuses the pair"),
         (pp(2, schedule="pipedream"), 2, r"distributed.pp_schedule = 'pipedream': must be one of 1f1b"),
     ],
 )  # fmt: skip

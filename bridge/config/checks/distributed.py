@@ -34,6 +34,15 @@ def check_distributed(cfg: ConfigContainer, layout: ParallelLayout, running: fro
             "set one of them: distributed.activation_checkpointing (full recompute) or model.recompute_*",
         )
     megatron_ddp = d.strategy in ("megatron", "megatron_fsdp")
+    if m.calculate_per_token_loss and d.strategy == "megatron" and d.average_in_collective:
+        raise config_error(
+            "distributed.average_in_collective",
+            True,
+            "with model.calculate_per_token_loss the gradients are summed across data-parallel ranks and divided "
+            "by the step's token count; averaging in the collective would divide them by the data-parallel size "
+            "as well (Megatron-Core's DistributedDataParallel refuses the pair)",
+            "set distributed.average_in_collective=false",
+        )
     if d.strategy == "megatron" and d.overlap_param_gather and not cfg.optimizer.use_distributed_optimizer:
         raise config_error(
             "distributed.overlap_param_gather",
