@@ -202,6 +202,30 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             eos_token_id=2,
         ),
     ),
+    # GLM-4.5 style: q/k/v biases, per-head q/k norms, RoPE over half of each head (head_dim 32 != hidden /
+    # heads), sigmoid + e_score_correction_bias (random here) routing in 2 groups of 4 (4 // 2 = 2: each
+    # group ranked by its top-2 sum), renormalised top-4, x2.5, a shared expert of 2 * 32, layer 0 dense.
+    "glm4_moe": (
+        "Glm4MoeConfig",
+        "Glm4MoeForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            head_dim=32,
+            attention_bias=True,
+            use_qk_norm=True,
+            partial_rotary_factor=0.5,
+            n_routed_experts=8,
+            num_experts_per_tok=4,
+            n_group=2,
+            topk_group=2,
+            n_shared_experts=2,
+            moe_intermediate_size=32,
+            routed_scaling_factor=2.5,
+            norm_topk_prob=True,
+            first_k_dense_replace=1,
+            num_nextn_predict_layers=0,
+        ),
+    ),
 }
 # The tiny models with routed experts (the EP=2 parity runs): those whose config counts experts.
 _EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
