@@ -185,6 +185,11 @@ PUBLISHED = {
         _GLM, hidden_size=4096, intermediate_size=10944, moe_intermediate_size=1408, num_hidden_layers=46,
         n_routed_experts=128, first_k_dense_replace=1, routed_scaling_factor=1.0, use_qk_norm=False,
         max_position_embeddings=131072)),
+    "minimax_m2": ("MiniMaxM2Config", dict(  # MiniMaxAI/MiniMax-M2
+        hidden_size=3072, intermediate_size=1536, num_hidden_layers=62, num_attention_heads=48,
+        num_key_value_heads=8, head_dim=128, rotary_dim=64, vocab_size=200064, max_position_embeddings=196608,
+        rms_norm_eps=1e-6, rope_theta=5000000.0, num_local_experts=256, num_experts_per_tok=8,
+        scoring_func="sigmoid", use_routing_bias=True, router_aux_loss_coef=0.001, tie_word_embeddings=False)),
 }  # fmt: skip
 # HF architecture of a config class, where it is not the class name with ForCausalLM for Config.
 ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
@@ -192,15 +197,15 @@ ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
 VOCAB_PADDING = {"phi3_mini_4k": 64, "gemma3_4b": 64, "gemma3_12b": 64, "gemma3_27b": 64}
 # Families whose presets are checked field by field against the provider the HF config converts to
 # (their math lives in fields the generic asserts below do not cover).
-CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3", "glm4")
+CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3", "glm4", "minimax_m2")
 # Presets whose config.json names its experts otherwise (n_routed_experts, moe_num_experts) and routes
 # by sigmoid + bias: checked against the provider their published config converts to (above) instead.
-OWN_EXPERT_KEYS = {"glm45", "glm46", "glm45_air"}
+OWN_EXPERT_KEYS = {"glm45", "glm46", "glm45_air", "minimax_m2"}
 QKV_BIAS = {"qwen25_7b", "qwen15_moe_a27b", "qwen2_57b_a14b"}
 DEEPSEEK = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
 # Megatron-Core builds 9600 / 14848 expert MLP modules for these (10-20 s on the meta device): their
 # count is the planner's formula, which equals the meta-device GPTModel on deepseek_v2_lite below.
-COUNTED_BY_FORMULA = {"deepseek_v2", "deepseek_v3", "glm45", "glm46", "glm45_air"}
+COUNTED_BY_FORMULA = {"deepseek_v2", "deepseek_v3", "glm45", "glm46", "glm45_air", "minimax_m2"}
 
 
 def test_every_preset_has_a_published_config():

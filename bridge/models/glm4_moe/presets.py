@@ -73,6 +73,5 @@ def glm45_air() -> GPTModelProvider:
         num_moe_experts=128,
         moe_ffn_hidden_size=1408,
         moe_shared_expert_intermediate_size=1408,
-        moe_layer_freq=_dense_first(1, 46),
-        moe_router_topk_scaling_factor=1.0,
+        moe_layer_freq=_dense_first(1, 46),  # routed weights unscaled (routed_scaling_factor 1.0)
     )

@@ -45,7 +45,8 @@ def sigmoid_routing_fields(
         moe_router_pre_softmax=False,
         moe_router_enable_expert_bias=True,
         moe_router_dtype="fp32",  # transformers computes the router logits in fp32
-        moe_router_topk_scaling_factor=float(scaling),
+        # None (the provider's default) for no scaling, so that a provider without it exports as is
+        moe_router_topk_scaling_factor=None if float(scaling) == 1.0 else float(scaling),
     )
     if not groups or groups == 1:
         return out  # one group: every expert is eligible

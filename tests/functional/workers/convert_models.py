@@ -226,6 +226,22 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             num_nextn_predict_layers=0,
         ),
     ),
+    # MiniMax-M2 style: q/k norms over whole projections (GQA: 2 heads per group), RoPE over 16 of 32 head
+    # dims (the released configs' rotary_dim key), sigmoid + e_score_correction_bias (random here) routing
+    # of 2 among 8 experts, renormalised.
+    "minimax_m2": (
+        "MiniMaxM2Config",
+        "MiniMaxM2ForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            head_dim=32,
+            rotary_dim=16,
+            rope_theta=5000.0,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            intermediate_size=32,
+        ),
+    ),
 }
 # The tiny models with routed experts (the EP=2 parity runs): those whose config counts experts.
 _EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
