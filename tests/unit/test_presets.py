@@ -24,6 +24,10 @@ _GLM45 = dict(
     _GLM, hidden_size=5120, intermediate_size=12288, moe_intermediate_size=1536, num_hidden_layers=92,
     n_routed_experts=160, first_k_dense_replace=3, routed_scaling_factor=2.5, use_qk_norm=True,
 )  # fmt: skip
+_ERNIE = dict(
+    head_dim=128, vocab_size=103424, max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=500000.0,
+    use_bias=False, moe_num_experts=64, moe_layer_interval=1, moe_norm_min=1e-12, router_aux_loss_coef=0.001,
+)  # fmt: skip
 PUBLISHED = {
     "llama2_7b": ("LlamaConfig", dict(  # meta-llama/Llama-2-7b-hf
         hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
@@ -190,6 +194,14 @@ PUBLISHED = {
         num_key_value_heads=8, head_dim=128, rotary_dim=64, vocab_size=200064, max_position_embeddings=196608,
         rms_norm_eps=1e-6, rope_theta=5000000.0, num_local_experts=256, num_experts_per_tok=8,
         scoring_func="sigmoid", use_routing_bias=True, router_aux_loss_coef=0.001, tie_word_embeddings=False)),
+    "ernie45_21b_a3b": ("Ernie4_5_MoeConfig", dict(  # baidu/ERNIE-4.5-21B-A3B-PT
+        _ERNIE, hidden_size=2560, intermediate_size=12288, num_hidden_layers=28, num_attention_heads=20,
+        num_key_value_heads=4, moe_intermediate_size=1536, moe_k=6, moe_num_shared_experts=2,
+        moe_layer_start_index=1, moe_layer_end_index=27, tie_word_embeddings=True)),
+    "ernie45_300b_a47b": ("Ernie4_5_MoeConfig", dict(  # baidu/ERNIE-4.5-300B-A47B-PT
+        _ERNIE, hidden_size=8192, intermediate_size=28672, num_hidden_layers=54, num_attention_heads=64,
+        num_key_value_heads=8, moe_intermediate_size=3584, moe_k=8, moe_num_shared_experts=0,
+        moe_layer_start_index=3, moe_layer_end_index=53, tie_word_embeddings=False)),
 }  # fmt: skip
 # HF architecture of a config class, where it is not the class name with ForCausalLM for Config.
 ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
@@ -197,15 +209,17 @@ ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
 VOCAB_PADDING = {"phi3_mini_4k": 64, "gemma3_4b": 64, "gemma3_12b": 64, "gemma3_27b": 64}
 # Families whose presets are checked field by field against the provider the HF config converts to
 # (their math lives in fields the generic asserts below do not cover).
-CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3", "glm4", "minimax_m2")
+CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3", "glm4", "minimax_m2", "ernie45")
 # Presets whose config.json names its experts otherwise (n_routed_experts, moe_num_experts) and routes
 # by sigmoid + bias: checked against the provider their published config converts to (above) instead.
-OWN_EXPERT_KEYS = {"glm45", "glm46", "glm45_air", "minimax_m2"}
+OWN_EXPERT_KEYS = {"glm45", "glm46", "glm45_air", "minimax_m2", "ernie45_21b_a3b", "ernie45_300b_a47b"}
 QKV_BIAS = {"qwen25_7b", "qwen15_moe_a27b", "qwen2_57b_a14b"}
 DEEPSEEK = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
 # Megatron-Core builds 9600 / 14848 expert MLP modules for these (10-20 s on the meta device): their
 # count is the planner's formula, which equals the meta-device GPTModel on deepseek_v2_lite below.
-COUNTED_BY_FORMULA = {"deepseek_v2", "deepseek_v3", "glm45", "glm46", "glm45_air", "minimax_m2"}
+COUNTED_BY_FORMULA = {
+    "deepseek_v2", "deepseek_v3", "glm45", "glm46", "glm45_air", "minimax_m2", "ernie45_21b_a3b", "ernie45_300b_a47b",
+}  # fmt: skip
 
 
 def test_every_preset_has_a_published_config():
@@ -335,7 +349,9 @@ def _hf_meta_param_count(name: str) -> int:
     config = getattr(transformers, cls)(**values)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
-    return sum(p.numel() for p in model.parameters())
+    # trainable ones: ERNIE 4.5's router correction bias is a frozen parameter there, a buffer in
+    # Megatron-Core (as in transformers' other families)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

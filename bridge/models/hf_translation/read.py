@@ -240,4 +240,6 @@ OPTIONAL_MATH_FIELDS = (
     "moe_router_dtype",
     "seq_len_interpolation_factor",
     "local_rotary_base",
+    "rotary_interleaved",
+    "moe_router_softmax_scores",
 )

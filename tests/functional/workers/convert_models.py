@@ -240,11 +240,33 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             num_local_experts=8,
             num_experts_per_tok=2,
             intermediate_size=32,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
+    # ERNIE 4.5 MoE style: interleaved RoPE, softmax routing with moe_statics.e_score_correction_bias
+    # (random here) for the choice, top-2 of 8 renormalised, a shared expert; layer 0 dense (start index
+    # 1); tied embeddings as the 21B.
+    "ernie4_5_moe": (
+        "Ernie4_5_MoeConfig",
+        "Ernie4_5_MoeForCausalLM",
+        dict(
+            tie_word_embeddings=True,
+            rope_theta=500000.0,
+            moe_num_experts=8,
+            moe_k=2,
+            moe_num_shared_experts=1,
+            moe_intermediate_size=32,
+            moe_layer_start_index=1,
+            moe_layer_interval=1,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
         ),
     ),
 }
 # The tiny models with routed experts (the EP=2 parity runs): those whose config counts experts.
-_EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+_EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 MOE_FAMILIES = tuple(f for f, (_, _, fields) in FAMILIES.items() if set(_EXPERT_COUNT_KEYS) & set(fields))
 
 
