@@ -21,11 +21,8 @@ def test_glm_reads_biases_qk_norms_partial_rope_groups_and_dense_layers():
     f = fields_of("glm4_moe")
     assert (f["add_qkv_bias"], f["qk_layernorm"], f["rotary_percent"]) == (True, True, 0.5)
     assert (f["moe_router_score_function"], f["moe_router_enable_expert_bias"]) == ("sigmoid", True)
-    assert (f["moe_router_num_groups"], f["moe_router_group_topk"], f["moe_router_topk_scaling_factor"]) == (
-        2,
-        2,
-        2.5,
-    )
+    assert (f["moe_router_num_groups"], f["moe_router_group_topk"]) == (4, 2)
+    assert f["moe_router_topk_scaling_factor"] == 2.5
     assert f["moe_shared_expert_intermediate_size"] == 64 and f["moe_layer_freq"] == [0, 1]
     plain = fields_of("glm4_moe", attention_bias=False, use_qk_norm=False, n_group=1, topk_group=1)
     assert not plain["add_qkv_bias"] and not plain["qk_layernorm"] and "moe_router_num_groups" not in plain

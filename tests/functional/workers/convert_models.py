@@ -203,8 +203,9 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
         ),
     ),
     # GLM-4.5 style: q/k/v biases, per-head q/k norms, RoPE over half of each head (head_dim 32 != hidden /
-    # heads), sigmoid + e_score_correction_bias (random here) routing in 2 groups of 4 (4 // 2 = 2: each
-    # group ranked by its top-2 sum), renormalised top-4, x2.5, a shared expert of 2 * 32, layer 0 dense.
+    # heads), sigmoid + e_score_correction_bias (random here) routing in 4 groups of 2, 2 groups per token
+    # (4 // 2 = 2: each group ranked by its top-2 sum), renormalised top-4, x2.5, a shared expert of 2 * 32,
+    # layer 0 dense.
     "glm4_moe": (
         "Glm4MoeConfig",
         "Glm4MoeForCausalLM",
@@ -216,7 +217,7 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             partial_rotary_factor=0.5,
             n_routed_experts=8,
             num_experts_per_tok=4,
-            n_group=2,
+            n_group=4,
             topk_group=2,
             n_shared_experts=2,
             moe_intermediate_size=32,
