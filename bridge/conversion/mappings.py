@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from bridge.errors import ConfigError
 
 Shape = tuple[int, ...]
-Index = tuple[slice, ...]
+Index = tuple[slice | None, ...]  # None: a new unit dimension (ReplicatedUnsqueezed)
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,20 @@ class Replicated(Mapping):
 
     def pieces(self, local, rank, size, dims):
         return [Piece(self.hf[0], _full(len(local)), _full(len(local)))]
+
+
+@dataclass(frozen=True)
+class ReplicatedUnsqueezed(Replicated):
+    """A replicated tensor the HF checkpoint holds with a leading dimension of 1 ([1, *shape], e.g. a
+    router bias kept per expert group with one group)."""
+
+    kind = "replicated_unsqueezed"
+
+    def hf_shapes(self, local, size, dims):
+        return {self.hf[0]: (1, *local)}
+
+    def pieces(self, local, rank, size, dims):
+        return [Piece(self.hf[0], _full(len(local) + 1), (None, *_full(len(local))))]
 
 
 @dataclass(frozen=True)
@@ -255,6 +269,7 @@ KINDS: dict[str, type[Mapping]] = {
     k.kind: k
     for k in (
         Replicated,
+        ReplicatedUnsqueezed,
         ColumnParallel,
         RowParallel,
         VocabParallel,
@@ -267,6 +282,7 @@ KINDS: dict[str, type[Mapping]] = {
 # How many HF tensors each kind takes (the family tables are checked against it at load).
 HF_ARITY = {
     "replicated": 1,
+    "replicated_unsqueezed": 1,
     "column": 1,
     "row": 1,
     "vocab": 1,

@@ -173,7 +173,7 @@ def local_params(chunks: list[torch.nn.Module], family: Family, hf_vocab_size: i
             rule, mapping = found
             expert = rule.is_expert
             rank, size = (ranks.etp, ranks.etp_size) if expert else (ranks.tp, ranks.tp_size)
-            if mapping.kind == "replicated":
+            if mapping.kind in ("replicated", "replicated_unsqueezed"):
                 rank, size = 0, 1
             if lookup != name:
                 mapping = type(mapping)(name, mapping.hf)

@@ -113,6 +113,10 @@ class GPTModelProvider(TransformerFields):
     # layers keep rotary_base and seq_len_interpolation_factor (Gemma 3's rope_local_base_freq).
     local_rotary_base: float | None = None
     scale_embeddings_by_sqrt_hidden: bool = False  # embeddings * sqrt(hidden_size), in their dtype (Gemma)
+    # The MoE router's sigmoid scores are the softmax probabilities (its logits -> logit(softmax)): with
+    # moe_router_score_function="sigmoid" and moe_router_enable_expert_bias, experts are chosen by
+    # probability + expert bias and weighted by the chosen probabilities renormalised (ERNIE 4.5).
+    moe_router_softmax_scores: bool = False
 
     def __setattr__(self, name: str, value: Any) -> None:
         # A typo (provider.num_layer = 4) must fail, not create a new attribute nobody reads.
@@ -139,6 +143,7 @@ class GPTModelProvider(TransformerFields):
             qk_layernorm_scope=self.qk_layernorm_scope,
             attn_logit_softcapping=self.attn_logit_softcapping,
             local_rotary_base=self.local_rotary_base,
+            moe_router_softmax_scores=self.moe_router_softmax_scores,
         )
 
     def model_shape(self) -> ModelShape:

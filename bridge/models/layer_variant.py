@@ -13,6 +13,8 @@ norms. Some families place their norms elsewhere or score attention differently:
   * local_rotary_base (Gemma 3): the sliding-window layers rotate q/k with a RoPE of this base, the
     others with GPTModel's (bridge.models.local_rope_attention); their core attention is the explicit
     one of bridge.models.softcap_attention without a cap (per-layer windows, which sdpa has not).
+  * moe_router_softmax_scores (ERNIE 4.5): the MoE router's sigmoid scores are softmax probabilities,
+    so Megatron-Core's expert bias applies to them (bridge.models.softmax_score_router).
 Transformer Engine's spec has none of these, so a non-default variant always gets the local spec
 (Megatron-Core's own modules, on CPU or CUDA alike; see bridge.models.specs.uses_te_spec).
 """
@@ -28,6 +30,7 @@ class LayerVariant:
     qk_layernorm_scope: str = "head"  # "head" | "projection"
     attn_logit_softcapping: float | None = None
     local_rotary_base: float | None = None
+    moe_router_softmax_scores: bool = False
 
     @property
     def explicit_attention(self) -> bool:

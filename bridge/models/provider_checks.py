@@ -214,6 +214,14 @@ def check_layer_variant(p: GPTModelProvider) -> None:
                 name, value, "must be positive or None (no soft-capping)", "use e.g. 50.0 or None"
             )
     _check_local_rotary_base(p)
+    if p.moe_router_softmax_scores and p.moe_router_score_function != "sigmoid":
+        raise model_error(
+            "moe_router_softmax_scores",
+            True,
+            "turns the sigmoid router's scores into softmax probabilities (bridge.models.softmax_score_router), "
+            f"and moe_router_score_function={p.moe_router_score_function!r} is not that router",
+            "set model.moe_router_score_function=sigmoid, or model.moe_router_softmax_scores=False",
+        )
 
 
 def _check_local_rotary_base(p: GPTModelProvider) -> None:

@@ -1,7 +1,8 @@
 """The local layer spec with a family's layer variant (bridge.models.layer_variant) swapped in:
 the output norms of post / sandwich placement (bridge.models.post_norm), projection-wide q/k norms
-(bridge.models.qk_norm), soft-capped attention (bridge.models.softcap_attention) and per-layer RoPE
-(bridge.models.local_rope_attention). Walks the
+(bridge.models.qk_norm), soft-capped attention (bridge.models.softcap_attention), per-layer RoPE
+(bridge.models.local_rope_attention) and the softmax-score MoE router (bridge.models.softmax_score_router).
+Walks the
 ModuleSpecs of Megatron-Core 0.16.1 and the functools.partial builders of 0.19.2 alike."""
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def with_layer_variant(block, variant):
     from bridge.models.post_norm import row_parallel_linear_with_post_norm
     from bridge.models.qk_norm import KeyProjectionRMSNorm, QueryProjectionRMSNorm
     from bridge.models.softcap_attention import SoftcapAttention
+    from bridge.models.softmax_score_router import SoftmaxScoreRouter
 
     post_linear = row_parallel_linear_with_post_norm()
     swapped = {}  # the same layer spec object repeats for every layer: swap it once
@@ -66,6 +68,8 @@ def with_layer_variant(block, variant):
             attention = _with_module(
                 attention, LocalRopeSelfAttention, local_rotary_base=variant.local_rotary_base
             )
+        if variant.moe_router_softmax_scores and hasattr(_submodules(mlp), "router"):
+            mlp = _with_submodules(mlp, router=SoftmaxScoreRouter)  # MoE layers only
         changes = dict(self_attention=attention, mlp=mlp)
         if not variant.pre_norms:
             changes |= {"input_layernorm": IdentityOp, "pre_mlp_layernorm": IdentityOp}

@@ -268,6 +268,9 @@ def test_unsupported_architecture(sources, tmp_path):
             "Qwen3ForCausalLM",
             "Qwen3MoeForCausalLM",
             "Olmo2ForCausalLM",
+            "Glm4MoeForCausalLM",
+            "Ernie4_5_MoeForCausalLM",
+            "MiniMaxM2ForCausalLM",
         ]
     )
 

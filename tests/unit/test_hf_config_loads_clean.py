@@ -83,8 +83,9 @@ def test_a_from_scratch_llama3_config_loads_clean(tmp_path):
 @pytest.mark.parametrize("family", list(TINY_MODELS))  # every family's tiny-model test data
 def test_every_familys_written_config_loads_clean(family, tmp_path):
     # configs only (no weights), with a vocabulary holding the class-default special token ids (Phi-3's
-    # eos 32000, OLMo 2's 50279), which config.json leaves to transformers' class defaults
-    hf = make_hf_config(family, vocab_size=50304)
+    # eos 32000, OLMo 2's 50279, MiniMax-M2's bos 200034), which config.json leaves to transformers' class
+    # defaults
+    hf = make_hf_config(family, vocab_size=200064 if family == "minimax_m2" else 50304)
     fam = family_for(hf.architectures)
     fields = provider_fields(hf, fam)
     written = hf_config_dict(GPTModelProvider(**fields), fam, hf.architectures[0])

@@ -318,3 +318,25 @@ def test_te_fused_norm_linear_gets_the_normed_input(normalization, zero_centered
     # merged weight reproduces the adapted layer on normed inputs
     merged = adapter.merged_weight(base)
     assert (F.linear(n, merged, base.bias) - got).abs().max().item() <= 1e-5
+
+
+# Mixture-of-experts families with attention biases (GLM-4.5), whole-projection q/k norms after the
+# projections (MiniMax-M2) or interleaved RoPE and dense first layers (ERNIE 4.5): LoRA on attention.
+@pytest.mark.parametrize("family", ["glm4_moe", "minimax_m2", "ernie4_5_moe"])
+def test_moe_family_attention_adapter_matches_peft(family, tmp_path):
+    save_hf_model(family, tmp_path / family)
+    folder = tmp_path / family
+    bridge, chunk = _build(folder, _peft("lora", target_modules=["linear_qkv", "linear_proj"]))
+    _randomize(chunk)
+    toks = tokens()
+    ours = megatron_logits(chunk, toks)
+    bridge.save_hf_adapter([chunk], tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    ref = hf_logits(_peft_model(folder, tmp_path / "adapter"), toks)
+    diff = (ours - ref).abs().max().item()
+    print(f"\n{family} lora (attention): max |bridge - peft| logits = {diff:.2e}")
+    assert diff <= 1e-5, diff
+    from transformers import AutoModelForCausalLM
+
+    assert (ref - hf_logits(AutoModelForCausalLM.from_pretrained(folder), toks)).abs().max() > 1e-2

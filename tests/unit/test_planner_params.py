@@ -8,6 +8,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from bridge.cli.plan import shape_from_hf_config  # noqa: E402
+from bridge.models import preset  # noqa: E402
 from bridge.parallel.layout import ParallelLayout  # noqa: E402
 from bridge.parallel.param_count import count_parameters, padded_vocab_size, params_per_rank  # noqa: E402
 from tests.unit.published_shapes import (  # noqa: E402
@@ -252,6 +253,68 @@ CONFIGS = {
             model_type="gemma2",
         ),
     ),
+    # zai-org/GLM-4.5-Air (q/k/v biases, partial RoPE, a dense first layer, a shared expert)
+    "glm45_air": (
+        "Glm4MoeConfig",
+        "Glm4MoeForCausalLM",
+        dict(
+            vocab_size=151552,
+            hidden_size=4096,
+            intermediate_size=10944,
+            moe_intermediate_size=1408,
+            num_hidden_layers=46,
+            num_attention_heads=96,
+            num_key_value_heads=8,
+            head_dim=128,
+            attention_bias=True,
+            partial_rotary_factor=0.5,
+            n_routed_experts=128,
+            n_shared_experts=1,
+            num_experts_per_tok=8,
+            first_k_dense_replace=1,
+            tie_word_embeddings=False,
+            model_type="glm4_moe",
+        ),
+    ),
+    # MiniMaxAI/MiniMax-M2 (q/k norms over whole projections, 256 experts)
+    "minimax_m2": (
+        "MiniMaxM2Config",
+        "MiniMaxM2ForCausalLM",
+        dict(
+            vocab_size=200064,
+            hidden_size=3072,
+            intermediate_size=1536,
+            num_hidden_layers=62,
+            num_attention_heads=48,
+            num_key_value_heads=8,
+            head_dim=128,
+            rotary_dim=64,
+            num_local_experts=256,
+            num_experts_per_tok=8,
+            tie_word_embeddings=False,
+            model_type="minimax_m2",
+        ),
+    ),
+    # baidu/ERNIE-4.5-21B-A3B-PT (tied embeddings, a dense first layer, 2 shared experts)
+    "ernie45_21b_a3b": (
+        "Ernie4_5_MoeConfig",
+        "Ernie4_5_MoeForCausalLM",
+        dict(
+            vocab_size=103424,
+            hidden_size=2560,
+            intermediate_size=12288,
+            moe_intermediate_size=1536,
+            num_hidden_layers=28,
+            num_attention_heads=20,
+            num_key_value_heads=4,
+            moe_num_experts=64,
+            moe_k=6,
+            moe_num_shared_experts=2,
+            moe_layer_start_index=1,
+            tie_word_embeddings=True,
+            model_type="ernie4_5_moe",
+        ),
+    ),
     # deepseek-ai/DeepSeek-V2-Lite and DeepSeek-V3 (multi-latent attention; V2-Lite without q compression)
     "deepseek_v2_lite": ("DeepseekV2Config", "DeepseekV2ForCausalLM", DEEPSEEK_V2_LITE_HF),
     "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM", DEEPSEEK_V3_HF),
@@ -291,6 +354,10 @@ SHAPES = {
     "qwen3_moe_partly_dense": replace(
         QWEN3_30B_A3B, moe_layer_freq=tuple(int(i not in (0, 1, 47)) for i in range(48))
     ),
+    # the presets' shapes (their published values are checked in test_presets)
+    "glm45_air": preset("glm45_air").model_shape(),
+    "minimax_m2": preset("minimax_m2").model_shape(),
+    "ernie45_21b_a3b": preset("ernie45_21b_a3b").model_shape(),
 }
 
 
@@ -300,7 +367,9 @@ def _hf_counts(name):
     config = getattr(transformers, config_cls)(**values)
     with torch.device("meta"):
         model = getattr(transformers, model_cls)(config)
-    total = sum(p.numel() for p in model.parameters())
+    # trainable ones: ERNIE 4.5's router correction bias is a frozen parameter there, a buffer in
+    # Megatron-Core (as in transformers' other families)
+    total = sum(p.numel() for p in model.parameters() if p.requires_grad)
     active = total
     experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
     if experts:

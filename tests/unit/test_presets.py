@@ -14,6 +14,20 @@ _V2_YARN = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 40
             "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}  # fmt: skip
 
 # The published config.json values (the fields that shape the model or change its math).
+_GLM = dict(
+    num_attention_heads=96, num_key_value_heads=8, head_dim=128, vocab_size=151552, rms_norm_eps=1e-5,
+    rope_theta=1000000.0, partial_rotary_factor=0.5, attention_bias=True, n_shared_experts=1,
+    num_experts_per_tok=8, n_group=1, topk_group=1, norm_topk_prob=True, num_nextn_predict_layers=1,
+    tie_word_embeddings=False,
+)  # fmt: skip
+_GLM45 = dict(
+    _GLM, hidden_size=5120, intermediate_size=12288, moe_intermediate_size=1536, num_hidden_layers=92,
+    n_routed_experts=160, first_k_dense_replace=3, routed_scaling_factor=2.5, use_qk_norm=True,
+)  # fmt: skip
+_ERNIE = dict(
+    head_dim=128, vocab_size=103424, max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=500000.0,
+    use_bias=False, moe_num_experts=64, moe_layer_interval=1, moe_norm_min=1e-12, router_aux_loss_coef=0.001,
+)  # fmt: skip
 PUBLISHED = {
     "llama2_7b": ("LlamaConfig", dict(  # meta-llama/Llama-2-7b-hf
         hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
@@ -168,6 +182,26 @@ PUBLISHED = {
         rms_norm_eps=1e-6, rope_theta=1000000.0, rope_local_base_freq=10000.0, tie_word_embeddings=True,
         rope_scaling={"rope_type": "linear", "factor": 8.0}, query_pre_attn_scalar=168,
         sliding_window=1024, sliding_window_pattern=6, hidden_activation="gelu_pytorch_tanh")),
+    # GLM-4.5 / 4.6 (355B) and GLM-4.5-Air (106B); 4.6 differs from 4.5 in its context only.
+    "glm45": ("Glm4MoeConfig", dict(_GLM45, max_position_embeddings=131072)),  # zai-org/GLM-4.5
+    "glm46": ("Glm4MoeConfig", dict(_GLM45, max_position_embeddings=202752)),  # zai-org/GLM-4.6
+    "glm45_air": ("Glm4MoeConfig", dict(  # zai-org/GLM-4.5-Air
+        _GLM, hidden_size=4096, intermediate_size=10944, moe_intermediate_size=1408, num_hidden_layers=46,
+        n_routed_experts=128, first_k_dense_replace=1, routed_scaling_factor=1.0, use_qk_norm=False,
+        max_position_embeddings=131072)),
+    "minimax_m2": ("MiniMaxM2Config", dict(  # MiniMaxAI/MiniMax-M2
+        hidden_size=3072, intermediate_size=1536, num_hidden_layers=62, num_attention_heads=48,
+        num_key_value_heads=8, head_dim=128, rotary_dim=64, vocab_size=200064, max_position_embeddings=196608,
+        rms_norm_eps=1e-6, rope_theta=5000000.0, num_local_experts=256, num_experts_per_tok=8,
+        scoring_func="sigmoid", use_routing_bias=True, router_aux_loss_coef=0.001, tie_word_embeddings=False)),
+    "ernie45_21b_a3b": ("Ernie4_5_MoeConfig", dict(  # baidu/ERNIE-4.5-21B-A3B-PT
+        _ERNIE, hidden_size=2560, intermediate_size=12288, num_hidden_layers=28, num_attention_heads=20,
+        num_key_value_heads=4, moe_intermediate_size=1536, moe_k=6, moe_num_shared_experts=2,
+        moe_layer_start_index=1, moe_layer_end_index=27, tie_word_embeddings=True)),
+    "ernie45_300b_a47b": ("Ernie4_5_MoeConfig", dict(  # baidu/ERNIE-4.5-300B-A47B-PT
+        _ERNIE, hidden_size=8192, intermediate_size=28672, num_hidden_layers=54, num_attention_heads=64,
+        num_key_value_heads=8, moe_intermediate_size=3584, moe_k=8, moe_num_shared_experts=0,
+        moe_layer_start_index=3, moe_layer_end_index=53, tie_word_embeddings=False)),
 }  # fmt: skip
 # HF architecture of a config class, where it is not the class name with ForCausalLM for Config.
 ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
@@ -175,12 +209,17 @@ ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
 VOCAB_PADDING = {"phi3_mini_4k": 64, "gemma3_4b": 64, "gemma3_12b": 64, "gemma3_27b": 64}
 # Families whose presets are checked field by field against the provider the HF config converts to
 # (their math lives in fields the generic asserts below do not cover).
-CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3")
+CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3", "glm4", "minimax_m2", "ernie45")
+# Presets whose config.json names its experts otherwise (n_routed_experts, moe_num_experts) and routes
+# by sigmoid + bias: checked against the provider their published config converts to (above) instead.
+OWN_EXPERT_KEYS = {"glm45", "glm46", "glm45_air", "minimax_m2", "ernie45_21b_a3b", "ernie45_300b_a47b"}
 QKV_BIAS = {"qwen25_7b", "qwen15_moe_a27b", "qwen2_57b_a14b"}
 DEEPSEEK = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
 # Megatron-Core builds 9600 / 14848 expert MLP modules for these (10-20 s on the meta device): their
 # count is the planner's formula, which equals the meta-device GPTModel on deepseek_v2_lite below.
-COUNTED_BY_FORMULA = {"deepseek_v2", "deepseek_v3"}
+COUNTED_BY_FORMULA = {
+    "deepseek_v2", "deepseek_v3", "glm45", "glm46", "glm45_air", "minimax_m2", "ernie45_21b_a3b", "ernie45_300b_a47b",
+}  # fmt: skip
 
 
 def test_every_preset_has_a_published_config():
@@ -226,7 +265,7 @@ def test_deepseek_preset_math_equals_what_the_published_config_converts_to(name,
     p.finalize()
 
 
-@pytest.mark.parametrize("name", sorted(set(PRESETS) - DEEPSEEK))
+@pytest.mark.parametrize("name", sorted(set(PRESETS) - DEEPSEEK - OWN_EXPERT_KEYS))
 def test_preset_values_equal_published_config(name):
     _, hf = PUBLISHED[name]
     p = preset(name)
@@ -289,6 +328,8 @@ def test_preset_equals_the_provider_its_published_config_converts_to(name):
     have = {k: getattr(p, k) for k in fields} | {"kv_channels": p.effective_kv_channels()}
     differ = {k: (have[k], v) for k, v in fields.items() if k not in _NOT_MATH and have[k] != v}
     assert not differ, differ
+    if name in OWN_EXPERT_KEYS:  # the context length too (GLM-4.6 differs from 4.5 in it only)
+        assert p.seq_length == fields["seq_length"]
 
 
 @pytest.fixture(scope="module")
@@ -308,7 +349,9 @@ def _hf_meta_param_count(name: str) -> int:
     config = getattr(transformers, cls)(**values)
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
-    return sum(p.numel() for p in model.parameters())
+    # trainable ones: ERNIE 4.5's router correction bias is a frozen parameter there, a buffer in
+    # Megatron-Core (as in transformers' other families)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -353,6 +396,22 @@ def test_mla_parameter_formula_equals_the_built_model(single_process_groups):
         preset("deepseek_v3"), num_layers=3, moe_layer_freq=[0, 1, 1], num_moe_experts=16, moe_router_topk=4,
         moe_router_num_groups=4, moe_router_group_topk=2,
     )  # fmt: skip
+    provider.perform_initialization = False
+    with torch.device("meta"):
+        model = provider.provide()
+    assert count_parameters(provider.model_shape()).total == sum(p.numel() for p in model.parameters())
+
+
+def test_sigmoid_routed_parameter_formula_equals_the_built_model(single_process_groups):
+    # GLM-4.5's layers (q/k/v biases, q/k norms, expert bias, a shared expert, a dense first layer),
+    # fewer of them and fewer experts so that Megatron-Core builds it on the meta device quickly.
+    import dataclasses
+
+    from bridge.parallel.param_count import count_parameters
+
+    provider = dataclasses.replace(
+        preset("glm45"), num_layers=3, moe_layer_freq=[0, 1, 1], num_moe_experts=16
+    )
     provider.perform_initialization = False
     with torch.device("meta"):
         model = provider.provide()

@@ -116,7 +116,8 @@ def _check_common(cfg: Any, family: TranslatedFamily) -> None:
             "biases on the MLP are not part of these families",
             "convert a model without them",
         )
-    if get(cfg, "attention_bias", False) and not family.provider_fields.get("add_qkv_bias"):
+    own_bias = rules.own_attention_bias or family.provider_fields.get("add_qkv_bias")
+    if get(cfg, "attention_bias", False) and not own_bias:
         raise refuse(
             "attention_bias",
             True,
@@ -239,4 +240,6 @@ OPTIONAL_MATH_FIELDS = (
     "moe_router_dtype",
     "seq_len_interpolation_factor",
     "local_rotary_base",
+    "rotary_interleaved",
+    "moe_router_softmax_scores",
 )

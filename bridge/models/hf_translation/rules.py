@@ -8,6 +8,8 @@ data
                     reads whose default is not derived from other fields (a config.json is read as JSON
                     with these; transformers is imported only for a model type missing from every family)
   OWN_ACTIVATION    True: the family reads its activation itself (the generic silu check is skipped)
+  OWN_ATTENTION_BIAS  True: the family reads attention_bias itself (a switch for q/k/v biases, set by
+                    its provider_fields), so the generic refusal of attention biases is skipped
   ROPE_TYPE_NOTES   {rope_type: (why, fix)}: what the generic RoPE refusal adds for those rope types
 functions (cfg: a config.json dict or a PretrainedConfig; p: a GPTModelProvider)
   check(cfg)              extra refusals, before anything is read
@@ -40,6 +42,7 @@ class FamilyRules:
     module: str | None = None  # the hf_config module they come from (None: the generic rules only)
     class_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     own_activation: bool = False
+    own_attention_bias: bool = False
     rope_type_notes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     check: Callable[[Any], None] | None = None
     rope_fields: Callable[[Any], Fields] | None = None
@@ -68,6 +71,7 @@ class FamilyRules:
             module=module.__name__,
             class_defaults=dict(getattr(module, "CLASS_DEFAULTS", {})),
             own_activation=bool(getattr(module, "OWN_ACTIVATION", False)),
+            own_attention_bias=bool(getattr(module, "OWN_ATTENTION_BIAS", False)),
             rope_type_notes=dict(getattr(module, "ROPE_TYPE_NOTES", {})),
             **{name: getattr(module, name, None) for name in hooks},
         )

@@ -59,14 +59,19 @@ def _base_config_dict(p: Any, family: TranslatedFamily, architecture: str) -> di
 
 
 def _moe_config_dict(p: Any) -> dict[str, Any]:
-    """The expert keys under their common names (num_experts, moe_intermediate_size, ...)."""
+    """The expert keys under their common names (num_experts, moe_intermediate_size, ...); a family
+    naming its experts otherwise (moe_hf_fields) writes its shared experts itself."""
     return {
         "num_experts": p.num_moe_experts,
         "moe_intermediate_size": p.moe_ffn_hidden_size,
         "norm_topk_prob": not p.moe_router_pre_softmax,
         "decoder_sparse_step": 1,
         "mlp_only_layers": dense_layers(p),
-    }
+    } | (
+        {"shared_expert_intermediate_size": p.moe_shared_expert_intermediate_size}
+        if p.moe_shared_expert_intermediate_size
+        else {}
+    )
 
 
 def hf_config_dict(provider: Any, family: TranslatedFamily, architecture: str) -> dict[str, Any]:
@@ -100,8 +105,6 @@ def hf_config_dict(provider: Any, family: TranslatedFamily, architecture: str) -
         out["num_experts_per_tok"] = p.moe_router_topk
         out["router_aux_loss_coef"] = p.moe_aux_loss_coeff
         out |= rules.moe_hf_fields(p) if rules.moe_hf_fields is not None else _moe_config_dict(p)
-        if p.moe_shared_expert_intermediate_size:
-            out["shared_expert_intermediate_size"] = p.moe_shared_expert_intermediate_size
     if rules.hf_fields is not None:
         out.update(rules.hf_fields(p))
     return _read_back_checked(p, family, architecture, out)

@@ -202,9 +202,72 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             eos_token_id=2,
         ),
     ),
+    # GLM-4.5 style: q/k/v biases, per-head q/k norms, RoPE over half of each head (head_dim 32 != hidden /
+    # heads), sigmoid + e_score_correction_bias (random here) routing in 4 groups of 2, 2 groups per token
+    # (4 // 2 = 2: each group ranked by its top-2 sum), renormalised top-4, x2.5, a shared expert of 2 * 32,
+    # layer 0 dense.
+    "glm4_moe": (
+        "Glm4MoeConfig",
+        "Glm4MoeForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            head_dim=32,
+            attention_bias=True,
+            use_qk_norm=True,
+            partial_rotary_factor=0.5,
+            n_routed_experts=8,
+            num_experts_per_tok=4,
+            n_group=4,
+            topk_group=2,
+            n_shared_experts=2,
+            moe_intermediate_size=32,
+            routed_scaling_factor=2.5,
+            norm_topk_prob=True,
+            first_k_dense_replace=1,
+            num_nextn_predict_layers=0,
+        ),
+    ),
+    # MiniMax-M2 style: q/k norms over whole projections (GQA: 2 heads per group), RoPE over 16 of 32 head
+    # dims (the released configs' rotary_dim key), sigmoid + e_score_correction_bias (random here) routing
+    # of 2 among 8 experts, renormalised.
+    "minimax_m2": (
+        "MiniMaxM2Config",
+        "MiniMaxM2ForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            head_dim=32,
+            rotary_dim=16,
+            rope_theta=5000.0,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            intermediate_size=32,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
+    # ERNIE 4.5 MoE style: interleaved RoPE, softmax routing with moe_statics.e_score_correction_bias
+    # (random here) for the choice, top-2 of 8 renormalised, a shared expert; layer 0 dense (start index
+    # 1); tied embeddings as the 21B.
+    "ernie4_5_moe": (
+        "Ernie4_5_MoeConfig",
+        "Ernie4_5_MoeForCausalLM",
+        dict(
+            tie_word_embeddings=True,
+            rope_theta=500000.0,
+            moe_num_experts=8,
+            moe_k=2,
+            moe_num_shared_experts=1,
+            moe_intermediate_size=32,
+            moe_layer_start_index=1,
+            moe_layer_interval=1,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
 }
 # The tiny models with routed experts (the EP=2 parity runs): those whose config counts experts.
-_EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+_EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 MOE_FAMILIES = tuple(f for f, (_, _, fields) in FAMILIES.items() if set(_EXPERT_COUNT_KEYS) & set(fields))
 
 
