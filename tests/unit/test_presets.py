@@ -168,6 +168,11 @@ PUBLISHED = {
         rms_norm_eps=1e-6, rope_theta=1000000.0, rope_local_base_freq=10000.0, tie_word_embeddings=True,
         rope_scaling={"rope_type": "linear", "factor": 8.0}, query_pre_attn_scalar=168,
         sliding_window=1024, sliding_window_pattern=6, hidden_activation="gelu_pytorch_tanh")),
+    "smollm3_3b": ("SmolLM3Config", dict(  # HuggingFaceTB/SmolLM3-3B
+        hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
+        num_key_value_heads=4, vocab_size=128256, max_position_embeddings=65536, rms_norm_eps=1e-6,
+        rope_theta=5000000.0, tie_word_embeddings=True, no_rope_layer_interval=4,
+        use_sliding_window=False, sliding_window=None)),
 }  # fmt: skip
 # HF architecture of a config class, where it is not the class name with ForCausalLM for Config.
 ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
@@ -175,7 +180,7 @@ ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
 VOCAB_PADDING = {"phi3_mini_4k": 64, "gemma3_4b": 64, "gemma3_12b": 64, "gemma3_27b": 64}
 # Families whose presets are checked field by field against the provider the HF config converts to
 # (their math lives in fields the generic asserts below do not cover).
-CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3")
+CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3", "smollm3")
 QKV_BIAS = {"qwen25_7b", "qwen15_moe_a27b", "qwen2_57b_a14b"}
 DEEPSEEK = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
 # Megatron-Core builds 9600 / 14848 expert MLP modules for these (10-20 s on the meta device): their

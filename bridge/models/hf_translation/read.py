@@ -239,4 +239,5 @@ OPTIONAL_MATH_FIELDS = (
     "moe_router_dtype",
     "seq_len_interpolation_factor",
     "local_rotary_base",
+    "no_rope_freq",
 )

@@ -202,6 +202,12 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             eos_token_id=2,
         ),
     ),
+    # SmolLM3: layer 1 (every 2nd) attends without RoPE; tied embeddings as published.
+    "smollm3": (
+        "SmolLM3Config",
+        "SmolLM3ForCausalLM",
+        dict(tie_word_embeddings=True, no_rope_layer_interval=2, rope_theta=5000.0, pad_token_id=0),
+    ),
 }
 # The tiny models with routed experts (the EP=2 parity runs): those whose config counts experts.
 _EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
