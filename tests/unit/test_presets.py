@@ -14,6 +14,10 @@ _V2_YARN = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 40
             "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}  # fmt: skip
 
 # The published config.json values (the fields that shape the model or change its math).
+_EXAONE4_ROPE = {  # EXAONE 4.0: llama3 scaling
+    "rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}  # fmt: skip
 PUBLISHED = {
     "llama2_7b": ("LlamaConfig", dict(  # meta-llama/Llama-2-7b-hf
         hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
@@ -173,6 +177,17 @@ PUBLISHED = {
         num_key_value_heads=4, vocab_size=128256, max_position_embeddings=65536, rms_norm_eps=1e-6,
         rope_theta=5000000.0, tie_word_embeddings=True, no_rope_layer_interval=4,
         use_sliding_window=False, sliding_window=None)),
+    "exaone4_1p2b": ("Exaone4Config", dict(  # LGAI-EXAONE/EXAONE-4.0-1.2B
+        hidden_size=2048, intermediate_size=4096, num_hidden_layers=30, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=64, vocab_size=102400, max_position_embeddings=65536,
+        rms_norm_eps=1e-5, rope_theta=1000000.0, rope_scaling=_EXAONE4_ROPE, tie_word_embeddings=True,
+        sliding_window=None, layer_types=["full_attention"] * 30)),
+    "exaone4_32b": ("Exaone4Config", dict(  # LGAI-EXAONE/EXAONE-4.0-32B
+        hidden_size=5120, intermediate_size=27392, num_hidden_layers=64, num_attention_heads=40,
+        num_key_value_heads=8, head_dim=128, vocab_size=102400, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, rope_theta=1000000.0, rope_scaling=_EXAONE4_ROPE, tie_word_embeddings=False,
+        sliding_window=4096, sliding_window_pattern="LLLG",
+        layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 16)),
 }  # fmt: skip
 # HF architecture of a config class, where it is not the class name with ForCausalLM for Config.
 ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
@@ -180,7 +195,7 @@ ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
 VOCAB_PADDING = {"phi3_mini_4k": 64, "gemma3_4b": 64, "gemma3_12b": 64, "gemma3_27b": 64}
 # Families whose presets are checked field by field against the provider the HF config converts to
 # (their math lives in fields the generic asserts below do not cover).
-CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3", "smollm3")
+CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3", "smollm3", "exaone4")
 QKV_BIAS = {"qwen25_7b", "qwen15_moe_a27b", "qwen2_57b_a14b"}
 DEEPSEEK = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
 # Megatron-Core builds 9600 / 14848 expert MLP modules for these (10-20 s on the meta device): their
@@ -250,7 +265,7 @@ def test_preset_values_equal_published_config(name):
     assert (p.normalization, p.activation_func, p.gated_linear_unit) == ("RMSNorm", activation, True)
     assert p.position_embedding_type == "rope" and not p.add_bias_linear
     assert p.add_qkv_bias == (name in QKV_BIAS)
-    assert p.qk_layernorm == name.startswith(("qwen3", "olmo2", "gemma3"))
+    assert p.qk_layernorm == name.startswith(("qwen3", "olmo2", "gemma3", "exaone4"))
     rope = hf.get("rope_scaling")
     if name.startswith("gemma3"):  # linear scaling on the global layers only (checked below, converted)
         assert p.seq_len_interpolation_factor == (rope["factor"] if rope else None)

@@ -208,6 +208,28 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
         "SmolLM3ForCausalLM",
         dict(tie_word_embeddings=True, no_rope_layer_interval=2, rope_theta=5000.0, pad_token_id=0),
     ),
+    # EXAONE 4: norms after the branches, per-head q/k norms; layer 0 local (window 6 < the test
+    # sequence, RoPE), layer 1 global without RoPE; llama3 RoPE scaling as published.
+    "exaone4": (
+        "Exaone4Config",
+        "Exaone4ForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            sliding_window=6,
+            sliding_window_pattern=2,
+            rope_theta=5000.0,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 4.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
 }
 # The tiny models with routed experts (the EP=2 parity runs): those whose config counts experts.
 _EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
