@@ -188,6 +188,10 @@ PUBLISHED = {
         rms_norm_eps=1e-5, rope_theta=1000000.0, rope_scaling=_EXAONE4_ROPE, tie_word_embeddings=False,
         sliding_window=4096, sliding_window_pattern="LLLG",
         layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 16)),
+    "ernie45_0p3b": ("Ernie4_5Config", dict(  # baidu/ERNIE-4.5-0.3B-PT
+        hidden_size=1024, intermediate_size=3072, num_hidden_layers=18, num_attention_heads=16,
+        num_key_value_heads=2, head_dim=128, vocab_size=103424, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True, use_bias=False)),
 }  # fmt: skip
 # HF architecture of a config class, where it is not the class name with ForCausalLM for Config.
 ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
@@ -195,7 +199,7 @@ ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
 VOCAB_PADDING = {"phi3_mini_4k": 64, "gemma3_4b": 64, "gemma3_12b": 64, "gemma3_27b": 64}
 # Families whose presets are checked field by field against the provider the HF config converts to
 # (their math lives in fields the generic asserts below do not cover).
-CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3", "smollm3", "exaone4")
+CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3", "smollm3", "exaone4", "ernie45")
 QKV_BIAS = {"qwen25_7b", "qwen15_moe_a27b", "qwen2_57b_a14b"}
 DEEPSEEK = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
 # Megatron-Core builds 9600 / 14848 expert MLP modules for these (10-20 s on the meta device): their

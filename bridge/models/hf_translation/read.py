@@ -240,4 +240,5 @@ OPTIONAL_MATH_FIELDS = (
     "seq_len_interpolation_factor",
     "local_rotary_base",
     "no_rope_freq",
+    "rotary_interleaved",
 )

@@ -230,6 +230,12 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             eos_token_id=2,
         ),
     ),
+    # ERNIE 4.5: interleaved RoPE (adjacent channel pairs), head_dim 32 != hidden / heads, tied embeddings.
+    "ernie4_5": (
+        "Ernie4_5Config",
+        "Ernie4_5ForCausalLM",
+        dict(head_dim=32, rope_theta=5000.0, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1),
+    ),
 }
 # The tiny models with routed experts (the EP=2 parity runs): those whose config counts experts.
 _EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
