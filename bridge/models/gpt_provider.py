@@ -113,6 +113,12 @@ class GPTModelProvider(TransformerFields):
     # layers keep rotary_base and seq_len_interpolation_factor (Gemma 3's rope_local_base_freq).
     local_rotary_base: float | None = None
     scale_embeddings_by_sqrt_hidden: bool = False  # embeddings * sqrt(hidden_size), in their dtype (Gemma)
+    # Constant multipliers (Granite's muP-style scaling; None: off): embeddings * embedding_multiplier,
+    # each attention / MLP branch output * branch_output_multiplier before its residual add, and the
+    # logits / logits_divisor.
+    embedding_multiplier: float | None = None
+    branch_output_multiplier: float | None = None
+    logits_divisor: float | None = None
 
     def __setattr__(self, name: str, value: Any) -> None:
         # A typo (provider.num_layer = 4) must fail, not create a new attribute nobody reads.

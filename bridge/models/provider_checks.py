@@ -214,6 +214,14 @@ def check_layer_variant(p: GPTModelProvider) -> None:
                 name, value, "must be positive or None (no soft-capping)", "use e.g. 50.0 or None"
             )
     _check_local_rotary_base(p)
+    _check_multipliers(p)
+
+
+def _check_multipliers(p: GPTModelProvider) -> None:
+    for name in ("embedding_multiplier", "branch_output_multiplier", "logits_divisor"):
+        value = getattr(p, name)
+        if value is not None and not value > 0:
+            raise model_error(name, value, "must be positive or None (off)", "use e.g. 12.0 or None")
 
 
 def _check_local_rotary_base(p: GPTModelProvider) -> None:

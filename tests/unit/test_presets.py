@@ -192,14 +192,29 @@ PUBLISHED = {
         hidden_size=1024, intermediate_size=3072, num_hidden_layers=18, num_attention_heads=16,
         num_key_value_heads=2, head_dim=128, vocab_size=103424, max_position_embeddings=131072,
         rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True, use_bias=False)),
+    "granite33_2b": ("GraniteConfig", dict(  # ibm-granite/granite-3.3-2b-base
+        hidden_size=2048, intermediate_size=8192, num_hidden_layers=40, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=49159, max_position_embeddings=131072, rms_norm_eps=1e-5,
+        rope_theta=10000000.0, tie_word_embeddings=True, attention_bias=False, mlp_bias=False,
+        embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.015625,
+        logits_scaling=8.0)),
+    "granite33_8b": ("GraniteConfig", dict(  # ibm-granite/granite-3.3-8b-base
+        hidden_size=4096, intermediate_size=12800, num_hidden_layers=40, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=49159, max_position_embeddings=131072, rms_norm_eps=1e-5,
+        rope_theta=10000000.0, tie_word_embeddings=True, attention_bias=False, mlp_bias=False,
+        embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.0078125,
+        logits_scaling=16.0)),
 }  # fmt: skip
 # HF architecture of a config class, where it is not the class name with ForCausalLM for Config.
 ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
 # Vocabularies Megatron pads to a multiple of 128 (the padding rows are not HF parameters).
-VOCAB_PADDING = {"phi3_mini_4k": 64, "gemma3_4b": 64, "gemma3_12b": 64, "gemma3_27b": 64}
+VOCAB_PADDING = {
+    "phi3_mini_4k": 64, "gemma3_4b": 64, "gemma3_12b": 64, "gemma3_27b": 64, "granite33_2b": 121,
+    "granite33_8b": 121,
+}  # fmt: skip
 # Families whose presets are checked field by field against the provider the HF config converts to
 # (their math lives in fields the generic asserts below do not cover).
-CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3", "smollm3", "exaone4", "ernie45")
+CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3", "smollm3", "exaone4", "ernie45", "granite")
 QKV_BIAS = {"qwen25_7b", "qwen15_moe_a27b", "qwen2_57b_a14b"}
 DEEPSEEK = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
 # Megatron-Core builds 9600 / 14848 expert MLP modules for these (10-20 s on the meta device): their

@@ -241,4 +241,7 @@ OPTIONAL_MATH_FIELDS = (
     "local_rotary_base",
     "no_rope_freq",
     "rotary_interleaved",
+    "embedding_multiplier",
+    "branch_output_multiplier",
+    "logits_divisor",
 )

@@ -236,6 +236,21 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
         "Ernie4_5ForCausalLM",
         dict(head_dim=32, rope_theta=5000.0, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1),
     ),
+    # Granite 3: embeddings x 3, branch outputs x 0.5, attention scale 0.3 (not head_dim ** -0.5),
+    # logits / 4; tied embeddings as published.
+    "granite": (
+        "GraniteConfig",
+        "GraniteForCausalLM",
+        dict(
+            tie_word_embeddings=True,
+            embedding_multiplier=3.0,
+            residual_multiplier=0.5,
+            attention_multiplier=0.3,
+            logits_scaling=4.0,
+            rope_theta=5000.0,
+            pad_token_id=0,
+        ),
+    ),
 }
 # The tiny models with routed experts (the EP=2 parity runs): those whose config counts experts.
 _EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
