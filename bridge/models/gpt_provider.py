@@ -119,6 +119,14 @@ class GPTModelProvider(TransformerFields):
     embedding_multiplier: float | None = None
     branch_output_multiplier: float | None = None
     logits_divisor: float | None = None
+    # YaRN scaling of GPTModel's RoPE (HF rope_type "yarn"; bridge.models.yarn_rope), None: off. The
+    # layers rotating with it (all, or with local_rotary_base the global ones) score q.k times
+    # yarn_rope_attention_factor ** 2 (HF scales their cos and sin by it).
+    yarn_rope_factor: float | None = None
+    yarn_rope_original_max_position_embeddings: int = 4096
+    yarn_rope_beta_fast: float = 32.0
+    yarn_rope_beta_slow: float = 1.0
+    yarn_rope_attention_factor: float = 1.0
 
     def __setattr__(self, name: str, value: Any) -> None:
         # A typo (provider.num_layer = 4) must fail, not create a new attribute nobody reads.
@@ -145,6 +153,11 @@ class GPTModelProvider(TransformerFields):
             qk_layernorm_scope=self.qk_layernorm_scope,
             attn_logit_softcapping=self.attn_logit_softcapping,
             local_rotary_base=self.local_rotary_base,
+            rope_score_multiplier=(
+                self.yarn_rope_attention_factor**2
+                if self.yarn_rope_factor is not None and self.yarn_rope_attention_factor != 1.0
+                else None
+            ),
         )
 
     def model_shape(self) -> ModelShape:

@@ -18,6 +18,10 @@ _EXAONE4_ROPE = {  # EXAONE 4.0: llama3 scaling
     "rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
     "original_max_position_embeddings": 8192,
 }  # fmt: skip
+_OLMO3_YARN = {  # OLMo 3: on the full-attention layers
+    "rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 8192, "beta_fast": 32,
+    "beta_slow": 1, "attention_factor": 1.2079441541679836,
+}  # fmt: skip
 PUBLISHED = {
     "llama2_7b": ("LlamaConfig", dict(  # meta-llama/Llama-2-7b-hf
         hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
@@ -204,17 +208,26 @@ PUBLISHED = {
         rope_theta=10000000.0, tie_word_embeddings=True, attention_bias=False, mlp_bias=False,
         embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.0078125,
         logits_scaling=16.0)),
+    # OLMo 3: the published (long-context) checkpoints, YaRN on the global layers (rope_scaling)
+    "olmo3_7b": ("Olmo3Config", dict(  # allenai/Olmo-3-1025-7B
+        hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=32, vocab_size=100278, max_position_embeddings=65536, rms_norm_eps=1e-6,
+        rope_theta=500000.0, rope_scaling=_OLMO3_YARN, sliding_window=4096, tie_word_embeddings=False)),
+    "olmo3_32b": ("Olmo3Config", dict(  # allenai/Olmo-3-1125-32B
+        hidden_size=5120, intermediate_size=27648, num_hidden_layers=64, num_attention_heads=40,
+        num_key_value_heads=8, vocab_size=100278, max_position_embeddings=65536, rms_norm_eps=1e-6,
+        rope_theta=500000.0, rope_scaling=_OLMO3_YARN, sliding_window=4096, tie_word_embeddings=False)),
 }  # fmt: skip
 # HF architecture of a config class, where it is not the class name with ForCausalLM for Config.
 ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
 # Vocabularies Megatron pads to a multiple of 128 (the padding rows are not HF parameters).
 VOCAB_PADDING = {
     "phi3_mini_4k": 64, "gemma3_4b": 64, "gemma3_12b": 64, "gemma3_27b": 64, "granite33_2b": 121,
-    "granite33_8b": 121,
+    "granite33_8b": 121, "olmo3_7b": 74, "olmo3_32b": 74,
 }  # fmt: skip
 # Families whose presets are checked field by field against the provider the HF config converts to
 # (their math lives in fields the generic asserts below do not cover).
-CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3", "smollm3", "exaone4", "ernie45", "granite")
+CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3", "smollm3", "exaone4", "ernie45", "granite", "olmo3")
 QKV_BIAS = {"qwen25_7b", "qwen15_moe_a27b", "qwen2_57b_a14b"}
 DEEPSEEK = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
 # Megatron-Core builds 9600 / 14848 expert MLP modules for these (10-20 s on the meta device): their
@@ -284,11 +297,14 @@ def test_preset_values_equal_published_config(name):
     assert (p.normalization, p.activation_func, p.gated_linear_unit) == ("RMSNorm", activation, True)
     assert p.position_embedding_type == "rope" and not p.add_bias_linear
     assert p.add_qkv_bias == (name in QKV_BIAS)
-    assert p.qk_layernorm == name.startswith(("qwen3", "olmo2", "gemma3", "exaone4"))
+    assert p.qk_layernorm == name.startswith(("qwen3", "olmo2", "olmo3", "gemma3", "exaone4"))
     rope = hf.get("rope_scaling")
     if name.startswith("gemma3"):  # linear scaling on the global layers only (checked below, converted)
         assert p.seq_len_interpolation_factor == (rope["factor"] if rope else None)
         assert p.local_rotary_base == hf["rope_local_base_freq"]
+        rope = None
+    if name.startswith("olmo3"):  # YaRN on the global layers only (checked below, converted)
+        assert (p.yarn_rope_factor, p.local_rotary_base) == (rope["factor"], hf["rope_theta"])
         rope = None
     assert p.rope_scaling == (rope is not None)
     if rope:

@@ -244,4 +244,9 @@ OPTIONAL_MATH_FIELDS = (
     "embedding_multiplier",
     "branch_output_multiplier",
     "logits_divisor",
+    "yarn_rope_factor",
+    "yarn_rope_original_max_position_embeddings",
+    "yarn_rope_beta_fast",
+    "yarn_rope_beta_slow",
+    "yarn_rope_attention_factor",
 )

@@ -251,6 +251,28 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             pad_token_id=0,
         ),
     ),
+    # OLMo 3: OLMo 2's layout; layer 0 sliding (window 6 < the test sequence, default RoPE of base 50),
+    # layer 1 global with YaRN (factor 4 over 16 positions, attention factor 1.3, not the default).
+    "olmo3": (
+        "Olmo3Config",
+        "Olmo3ForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            sliding_window=6,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={
+                "full_attention": {
+                    "rope_type": "yarn",
+                    "rope_theta": 500.0,
+                    **_YARN,
+                    "attention_factor": 1.3,
+                },
+                "sliding_attention": {"rope_type": "default", "rope_theta": 50.0},
+            },
+            pad_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
 }
 # The tiny models with routed experts (the EP=2 parity runs): those whose config counts experts.
 _EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
