@@ -268,6 +268,11 @@ def test_unsupported_architecture(sources, tmp_path):
             "Qwen3ForCausalLM",
             "Qwen3MoeForCausalLM",
             "Olmo2ForCausalLM",
+            "Olmo3ForCausalLM",
+            "SmolLM3ForCausalLM",
+            "Ernie4_5ForCausalLM",
+            "GraniteForCausalLM",
+            "Exaone4ForCausalLM",
         ]
     )
 

@@ -42,10 +42,17 @@ def provider_fields(cfg: Any) -> dict[str, Any]:
     return {"no_rope_freq": no_rope_freq("no_rope_layers", uses_rope, [bool(f) for f in uses_rope])}
 
 
+_DEFAULT_PAD_TOKEN_ID = 128004  # SmolLM3Config's
+
+
 def hf_fields(p: Any) -> dict[str, Any]:
     skipped = pattern_from_every_nth(p.num_layers, p.no_rope_freq)
-    return {
+    out: dict[str, Any] = {
         "no_rope_layers": [int(not s) for s in skipped],
         "no_rope_layer_interval": p.no_rope_freq or p.num_layers + 1,
         "use_sliding_window": False,
     }
+    if p.vocab_size is not None and p.vocab_size <= _DEFAULT_PAD_TOKEN_ID:
+        # transformers checks pad_token_id against the vocabulary: no class-default id past a smaller one
+        out["pad_token_id"] = None
+    return out
