@@ -117,6 +117,20 @@ class GPTModelProvider(TransformerFields):
     # moe_router_score_function="sigmoid" and moe_router_enable_expert_bias, experts are chosen by
     # probability + expert bias and weighted by the chosen probabilities renormalised (ERNIE 4.5).
     moe_router_softmax_scores: bool = False
+    # Constant multipliers (Granite's muP-style scaling; None: off): embeddings * embedding_multiplier,
+    # each attention / MLP branch output * branch_output_multiplier before its residual add, and the
+    # logits / logits_divisor.
+    embedding_multiplier: float | None = None
+    branch_output_multiplier: float | None = None
+    logits_divisor: float | None = None
+    # YaRN scaling of GPTModel's RoPE (HF rope_type "yarn"; bridge.models.yarn_rope), None: off. The
+    # layers rotating with it (all, or with local_rotary_base the global ones) score q.k times
+    # yarn_rope_attention_factor ** 2 (HF scales their cos and sin by it).
+    yarn_rope_factor: float | None = None
+    yarn_rope_original_max_position_embeddings: int = 4096
+    yarn_rope_beta_fast: float = 32.0
+    yarn_rope_beta_slow: float = 1.0
+    yarn_rope_attention_factor: float = 1.0
 
     def __setattr__(self, name: str, value: Any) -> None:
         # A typo (provider.num_layer = 4) must fail, not create a new attribute nobody reads.
@@ -144,6 +158,11 @@ class GPTModelProvider(TransformerFields):
             attn_logit_softcapping=self.attn_logit_softcapping,
             local_rotary_base=self.local_rotary_base,
             moe_router_softmax_scores=self.moe_router_softmax_scores,
+            rope_score_multiplier=(
+                self.yarn_rope_attention_factor**2
+                if self.yarn_rope_factor is not None and self.yarn_rope_attention_factor != 1.0
+                else None
+            ),
         )
 
     def model_shape(self) -> ModelShape:

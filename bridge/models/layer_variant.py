@@ -15,6 +15,8 @@ norms. Some families place their norms elsewhere or score attention differently:
     one of bridge.models.softcap_attention without a cap (per-layer windows, which sdpa has not).
   * moe_router_softmax_scores (ERNIE 4.5): the MoE router's sigmoid scores are softmax probabilities,
     so Megatron-Core's expert bias applies to them (bridge.models.softmax_score_router).
+  * rope_score_multiplier (YaRN, OLMo 3): the layers rotating with GPTModel's (YaRN-scaled) RoPE
+    multiply their scores by YaRN's attention factor squared, in the same explicit attention.
 Transformer Engine's spec has none of these, so a non-default variant always gets the local spec
 (Megatron-Core's own modules, on CPU or CUDA alike; see bridge.models.specs.uses_te_spec).
 """
@@ -31,11 +33,18 @@ class LayerVariant:
     attn_logit_softcapping: float | None = None
     local_rotary_base: float | None = None
     moe_router_softmax_scores: bool = False
+    # the scores of the layers rotating with GPTModel's RoPE times this (YaRN's attention factor squared)
+    rope_score_multiplier: float | None = None
 
     @property
     def explicit_attention(self) -> bool:
-        """Core attention is bridge's SoftcapAttention (soft-capping, or per-layer windows and RoPE)."""
-        return self.attn_logit_softcapping is not None or self.local_rotary_base is not None
+        """Core attention is bridge's SoftcapAttention (soft-capping, per-layer windows and RoPE, or a
+        score multiplier on some layers)."""
+        return (
+            self.attn_logit_softcapping is not None
+            or self.local_rotary_base is not None
+            or self.rope_score_multiplier is not None
+        )
 
     @property
     def is_default(self) -> bool:

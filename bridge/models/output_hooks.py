@@ -1,5 +1,6 @@
 """Model-level variants GPTModel does not have, as forward hooks on its built modules:
-embeddings scaled by sqrt(hidden_size) (Gemma), final logit soft-capping (Gemma 2), and the padded
+embeddings scaled by sqrt(hidden_size) (Gemma), constant multipliers of the embeddings, the branch
+outputs and the logits (Granite), final logit soft-capping (Gemma 2), and the padded
 vocabulary rows kept out of the softmax (Megatron-Core's cross entropy would otherwise count them)."""
 
 from __future__ import annotations
@@ -18,7 +19,19 @@ def apply_output_hooks(model, provider) -> None:
             return output * scale.to(device=output.device, dtype=output.dtype)
 
         embedding.register_forward_hook(scale_embeddings)
+    if provider.embedding_multiplier is not None and embedding is not None:
+        embedding.register_forward_hook(_times(provider.embedding_multiplier))
+    if provider.branch_output_multiplier is not None:
+        _scale_branch_outputs(model, provider.branch_output_multiplier)
     output_layer = getattr(model, "output_layer", None)
+    divisor = provider.logits_divisor
+    if divisor is not None and output_layer is not None:
+
+        def divide_logits(module, args, output):
+            logits, bias = output  # vocab-parallel shards: elementwise
+            return logits / divisor, bias
+
+        output_layer.register_forward_hook(divide_logits)
     cap = provider.final_logit_softcapping
     if cap is not None and output_layer is not None:
 
@@ -30,6 +43,29 @@ def apply_output_hooks(model, provider) -> None:
     padded = provider.padded_vocab_size()
     if padded > provider.vocab_size and output_layer is not None:
         output_layer.register_forward_hook(_padded_logits_mask(provider.vocab_size, padded))
+
+
+def _times(multiplier: float):
+    """A hook multiplying a module's output by a Python float (as transformers does: `x * m`)."""
+
+    def multiply(module, args, output):
+        return output * multiplier
+
+    return multiply
+
+
+def _scale_branch_outputs(model, multiplier: float) -> None:
+    """Each layer's attention and MLP output (and its bias, when returned apart) times `multiplier`,
+    before the residual add; on the whole branch module, so adapters inside it (LoRA) are scaled too."""
+
+    def scale(module, args, output):
+        out, bias = output
+        return out * multiplier, (None if bias is None else bias * multiplier)
+
+    decoder = getattr(model, "decoder", None)
+    for layer in getattr(decoder, "layers", ()):
+        layer.self_attention.register_forward_hook(scale)
+        layer.mlp.register_forward_hook(scale)
 
 
 def _padded_logits_mask(vocab_size: int, padded_vocab_size: int):

@@ -12,6 +12,14 @@ from __future__ import annotations
 import functools
 
 
+def _normalise_output(module, args, output):
+    """The forward hook of RowParallelLinearWithPostNorm: (post_layernorm(output + bias), None)."""
+    output, bias = output
+    if bias is not None:  # skip_bias_add: the norm needs the biased output
+        output = output + bias
+    return module.post_layernorm(output), None
+
+
 @functools.cache
 def row_parallel_linear_with_post_norm() -> type:
     """Megatron-Core's RowParallelLinear whose output goes through `post_layernorm` (config.normalization)."""
@@ -20,15 +28,13 @@ def row_parallel_linear_with_post_norm() -> type:
     from bridge.models.norms import SequenceParallelNorm
 
     class RowParallelLinearWithPostNorm(RowParallelLinear):
+        # The norm is a forward hook registered first, not part of forward: a hook that adapters
+        # (bridge.peft) prepend sees the linear's own output, so an adapter adds to what the norm
+        # normalises, as in the HF model (LoRA on o_proj / down_proj, then the branch's norm).
         def __init__(self, input_size, output_size, *, config, **kwargs):
             super().__init__(input_size, output_size, config=config, **kwargs)
             self.post_layernorm = SequenceParallelNorm(config, output_size, eps=config.layernorm_epsilon)
-
-        def forward(self, input_, *args, **kwargs):
-            output, bias = super().forward(input_, *args, **kwargs)
-            if bias is not None:  # skip_bias_add: the norm needs the biased output
-                output = output + bias
-            return self.post_layernorm(output), None
+            self.register_forward_hook(_normalise_output)
 
     RowParallelLinearWithPostNorm.__module__ = __name__
     RowParallelLinearWithPostNorm.__qualname__ = "RowParallelLinearWithPostNorm"

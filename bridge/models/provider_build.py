@@ -197,10 +197,32 @@ def build_stage(
         vp_stage=vp_stage,
     )
     _apply_rope_scaling_factors(p, model)
+    _apply_yarn(p, model)
     from bridge.models.output_hooks import apply_output_hooks
 
     apply_output_hooks(model, p)
     return model
+
+
+def _apply_yarn(p: GPTModelProvider, model) -> None:
+    """GPTModel's RoPE with YaRN's inverse frequencies (its attention factor: the layer variant's)."""
+    rope = getattr(model, "rotary_pos_emb", None)
+    if p.yarn_rope_factor is None or rope is None:
+        return
+    from bridge.models.yarn_rope import yarn_inv_freq
+
+    dim = p.effective_kv_channels()
+    if p.rotary_percent < 1.0:
+        dim = int(dim * p.rotary_percent)
+    rope.inv_freq = yarn_inv_freq(
+        dim,
+        p.rotary_base,
+        p.yarn_rope_factor,
+        p.yarn_rope_original_max_position_embeddings,
+        p.yarn_rope_beta_fast,
+        p.yarn_rope_beta_slow,
+        device=rope.inv_freq.device,
+    )
 
 
 def _apply_rope_scaling_factors(p: GPTModelProvider, model) -> None:

@@ -222,6 +222,44 @@ def check_layer_variant(p: GPTModelProvider) -> None:
             f"and moe_router_score_function={p.moe_router_score_function!r} is not that router",
             "set model.moe_router_score_function=sigmoid, or model.moe_router_softmax_scores=False",
         )
+    _check_multipliers(p)
+    _check_yarn_rope(p)
+
+
+def _check_yarn_rope(p: GPTModelProvider) -> None:
+    if p.yarn_rope_factor is None:
+        return
+    if not p.yarn_rope_factor > 0 or not p.yarn_rope_attention_factor > 0:
+        raise model_error(
+            "yarn_rope_factor",
+            p.yarn_rope_factor,
+            "YaRN's factor and attention factor must be positive",
+            "use the model's rope_parameters (e.g. factor 8.0)",
+        )
+    other = [
+        name
+        for name, on in (
+            ("rope_scaling", p.rope_scaling),
+            ("seq_len_interpolation_factor", p.seq_len_interpolation_factor is not None),
+            ("multi_latent_attention", p.multi_latent_attention),
+        )
+        if on
+    ]
+    if p.position_embedding_type != "rope" or other:
+        raise model_error(
+            "yarn_rope_factor",
+            p.yarn_rope_factor,
+            "scales GPTModel's RoPE (position_embedding_type='rope') and no other RoPE scaling "
+            f"({other or p.position_embedding_type})",
+            "set model.yarn_rope_factor=None or turn the other scaling off",
+        )
+
+
+def _check_multipliers(p: GPTModelProvider) -> None:
+    for name in ("embedding_multiplier", "branch_output_multiplier", "logits_divisor"):
+        value = getattr(p, name)
+        if value is not None and not value > 0:
+            raise model_error(name, value, "must be positive or None (off)", "use e.g. 12.0 or None")
 
 
 def _check_local_rotary_base(p: GPTModelProvider) -> None:

@@ -24,7 +24,14 @@ from bridge.models.attention import SDPAttention
 class SoftcapAttention(SDPAttention):
     """SDPAttention's interface; explicit attention with optional soft-capping and a per-layer window."""
 
-    def __init__(self, *args, logit_softcapping: float | None = None, **kwargs):
+    def __init__(
+        self,
+        *args,
+        logit_softcapping: float | None = None,
+        rope_score_multiplier: float | None = None,
+        local_rope: bool = False,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         if self.cp_group is not None:
             raise ConfigError(
@@ -35,6 +42,12 @@ class SoftcapAttention(SDPAttention):
         window = self.config.window_size
         windowed = is_layer_window_attention(window, self.config.window_attn_skip_freq, self.layer_number)
         self.window = tuple(window) if windowed else None
+        # the multiplier is for the layers rotating with GPTModel's RoPE: not the windowed layers of a
+        # model whose windowed layers have their own (local_rope)
+        uses_model_rope = not (local_rope and windowed)
+        self.score_scale = self.softmax_scale * (
+            rope_score_multiplier if rope_score_multiplier is not None and uses_model_rope else 1.0
+        )
 
     @staticmethod
     def unsupported_reason(config, layer_number=None) -> str | None:
@@ -62,7 +75,7 @@ class SoftcapAttention(SDPAttention):
         repeat = self.num_attention_heads_per_partition // self.num_query_groups_per_partition
         if repeat > 1:
             k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
-        scores = torch.matmul(q, k.transpose(-1, -2)) * self.softmax_scale
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.score_scale
         if self.logit_softcapping is not None:
             cap = self.logit_softcapping
             scores = torch.tanh(scores / cap) * cap

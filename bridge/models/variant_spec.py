@@ -60,7 +60,10 @@ def with_layer_variant(block, variant):
             attn_changes |= {"q_layernorm": QueryProjectionRMSNorm, "k_layernorm": KeyProjectionRMSNorm}
         if variant.explicit_attention:
             attn_changes["core_attention"] = functools.partial(
-                SoftcapAttention, logit_softcapping=variant.attn_logit_softcapping
+                SoftcapAttention,
+                logit_softcapping=variant.attn_logit_softcapping,
+                rope_score_multiplier=variant.rope_score_multiplier,
+                local_rope=variant.local_rotary_base is not None,
             )
         if attn_changes:
             attention = _with_submodules(attention, **attn_changes)

@@ -112,7 +112,8 @@ def attach_adapter(holder: nn.Module, target: str, adapter: ParallelAdapter, see
     """Register `adapter` as `holder.<target>_adapter`, hook it onto `holder.<target>`, initialise it."""
     base = getattr(holder, target)
     holder.add_module(adapter_name(target), adapter)
-    base.register_forward_hook(AdapterHook(adapter), with_kwargs=True)
+    # prepended: before any output hook the base has of its own (e.g. a post-branch norm)
+    base.register_forward_hook(AdapterHook(adapter), with_kwargs=True, prepend=True)
     adapter.reset_parameters(seed)
     if adapter.scheme == "dora":
         adapter.init_magnitude(base)

@@ -271,6 +271,11 @@ def test_unsupported_architecture(sources, tmp_path):
             "Glm4MoeForCausalLM",
             "Ernie4_5_MoeForCausalLM",
             "MiniMaxM2ForCausalLM",
+            "Olmo3ForCausalLM",
+            "SmolLM3ForCausalLM",
+            "Ernie4_5ForCausalLM",
+            "GraniteForCausalLM",
+            "Exaone4ForCausalLM",
         ]
     )
 

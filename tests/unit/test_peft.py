@@ -22,7 +22,8 @@ from tests.functional.workers.convert_models import (
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 # qwen2: q/k/v biases; qwen3: head_dim != hidden / heads; phi3: HF's fused qkv_proj / gate_up_proj
-FAMILIES = ("llama", "qwen2", "qwen3", "phi3")
+# granite: branch outputs scaled after the adapters; exaone4: norms after the branches, per-head q/k norms
+FAMILIES = ("llama", "qwen2", "qwen3", "phi3", "granite", "exaone4")
 ALL_TARGETS = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
 
 

@@ -28,6 +28,14 @@ _ERNIE = dict(
     head_dim=128, vocab_size=103424, max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=500000.0,
     use_bias=False, moe_num_experts=64, moe_layer_interval=1, moe_norm_min=1e-12, router_aux_loss_coef=0.001,
 )  # fmt: skip
+_EXAONE4_ROPE = {  # EXAONE 4.0: llama3 scaling
+    "rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}  # fmt: skip
+_OLMO3_YARN = {  # OLMo 3: on the full-attention layers
+    "rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 8192, "beta_fast": 32,
+    "beta_slow": 1, "attention_factor": 1.2079441541679836,
+}  # fmt: skip
 PUBLISHED = {
     "llama2_7b": ("LlamaConfig", dict(  # meta-llama/Llama-2-7b-hf
         hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
@@ -202,14 +210,60 @@ PUBLISHED = {
         _ERNIE, hidden_size=8192, intermediate_size=28672, num_hidden_layers=54, num_attention_heads=64,
         num_key_value_heads=8, moe_intermediate_size=3584, moe_k=8, moe_num_shared_experts=0,
         moe_layer_start_index=3, moe_layer_end_index=53, tie_word_embeddings=False)),
+    "smollm3_3b": ("SmolLM3Config", dict(  # HuggingFaceTB/SmolLM3-3B
+        hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
+        num_key_value_heads=4, vocab_size=128256, max_position_embeddings=65536, rms_norm_eps=1e-6,
+        rope_theta=5000000.0, tie_word_embeddings=True, no_rope_layer_interval=4,
+        use_sliding_window=False, sliding_window=None)),
+    "exaone4_1p2b": ("Exaone4Config", dict(  # LGAI-EXAONE/EXAONE-4.0-1.2B
+        hidden_size=2048, intermediate_size=4096, num_hidden_layers=30, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=64, vocab_size=102400, max_position_embeddings=65536,
+        rms_norm_eps=1e-5, rope_theta=1000000.0, rope_scaling=_EXAONE4_ROPE, tie_word_embeddings=True,
+        sliding_window=None, layer_types=["full_attention"] * 30)),
+    "exaone4_32b": ("Exaone4Config", dict(  # LGAI-EXAONE/EXAONE-4.0-32B
+        hidden_size=5120, intermediate_size=27392, num_hidden_layers=64, num_attention_heads=40,
+        num_key_value_heads=8, head_dim=128, vocab_size=102400, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, rope_theta=1000000.0, rope_scaling=_EXAONE4_ROPE, tie_word_embeddings=False,
+        sliding_window=4096, sliding_window_pattern="LLLG",
+        layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 16)),
+    "ernie45_0p3b": ("Ernie4_5Config", dict(  # baidu/ERNIE-4.5-0.3B-PT
+        hidden_size=1024, intermediate_size=3072, num_hidden_layers=18, num_attention_heads=16,
+        num_key_value_heads=2, head_dim=128, vocab_size=103424, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=True, use_bias=False)),
+    "granite33_2b": ("GraniteConfig", dict(  # ibm-granite/granite-3.3-2b-base
+        hidden_size=2048, intermediate_size=8192, num_hidden_layers=40, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=49159, max_position_embeddings=131072, rms_norm_eps=1e-5,
+        rope_theta=10000000.0, tie_word_embeddings=True, attention_bias=False, mlp_bias=False,
+        embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.015625,
+        logits_scaling=8.0)),
+    "granite33_8b": ("GraniteConfig", dict(  # ibm-granite/granite-3.3-8b-base
+        hidden_size=4096, intermediate_size=12800, num_hidden_layers=40, num_attention_heads=32,
+        num_key_value_heads=8, vocab_size=49159, max_position_embeddings=131072, rms_norm_eps=1e-5,
+        rope_theta=10000000.0, tie_word_embeddings=True, attention_bias=False, mlp_bias=False,
+        embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.0078125,
+        logits_scaling=16.0)),
+    # OLMo 3: the published (long-context) checkpoints, YaRN on the global layers (rope_scaling)
+    "olmo3_7b": ("Olmo3Config", dict(  # allenai/Olmo-3-1025-7B
+        hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=32, vocab_size=100278, max_position_embeddings=65536, rms_norm_eps=1e-6,
+        rope_theta=500000.0, rope_scaling=_OLMO3_YARN, sliding_window=4096, tie_word_embeddings=False)),
+    "olmo3_32b": ("Olmo3Config", dict(  # allenai/Olmo-3-1125-32B
+        hidden_size=5120, intermediate_size=27648, num_hidden_layers=64, num_attention_heads=40,
+        num_key_value_heads=8, vocab_size=100278, max_position_embeddings=65536, rms_norm_eps=1e-6,
+        rope_theta=500000.0, rope_scaling=_OLMO3_YARN, sliding_window=4096, tie_word_embeddings=False)),
 }  # fmt: skip
 # HF architecture of a config class, where it is not the class name with ForCausalLM for Config.
 ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
 # Vocabularies Megatron pads to a multiple of 128 (the padding rows are not HF parameters).
-VOCAB_PADDING = {"phi3_mini_4k": 64, "gemma3_4b": 64, "gemma3_12b": 64, "gemma3_27b": 64}
+VOCAB_PADDING = {
+    "phi3_mini_4k": 64, "gemma3_4b": 64, "gemma3_12b": 64, "gemma3_27b": 64, "granite33_2b": 121,
+    "granite33_8b": 121, "olmo3_7b": 74, "olmo3_32b": 74,
+}  # fmt: skip
 # Families whose presets are checked field by field against the provider the HF config converts to
 # (their math lives in fields the generic asserts below do not cover).
-CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3", "glm4", "minimax_m2", "ernie45")
+CONVERTED_FIELDS = (
+    "olmo2", "gemma2", "gemma3", "glm4", "minimax_m2", "ernie45", "smollm3", "exaone4", "granite", "olmo3",
+)  # fmt: skip
 # Presets whose config.json names its experts otherwise (n_routed_experts, moe_num_experts) and routes
 # by sigmoid + bias: checked against the provider their published config converts to (above) instead.
 OWN_EXPERT_KEYS = {"glm45", "glm46", "glm45_air", "minimax_m2", "ernie45_21b_a3b", "ernie45_300b_a47b"}
@@ -284,11 +338,14 @@ def test_preset_values_equal_published_config(name):
     assert (p.normalization, p.activation_func, p.gated_linear_unit) == ("RMSNorm", activation, True)
     assert p.position_embedding_type == "rope" and not p.add_bias_linear
     assert p.add_qkv_bias == (name in QKV_BIAS)
-    assert p.qk_layernorm == name.startswith(("qwen3", "olmo2", "gemma3"))
+    assert p.qk_layernorm == name.startswith(("qwen3", "olmo2", "olmo3", "gemma3", "exaone4"))
     rope = hf.get("rope_scaling")
     if name.startswith("gemma3"):  # linear scaling on the global layers only (checked below, converted)
         assert p.seq_len_interpolation_factor == (rope["factor"] if rope else None)
         assert p.local_rotary_base == hf["rope_local_base_freq"]
+        rope = None
+    if name.startswith("olmo3"):  # YaRN on the global layers only (checked below, converted)
+        assert (p.yarn_rope_factor, p.local_rotary_base) == (rope["factor"], hf["rope_theta"])
         rope = None
     assert p.rope_scaling == (rope is not None)
     if rope:

@@ -242,4 +242,13 @@ OPTIONAL_MATH_FIELDS = (
     "local_rotary_base",
     "rotary_interleaved",
     "moe_router_softmax_scores",
+    "no_rope_freq",
+    "embedding_multiplier",
+    "branch_output_multiplier",
+    "logits_divisor",
+    "yarn_rope_factor",
+    "yarn_rope_original_max_position_embeddings",
+    "yarn_rope_beta_fast",
+    "yarn_rope_beta_slow",
+    "yarn_rope_attention_factor",
 )

@@ -265,6 +265,77 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             eos_token_id=2,
         ),
     ),
+    # SmolLM3: layer 1 (every 2nd) attends without RoPE; tied embeddings as published.
+    "smollm3": (
+        "SmolLM3Config",
+        "SmolLM3ForCausalLM",
+        dict(tie_word_embeddings=True, no_rope_layer_interval=2, rope_theta=5000.0, pad_token_id=0),
+    ),
+    # EXAONE 4: norms after the branches, per-head q/k norms; layer 0 local (window 6 < the test
+    # sequence, RoPE), layer 1 global without RoPE; llama3 RoPE scaling as published.
+    "exaone4": (
+        "Exaone4Config",
+        "Exaone4ForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            sliding_window=6,
+            sliding_window_pattern=2,
+            rope_theta=5000.0,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 4.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
+    # ERNIE 4.5: interleaved RoPE (adjacent channel pairs), head_dim 32 != hidden / heads, tied embeddings.
+    "ernie4_5": (
+        "Ernie4_5Config",
+        "Ernie4_5ForCausalLM",
+        dict(head_dim=32, rope_theta=5000.0, tie_word_embeddings=True, pad_token_id=0, bos_token_id=1),
+    ),
+    # Granite 3: embeddings x 3, branch outputs x 0.5, attention scale 0.3 (not head_dim ** -0.5),
+    # logits / 4; tied embeddings as published.
+    "granite": (
+        "GraniteConfig",
+        "GraniteForCausalLM",
+        dict(
+            tie_word_embeddings=True,
+            embedding_multiplier=3.0,
+            residual_multiplier=0.5,
+            attention_multiplier=0.3,
+            logits_scaling=4.0,
+            rope_theta=5000.0,
+            pad_token_id=0,
+        ),
+    ),
+    # OLMo 3: OLMo 2's layout; layer 0 sliding (window 6 < the test sequence, default RoPE of base 50),
+    # layer 1 global with YaRN (factor 4 over 16 positions, attention factor 1.3, not the default).
+    "olmo3": (
+        "Olmo3Config",
+        "Olmo3ForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            sliding_window=6,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={
+                "full_attention": {
+                    "rope_type": "yarn",
+                    "rope_theta": 500.0,
+                    **_YARN,
+                    "attention_factor": 1.3,
+                },
+                "sliding_attention": {"rope_type": "default", "rope_theta": 50.0},
+            },
+            pad_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
 }
 # The tiny models with routed experts (the EP=2 parity runs): those whose config counts experts.
 _EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")

@@ -54,7 +54,8 @@ def provider_for(folder: Path, load_weights: bool = True, **fields):
 
 
 # TP=2 with sequence parallelism: the MoE families, and those whose norms follow a row-parallel linear.
-SEQUENCE_PARALLEL = (*MOE, "olmo2", "gemma2", "gemma3")
+# (granite: its branch-output multipliers act on the sequence-parallel slices)
+SEQUENCE_PARALLEL = (*MOE, "olmo2", "gemma2", "gemma3", "olmo3", "exaone4", "granite")
 # TP=2 gradients checked against HF's: projection-wide q/k norms (a TP all-reduce in forward and backward)
 # and the norms after the branches (under sequence parallelism).
 GRADIENT_CHECKS = {
@@ -74,7 +75,13 @@ GRADIENT_CHECKS = {
         "self_attention.k_layernorm.weight": ("self_attn.k_norm.weight", False),
         "self_attention.linear_proj.post_layernorm.weight": ("post_attention_layernorm.weight", False),
     },
+    "exaone4": {
+        "self_attention.q_layernorm.weight": ("self_attn.q_norm.weight", False),
+        "self_attention.k_layernorm.weight": ("self_attn.k_norm.weight", False),
+        "mlp.linear_fc2.post_layernorm.weight": ("post_feedforward_layernorm.weight", False),
+    },
 }
+GRADIENT_CHECKS["olmo3"] = GRADIENT_CHECKS["olmo2"]  # OLMo 2's norms, with windows and two RoPEs
 
 
 def layout_fields(phase: str, family: str) -> dict:

@@ -1,0 +1,162 @@
+"""OLMo 3 config.json rules: Olmo3Config defaults, its sliding-window layers and its RoPE per layer type.
+
+sliding_window + layer_types  window_size = [sliding_window - 1, 0] on the "sliding_attention" layers,
+    every N-th layer global (Megatron-Core's window_attn_skip_freq N; transformers' default: N = 4).
+rope_parameters  one entry per layer type (transformers 5), or rope_theta for both and rope_scaling for
+    the "full_attention" layers (older config.json files). The full layers: default or YaRN RoPE
+    (yarn_rope_*: the published long-context checkpoints), GPTModel's; the sliding layers: default
+    RoPE, their own (local_rotary_base, bridge.models.local_rope_attention) when it is not GPTModel's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from bridge.models.gemma2.hf_config import default_layer_types, window_fields
+from bridge.models.hf_translation.common import BASE_DEFAULTS, get, refuse
+
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    # (its rope_theta default, 500000 for both layer types, is rope_of's own)
+    "olmo3": dict(
+        {k: v for k, v in BASE_DEFAULTS.items() if k != "rope_theta"},
+        hidden_size=4096,
+        num_hidden_layers=32,
+        intermediate_size=11008,
+        num_attention_heads=32,
+        max_position_embeddings=2048,
+        vocab_size=50304,
+        rms_norm_eps=1e-05,
+        attention_bias=False,
+        sliding_window=4096,
+    ),
+}
+
+_LAYER_TYPES = ("sliding_attention", "full_attention")
+
+
+def rope_of(cfg: Any, layer_type: str) -> dict[str, Any]:
+    """The RoPE parameters of `layer_type`'s layers, with rope_type and rope_theta always present."""
+    params = get(cfg, "rope_parameters") or {}
+    if params and all(isinstance(v, dict) for v in params.values()):
+        out = dict(params.get(layer_type) or {})
+    else:
+        out = dict(params)
+        if layer_type == "full_attention":  # transformers applies rope_scaling to these only
+            out.update(get(cfg, "rope_scaling") or {})
+    out.setdefault("rope_theta", get(cfg, "rope_theta", 500000.0))
+    out["rope_type"] = out.get("rope_type", out.get("type", "default")) or "default"
+    return out
+
+
+def _yarn_fields(params: dict[str, Any], cfg: Any) -> dict[str, Any]:
+    """The provider's yarn_rope_* fields for HF's yarn rope_parameters (transformers' defaults)."""
+    if not params.get("truncate", True):
+        raise refuse(
+            "rope_parameters.full_attention.truncate",
+            params["truncate"],
+            "the provider's YaRN rounds its ramp bounds to whole channels (truncate=true)",
+            "convert a model with truncate unset or true",
+        )
+    original = int(params["original_max_position_embeddings"])
+    factor = params.get("factor")
+    factor = float(factor) if factor is not None else int(get(cfg, "max_position_embeddings")) / original
+    attention = params.get("attention_factor")
+    if attention is None:
+        mscale, mscale_all_dim = params.get("mscale"), params.get("mscale_all_dim")
+        if mscale and mscale_all_dim:
+            attention = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim)
+        else:
+            attention = _yarn_mscale(factor)
+    return dict(
+        yarn_rope_factor=factor,
+        yarn_rope_original_max_position_embeddings=original,
+        yarn_rope_beta_fast=float(params.get("beta_fast") or 32),
+        yarn_rope_beta_slow=float(params.get("beta_slow") or 1),
+        yarn_rope_attention_factor=float(attention),
+    )
+
+
+def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def rope_fields(cfg: Any) -> dict[str, Any]:
+    """Replaces the generic RoPE translation (which reads one flat rope_parameters): GPTModel's RoPE is
+    the full layers' (default or YaRN); the sliding layers get their own unscaled one (local_rotary_base)
+    when it differs."""
+    ropes = {t: rope_of(cfg, t) for t in _LAYER_TYPES}
+    for layer_type, params in ropes.items():
+        allowed = ("default", "yarn") if layer_type == "full_attention" else ("default",)
+        if params["rope_type"] not in allowed:
+            raise refuse(
+                f"rope_parameters.{layer_type}.rope_type",
+                params["rope_type"],
+                f"OLMo 3's {layer_type} layers are built with {list(allowed)} RoPE",
+                "convert a model with those (the published OLMo 3 configs)",
+            )
+        if float(params.get("partial_rotary_factor", 1.0)) != 1.0:
+            raise refuse(
+                f"rope_parameters.{layer_type}.partial_rotary_factor",
+                params["partial_rotary_factor"],
+                "OLMo 3's RoPE rotates whole heads",
+                "convert a model without partial_rotary_factor",
+            )
+    full, sliding = ropes["full_attention"], ropes["sliding_attention"]
+    out: dict[str, Any] = dict(
+        position_embedding_type="rope",
+        rotary_percent=1.0,
+        rotary_base=full["rope_theta"],  # as the generic translation: the config's number
+        yarn_rope_factor=None,
+        local_rotary_base=None,
+    )
+    if full["rope_type"] == "yarn":
+        out.update(_yarn_fields(full, cfg))
+    if full["rope_type"] != "default" or float(sliding["rope_theta"]) != float(full["rope_theta"]):
+        out["local_rotary_base"] = float(sliding["rope_theta"])
+    return out
+
+
+def provider_fields(cfg: Any) -> dict[str, Any]:
+    layers = int(get(cfg, "num_hidden_layers"))
+    types = list(get(cfg, "layer_types") or default_layer_types(layers, 4))
+    # Every sliding layer keeps its window, however long: it is also what selects their own RoPE.
+    fields = window_fields(cfg, layers, float("inf"), types)
+    if fields["window_size"] is None and rope_fields(cfg)["local_rotary_base"] is not None:
+        raise refuse(
+            "layer_types",
+            types,
+            "the sliding layers' own RoPE needs sliding layers with a window",
+            "set sliding_window and sliding_attention layers, or one RoPE for both layer types",
+        )
+    return fields
+
+
+def hf_fields(p: Any) -> dict[str, Any]:
+    """The OLMo 3 keys of config.json for provider `p` (hf_config_dict checks they read back)."""
+    if p.window_size is None:
+        window, types = None, ["full_attention"] * p.num_layers
+    else:
+        every = p.window_attn_skip_freq
+        window = p.window_size[0] + 1
+        types = default_layer_types(p.num_layers, every) if every else ["sliding_attention"] * p.num_layers
+    full: dict[str, Any] = {"rope_type": "default", "rope_theta": p.rotary_base}
+    if p.yarn_rope_factor is not None:
+        full = {
+            "rope_type": "yarn",
+            "rope_theta": p.rotary_base,
+            "factor": p.yarn_rope_factor,
+            "original_max_position_embeddings": p.yarn_rope_original_max_position_embeddings,
+            "beta_fast": p.yarn_rope_beta_fast,
+            "beta_slow": p.yarn_rope_beta_slow,
+            "attention_factor": p.yarn_rope_attention_factor,
+        }
+    local = p.local_rotary_base if p.local_rotary_base is not None else p.rotary_base
+    return {
+        "sliding_window": window,
+        "layer_types": types,
+        "rope_parameters": {
+            "full_attention": full,
+            "sliding_attention": {"rope_type": "default", "rope_theta": local},
+        },
+    }
