@@ -39,40 +39,79 @@ from bridge.errors import ConfigError, config_error
 from bridge.parallel.layout import ParallelLayout
 from bridge.parallel.memory import TrainingSetup, estimate_memory
 from bridge.parallel.param_count import count_parameters
-from bridge.parallel.planner.candidates import candidate_layout, candidates
+from bridge.parallel.planner.candidates import candidate_layout, candidates, vpp_options
 from bridge.parallel.planner.reasons import reasons
-from bridge.parallel.planner.request import USABLE_FRACTION, Plan, PlanRequest, strategies_to_try
+from bridge.parallel.planner.request import (
+    USABLE_FRACTION,
+    Choice,
+    Plan,
+    PlanRequest,
+    strategies_to_try,
+    wants_pipeline,
+)
+from bridge.parallel.planner.speed import estimate_step
+from bridge.parallel.planner.stages import stage_split
 
 
-def search(req: PlanRequest, active: int):
-    """First fitting (layout, recompute, memory), and the lowest-memory valid candidate."""
+def search(req: PlanRequest, active: int, total: int | None = None, *, first_only: bool = False):
+    """(fitting choices, fastest first; the lowest-memory valid candidate as (layout, recompute, memory)).
+
+    Every candidate's sizes are tried under each strategy that accepts them and each interleaving depth
+    worth estimating, without recomputation and (only when that does not fit) with full recomputation.
+    The seeds' rule for large models (`total` parameters >= LARGE_MODEL_PP on more than one node): pipeline
+    stages across nodes, so layouts with pp >= 2 rank first when any fits. `first_only`: stop at the first
+    fitting candidate (what the advice needs to know)."""
     budget = req.gpu_memory_gb * USABLE_FRACTION
     closest = None
+    fitting: list[Choice] = []
     setups = {r: req.setup(r) for r in ("none", "full")}
     strategies = strategies_to_try(req)
-    for sizes, recompute in candidates(req, active):
-        built = _first_valid(req, sizes, setups[recompute], strategies)
-        if built is None:
+    seen = set()
+    for sizes, _ in candidates(req, active):
+        if sizes in seen:
             continue
-        layout, setup = built
-        mem = estimate_memory(req.model, layout, setup, req.memory_model)
-        if closest is None or mem.total < closest[2].total:
-            closest = (layout, recompute, mem)
-        if mem.total <= budget:
-            return (layout, recompute, mem), closest
-    return None, closest
+        seen.add(sizes)
+        for strategy in strategies:
+            for recompute in ("none", "full"):
+                built = _valid_layouts(req, sizes, setups[recompute], strategy)
+                fits_here = False
+                for layout, setup in built:
+                    mem = estimate_memory(layout.model, layout, setup, req.memory_model)
+                    if closest is None or mem.total < closest[2].total:
+                        closest = (layout, recompute, mem)
+                    if mem.total <= budget:
+                        fits_here = True
+                        split = stage_split(req.model.num_layers, layout.pp)
+                        est = estimate_step(req.model, layout, setup, split, req.system, req.link)
+                        fitting.append(Choice(layout, recompute, mem, split, est))
+                        if first_only:
+                            return fitting, closest
+                if fits_here or not built:
+                    break  # recomputation only slows a layout that fits without it
+    fitting.sort(key=lambda c: -c.estimate.tokens_per_s_per_gpu)  # stable: ties keep the seeds' order
+    if total is not None and wants_pipeline(req, total) and any(c.layout.pp > 1 for c in fitting):
+        fitting = [c for c in fitting if c.layout.pp > 1] + [c for c in fitting if c.layout.pp == 1]
+    return fitting, closest
 
 
-def _first_valid(
-    req: PlanRequest, sizes: tuple, setup: TrainingSetup, strategies: tuple[str, ...]
-) -> tuple[ParallelLayout, TrainingSetup] | None:
-    """The layout of these sizes under the first strategy that accepts them (None: none does)."""
-    for strategy in strategies:
+def _valid_layouts(
+    req: PlanRequest, sizes: tuple, setup: TrainingSetup, strategy: str
+) -> list[tuple[ParallelLayout, TrainingSetup]]:
+    """The layouts of these sizes under `strategy`, one per interleaving depth worth estimating."""
+    try:
+        layout, built_setup = candidate_layout(req, *sizes, setup, strategy)
+    except ConfigError:
+        return []
+    out = [(layout, built_setup)]
+    if layout.pp == 1 or "vpp" in req.fixed:
+        return out
+    split = stage_split(req.model.num_layers, layout.pp)
+    for vpp in vpp_options(layout.model, layout.pp, built_setup, layout.dp, split)[1:]:
         try:
-            return candidate_layout(req, *sizes, setup, strategy)
+            out.append(candidate_layout(req, *sizes, setup, strategy, vpp=vpp))
         except ConfigError:
             continue
-    return None
+    return out
 
 
 def _advice(req: PlanRequest, active: int) -> list[str]:
@@ -80,9 +119,9 @@ def _advice(req: PlanRequest, active: int) -> list[str]:
     for factor in (2, 4, 8, 16, 32, 64):
         gpus = req.gpus * factor
         bigger = replace(req, gpus=gpus)
-        found, _ = search(bigger, active)
-        if found is not None:
-            layout, recompute, mem = found
+        found, _ = search(bigger, active, first_only=True)
+        if found:
+            layout, recompute, mem = found[0].layout, found[0].recompute, found[0].memory
             out.append(
                 f"more GPUs: {gpus} GPUs fit ({layout.describe()}, strategy={layout.strategy}, recompute={recompute}, "
                 f"{mem.total:.1f} GB per GPU)"
@@ -91,18 +130,18 @@ def _advice(req: PlanRequest, active: int) -> list[str]:
     else:
         out.append(f"more GPUs: not even {req.gpus * 64} GPUs fit with these settings")
     if req.micro_batch_size > 1:
-        found, _ = search(replace(req, micro_batch_size=1), active)
-        if found is not None:
-            out.append(f"a smaller micro batch: --micro-batch-size 1 fits ({found[0].describe()})")
+        found, _ = search(replace(req, micro_batch_size=1), active, first_only=True)
+        if found:
+            out.append(f"a smaller micro batch: --micro-batch-size 1 fits ({found[0].layout.describe()})")
     if req.precision == "fp32":
-        found, _ = search(replace(req, precision="bf16"), active)
-        if found is not None:
-            out.append(f"mixed precision: --precision bf16 fits ({found[0].describe()})")
+        found, _ = search(replace(req, precision="bf16"), active, first_only=True)
+        if found:
+            out.append(f"mixed precision: --precision bf16 fits ({found[0].layout.describe()})")
     if req.fixed:
-        found, _ = search(replace(req, fixed={}), active)
-        if found is not None:
+        found, _ = search(replace(req, fixed={}), active, first_only=True)
+        if found:
             out.append(
-                f"drop the fixed sizes ({', '.join('--' + k for k in req.fixed)}): {found[0].describe()} fits"
+                f"drop the fixed sizes ({', '.join('--' + k for k in req.fixed)}): {found[0].layout.describe()} fits"
             )
     return out
 
@@ -126,20 +165,23 @@ def _no_valid_layout(req: PlanRequest) -> ConfigError:
 
 
 def plan(req: PlanRequest) -> Plan:
-    """The recommended layout for `req`, or (fits=False) advice on what would make it fit."""
+    """The recommended layout for `req` (the fastest that fits), or (fits=False) advice on what would."""
     count = count_parameters(req.model)
-    found, closest = search(req, count.active)
-    if found is None:
+    ranked, closest = search(req, count.active, count.total)
+    if not ranked:
         if closest is None:  # no candidate is even valid: the fixed sizes (or the GPU count) rule it out
             raise _no_valid_layout(req)
         return Plan(req, count, fits=False, advice=_advice(req, count.active), closest=closest)
-    layout, recompute, mem = found
+    best = ranked[0]
     return Plan(
         req,
         count,
         fits=True,
-        layout=layout,
-        recompute=recompute,
-        memory=mem,
-        reasons=reasons(req, count, layout, recompute),
+        layout=best.layout,
+        recompute=best.recompute,
+        memory=best.memory,
+        reasons=reasons(req, count, best, ranked),
+        estimate=best.estimate,
+        split=best.split,
+        ranked=ranked,
     )
