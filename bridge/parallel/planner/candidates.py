@@ -9,9 +9,7 @@ from bridge.parallel import schedules
 from bridge.parallel.layout import ModelShape, ParallelLayout
 from bridge.parallel.memory import TrainingSetup
 from bridge.parallel.planner.request import LONG_SEQUENCE, PlanRequest, planned_global_batch
-from bridge.parallel.planner.stages import StageSplit, sizing_shape, stage_split
-
-MAX_VPP_OPTIONS = 4  # interleaving depths tried per pipeline size (the speed estimate picks among them)
+from bridge.parallel.planner.stages import sizing_shape, stage_split
 
 
 def _divisors(n: int, limit: int | None = None) -> list[int]:
@@ -29,7 +27,7 @@ def _powers_of_two_dividing(n: int, limit: int) -> list[int]:
     return out
 
 
-def _tp_start(active: int) -> int:
+def tp_start(active: int) -> int:
     """Tensor parallelism by active parameters (a starting table; memory decides)."""
     billions = active / 1e9
     if billions < 10:
@@ -88,25 +86,18 @@ def _choose_vpp(shape: ModelShape, pp: int, setup: TrainingSetup, dp: int) -> in
     return min(options, key=lambda v: (abs(per_stage / v - 4), -v))
 
 
-def vpp_options(shape, pp: int, setup: TrainingSetup, dp: int, split: StageSplit) -> list[int | None]:
-    """Interleaving depths worth estimating for pp stages: _choose_vpp's, then up to MAX_VPP_OPTIONS others
-    that Megatron-Core's interleaved schedule accepts (default schedule, even stages only)."""
-    first = _choose_vpp(shape, pp, setup, dp)
-    if first is None or setup.pp_schedule is not None or not split.even:
-        return [first]
-    others = [v for v in _divisors(split.middle) if v >= 2 and v != first]
-    return [first, *others[: MAX_VPP_OPTIONS - 1]]
-
-
-def candidates(req: PlanRequest, active: int):
-    """((tp, pp, cp, ep, etp), recompute) in order of preference; the caller checks validity."""
+def candidates(req: PlanRequest, active: int, uneven: bool = False):
+    """((tp, pp, cp, ep, etp), recompute) in order of preference; the caller checks validity. Pipeline
+    sizes split the layers evenly, or (uneven) also unevenly (stages.stage_split)."""
     shape, gpus, fixed = req.model, req.gpus, req.fixed
     tp_cap = min(req.gpus_per_node, 4 if req.link == "ethernet" else req.gpus_per_node)
-    start = _tp_start(active)
+    start = tp_start(active)
     tps = [fixed["tp"]] if "tp" in fixed else _divisors(gpus, tp_cap)
     tps = sorted(tps, key=lambda t: (t < start, t))  # from the starting tp upwards, smaller only if forced
     # pp up to one layer per stage; stage_split makes the stages uneven where pp does not divide the layers
     pps = [fixed["pp"]] if "pp" in fixed else _divisors(gpus, shape.num_layers)
+    if not uneven:
+        pps = [p for p in pps if shape.num_layers % p == 0]
     # cp only for long sequences (from LONG_SEQUENCE tokens up, more when memory needs it)
     cps = [fixed["cp"]] if "cp" in fixed else _cp_choices(req.seq, gpus)
     etp = fixed.get("etp", 1)

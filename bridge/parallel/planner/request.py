@@ -194,6 +194,7 @@ class Choice:
     memory: MemoryEstimate
     split: StageSplit
     estimate: StepEstimate
+    broken: tuple[str, ...] = ()  # the seeds' rules it breaks (bridge.parallel.planner.seeds)
 
 
 @dataclass

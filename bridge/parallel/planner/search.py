@@ -39,7 +39,7 @@ from bridge.errors import ConfigError, config_error
 from bridge.parallel.layout import ParallelLayout
 from bridge.parallel.memory import TrainingSetup, estimate_memory
 from bridge.parallel.param_count import count_parameters
-from bridge.parallel.planner.candidates import candidate_layout, candidates, vpp_options
+from bridge.parallel.planner.candidates import candidate_layout, candidates, tp_start
 from bridge.parallel.planner.reasons import reasons
 from bridge.parallel.planner.request import (
     USABLE_FRACTION,
@@ -49,6 +49,7 @@ from bridge.parallel.planner.request import (
     strategies_to_try,
     wants_pipeline,
 )
+from bridge.parallel.planner.seeds import rank
 from bridge.parallel.planner.speed import estimate_step
 from bridge.parallel.planner.stages import stage_split
 
@@ -56,62 +57,63 @@ from bridge.parallel.planner.stages import stage_split
 def search(req: PlanRequest, active: int, total: int | None = None, *, first_only: bool = False):
     """(fitting choices, fastest first; the lowest-memory valid candidate as (layout, recompute, memory)).
 
-    Every candidate's sizes are tried under each strategy that accepts them and each interleaving depth
-    worth estimating, without recomputation and (only when that does not fit) with full recomputation.
-    The seeds' rule for large models (`total` parameters >= LARGE_MODEL_PP on more than one node): pipeline
-    stages across nodes, so layouts with pp >= 2 rank first when any fits. `first_only`: stop at the first
+    Every candidate's sizes are tried under the first strategy that accepts them, without recomputation
+    and (only when that does not fit) with full recomputation; pipeline sizes that split the layers
+    unevenly only for a large model that no even pipeline fits, or a --pp the user fixed.
+    The layouts that keep the seeds' sizing rules rank first, fastest first (bridge.parallel.planner.seeds). `first_only`: stop at the first
     fitting candidate (what the advice needs to know)."""
     budget = req.gpu_memory_gb * USABLE_FRACTION
     closest = None
     fitting: list[Choice] = []
     setups = {r: req.setup(r) for r in ("none", "full")}
     strategies = strategies_to_try(req)
+    total = count_parameters(req.model).total if total is None else total
     seen = set()
-    for sizes, _ in candidates(req, active):
-        if sizes in seen:
-            continue
+    for sizes, _ in candidates(req, active, uneven=False):
         seen.add(sizes)
-        for strategy in strategies:
-            for recompute in ("none", "full"):
-                built = _valid_layouts(req, sizes, setups[recompute], strategy)
-                fits_here = False
-                for layout, setup in built:
-                    mem = estimate_memory(layout.model, layout, setup, req.memory_model)
-                    if closest is None or mem.total < closest[2].total:
-                        closest = (layout, recompute, mem)
-                    if mem.total <= budget:
-                        fits_here = True
-                        split = stage_split(req.model.num_layers, layout.pp)
-                        est = estimate_step(req.model, layout, setup, split, req.system, req.link)
-                        fitting.append(Choice(layout, recompute, mem, split, est))
-                        if first_only:
-                            return fitting, closest
-                if fits_here or not built:
-                    break  # recomputation only slows a layout that fits without it
-    fitting.sort(key=lambda c: -c.estimate.tokens_per_s_per_gpu)  # stable: ties keep the seeds' order
-    if total is not None and wants_pipeline(req, total) and any(c.layout.pp > 1 for c in fitting):
-        fitting = [c for c in fitting if c.layout.pp > 1] + [c for c in fitting if c.layout.pp == 1]
-    return fitting, closest
+        closest = _evaluate(req, sizes, setups, strategies, budget, fitting, closest)
+        if first_only and fitting:
+            return fitting, closest
+    # uneven stages only where the layer count needs them: a large model with no fitting even pipeline
+    if wants_pipeline(req, total) and not any(c.layout.pp > 1 for c in fitting) or "pp" in req.fixed:
+        for sizes, _ in candidates(req, active, uneven=True):
+            if sizes not in seen:
+                seen.add(sizes)
+                closest = _evaluate(req, sizes, setups, strategies, budget, fitting, closest)
+    return rank(req, total, tp_start(active), fitting), closest
 
 
-def _valid_layouts(
-    req: PlanRequest, sizes: tuple, setup: TrainingSetup, strategy: str
-) -> list[tuple[ParallelLayout, TrainingSetup]]:
-    """The layouts of these sizes under `strategy`, one per interleaving depth worth estimating."""
-    try:
-        layout, built_setup = candidate_layout(req, *sizes, setup, strategy)
-    except ConfigError:
-        return []
-    out = [(layout, built_setup)]
-    if layout.pp == 1 or "vpp" in req.fixed:
-        return out
-    split = stage_split(req.model.num_layers, layout.pp)
-    for vpp in vpp_options(layout.model, layout.pp, built_setup, layout.dp, split)[1:]:
+def _evaluate(req, sizes, setups, strategies, budget, fitting: list[Choice], closest):
+    """Add the fitting layouts of `sizes` to `fitting` (with their speed); return the new closest.
+
+    The first strategy that accepts the sizes is used (auto's decision tree); recomputation only when
+    the layout does not fit without it (it only slows a layout that fits)."""
+    for recompute in ("none", "full"):
+        built = _first_valid(req, sizes, setups[recompute], strategies)
+        if built is None:
+            return closest
+        layout, setup = built
+        mem = estimate_memory(layout.model, layout, setup, req.memory_model)
+        if closest is None or mem.total < closest[2].total:
+            closest = (layout, recompute, mem)
+        if mem.total <= budget:
+            split = stage_split(req.model.num_layers, layout.pp)
+            est = estimate_step(req.model, layout, setup, split, req.system, req.link)
+            fitting.append(Choice(layout, recompute, mem, split, est))
+            return closest
+    return closest
+
+
+def _first_valid(
+    req: PlanRequest, sizes: tuple, setup: TrainingSetup, strategies: tuple[str, ...]
+) -> tuple[ParallelLayout, TrainingSetup] | None:
+    """The layout of these sizes under the first strategy that accepts them (None: none does)."""
+    for strategy in strategies:
         try:
-            out.append(candidate_layout(req, *sizes, setup, strategy, vpp=vpp))
+            return candidate_layout(req, *sizes, setup, strategy)
         except ConfigError:
             continue
-    return out
+    return None
 
 
 def _advice(req: PlanRequest, active: int) -> list[str]:
