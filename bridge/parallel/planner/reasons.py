@@ -88,20 +88,16 @@ def _speed_text(req: PlanRequest, count: ParamCount, choice: Choice, ranked: lis
     if others:
         nxt = others[0]
         text += (
-            f"; next {nxt.layout.describe()} strategy={nxt.layout.strategy} vpp={nxt.layout.vpp} "
+            f"; next of those: {nxt.layout.describe()} strategy={nxt.layout.strategy} vpp={nxt.layout.vpp} "
             f"recompute={nxt.recompute}: {nxt.estimate.tokens_per_s_per_gpu:.0f}"
         )
-    if wants_pipeline(req, count.total) and choice.layout.pp > 1 and ranked and ranked[0] is choice:
-        faster_flat = [
-            c
-            for c in ranked
-            if c.layout.pp == 1 and c.estimate.tokens_per_s_per_gpu > est.tokens_per_s_per_gpu
-        ]
-        if faster_flat:
-            text += (
-                f" (a layout without pipeline stages is estimated at {faster_flat[0].estimate.tokens_per_s_per_gpu:.0f}: "
-                "the seeds' rule for large models keeps PP across nodes)"
-            )
+    faster = [c for c in ranked if c.estimate.tokens_per_s_per_gpu > est.tokens_per_s_per_gpu]
+    if faster:
+        text += (
+            f"; {faster[0].layout.describe()} (strategy={faster[0].layout.strategy}) is estimated faster "
+            f"({faster[0].estimate.tokens_per_s_per_gpu:.0f}) but breaks the seeds' rules: "
+            + "; ".join(faster[0].broken)
+        )
     return text
 
 

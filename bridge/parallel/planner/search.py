@@ -53,6 +53,8 @@ from bridge.parallel.planner.seeds import rank
 from bridge.parallel.planner.speed import estimate_step
 from bridge.parallel.planner.stages import stage_split
 
+MAX_PARAMETERS = 1e15  # a thousand times the largest published models: a shape beyond it is a typo
+
 
 def search(req: PlanRequest, active: int, total: int | None = None, *, first_only: bool = False):
     """(fitting choices, fastest first; the lowest-memory valid candidate as (layout, recompute, memory)).
@@ -70,6 +72,8 @@ def search(req: PlanRequest, active: int, total: int | None = None, *, first_onl
     total = count_parameters(req.model).total if total is None else total
     seen = set()
     for sizes, _ in candidates(req, active, uneven=False):
+        if sizes in seen:
+            continue
         seen.add(sizes)
         closest = _evaluate(req, sizes, setups, strategies, budget, fitting, closest)
         if first_only and fitting:
@@ -169,6 +173,13 @@ def _no_valid_layout(req: PlanRequest) -> ConfigError:
 def plan(req: PlanRequest) -> Plan:
     """The recommended layout for `req` (the fastest that fits), or (fits=False) advice on what would."""
     count = count_parameters(req.model)
+    if count.total > MAX_PARAMETERS:
+        raise config_error(
+            "model",
+            f"{count.total:.3g} parameters",
+            f"is more than {MAX_PARAMETERS:.0e}, beyond any cluster's memory (a typo in the config?)",
+            "check hidden_size, intermediate_size, the layer and expert counts",
+        )
     ranked, closest = search(req, count.active, count.total)
     if not ranked:
         if closest is None:  # no candidate is even valid: the fixed sizes (or the GPU count) rule it out
