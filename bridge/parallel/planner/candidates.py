@@ -153,6 +153,15 @@ def candidate_layout(
         vpp = req.fixed["vpp"]
     elif vpp == "choose":
         vpp = _choose_vpp(shape, pp, setup, dp) if split is None or split.even else None
+    if split is not None and not split.even and vpp is not None:
+        ends = (split.first, split.last) + ((split.middle,) if pp > 2 else ())
+        if any(n % vpp for n in ends):
+            raise config_error(
+                "vpp",
+                vpp,
+                f"must divide the layers of every uneven stage ({split.describe()})",
+                "leave vpp unset, or choose pp so the stages divide into vpp chunks",
+            )
     layout = ParallelLayout(
         world_size=world,
         tp=tp,

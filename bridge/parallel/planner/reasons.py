@@ -263,8 +263,7 @@ def _strategy_reason(
         return f"strategy=megatron (auto): {branch}; but fsdp2 refuses this layout: {refusal}"
     if req.model.is_moe and layout.ep > 1:
         branch += (
-            f"; fsdp2 accepts it (ep={layout.ep} divides dp*cp = {layout.dp * layout.cp}, "
-            f"no PP with EP, etp={layout.etp})"
+            f"; fsdp2 accepts it (ep={layout.ep} divides dp*cp = {layout.dp * layout.cp}, etp={layout.etp})"
         )
     elif req.model.is_moe:
         branch += "; fsdp2 accepts it (ep=1: the experts shard with their layer)"
