@@ -1,15 +1,16 @@
-"""Recommend a parallel layout for a model on a cluster, with a per-GPU memory estimate. Pure Python.
+"""Recommend a parallel layout for a model on a cluster, with per-GPU memory and speed estimates. Pure Python.
 
-The search follows the sizing rules of docs/parallelism.md ("How `bridge plan` chooses a layout") and
-returns the first candidate, in their order of preference, that passes ParallelLayout validation and
-fits the memory budget:
+The search follows the sizing rules of docs/parallelism.md ("How `bridge plan` chooses a layout"): every
+candidate that passes ParallelLayout validation and fits the memory budget gets a step-time estimate
+(speed.py); the seeds' rules rank them (seeds.py) and the fastest of those that keep the most rules wins.
+The candidates, in their order of preference (which breaks ties):
 
 - cp: sequences of 8K tokens and more get context parallelism (about one CP rank per 16K tokens, at
   least 2; up to 8x that when memory needs it); shorter sequences never. CP is a choice, never a
   precondition: when no CP group divides the GPUs (or no layout with it fits) cp falls back to 1.
 - dense models: tp is sized by the active parameters and kept inside a node (<= gpus_per_node; <= 4 over
-  ethernet, too slow for more TP traffic); pp is added for depth, across nodes, when TP alone does not
-  fit; the smallest model-parallel group that fits wins (the rest is data parallelism), larger tp first.
+  ethernet, too slow for more TP traffic); pp adds depth across nodes (for 70B+ models on several nodes
+  always, uneven stages where the layer count needs them: stages.py); smallest model-parallel group first.
 - MoE models: tp stays small (sized by the *active* parameters), ep is the main dimension (as many
   experts spread as the GPUs allow), pp handles depth across nodes; etp stays 1 (rarely useful).
 - pp > 1 is interleaved (vpp: about four layers per virtual stage) when the micro batches allow it; a
@@ -26,7 +27,7 @@ The data-parallel strategy (PlanRequest.strategy) does not change the order of t
 which of them are valid (ParallelLayout's strategy rules) and the memory model that checks the fit
 (bridge.parallel.memory). `auto` (NeMo AutoModel's decision tree) picks per candidate: one GPU:
 megatron with everything 1 (no distributed setup); otherwise fsdp2 whenever fsdp2 accepts the request
-(not fp16, not zero_bubble) and the layout (for MoE: ep | dp*cp, not pp > 1 with ep > 1, etp 1), else
+(not fp16, not zero_bubble) and the layout (for MoE: ep | dp*cp, etp 1), else
 megatron, and the reasons name the branch and fsdp2's refusal. megatron_fsdp plans turn sequence
 parallelism off (Megatron-FSDP refuses it).
 """
