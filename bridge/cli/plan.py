@@ -24,7 +24,14 @@ from bridge.errors import ConfigError
 from bridge.parallel.layout import ModelShape
 from bridge.parallel.memory import MEMORY_MODELS, OPTIMIZERS, PRECISIONS
 from bridge.parallel.planner import INTERCONNECTS, SIZE_FLAGS, STRATEGY_CHOICES, PlanRequest, plan
-from bridge.parallel.planner.report import format_table, plan_overrides, plan_to_json
+from bridge.parallel.planner.report import (
+    compare_rows,
+    format_compare,
+    format_table,
+    plan_overrides,
+    plan_to_json,
+)
+from bridge.parallel.planner.systems import DEFAULT_SYSTEM, SYSTEMS
 
 DEFAULT_SEQ_LENGTH = 4096  # PlanRequest's sequence length when neither --seq-length nor the model says one
 
@@ -132,6 +139,11 @@ def resolve_model(name: str) -> tuple[ModelShape, dict]:
     )
 
 
+def _given(value, default):
+    """The command line's value when given (even 0, which PlanRequest then refuses), else the default."""
+    return default if value is None else value
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="bridge plan", description="Recommend a parallel layout and estimate per-GPU memory (offline)."
@@ -140,14 +152,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", required=True, help="recipe name, preset name, or HF config.json / model folder"
     )
     ap.add_argument("--gpus", type=int, required=True, help="number of GPUs")
-    ap.add_argument("--gpus-per-node", type=int, default=8)
+    ap.add_argument(
+        "--gpu",
+        choices=tuple(SYSTEMS),
+        default=DEFAULT_SYSTEM,
+        help="the GPU system the speed estimate uses (its peaks, memory, NVLink domain and network)",
+    )
+    ap.add_argument(
+        "--gpus-per-node", type=int, default=None, help="default: the --gpu system's (8; gb200 72)"
+    )
     ap.add_argument(
         "--interconnect",
         choices=INTERCONNECTS,
         default=None,
         help="between nodes (default: nvlink on one node, infiniband across nodes)",
     )
-    ap.add_argument("--gpu-memory-gb", type=float, default=80.0)
+    ap.add_argument(
+        "--gpu-memory-gb", type=float, default=None, help="default: the --gpu system's (h100: 80)"
+    )
     ap.add_argument(
         "--seq-length",
         type=int,
@@ -185,6 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="pipeline schedule to plan for (1f1b, interleaved_1f1b, gpipe, looped_bfs, dfs, zero_bubble; "
         "default: Megatron-Core's choice by vpp)",
     )
+    ap.add_argument(
+        "--compare",
+        action="store_true",
+        help="list the top layouts side by side with their estimates and why the first wins",
+    )
     out = ap.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument("--overrides", action="store_true", help="print the dotted overrides for run_recipe.py")
@@ -202,16 +229,18 @@ def main(argv: list[str] | None = None) -> int:
             "precision": args.precision,
             "optimizer": args.optimizer,
         }
+        gpu = SYSTEMS[args.gpu]
         req = PlanRequest(
             model=shape,
             gpus=args.gpus,
-            gpus_per_node=args.gpus_per_node,
+            gpus_per_node=_given(args.gpus_per_node, gpu.gpus_per_node),
             interconnect=args.interconnect,
-            gpu_memory_gb=args.gpu_memory_gb,
-            seq_length=args.seq_length or defaults.get("seq_length"),
-            global_batch_size=args.global_batch_size or defaults.get("global_batch_size"),
+            gpu_memory_gb=_given(args.gpu_memory_gb, gpu.memory_gb),
+            # a value given on the command line is kept as given (0 is refused, not taken as "unset")
+            seq_length=_given(args.seq_length, defaults.get("seq_length")),
+            global_batch_size=_given(args.global_batch_size, defaults.get("global_batch_size")),
             round_global_batch=args.global_batch_size is None,  # a recipe's default may be rounded
-            micro_batch_size=args.micro_batch_size or defaults.get("micro_batch_size") or 1,
+            micro_batch_size=_given(args.micro_batch_size, defaults.get("micro_batch_size") or 1),
             precision=args.precision or "bf16",
             optimizer=args.optimizer or "adam",
             memory_model=args.memory_model,
@@ -219,13 +248,19 @@ def main(argv: list[str] | None = None) -> int:
             pp_schedule=args.pp_schedule,
             strategy=args.strategy,
             dp_replicate_size=args.dp_replicate_size,
+            gpu=args.gpu,
         )
         result = plan(req)
     except ConfigError as err:
         return report_user_error(err)  # one line, as every entry point
     overrides = plan_overrides(result, explicit)
     if args.json:
-        print(json.dumps(plan_to_json(result), indent=2))
+        data = plan_to_json(result)
+        if args.compare:
+            data["compare"] = compare_rows(result)
+        print(json.dumps(data, indent=2))
+    elif args.compare:
+        print(format_compare(result))
     elif args.overrides:
         if not result.fits:
             print("bridge plan: nothing fits; run without --overrides to see what would", file=sys.stderr)

@@ -9,6 +9,7 @@ Pure Python.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -203,18 +204,28 @@ def params_per_rank(
     _require(shape, "hidden_size", "vocab_size")
     if not 0 <= stage < layout.pp:
         raise ValueError(f"stage {stage} outside 0..{layout.pp - 1}")
-    tp, h = layout.tp, shape.hidden_size
-    per_stage = shape.num_layers // layout.pp
+    multiple = make_vocab_size_divisible_by or shape.make_vocab_size_divisible_by  # None: the shape's rule
+    return _rank_params(shape, layout.tp, layout.pp, layout.ep, layout.etp, stage, multiple)
+
+
+@functools.lru_cache(maxsize=4096)
+def _rank_params(
+    shape: ModelShape, tp: int, pp: int, ep: int, etp: int, stage: int, multiple: int
+) -> RankParams:
+    """params_per_rank's count, cached: the planner asks it for the same sizes under many layouts."""
+    h = shape.hidden_size
+    per_stage = shape.num_layers // pp
     dense = expert = 0
     kinds = shape.moe_layers()
-    for i in range(stage * per_stage, (stage + 1) * per_stage):
-        p = _layer_parts(shape, kinds[i])
-        attention_norms = _replicated_qk_norm_params(shape)  # replicated across tp
-        if shape.multi_latent_attention:
-            attention_norms = _mla_attention(shape)[1]
+    attention_norms = _replicated_qk_norm_params(shape)  # replicated across tp
+    if shape.multi_latent_attention:
+        attention_norms = _mla_attention(shape)[1]
+    by_kind = {}
+    for moe in set(kinds[stage * per_stage : (stage + 1) * per_stage]):
+        p = _layer_parts(shape, moe)
         norm_like = p["norms"] + attention_norms
         gate = h if p["shared"] and shape.moe_shared_expert_gate else 0  # replicated across tp
-        dense += (
+        layer_dense = (
             (p["attention"] - attention_norms) // tp
             + norm_like
             + p["mlp"] // tp
@@ -222,15 +233,18 @@ def params_per_rank(
             + (p["shared"] - gate) // tp
             + gate
         )
-        if kinds[i]:
-            expert += (shape.num_moe_experts // layout.ep) * (p["per_expert"] // layout.etp)
-    multiple = make_vocab_size_divisible_by or shape.make_vocab_size_divisible_by  # None: the shape's rule
+        layer_expert = (shape.num_moe_experts // ep) * (p["per_expert"] // etp) if moe else 0
+        by_kind[moe] = (layer_dense, layer_expert)
+    for i in range(stage * per_stage, (stage + 1) * per_stage):
+        layer_dense, layer_expert = by_kind[kinds[i]]
+        dense += layer_dense
+        expert += layer_expert
     vocab = padded_vocab_size(shape.vocab_size, tp, multiple)
     table = vocab * h // tp
     if stage == 0:
         dense += table
-    if stage == layout.pp - 1:
+    if stage == pp - 1:
         dense += h  # final norm
-        if not shape.share_embeddings_and_output_weights or layout.pp > 1:
+        if not shape.share_embeddings_and_output_weights or pp > 1:
             dense += table
     return RankParams(dense=dense, expert=expert)

@@ -14,6 +14,7 @@ from bridge.parallel.layout import ModelShape, ParallelLayout
 from bridge.parallel.memory import TrainingSetup, activation_memory, estimate_memory, seed_state_memory
 from bridge.parallel.param_count import count_parameters
 from bridge.parallel.planner import USABLE_FRACTION, PlanRequest, plan
+from bridge.parallel.planner.stages import sizing_shape
 from tests.unit.published_shapes import LLAMA31_8B, LLAMA31_70B, LLAMA32_1B, MIXTRAL_8X7B, QWEN3_30B_A3B
 
 # A DeepSeek-V3-sized MoE (671.6B total, 38.1B active; MLA approximated by plain attention).
@@ -45,7 +46,8 @@ SMALL_MOE = ModelShape(
 
 
 def _check_plan(p):
-    """A recommendation validates from scratch and fits the budget by its own estimate."""
+    """A recommendation validates from scratch and fits the budget by its own estimate (an uneven pipeline
+    is checked as the planner sizes it: every stage holding the heaviest stage's layers)."""
     assert p.fits
     lay = p.layout
     again = ParallelLayout(
@@ -59,11 +61,11 @@ def _check_plan(p):
         sequence_parallel=lay.sequence_parallel,
         strategy=lay.strategy,
         dp_replicate_size=lay.dp_replicate_size,
-        model=p.request.model,
+        model=sizing_shape(p.request.model, p.split),
     )
     assert again == lay
     setup = p.request.setup(p.recompute)
-    mem = estimate_memory(p.request.model, lay, setup, p.request.memory_model)
+    mem = estimate_memory(lay.model, lay, setup, p.request.memory_model)
     assert mem == p.memory
     assert mem.total <= p.request.gpu_memory_gb * USABLE_FRACTION
     if setup.global_batch_size is not None:
@@ -129,11 +131,16 @@ def test_deepseek_v3_tp2_pp16_ep64_needs_1024_gpus_and_what_fits_on_256():
     # and on 1024 GPUs its 61 layers still do not split into 16 whole-layer stages (no uneven stages)
     with pytest.raises(ConfigError, match=r"must divide model.num_layers \(61\)"):
         ParallelLayout(1024, tp=2, pp=16, ep=64, sequence_parallel=True, model=shape)
-    # on 256 GPUs: no PP (61 is prime), EP carries the experts; the planner's pick validates and fits
     fits = ParallelLayout(256, tp=2, ep=64, sequence_parallel=True, model=shape)
     assert (fits.min_gpus, fits.dp, fits.edp) == (64, 128, 4)
-    lay = _check_plan(plan(PlanRequest(shape, 256, strategy="megatron")))
-    assert lay.pp == 1 and lay.ep > lay.tp and lay.pp * max(lay.tp * lay.cp, lay.ep * lay.etp) <= 256
+    # the planner follows the seeds (issue 33): PP across nodes for a large MoE, with uneven stages since
+    # 61 is prime (Megatron-Core's num_layers_in_first/last_pipeline_stage); its pick validates and fits
+    p = plan(PlanRequest(shape, 256, strategy="megatron"))
+    lay = _check_plan(p)
+    assert lay.pp > 1 and lay.ep > lay.tp and lay.pp * max(lay.tp * lay.cp, lay.ep * lay.etp) <= 256
+    split = p.split
+    assert split.first + split.middle * (lay.pp - 2) + split.last == 61 and not split.even
+    assert any(r.startswith(f"num_layers_in_first_pipeline_stage={split.first}") for r in p.reasons)
 
 
 @pytest.mark.parametrize("seq,expect_cp", [(4096, False), (8192, True), (32768, True)])

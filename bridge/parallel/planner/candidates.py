@@ -9,13 +9,25 @@ from bridge.parallel import schedules
 from bridge.parallel.layout import ModelShape, ParallelLayout
 from bridge.parallel.memory import TrainingSetup
 from bridge.parallel.planner.request import LONG_SEQUENCE, PlanRequest, planned_global_batch
+from bridge.parallel.planner.stages import sizing_shape, stage_split
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def _divisors(n: int, limit: int | None = None) -> list[int]:
+    """Divisors of n up to `limit` (default n): a scan bounded by the sizes that can occur, so a huge
+    GPU count costs no more than a small one."""
+    top = n if limit is None else min(n, limit)
+    return [d for d in range(1, top + 1) if n % d == 0]
 
 
-def _tp_start(active: int) -> int:
+def _powers_of_two_dividing(n: int, limit: int) -> list[int]:
+    out, p = [], 1
+    while p <= limit and n % p == 0:
+        out.append(p)
+        p *= 2
+    return out
+
+
+def tp_start(active: int) -> int:
     """Tensor parallelism by active parameters (a starting table; memory decides)."""
     billions = active / 1e9
     if billions < 10:
@@ -41,7 +53,7 @@ def _cp_choices(seq: int, gpus: int) -> list[int]:
     smaller ones down to 1. CP is the planner's choice, never a precondition: a GPU count that no CP
     group divides (1, 3, ...) or a layout that only fits without CP still gets a plan at cp=1."""
     cp0 = _cp_start(seq)
-    powers = [c for c in _divisors(gpus) if (c & (c - 1)) == 0]
+    powers = _powers_of_two_dividing(gpus, max(1, seq // 2))  # each CP rank takes 2 chunks of the sequence
     if cp0 == 1:
         return [1]
     return [c for c in powers if c >= cp0][:4] + sorted((c for c in powers if c < cp0), reverse=True)
@@ -74,14 +86,18 @@ def _choose_vpp(shape: ModelShape, pp: int, setup: TrainingSetup, dp: int) -> in
     return min(options, key=lambda v: (abs(per_stage / v - 4), -v))
 
 
-def candidates(req: PlanRequest, active: int):
-    """((tp, pp, cp, ep, etp), recompute) in order of preference; the caller checks validity."""
+def candidates(req: PlanRequest, active: int, uneven: bool = False):
+    """((tp, pp, cp, ep, etp), recompute) in order of preference; the caller checks validity. Pipeline
+    sizes split the layers evenly, or (uneven) also unevenly (stages.stage_split)."""
     shape, gpus, fixed = req.model, req.gpus, req.fixed
     tp_cap = min(req.gpus_per_node, 4 if req.link == "ethernet" else req.gpus_per_node)
-    start = _tp_start(active)
-    tps = [fixed["tp"]] if "tp" in fixed else [t for t in _divisors(gpus) if t <= tp_cap]
+    start = tp_start(active)
+    tps = [fixed["tp"]] if "tp" in fixed else _divisors(gpus, tp_cap)
     tps = sorted(tps, key=lambda t: (t < start, t))  # from the starting tp upwards, smaller only if forced
-    pps = [fixed["pp"]] if "pp" in fixed else _divisors(gpus)
+    # pp up to one layer per stage; stage_split makes the stages uneven where pp does not divide the layers
+    pps = [fixed["pp"]] if "pp" in fixed else _divisors(gpus, shape.num_layers)
+    if not uneven:
+        pps = [p for p in pps if shape.num_layers % p == 0]
     # cp only for long sequences (from LONG_SEQUENCE tokens up, more when memory needs it)
     cps = [fixed["cp"]] if "cp" in fixed else _cp_choices(req.seq, gpus)
     etp = fixed.get("etp", 1)
@@ -89,7 +105,7 @@ def candidates(req: PlanRequest, active: int):
         eps = (
             [fixed["ep"]]
             if "ep" in fixed
-            else sorted((e for e in _divisors(shape.num_moe_experts) if gpus % e == 0), reverse=True)
+            else sorted((e for e in _divisors(shape.num_moe_experts, gpus) if gpus % e == 0), reverse=True)
         )
         # MoE: keep tp small; recompute before raising tp (as the MoE recipes do); then cp, then the
         # fewest pipeline stages with the widest expert parallelism.
@@ -114,13 +130,38 @@ def candidates(req: PlanRequest, active: int):
 
 
 def candidate_layout(
-    req: PlanRequest, tp, pp, cp, ep, etp, setup: TrainingSetup, strategy: str = "megatron"
+    req: PlanRequest,
+    tp,
+    pp,
+    cp,
+    ep,
+    etp,
+    setup: TrainingSetup,
+    strategy: str = "megatron",
+    vpp: int | None | str = "choose",
 ) -> tuple[ParallelLayout, TrainingSetup]:
-    """The validated layout for these sizes and strategy, and `setup` with the global batch it trains with."""
+    """The validated layout for these sizes and strategy, and `setup` with the global batch it trains with.
+
+    Where pp does not divide the layers the layout is checked (and its memory sized) as pp stages of the
+    heaviest uneven stage's layers (bridge.parallel.planner.stages); `layout.model` is that shape."""
     world = req.gpus
     dp = world // (tp * pp * cp) if world % (tp * pp * cp) == 0 else 1
     setup = replace(setup, global_batch_size=planned_global_batch(req, dp))
-    vpp = req.fixed.get("vpp") if "vpp" in req.fixed else _choose_vpp(req.model, pp, setup, dp)
+    split = stage_split(req.model.num_layers, pp)
+    shape = req.model if split is None else sizing_shape(req.model, split)
+    if "vpp" in req.fixed:
+        vpp = req.fixed["vpp"]
+    elif vpp == "choose":
+        vpp = _choose_vpp(shape, pp, setup, dp) if split is None or split.even else None
+    if split is not None and not split.even and vpp is not None:
+        ends = (split.first, split.last) + ((split.middle,) if pp > 2 else ())
+        if any(n % vpp for n in ends):
+            raise config_error(
+                "vpp",
+                vpp,
+                f"must divide the layers of every uneven stage ({split.describe()})",
+                "leave vpp unset, or choose pp so the stages divide into vpp chunks",
+            )
     layout = ParallelLayout(
         world_size=world,
         tp=tp,
@@ -133,7 +174,7 @@ def candidate_layout(
         strategy=strategy,
         dp_replicate_size=req.dp_replicate_size if strategy == "fsdp2" else None,
         gpus_per_node=req.gpus_per_node,
-        model=req.model,
+        model=shape,
     )
     gbs = setup.global_batch_size
     if gbs is not None and gbs % (setup.micro_batch_size * layout.dp):

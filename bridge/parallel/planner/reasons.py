@@ -10,9 +10,11 @@ from bridge.parallel.planner.candidates import candidate_layout
 from bridge.parallel.planner.request import (
     LARGE_DENSE,
     LONG_SEQUENCE,
+    Choice,
     PlanRequest,
     fsdp2_request_refusal,
     planned_global_batch,
+    wants_pipeline,
 )
 
 
@@ -20,15 +22,20 @@ def _b(n: float) -> str:
     return f"{n / 1e9:.1f}B"
 
 
-def reasons(req: PlanRequest, count: ParamCount, layout: ParallelLayout, recompute: str) -> list[str]:
-    """One line per decision: the strategy, each size (or that the user fixed it), SP, recompute, dp/edp."""
+def reasons(req: PlanRequest, count: ParamCount, choice: Choice, ranked: list[Choice]) -> list[str]:
+    """One line per decision: the strategy, each size (or that the user fixed it), SP, recompute, dp/edp,
+    and the speed estimate that chose among the layouts that fit."""
+    layout, recompute = choice.layout, choice.recompute
 
     def fixed_or(name: str, text: str) -> str:
         return f"{name}={getattr(layout, name)}: fixed by --{name}" if name in req.fixed else text
 
-    out = [_strategy_reason(req, count, layout, recompute)]
+    out = [_strategy_reason(req, count, layout, recompute, ranked)]
+    out.append(_speed_text(req, count, choice, ranked))
     out.append(fixed_or("tp", _tp_text(req, count, layout)))
-    out.append(fixed_or("pp", _pp_text(req, layout)))
+    out.append(fixed_or("pp", _pp_text(req, count, choice)))
+    if not choice.split.even:
+        out.append(_uneven_text(choice))
     if layout.pp > 1:
         out.append(fixed_or("vpp", _vpp_text(req, layout)))
         out.append(_bubble_reason(req, layout))
@@ -70,13 +77,54 @@ def _tp_text(req: PlanRequest, count: ParamCount, layout: ParallelLayout) -> str
     return tp_text
 
 
-def _pp_text(req: PlanRequest, layout: ParallelLayout) -> str:
+def _speed_text(req: PlanRequest, count: ParamCount, choice: Choice, ranked: list[Choice]) -> str:
+    est = choice.estimate
+    text = (
+        f"estimate: {est.tokens_per_s_per_gpu:.0f} tokens/s/GPU, {est.tflops_per_gpu:.0f} TFLOP/s/GPU "
+        f"(MFU {100 * est.mfu:.1f}% of {req.system.name} {req.precision}), {est.step_time_s:.2f} s per step; "
+        f"the fastest of {len(ranked)} fitting layouts"
+    )
+    others = [c for c in ranked if c is not choice]
+    if others:
+        nxt = others[0]
+        text += (
+            f"; next of those: {nxt.layout.describe()} strategy={nxt.layout.strategy} vpp={nxt.layout.vpp} "
+            f"recompute={nxt.recompute}: {nxt.estimate.tokens_per_s_per_gpu:.0f}"
+        )
+    faster = [c for c in ranked if c.estimate.tokens_per_s_per_gpu > est.tokens_per_s_per_gpu]
+    if faster:
+        text += (
+            f"; {faster[0].layout.describe()} (strategy={faster[0].layout.strategy}) is estimated faster "
+            f"({faster[0].estimate.tokens_per_s_per_gpu:.0f}) but breaks the seeds' rules: "
+            + "; ".join(faster[0].broken)
+        )
+    return text
+
+
+def _pp_text(req: PlanRequest, count: ParamCount, choice: Choice) -> str:
+    layout = choice.layout
     if layout.pp == 1:
+        if wants_pipeline(req, count.total):
+            return (
+                "pp=1: no layout with pipeline stages fits (the seeds put PP across nodes for large models)"
+            )
         return "pp=1: the model fits without pipeline parallelism"
     across = layout.world_size > req.gpus_per_node
+    why = "pipeline stages handle depth" + (" across nodes" if across else "")
+    if wants_pipeline(req, count.total):
+        why += f" (the seeds' rule for {_b(count.total)} parameters on more than one node: PP across nodes, TP inside)"
+    else:
+        why += ", chosen as the fastest fitting layout"
+    return f"pp={layout.pp}: {choice.split.describe()}; {why}"
+
+
+def _uneven_text(choice: Choice) -> str:
+    split = choice.split
     return (
-        f"pp={layout.pp}: {req.model.num_layers // layout.pp} layers per stage; pipeline stages handle "
-        f"depth{' across nodes' if across else ''} where TP alone does not fit"
+        f"num_layers_in_first_pipeline_stage={split.first}, num_layers_in_last_pipeline_stage={split.last}: "
+        f"pp={split.pp} does not divide the layers, so Megatron-Core's uneven stages carry "
+        f"{split.middle} layers on each middle stage; memory and speed are sized on the heaviest stage "
+        f"({split.heaviest} layers)"
     )
 
 
@@ -186,7 +234,9 @@ def _fsdp2_layout_refusal(req: PlanRequest, layout: ParallelLayout, recompute: s
     return "none"  # not reached: auto plans with megatron only when fsdp2 refuses the sizes
 
 
-def _strategy_reason(req: PlanRequest, count: ParamCount, layout: ParallelLayout, recompute: str) -> str:
+def _strategy_reason(
+    req: PlanRequest, count: ParamCount, layout: ParallelLayout, recompute: str, ranked: list[Choice]
+) -> str:
     """One line: the strategy, and (auto) the decision tree's branch and why."""
     s = layout.strategy
     if req.strategy != "auto":
@@ -197,19 +247,31 @@ def _strategy_reason(req: PlanRequest, count: ParamCount, layout: ParallelLayout
     if refusal is not None:
         return f"strategy=megatron (auto): fsdp2 refuses this request: {refusal}"
     branch = _auto_branch(req, count, layout)
-    if s == "megatron":
-        return (
-            f"strategy=megatron (auto): {branch}; but fsdp2 refuses this layout: "
-            f"{_fsdp2_layout_refusal(req, layout, recompute)}"
+    refusal = _fsdp2_layout_refusal(req, layout, recompute) if s == "megatron" else None
+    if s == "megatron" and refusal == "none":
+        sizes = (layout.tp, layout.pp, layout.cp, layout.ep, layout.etp)
+        fsdp2 = [c for c in ranked if c.layout.strategy == "fsdp2" and _sizes(c.layout) == sizes]
+        versus = (
+            f" ({fsdp2[0].estimate.tokens_per_s_per_gpu:.0f} tokens/s/GPU)" if fsdp2 else " (or does not fit)"
         )
+        return (
+            f"strategy=megatron (auto): {branch}; fsdp2 accepts these sizes but is estimated slower{versus}: it "
+            "all-gathers every layer's parameters in forward and backward of each micro batch, Megatron-Core "
+            f"DDP once per step. {_strategy_text(layout)}"
+        )
+    if s == "megatron":
+        return f"strategy=megatron (auto): {branch}; but fsdp2 refuses this layout: {refusal}"
     if req.model.is_moe and layout.ep > 1:
         branch += (
-            f"; fsdp2 accepts it (ep={layout.ep} divides dp*cp = {layout.dp * layout.cp}, "
-            f"no PP with EP, etp={layout.etp})"
+            f"; fsdp2 accepts it (ep={layout.ep} divides dp*cp = {layout.dp * layout.cp}, etp={layout.etp})"
         )
     elif req.model.is_moe:
         branch += "; fsdp2 accepts it (ep=1: the experts shard with their layer)"
     return f"strategy=fsdp2 (auto): {branch}. {_strategy_text(layout)}"
+
+
+def _sizes(layout: ParallelLayout) -> tuple[int, ...]:
+    return (layout.tp, layout.pp, layout.cp, layout.ep, layout.etp)
 
 
 def _bubble_reason(req: PlanRequest, layout: ParallelLayout) -> str:

@@ -53,6 +53,11 @@ def plan_to_json(p: Plan) -> dict:
         seq_length=req.seq,
         global_batch_size=p.global_batch_size,
     )
+    out["gpu"] = req.system.name
+    out["estimate"] = _estimate_json(p.estimate) if p.estimate else None
+    if p.split is not None and not p.split.even:
+        out["num_layers_in_first_pipeline_stage"] = p.split.first
+        out["num_layers_in_last_pipeline_stage"] = p.split.last
     if not p.fits:
         out["advice"] = list(p.advice)
         if p.closest is not None:
@@ -63,6 +68,53 @@ def plan_to_json(p: Plan) -> dict:
                 "memory_gb": mem.as_dict(),
             }
     return out
+
+
+def _estimate_json(est) -> dict:
+    """The speed estimate: tokens/s/GPU, TFLOP/s/GPU, MFU, step time and seconds per step by part."""
+    out = est.as_dict()
+    out["breakdown"] = out.pop("breakdown_s")
+    return out
+
+
+def compare_rows(p: Plan, top: int = 5) -> list[dict]:
+    """The `top` fitting layouts, in the planner's order, with their estimates (--compare)."""
+    rows = []
+    for choice in p.ranked[:top]:
+        lay = choice.layout
+        rows.append(
+            {
+                **_layout_fields(lay),
+                "recompute_granularity": None if choice.recompute == "none" else choice.recompute,
+                "stages": choice.split.describe(),
+                "memory_gb": round(choice.memory.total, 2),
+                "estimate": _estimate_json(choice.estimate),
+                "seed_rules_broken": list(choice.broken),
+            }
+        )
+    return rows
+
+
+def format_compare(p: Plan, top: int = 5) -> str:
+    """The top layouts side by side, and why the first wins."""
+    if not p.ranked:
+        return "nothing fits: no layouts to compare"
+    head = f"{'#':<3}{'layout':<44}{'strategy':<15}{'vpp':<5}{'recompute':<10}{'GB':>7}{'tok/s/GPU':>11}{'TFLOP/s':>9}{'MFU':>7}{'step s':>9}"
+    lines = [head]
+    for i, c in enumerate(p.ranked[:top], 1):
+        lay, est = c.layout, c.estimate
+        sizes = f"TP={lay.tp} PP={lay.pp} CP={lay.cp} EP={lay.ep} ETP={lay.etp} DP={lay.dp}"
+        lines.append(
+            f"{i:<3}{sizes:<44}{lay.strategy:<15}{lay.vpp or '-'!s:<5}{c.recompute:<10}{c.memory.total:>7.1f}"
+            f"{est.tokens_per_s_per_gpu:>11.0f}{est.tflops_per_gpu:>9.0f}{100 * est.mfu:>6.1f}%{est.step_time_s:>9.2f}"
+        )
+        if c.broken:
+            lines.append(f"   breaks the seeds' rules: {'; '.join(c.broken)}")
+    best = p.ranked[0]
+    lines += ["", "why the first wins", *(f"  - {r}" for r in p.reasons[:2])]
+    parts = ", ".join(f"{k} {v:.2f}" for k, v in best.estimate.breakdown.items() if v > 0)
+    lines.append(f"  - its step by part (s): {parts}")
+    return "\n".join(lines)
 
 
 def plan_overrides(p: Plan, explicit: dict[str, object] | None = None) -> list[str]:
@@ -80,6 +132,7 @@ def plan_overrides(p: Plan, explicit: dict[str, object] | None = None) -> list[s
         f"model.tensor_model_parallel_size={lay.tp}",
         f"model.pipeline_model_parallel_size={lay.pp}",
         f"model.virtual_pipeline_model_parallel_size={'null' if lay.vpp is None else lay.vpp}",
+        *_uneven_overrides(p),
         f"model.context_parallel_size={lay.cp}",
         f"model.expert_model_parallel_size={lay.ep}",
         f"model.expert_tensor_parallel_size={lay.etp}",
@@ -113,6 +166,27 @@ def plan_overrides(p: Plan, explicit: dict[str, object] | None = None) -> list[s
     elif precision == "fp32":
         out.append("mixed_precision.precision=fp32")
     return out
+
+
+def _uneven_overrides(p: Plan) -> list[str]:
+    """Megatron-Core's uneven stage fields, when the plan's pipeline does not divide the layers."""
+    if p.split is None or p.split.even:
+        return []
+    return [
+        f"model.num_layers_in_first_pipeline_stage={p.split.first}",
+        f"model.num_layers_in_last_pipeline_stage={p.split.last}",
+    ]
+
+
+def _estimate_lines(p: Plan) -> list[str]:
+    est = p.estimate
+    parts = ", ".join(f"{k} {v:.2f}" for k, v in est.breakdown.items() if v > 0)
+    return [
+        f"estimate on {est.system} ({p.request.precision}, global batch {est.global_batch_size})",
+        f"  {est.tokens_per_s_per_gpu:.0f} tokens/s/GPU, {est.tflops_per_gpu:.0f} TFLOP/s/GPU, MFU "
+        f"{100 * est.mfu:.1f}%, {est.step_time_s:.2f} s per step",
+        f"  by part (s): {parts}",
+    ]
 
 
 def _b(n: int) -> str:
@@ -154,8 +228,11 @@ def format_table(p: Plan, model_name: str, overrides: list[str]) -> str:
             f"layout   {lay.describe()}",
             f"         {_strategy_field(lay)} vpp={lay.vpp} sequence_parallel={lay.sequence_parallel} "
             f"recompute={p.recompute} min_gpus={lay.min_gpus}",
+            f"         {p.split.describe()}",
             "",
             *_memory_lines(p.memory, p.budget_gb, req.gpu_memory_gb),
+            "",
+            *_estimate_lines(p),
             "",
             "why",
             *(f"  - {r}" for r in p.reasons),

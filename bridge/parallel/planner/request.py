@@ -9,6 +9,9 @@ from bridge.parallel import schedules
 from bridge.parallel.layout import STRATEGIES, ModelShape, ParallelLayout
 from bridge.parallel.memory import MEMORY_MODELS, MemoryEstimate, TrainingSetup
 from bridge.parallel.param_count import ParamCount
+from bridge.parallel.planner.speed import StepEstimate
+from bridge.parallel.planner.stages import StageSplit
+from bridge.parallel.planner.systems import DEFAULT_SYSTEM, GpuSystem, system
 
 INTERCONNECTS = ("nvlink", "infiniband", "ethernet")
 USABLE_FRACTION = 0.9  # of GPU memory: the rest for the CUDA context, NCCL buffers and fragmentation
@@ -16,6 +19,9 @@ SIZE_FLAGS = ("tp", "pp", "vpp", "cp", "ep", "etp")
 LONG_SEQUENCE = 8192
 STRATEGY_CHOICES = ("auto", *STRATEGIES)
 LARGE_DENSE = 70e9  # parameters: auto's "large model" branch (fsdp2 with PP + TP)
+# the seeds put pipeline stages across nodes for models from this many parameters (dense 70B+, large MoE)
+LARGE_MODEL_PP = 70e9
+MAX_GPUS = 1 << 20  # a request above this is a typo, not a cluster: refused in one line
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,7 @@ class PlanRequest:
     pp_schedule: str | None = None  # None: Megatron-Core's 1f1b / interleaved_1f1b by vpp
     strategy: str = "auto"  # auto | megatron | fsdp2 | megatron_fsdp | ddp (module docstring)
     dp_replicate_size: int | None = None  # fsdp2 only: HSDP replicas (sharded within each)
+    gpu: str = DEFAULT_SYSTEM  # the GPU system the speed estimate uses (bridge.parallel.planner.systems)
 
     def __post_init__(self):
         if self.pp_schedule is not None:
@@ -58,6 +65,20 @@ class PlanRequest:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise config_error(name, value, "must be a positive integer", "give an integer >= 1")
+        if self.gpus > MAX_GPUS:
+            raise config_error(
+                "gpus",
+                self.gpus,
+                f"must be at most {MAX_GPUS} (no cluster is larger)",
+                "give the real GPU count",
+            )
+        for name in ("seq_length", "global_batch_size"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise config_error(
+                    name, value, "must be a positive integer", "give an integer >= 1, or leave it out"
+                )
+        system(self.gpu)  # one ConfigError for an unknown system
         if self.interconnect is not None and self.interconnect not in INTERCONNECTS:
             raise config_error(
                 "interconnect",
@@ -109,6 +130,10 @@ class PlanRequest:
                 raise ConfigError(f"--strategy = 'fsdp2': {refusal}.")
 
     @property
+    def system(self) -> GpuSystem:
+        return system(self.gpu)
+
+    @property
     def link(self) -> str:
         if self.interconnect is not None:
             return self.interconnect
@@ -146,6 +171,11 @@ def fsdp2_request_refusal(req: PlanRequest) -> str | None:
     return None
 
 
+def wants_pipeline(req: PlanRequest, total: int) -> bool:
+    """The seeds' rule: 70B+ dense and large MoE models put pipeline stages across nodes."""
+    return "pp" not in req.fixed and req.gpus > req.gpus_per_node and total >= LARGE_MODEL_PP
+
+
 def strategies_to_try(req: PlanRequest) -> tuple[str, ...]:
     """The strategies a candidate's sizes are tried with, in order; the first that accepts them wins."""
     if req.strategy != "auto":
@@ -153,6 +183,18 @@ def strategies_to_try(req: PlanRequest) -> tuple[str, ...]:
     if req.gpus == 1 or fsdp2_request_refusal(req) is not None:
         return ("megatron",)
     return ("fsdp2", "megatron")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One fitting candidate: its layout, recomputation, memory, stage split and estimated speed."""
+
+    layout: ParallelLayout
+    recompute: str
+    memory: MemoryEstimate
+    split: StageSplit
+    estimate: StepEstimate
+    broken: tuple[str, ...] = ()  # the seeds' rules it breaks (bridge.parallel.planner.seeds)
 
 
 @dataclass
@@ -166,6 +208,9 @@ class Plan:
     reasons: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)  # when nothing fits: what would
     closest: tuple[ParallelLayout, str, MemoryEstimate] | None = None  # lowest-memory valid candidate
+    estimate: StepEstimate | None = None  # the recommendation's speed
+    split: StageSplit | None = None  # the recommendation's layers per pipeline stage
+    ranked: list[Choice] = field(default_factory=list)  # fitting candidates, fastest first (--compare)
 
     @property
     def candidate(self) -> tuple[ParallelLayout, str, MemoryEstimate] | None:
