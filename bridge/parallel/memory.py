@@ -17,7 +17,8 @@ first stage, output layer on the last). Activations follow the pipeline schedule
 `pp_schedule` says otherwise; bridge.parallel.schedules.activations_in_flight): the first stage keeps
 min(pp, M) micro batches of its layers in flight (times 1 + (pp-1)/(pp*vpp) when interleaved; all M for
 gpipe and looped_bfs), the last stage one micro batch plus the fp32 logits. The estimate is the larger
-of the two stages.
+of the two stages; with uneven stages (ParallelLayout.split) the heaviest of all stages, the middle
+ones counted with the first stage's micro batches in flight.
 
 Activation bytes per token and layer (flash attention, no dropout; 2-byte activations, 4 for fp32):
 norm inputs and outputs 4h (split by tp only with sequence parallelism) + Q, K, V and the attention
@@ -59,7 +60,7 @@ from dataclasses import dataclass
 from bridge.errors import ConfigError
 from bridge.parallel import schedules
 from bridge.parallel.layout import STRATEGIES, ModelShape, ParallelLayout
-from bridge.parallel.param_count import count_parameters, padded_vocab_size, params_per_rank
+from bridge.parallel.param_count import count_parameters, padded_vocab_size, params_per_rank, stage_layer_ids
 
 GB = 1e9
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
@@ -175,7 +176,7 @@ def activation_memory(
     width = 4 if setup.precision == "fp32" else 2
     tokens = setup.seq_length // layout.cp * setup.micro_batch_size
     per_layer = tokens * _act_bytes_per_token_layer(shape, layout.tp, layout.sequence_parallel, width)
-    layers = shape.num_layers // layout.pp
+    layers = len(stage_layer_ids(shape, layout, stage))
     if setup.recompute == "full":
         kept = tokens * shape.hidden_size * width / (layout.tp if layout.sequence_parallel else 1)
         total = layers * in_flight * kept + per_layer
@@ -213,10 +214,10 @@ def estimate_memory(
         act = activation_memory(shape, flat, setup, 0, in_flight=1.0) / (layout.tp * layout.pp * layout.cp)
         return MemoryEstimate(params, grads, opt, act / GB, "seed", strategy=layout.strategy)
 
-    return max(
-        (stage_memory(shape, layout, setup, stage) for stage in sorted({0, layout.pp - 1})),
-        key=lambda est: est.total,
-    )
+    # Even stages: the first (most activations in flight) or the last (the logits) is the fullest. Uneven
+    # stages: every stage, the heaviest is what must fit.
+    stages = range(layout.pp) if layout.split.given else sorted({0, layout.pp - 1})
+    return max((stage_memory(shape, layout, setup, stage) for stage in stages), key=lambda est: est.total)
 
 
 def _root_params(shape: ModelShape, layout: ParallelLayout, stage: int) -> int:
@@ -237,7 +238,7 @@ def gathered_params(shape: ModelShape, layout: ParallelLayout, stage: int) -> in
     """Parameters an FSDP rank holds unsharded at the peak: the root unit and GATHERED_LAYERS layers."""
     rank = params_per_rank(shape, layout, stage)
     root = _root_params(shape, layout, stage)
-    per_layer = (rank.total - root) // (shape.num_layers // layout.pp)
+    per_layer = (rank.total - root) // len(stage_layer_ids(shape, layout, stage))
     return root + GATHERED_LAYERS * per_layer
 
 
@@ -278,7 +279,9 @@ def stage_memory(
         gathered = gathered_params(shape, layout, stage) * width
     else:  # megatron: only the optimizer state is sharded; ddp: _shards is (1, 1)
         params, grads, opt = rank.total * width, rank.total * 4, sharded * (master + moments)
-    in_flight = _in_flight_first_stage(layout, setup) if stage == 0 else 1.0
+    # Uneven middle stages are counted with the first stage's micro batches in flight (an upper bound).
+    first_like = stage == 0 or (layout.split.given and stage < layout.pp - 1)
+    in_flight = _in_flight_first_stage(layout, setup) if first_like else 1.0
     act = activation_memory(shape, layout, setup, stage, in_flight=in_flight)
     return MemoryEstimate(
         params / GB, grads / GB, opt / GB, act / GB, "megatron", stage, gathered / GB, strategy

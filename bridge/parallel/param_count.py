@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from bridge.parallel.layout import ModelShape, ParallelLayout
+from bridge.parallel.stages import layer_ids, stage_layers
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,12 @@ class RankParams:
         return self.dense + self.expert
 
 
+def stage_layer_ids(shape: ModelShape, layout: ParallelLayout, stage: int) -> tuple[int, ...]:
+    """The decoder layers pipeline rank `stage` holds, as Megatron-Core splits them (even, or the layout's
+    uneven split; every virtual stage of the rank). The layout need not carry the shape."""
+    return layer_ids(stage_layers(shape.num_layers, layout.pp, layout.vpp, layout.split), stage)
+
+
 def params_per_rank(
     shape: ModelShape, layout: ParallelLayout, stage: int = 0, make_vocab_size_divisible_by: int | None = None
 ) -> RankParams:
@@ -204,10 +211,9 @@ def params_per_rank(
     if not 0 <= stage < layout.pp:
         raise ValueError(f"stage {stage} outside 0..{layout.pp - 1}")
     tp, h = layout.tp, shape.hidden_size
-    per_stage = shape.num_layers // layout.pp
     dense = expert = 0
     kinds = shape.moe_layers()
-    for i in range(stage * per_stage, (stage + 1) * per_stage):
+    for i in stage_layer_ids(shape, layout, stage):
         p = _layer_parts(shape, kinds[i])
         attention_norms = _replicated_qk_norm_params(shape)  # replicated across tp
         if shape.multi_latent_attention:

@@ -196,3 +196,21 @@ def test_provider_fields_reach_the_layout():
     p.num_layers_in_last_pipeline_stage = None
     with pytest.raises(ConfigError, match="uneven stages"):
         p.layout(2)
+
+
+def test_uneven_stage_shares_add_up_and_the_heaviest_stage_is_estimated():
+    from bridge.models import preset
+    from bridge.parallel.memory import TrainingSetup, estimate_memory, stage_memory
+    from bridge.parallel.param_count import count_parameters, params_per_rank
+
+    shape = preset("deepseek_v3").model_shape()  # 61 layers, the first 3 dense
+    split = StageSplit(layout="Et*4|(t*4|)*14tL")
+    layout = ParallelLayout(1024, tp=2, pp=16, ep=64, sequence_parallel=True, model=shape, split=split)
+    ranks = [params_per_rank(shape, layout, s) for s in range(16)]
+    assert sum(r.expert for r in ranks) * layout.ep == count_parameters(shape).experts
+    # stage 0: embedding + 3 dense + 1 MoE layer; stages 1-14: 4 MoE layers; stage 15: 1 MoE layer + output
+    assert ranks[1].expert == ranks[14].expert == 4 * ranks[15].expert == 4 * ranks[0].expert
+    setup = TrainingSetup(seq_length=4096, global_batch_size=4096)
+    per_stage = [stage_memory(shape, layout, setup, s).total for s in range(16)]
+    assert estimate_memory(shape, layout, setup).total == max(per_stage)
+    assert max(per_stage) > max(per_stage[0], per_stage[15])  # a middle stage is the heaviest
