@@ -214,7 +214,9 @@ class ParallelLayout:
                 f"tp={self.tp} is larger than gpus_per_node={self.gpus_per_node}: tensor parallelism across "
                 "nodes destroys throughput; keep TP inside one NVLink domain and scale with PP or DP."
             )
-        if self.pp > 2 and not self.interleaved:
+        # A stage split the user gave (a published layout string, first/last counts) is deliberate: its
+        # bubble is in the dry run's pipeline line, and vpp advice assuming an even split does not apply.
+        if self.pp > 2 and not self.interleaved and not self.split.given:
             out.append(
                 f"pp={self.pp} without interleaving has large pipeline bubbles; set "
                 "model.virtual_pipeline_model_parallel_size (vpp) so num_layers % (pp*vpp) == 0."

@@ -17,8 +17,8 @@ first stage, output layer on the last). Activations follow the pipeline schedule
 `pp_schedule` says otherwise; bridge.parallel.schedules.activations_in_flight): the first stage keeps
 min(pp, M) micro batches of its layers in flight (times 1 + (pp-1)/(pp*vpp) when interleaved; all M for
 gpipe and looped_bfs), the last stage one micro batch plus the fp32 logits. The estimate is the larger
-of the two stages; with uneven stages (ParallelLayout.split) the heaviest of all stages, the middle
-ones counted with the first stage's micro batches in flight.
+of the two stages; with uneven stages (ParallelLayout.split) the heaviest of all stages, stage s holding
+(pp - s) / pp of the first stage's micro batches (the 1F1B warm-up; all M for gpipe and looped_bfs).
 
 Activation bytes per token and layer (flash attention, no dropout; 2-byte activations, 4 for fp32):
 norm inputs and outputs 4h (split by tp only with sequence parallelism) + Q, K, V and the attention
@@ -197,6 +197,22 @@ def _in_flight_first_stage(layout: ParallelLayout, setup: TrainingSetup) -> floa
     return schedules.activations_in_flight(name, layout.pp, setup.num_microbatches(layout.dp), vpp)
 
 
+def _in_flight(layout: ParallelLayout, setup: TrainingSetup, stage: int) -> float:
+    """Micro batches of `stage`'s layers held at the peak. Even stages: the first stage's count, one
+    elsewhere (only the first and last stages are estimated). Uneven stages, every stage estimated: all
+    micro batches for the fill-drain schedules (gpipe, looped_bfs), else the 1F1B warm-up count, which
+    falls by one per stage: first * (pp - stage) / pp, at least one."""
+    first = _in_flight_first_stage(layout, setup)
+    if stage == 0:
+        return first
+    if not layout.split.given:
+        return 1.0
+    vpp = layout.vpp if layout.interleaved else None
+    if schedules.effective(setup.pp_schedule, vpp) in ("gpipe", "looped_bfs"):
+        return first
+    return max(1.0, first * (layout.pp - stage) / layout.pp)
+
+
 def estimate_memory(
     shape: ModelShape, layout: ParallelLayout, setup: TrainingSetup, memory_model: str = "megatron"
 ) -> MemoryEstimate:
@@ -279,9 +295,7 @@ def stage_memory(
         gathered = gathered_params(shape, layout, stage) * width
     else:  # megatron: only the optimizer state is sharded; ddp: _shards is (1, 1)
         params, grads, opt = rank.total * width, rank.total * 4, sharded * (master + moments)
-    # Uneven middle stages are counted with the first stage's micro batches in flight (an upper bound).
-    first_like = stage == 0 or (layout.split.given and stage < layout.pp - 1)
-    in_flight = _in_flight_first_stage(layout, setup) if first_like else 1.0
+    in_flight = _in_flight(layout, setup, stage)
     act = activation_memory(shape, layout, setup, stage, in_flight=in_flight)
     return MemoryEstimate(
         params / GB, grads / GB, opt / GB, act / GB, "megatron", stage, gathered / GB, strategy

@@ -3,6 +3,8 @@ one ConfigError per mistake, before launch."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from bridge.errors import ConfigError
@@ -213,4 +215,9 @@ def test_uneven_stage_shares_add_up_and_the_heaviest_stage_is_estimated():
     setup = TrainingSetup(seq_length=4096, global_batch_size=4096)
     per_stage = [stage_memory(shape, layout, setup, s).total for s in range(16)]
     assert estimate_memory(shape, layout, setup).total == max(per_stage)
-    assert max(per_stage) > max(per_stage[0], per_stage[15])  # a middle stage is the heaviest
+    assert per_stage[1] > per_stage[2] > per_stage[14]  # same layers, one micro batch fewer in flight each
+    # one layer on the first stage: the second (15 micro batches of 4 layers in flight) is the heaviest
+    light_first = replace(layout, split=StageSplit(layout="Et|(t*4|)*14t*4L"))
+    estimate = estimate_memory(shape, light_first, setup)
+    assert estimate.stage == 1
+    assert estimate.total == max(stage_memory(shape, light_first, setup, s).total for s in range(16))
