@@ -99,6 +99,8 @@ class PipelinePlan:
     stages_per_rank: int  # model chunks per pipeline rank (vpp, or 1)
     scale_grads_in_schedule: bool  # torch: the schedule divides the gradients by the micro batch count
     bubble_fraction: float  # of a step, with equal stage times (bridge.parallel.schedules.bubble_fraction)
+    # decoder layers per pipeline rank ("/" between a rank's virtual stages), bridge.parallel.stages.describe
+    stage_layers: str = ""
 
     def describe(self, pp: int, num_microbatches: int) -> str:
         if self.schedule is None:
@@ -109,13 +111,14 @@ class PipelinePlan:
         return (
             f"pipeline: {self.schedule} on {engine}, {pp * self.stages_per_rank} stages ({self.stages_per_rank} "
             f"per rank), {num_microbatches} micro batches, bubble {100 * self.bubble_fraction:.1f}% "
-            "(equal stage times)"
+            f"(equal stage times); layers per rank {self.stage_layers}"
         )
 
 
 def pipeline_plan(cfg: ConfigContainer, layout: ParallelLayout, num_microbatches: int) -> PipelinePlan:
     """The validated config's pipeline decision."""
     from bridge.parallel import schedules
+    from bridge.parallel.stages import describe
 
     vpp = layout.vpp if layout.interleaved else None
     stages = vpp or 1
@@ -130,6 +133,7 @@ def pipeline_plan(cfg: ConfigContainer, layout: ParallelLayout, num_microbatches
         stages_per_rank=stages,
         scale_grads_in_schedule=bool(cfg.distributed.scale_grads_in_schedule) and s.engine == "torch",
         bubble_fraction=schedules.bubble_fraction(name, layout.pp, num_microbatches, vpp),
+        stage_layers=describe(layout.chunk_layers()),
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bridge.parallel.layout import ModelShape, ParallelLayout
+from bridge.parallel.stages import StageSplit
 
 if TYPE_CHECKING:
     from bridge.models.gpt_provider import GPTModelProvider
@@ -62,6 +63,17 @@ def model_shape(p: GPTModelProvider) -> ModelShape:
     )
 
 
+def stage_split(p: GPTModelProvider) -> StageSplit:
+    """The provider's pipeline split fields (Megatron-Core's names) as the layout's StageSplit."""
+    return StageSplit(
+        first_stage_layers=p.num_layers_in_first_pipeline_stage,
+        last_stage_layers=p.num_layers_in_last_pipeline_stage,
+        layout=p.pipeline_model_parallel_layout,
+        embedding_in_split=p.account_for_embedding_in_pipeline_split,
+        loss_in_split=p.account_for_loss_in_pipeline_split,
+    )
+
+
 def _mla_shape(p: GPTModelProvider) -> dict:
     if not p.multi_latent_attention:
         return {}
@@ -87,4 +99,5 @@ def derive_layout(
         packed_sequence_size=packed_sequence_size,
         gpus_per_node=gpus_per_node,
         model=model_shape(p),
+        split=stage_split(p),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bridge.parallel.layout_rules import check_positive_int, check_strategy, fail
+from bridge.parallel.stages import StageSplit, layer_ids, stage_layers
 
 STRATEGIES = ("megatron", "fsdp2", "megatron_fsdp", "ddp")
 
@@ -151,6 +152,8 @@ class ParallelLayout:
     packed_sequence_size: int | None = None  # None or 0 = no packing
     gpus_per_node: int = 8
     model: ModelShape | None = None
+    # Megatron-Core's uneven split (first/last stage counts, a layout string); the default is the even split
+    split: StageSplit = StageSplit()
 
     def __post_init__(self):
         self._check_types()
@@ -211,7 +214,9 @@ class ParallelLayout:
                 f"tp={self.tp} is larger than gpus_per_node={self.gpus_per_node}: tensor parallelism across "
                 "nodes destroys throughput; keep TP inside one NVLink domain and scale with PP or DP."
             )
-        if self.pp > 2 and not self.interleaved:
+        # A stage split the user gave (a published layout string, first/last counts) is deliberate: its
+        # bubble is in the dry run's pipeline line, and vpp advice assuming an even split does not apply.
+        if self.pp > 2 and not self.interleaved and not self.split.given:
             out.append(
                 f"pp={self.pp} without interleaving has large pipeline bubbles; set "
                 "model.virtual_pipeline_model_parallel_size (vpp) so num_layers % (pp*vpp) == 0."
@@ -250,6 +255,13 @@ class ParallelLayout:
                 self.strategy,
                 f"must be one of {', '.join(STRATEGIES)}",
                 "pick one of those (megatron is the default)",
+            )
+        if not isinstance(self.split, StageSplit):
+            fail(
+                "split",
+                type(self.split).__name__,
+                "must be a StageSplit",
+                "pass provider_layout.stage_split(p)",
             )
         if self.model is not None and not isinstance(self.model, ModelShape):
             fail(
@@ -387,17 +399,16 @@ class ParallelLayout:
             size = getattr(m, name)
             if size is not None and size % tp:
                 fail("tp", tp, f"must divide model.{name} ({size})", f"choose tp dividing {size}")
-        if m.num_layers % self.pp:
-            fail(
-                "pp",
-                self.pp,
-                f"must divide model.num_layers ({m.num_layers}) so every stage gets whole layers",
-                "choose pp dividing num_layers",
-            )
-        if self.vpp is not None and m.num_layers % (self.pp * self.vpp):
-            fail(
-                "vpp",
-                self.vpp,
-                f"with pp={self.pp}, pp*vpp = {self.pp * self.vpp} must divide model.num_layers ({m.num_layers})",
-                "choose vpp so num_layers % (pp*vpp) == 0, or leave vpp unset",
-            )
+        self.chunk_layers()  # raises the split's ConfigError
+
+    # ---- pipeline stages ------------------------------------------------------------------------------
+
+    def chunk_layers(self) -> tuple[tuple[int, ...], ...]:
+        """Decoder layers per [pipeline rank][virtual stage] (bridge.parallel.stages); needs the model."""
+        if self.model is None:
+            raise ValueError("chunk_layers() needs the layout's model shape")
+        return stage_layers(self.model.num_layers, self.pp, self.vpp, self.split)
+
+    def stage_layer_ids(self, stage: int) -> tuple[int, ...]:
+        """The global decoder layer numbers pipeline rank `stage` holds (all its virtual stages)."""
+        return layer_ids(self.chunk_layers(), stage)

@@ -17,7 +17,8 @@ first stage, output layer on the last). Activations follow the pipeline schedule
 `pp_schedule` says otherwise; bridge.parallel.schedules.activations_in_flight): the first stage keeps
 min(pp, M) micro batches of its layers in flight (times 1 + (pp-1)/(pp*vpp) when interleaved; all M for
 gpipe and looped_bfs), the last stage one micro batch plus the fp32 logits. The estimate is the larger
-of the two stages.
+of the two stages; with uneven stages (ParallelLayout.split) the heaviest of all stages, stage s holding
+(pp - s) / pp of the first stage's micro batches (the 1F1B warm-up; all M for gpipe and looped_bfs).
 
 Activation bytes per token and layer (flash attention, no dropout; 2-byte activations, 4 for fp32):
 norm inputs and outputs 4h (split by tp only with sequence parallelism) + Q, K, V and the attention
@@ -59,7 +60,7 @@ from dataclasses import dataclass
 from bridge.errors import ConfigError
 from bridge.parallel import schedules
 from bridge.parallel.layout import STRATEGIES, ModelShape, ParallelLayout
-from bridge.parallel.param_count import count_parameters, padded_vocab_size, params_per_rank
+from bridge.parallel.param_count import count_parameters, padded_vocab_size, params_per_rank, stage_layer_ids
 
 GB = 1e9
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
@@ -175,7 +176,7 @@ def activation_memory(
     width = 4 if setup.precision == "fp32" else 2
     tokens = setup.seq_length // layout.cp * setup.micro_batch_size
     per_layer = tokens * _act_bytes_per_token_layer(shape, layout.tp, layout.sequence_parallel, width)
-    layers = shape.num_layers // layout.pp
+    layers = len(stage_layer_ids(shape, layout, stage))
     if setup.recompute == "full":
         kept = tokens * shape.hidden_size * width / (layout.tp if layout.sequence_parallel else 1)
         total = layers * in_flight * kept + per_layer
@@ -196,6 +197,22 @@ def _in_flight_first_stage(layout: ParallelLayout, setup: TrainingSetup) -> floa
     return schedules.activations_in_flight(name, layout.pp, setup.num_microbatches(layout.dp), vpp)
 
 
+def _in_flight(layout: ParallelLayout, setup: TrainingSetup, stage: int) -> float:
+    """Micro batches of `stage`'s layers held at the peak. Even stages: the first stage's count, one
+    elsewhere (only the first and last stages are estimated). Uneven stages, every stage estimated: all
+    micro batches for the fill-drain schedules (gpipe, looped_bfs), else the 1F1B warm-up count, which
+    falls by one per stage: first * (pp - stage) / pp, at least one."""
+    first = _in_flight_first_stage(layout, setup)
+    if stage == 0:
+        return first
+    if not layout.split.given:
+        return 1.0
+    vpp = layout.vpp if layout.interleaved else None
+    if schedules.effective(setup.pp_schedule, vpp) in ("gpipe", "looped_bfs"):
+        return first
+    return max(1.0, first * (layout.pp - stage) / layout.pp)
+
+
 def estimate_memory(
     shape: ModelShape, layout: ParallelLayout, setup: TrainingSetup, memory_model: str = "megatron"
 ) -> MemoryEstimate:
@@ -213,10 +230,10 @@ def estimate_memory(
         act = activation_memory(shape, flat, setup, 0, in_flight=1.0) / (layout.tp * layout.pp * layout.cp)
         return MemoryEstimate(params, grads, opt, act / GB, "seed", strategy=layout.strategy)
 
-    return max(
-        (stage_memory(shape, layout, setup, stage) for stage in sorted({0, layout.pp - 1})),
-        key=lambda est: est.total,
-    )
+    # Even stages: the first (most activations in flight) or the last (the logits) is the fullest. Uneven
+    # stages: every stage, the heaviest is what must fit.
+    stages = range(layout.pp) if layout.split.given else sorted({0, layout.pp - 1})
+    return max((stage_memory(shape, layout, setup, stage) for stage in stages), key=lambda est: est.total)
 
 
 def _root_params(shape: ModelShape, layout: ParallelLayout, stage: int) -> int:
@@ -237,7 +254,7 @@ def gathered_params(shape: ModelShape, layout: ParallelLayout, stage: int) -> in
     """Parameters an FSDP rank holds unsharded at the peak: the root unit and GATHERED_LAYERS layers."""
     rank = params_per_rank(shape, layout, stage)
     root = _root_params(shape, layout, stage)
-    per_layer = (rank.total - root) // (shape.num_layers // layout.pp)
+    per_layer = (rank.total - root) // len(stage_layer_ids(shape, layout, stage))
     return root + GATHERED_LAYERS * per_layer
 
 
@@ -278,7 +295,7 @@ def stage_memory(
         gathered = gathered_params(shape, layout, stage) * width
     else:  # megatron: only the optimizer state is sharded; ddp: _shards is (1, 1)
         params, grads, opt = rank.total * width, rank.total * 4, sharded * (master + moments)
-    in_flight = _in_flight_first_stage(layout, setup) if stage == 0 else 1.0
+    in_flight = _in_flight(layout, setup, stage)
     act = activation_memory(shape, layout, setup, stage, in_flight=in_flight)
     return MemoryEstimate(
         params / GB, grads / GB, opt / GB, act / GB, "megatron", stage, gathered / GB, strategy

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from bridge.parallel.layout import ModelShape, ParallelLayout
+from bridge.parallel.stages import layer_ids, stage_layers
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,12 @@ class RankParams:
         return self.dense + self.expert
 
 
+def stage_layer_ids(shape: ModelShape, layout: ParallelLayout, stage: int) -> tuple[int, ...]:
+    """The decoder layers pipeline rank `stage` holds, as Megatron-Core splits them (even, or the layout's
+    uneven split; every virtual stage of the rank). The layout need not carry the shape."""
+    return layer_ids(stage_layers(shape.num_layers, layout.pp, layout.vpp, layout.split), stage)
+
+
 def params_per_rank(
     shape: ModelShape, layout: ParallelLayout, stage: int = 0, make_vocab_size_divisible_by: int | None = None
 ) -> RankParams:
@@ -205,23 +212,24 @@ def params_per_rank(
     if not 0 <= stage < layout.pp:
         raise ValueError(f"stage {stage} outside 0..{layout.pp - 1}")
     multiple = make_vocab_size_divisible_by or shape.make_vocab_size_divisible_by  # None: the shape's rule
-    return _rank_params(shape, layout.tp, layout.pp, layout.ep, layout.etp, stage, multiple)
+    ids = tuple(stage_layer_ids(shape, layout, stage))
+    return _rank_params(shape, layout.tp, layout.pp, layout.ep, layout.etp, stage, multiple, ids)
 
 
 @functools.lru_cache(maxsize=4096)
 def _rank_params(
-    shape: ModelShape, tp: int, pp: int, ep: int, etp: int, stage: int, multiple: int
+    shape: ModelShape, tp: int, pp: int, ep: int, etp: int, stage: int, multiple: int, ids: tuple[int, ...]
 ) -> RankParams:
-    """params_per_rank's count, cached: the planner asks it for the same sizes under many layouts."""
+    """params_per_rank's count for the decoder layers `ids` of the stage, cached: the planner asks it for
+    the same sizes under many layouts."""
     h = shape.hidden_size
-    per_stage = shape.num_layers // pp
     dense = expert = 0
     kinds = shape.moe_layers()
     attention_norms = _replicated_qk_norm_params(shape)  # replicated across tp
     if shape.multi_latent_attention:
         attention_norms = _mla_attention(shape)[1]
     by_kind = {}
-    for moe in set(kinds[stage * per_stage : (stage + 1) * per_stage]):
+    for moe in {kinds[i] for i in ids}:
         p = _layer_parts(shape, moe)
         norm_like = p["norms"] + attention_norms
         gate = h if p["shared"] and shape.moe_shared_expert_gate else 0  # replicated across tp
@@ -235,7 +243,7 @@ def _rank_params(
         )
         layer_expert = (shape.num_moe_experts // ep) * (p["per_expert"] // etp) if moe else 0
         by_kind[moe] = (layer_dense, layer_expert)
-    for i in range(stage * per_stage, (stage + 1) * per_stage):
+    for i in ids:
         layer_dense, layer_expert = by_kind[kinds[i]]
         dense += layer_dense
         expert += layer_expert

@@ -1,4 +1,5 @@
-"""AutoBridge under TP=2, PP=2 and EP=2 (2 gloo ranks): HF-equal logits and bit-identical exports."""
+"""AutoBridge under TP=2, PP=2 (also uneven stages) and EP=2 (2 gloo ranks): HF-equal logits and bit-identical
+exports."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from tests.functional.launch import assert_ok, torchrun
 from tests.functional.workers.convert_models import (
     FAMILIES,
     MOE_FAMILIES,
+    UNEVEN,
     bit_identical,
     hf_logits,
     read_tensors,
@@ -32,6 +34,9 @@ def root(tmp_path_factory, tiny_hf):
         model = tiny_hf.link(family, root / "hf" / family)
         torch.save(hf_logits(model, tokens()), root / "refs" / f"{family}.pt")
     save_hf_model("llama", root / "hf" / "llama_bf16", dtype=torch.bfloat16, seed=3)
+    for name in UNEVEN:  # 3 layers: PP=2 needs uneven stages
+        model = save_hf_model(name.removesuffix("_3layers"), root / "hf" / name, seed=5, num_hidden_layers=3)
+        torch.save(hf_logits(model, tokens()), root / "refs" / f"{name}.pt")
     return root
 
 
@@ -64,10 +69,16 @@ def test_tp2_round_trip_and_torch_dist_import(root, tp2_results):
 def test_pp2_ep2_and_torch_dist_export_round_trip(root, tp2_results):
     # a second launch (each well under 30 s on an idle machine) exports what the first imported
     results = _results(
-        assert_ok(torchrun(WORKER, 2, str(root), "pp2", "ep2", "ckpt_export_pp2", timeout=600))
+        assert_ok(torchrun(WORKER, 2, str(root), "pp2", "ep2", "ckpt_export_pp2", "pp2_uneven", timeout=600))
     )
     for phase in ("pp2", "ep2"):
         _check_round_trips(root, results, phase)
+    for name in UNEVEN:  # uneven stages: HF-equal logits, the source's bytes back
+        assert float(results[("pp2_uneven", name)]) <= 1e-5, (name, results.get(("pp2_uneven", name)))
+        diff = bit_identical(
+            read_tensors(root / "hf" / name), read_tensors(root / "out" / "pp2_uneven" / name)
+        )
+        assert diff is None, (name, diff)
     # HF (bf16) -> torch_dist written at TP=2 -> HF written at PP=2: the same bytes
     assert results[("ckpt_export_pp2", "llama_bf16")] == "done"
     exported = root / "out" / "ckpt_export_pp2"

@@ -1,7 +1,8 @@
 """bridge.inference.generate under TP=2 and PP=2 (2 gloo ranks): the TP=1 tokens, on every rank.
 
 One launch: TP=1 (two replicas), TP=2 and PP=2 for one dense (llama) and one MoE (qwen3_moe) family,
-greedy and seeded sampling, then scripts/inference/generate.py --hf-path --pp 2 --json.
+greedy and seeded sampling; a 3-layer Llama on uneven PP=2 stages (2 + 1 layers); then
+scripts/inference/generate.py --hf-path --pp 2 --json.
 """
 
 from __future__ import annotations
@@ -14,7 +15,15 @@ import pytest
 import torch
 
 from tests.functional.launch import assert_ok, torchrun
-from tests.functional.workers.generate_parallel import CLI_ARGS, FAMILIES, LAYOUTS, NEW_TOKENS, PROMPT
+from tests.functional.workers.convert_models import save_hf_model
+from tests.functional.workers.generate_parallel import (
+    CLI_ARGS,
+    FAMILIES,
+    LAYOUTS,
+    NEW_TOKENS,
+    PROMPT,
+    UNEVEN_FAMILY,
+)
 
 WORKER = Path(__file__).parent / "workers" / "generate_parallel.py"
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -52,6 +61,7 @@ def _json_line(stdout: str) -> dict:
 
 def test_tp2_and_pp2_generate_the_tp1_tokens(tmp_path, tiny_hf):
     hf = {family: tiny_hf.link(family, tmp_path / "hf" / family) for family in FAMILIES}
+    hf[UNEVEN_FAMILY] = save_hf_model("llama", tmp_path / "hf" / UNEVEN_FAMILY, seed=5, num_hidden_layers=3)
     out = assert_ok(torchrun(WORKER, 2, str(tmp_path), timeout=600))
     results = _results(out)
     for family in FAMILIES:
@@ -65,6 +75,12 @@ def test_tp2_and_pp2_generate_the_tp1_tokens(tmp_path, tiny_hf):
                     assert results[(layout, family, kind, rank)] == expected, (layout, family, kind, rank)
         # sampling really sampled: not the greedy tokens
         assert results[("tp1", family, "sampled", 0)] != reference, family
+    # uneven stages: HF's greedy tokens and the TP=1 sampled ones, on both ranks
+    assert results[("tp1", UNEVEN_FAMILY, "greedy", 0)] == _hf_greedy(hf[UNEVEN_FAMILY], NEW_TOKENS)
+    for kind in ("greedy", "sampled"):
+        for rank in (0, 1):
+            got = results[("pp2_uneven", UNEVEN_FAMILY, kind, rank)]
+            assert got == results[("tp1", UNEVEN_FAMILY, kind, 0)], (kind, rank)
 
     cli = _json_line(out)
     assert set(cli) == {"ids", "tokens_per_s"} and cli["tokens_per_s"] > 0

@@ -4,7 +4,10 @@ of 2 steps (on 2 ranks also the validation losses, forward only, after each step
 finalised gradient (tp = 1: elementwise; TP=2 + SP: per-parameter norms), within 1e-5 relative; with DP > 1
 (Megatron-Core DDP all-reduce, distributed optimizer), tied embeddings across the first and last stage,
 micro batches of 2, scale_grads_in_schedule both ways, and strategy fsdp2 under dfs. The refused schedules
-are refused by the launched run with the dry run's message (tests/functional/workers/pipeline_schedules.py)."""
+are refused by the launched run with the dry run's message (tests/functional/workers/pipeline_schedules.py).
+Uneven stages (a 5-layer model on 2 and 4 stages: first/last stage counts, layout strings, virtual stages)
+under Megatron-Core's 1F1B / interleaved schedules and torch's gpipe / dfs / zero_bubble reproduce its PP=1
+run the same way, in the same launches."""
 
 from __future__ import annotations
 
@@ -29,6 +32,20 @@ RUNS = {
     ],
 }
 TOL = 1e-5
+# uneven runs (workers/pipeline_schedules.uneven_runs) -> the dry run's layers per pipeline rank
+UNEVEN = {
+    "world2": {
+        "uneven_1f1b_first3": "3+2",
+        "uneven_interleaved_layout": "1/2+1/1",
+        "uneven_gpipe_last1": "4+1",
+        "uneven_dfs_layout": "1/1+2/1",
+    },
+    "world4": {
+        "uneven_1f1b_pp4_layout": "1+1+1+2",
+        "uneven_gpipe_pp4_first2": "2+1+1+1",
+        "uneven_zero_bubble_pp2_vpp2": "2/1+1/1",
+    },
+}
 
 
 def _suite(bundles, suite: str) -> dict[str, dict]:
@@ -99,3 +116,14 @@ def test_refusals_are_the_dry_runs_refusals(world2, case, rule):
 @pytest.mark.parametrize("name", RUNS["world4"])
 def test_four_ranks_match_pp1_losses_and_gradients(world4, name):
     _check(world4, name)
+
+
+@pytest.mark.parametrize("suite,name", [(suite, name) for suite, runs in UNEVEN.items() for name in runs])
+def test_uneven_stages_match_pp1_losses_and_gradients(request, suite, name):
+    runs = request.getfixturevalue(suite)
+    got, ref = runs[name], runs["uneven_pp1"]
+    assert got["pipeline"].endswith(f"layers per rank {UNEVEN[suite][name]}"), got["pipeline"]
+    assert got["names_match"] is True, name
+    _check_same_training(got, ref)
+    for key in ("max_grad_diff", "max_norm_diff"):
+        assert got[key] is not None and got[key] <= TOL, (name, key, got[key])

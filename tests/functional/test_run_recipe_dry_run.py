@@ -92,7 +92,7 @@ def test_world_size_defaults_to_env_and_list_recipes():
     lines = proc.stdout.splitlines()
     from recipes import RECIPES
 
-    assert len(lines) == len(RECIPES) == 18  # 10 pretraining + 8 finetuning recipes
+    assert len(lines) == len(RECIPES) == 23  # 13 pretraining + 10 finetuning recipes
     first = next(line for line in lines if line.startswith("llama32_1b_pretrain_config  "))
     assert "TP1 PP1" in first
 

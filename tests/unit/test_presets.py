@@ -165,6 +165,16 @@ PUBLISHED = {
         rope_scaling=dict(_V2_YARN, mscale=1.0, mscale_all_dim=1.0), routed_scaling_factor=2.5,
         topk_method="noaux_tc", n_group=8, topk_group=4, norm_topk_prob=True,
         num_nextn_predict_layers=1, aux_loss_alpha=0.0001, tie_word_embeddings=False)),
+    "kimi_k2": ("DeepseekV3Config", dict(  # moonshotai/Kimi-K2-Instruct (model_type kimi_k2, DeepSeek-V3's classes)
+        hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048, num_hidden_layers=61,
+        num_attention_heads=64, num_key_value_heads=64, n_routed_experts=384, n_shared_experts=1,
+        num_experts_per_tok=8, first_k_dense_replace=1, q_lora_rank=1536, kv_lora_rank=512,
+        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, vocab_size=163840,
+        max_position_embeddings=131072, rms_norm_eps=1e-6, rope_theta=50000.0,
+        rope_scaling={"type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096, "beta_fast": 1.0,
+                      "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0},
+        routed_scaling_factor=2.827, topk_method="noaux_tc", n_group=1, topk_group=1, norm_topk_prob=True,
+        num_nextn_predict_layers=0, aux_loss_alpha=0.001, tie_word_embeddings=False)),
     # Gemma 3: 1b is text only; 4b / 12b / 27b are the text_config of the multimodal models.
     "gemma3_1b": ("Gemma3TextConfig", dict(  # google/gemma-3-1b-pt
         hidden_size=1152, intermediate_size=6912, num_hidden_layers=26, num_attention_heads=4,
@@ -268,11 +278,12 @@ CONVERTED_FIELDS = (
 # by sigmoid + bias: checked against the provider their published config converts to (above) instead.
 OWN_EXPERT_KEYS = {"glm45", "glm46", "glm45_air", "minimax_m2", "ernie45_21b_a3b", "ernie45_300b_a47b"}
 QKV_BIAS = {"qwen25_7b", "qwen15_moe_a27b", "qwen2_57b_a14b"}
-DEEPSEEK = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
+DEEPSEEK = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3", "kimi_k2"}
 # Megatron-Core builds 9600 / 14848 expert MLP modules for these (10-20 s on the meta device): their
 # count is the planner's formula, which equals the meta-device GPTModel on deepseek_v2_lite below.
 COUNTED_BY_FORMULA = {
-    "deepseek_v2", "deepseek_v3", "glm45", "glm46", "glm45_air", "minimax_m2", "ernie45_21b_a3b", "ernie45_300b_a47b",
+    "deepseek_v2", "deepseek_v3", "kimi_k2", "glm45", "glm46", "glm45_air", "minimax_m2", "ernie45_21b_a3b",
+    "ernie45_300b_a47b",
 }  # fmt: skip
 
 
@@ -473,3 +484,10 @@ def test_sigmoid_routed_parameter_formula_equals_the_built_model(single_process_
     with torch.device("meta"):
         model = provider.provide()
     assert count_parameters(provider.model_shape()).total == sum(p.numel() for p in model.parameters())
+
+
+def test_kimi_k2_published_size():
+    from bridge.parallel.param_count import count_parameters
+
+    count = count_parameters(preset("kimi_k2").model_shape())  # "1T total parameters, 32B activated"
+    assert (round(count.total / 1e12, 2), round(count.active / 1e9)) == (1.03, 33)

@@ -1,4 +1,5 @@
-"""DeepSeek-V2-Lite / V2 / V3 providers with the values of the published Hugging Face configs.
+"""DeepSeek-V2-Lite / V2 / V3 and Kimi-K2 (DeepSeek-V3's architecture) providers with the values of the
+published Hugging Face configs.
 
 All three: multi-latent attention (kv_lora_rank 512, q/k heads of 128 + 64 rope dims, value heads of
 128), YaRN RoPE (factor 40 over 4096 positions, 163840 positions), the first layer(s) dense, then
@@ -124,4 +125,38 @@ def deepseek_v3() -> GPTModelProvider:
         moe_aux_loss_coeff=0.0001,
         mscale=1.0,
         mscale_all_dim=1.0,
+    )
+
+
+def kimi_k2() -> GPTModelProvider:
+    """moonshotai/Kimi-K2-Instruct: 1T (32B active), DeepSeek-V3's architecture with 64 heads, 61 layers (the
+    first dense), 384 experts, 8 per token, 1 shared; sigmoid scores with an expert bias, no expert groups,
+    x2.827 scaling; YaRN factor 32 over 4096 positions (RoPE base 50000, beta_fast 1), 131072 positions."""
+    return llama_style_provider(
+        **_MLA
+        | dict(
+            rotary_base=50000,
+            rotary_scaling_factor=32.0,
+            beta_fast=1.0,
+            seq_length=131072,
+            mscale=1.0,
+            mscale_all_dim=1.0,
+        ),
+        num_layers=61,
+        hidden_size=7168,
+        ffn_hidden_size=18432,
+        num_attention_heads=64,
+        num_query_groups=64,
+        vocab_size=163840,
+        q_lora_rank=1536,
+        num_moe_experts=384,
+        moe_router_topk=8,
+        moe_ffn_hidden_size=2048,
+        moe_shared_expert_intermediate_size=2048,
+        moe_layer_freq=_dense_first(1, 61),
+        moe_router_score_function="sigmoid",
+        moe_router_pre_softmax=False,
+        moe_router_enable_expert_bias=True,
+        moe_router_topk_scaling_factor=2.827,
+        moe_aux_loss_coeff=0.001,
     )

@@ -337,6 +337,14 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
         ),
     ),
 }
+# 3-layer tiny models (ROOT/hf/<name>, refs/<name>.pt) on 2 pipeline stages that cannot split them evenly:
+# Llama's tied embedding with 2 + 1 layers by the first-stage count, DeepSeek-V3's MLA with its dense
+# layer 0 and MoE layers by a layout string (1 + 2 layers).
+UNEVEN = {
+    "llama_3layers": dict(num_layers_in_first_pipeline_stage=2),
+    "deepseek_v3_3layers": dict(pipeline_model_parallel_layout="Et|ttL"),
+}
+
 # The tiny models with routed experts (the EP=2 parity runs): those whose config counts experts.
 _EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 MOE_FAMILIES = tuple(f for f, (_, _, fields) in FAMILIES.items() if set(_EXPERT_COUNT_KEYS) & set(fields))

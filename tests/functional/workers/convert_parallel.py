@@ -9,7 +9,8 @@ ROOT/out/<phase>/<family>. Prints `RESULT <phase> <family> <max abs diff> (at <s
 
 Phases: tp2 (TP=2; MoE, OLMo 2 and Gemma 2 with sequence parallel; OLMo 2 / Gemma 2 norm gradients
 checked against HF's), pp2 (PP=2, 1 layer per stage), ep2 (EP=2, MoE
-families; also checks export_hf_weights on every rank), ckpt_import_tp2 / ckpt_export_pp2
+families; also checks export_hf_weights on every rank), pp2_uneven (PP=2 on 3-layer models, UNEVEN: Megatron-Core's
+first-stage count and a layout string), ckpt_import_tp2 / ckpt_export_pp2
 (scripts/conversion/convert_checkpoint.py import --tp 2, then export --pp 2, of ROOT/hf/llama_bf16).
 """
 
@@ -30,6 +31,7 @@ import torch.distributed as dist  # noqa: E402
 
 from tests.functional.workers.convert_models import (  # noqa: E402
     FAMILIES,
+    UNEVEN,
     VOCAB,
     megatron_logits,
     refused_by_installed_release,  # noqa: E402
@@ -91,6 +93,8 @@ def layout_fields(phase: str, family: str) -> dict:
         )
     if phase == "pp2":
         return dict(pipeline_model_parallel_size=2)
+    if phase == "pp2_uneven":
+        return dict(pipeline_model_parallel_size=2, **UNEVEN[family])
     if phase == "ep2":
         return dict(expert_model_parallel_size=2)
     raise ValueError(phase)
@@ -128,7 +132,7 @@ def run_family(root: Path, phase: str, family: str) -> None:
     bridge, provider = provider_for(root / "hf" / family, **layout_fields(phase, family))
     chunks = provider.provide_distributed_model(wrap_with_ddp=False)
     toks = tokens()
-    logits = pipeline_logits(chunks[0], toks) if phase == "pp2" else megatron_logits(chunks[0], toks)
+    logits = pipeline_logits(chunks[0], toks) if phase.startswith("pp2") else megatron_logits(chunks[0], toks)
     ref = torch.load(root / "refs" / f"{family}.pt")
     diff = torch.tensor(-1.0 if logits is None else (logits - ref).abs().max().item())
     dist.all_reduce(diff, op=dist.ReduceOp.MAX)
@@ -224,6 +228,9 @@ def main() -> None:
             ckpt_import(root)
         elif phase == "ckpt_export_pp2":
             ckpt_export(root)
+        elif phase == "pp2_uneven":
+            for name in UNEVEN:
+                run_family(root, phase, name)
         else:
             for family in FAMILIES:
                 if refused_by_installed_release(family):  # its single-process test checks the refusal

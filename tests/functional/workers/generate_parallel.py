@@ -4,7 +4,8 @@
 
 ROOT holds hf/<family>/ (tiny save_pretrained folders of tests/functional/workers/convert_models.py).
 Layouts one after another on the same 2 ranks: tp1 (TP=1, two data-parallel replicas), tp2, pp2; per
-family, greedy and seeded-sampled generation of PROMPT. Every rank prints
+family, greedy and seeded-sampled generation of PROMPT. Then ROOT/hf/llama_3layers at tp1 and on uneven
+stages (UNEVEN: PP=2 holding 2 + 1 layers). Every rank prints
 `RESULT <layout> <family> <greedy|sampled> <rank> <json ids>`. The last step runs
 scripts/inference/generate.py's main() on ROOT/hf/llama with --pp 2 --json (its JSON line comes from
 rank 0; tests/unit/test_generate.py runs the --megatron-path form in one process).
@@ -31,6 +32,9 @@ LAYOUTS = {
     "tp2": dict(tensor_model_parallel_size=2),
     "pp2": dict(pipeline_model_parallel_size=2),
 }
+# a 3-layer Llama (ROOT/hf/llama_3layers): tp1, and PP=2 on uneven stages
+UNEVEN = {"tp1": {}, "pp2_uneven": dict(pipeline_model_parallel_size=2, num_layers_in_first_pipeline_stage=2)}
+UNEVEN_FAMILY = "llama_3layers"
 CLI_ARGS = ["--prompt-ids", ",".join(map(str, PROMPT)), "--max-new-tokens", "16", "--ignore-eos", "--json"]
 
 
@@ -43,11 +47,11 @@ def build(folder: Path, fields: dict):
     return provider, provider.provide_distributed_model(wrap_with_ddp=False)
 
 
-def run_layout(root: Path, layout: str) -> None:
+def run_layout(root: Path, layout: str, families=FAMILIES, layouts=LAYOUTS) -> None:
     from bridge.inference import generate
 
-    for family in FAMILIES:
-        provider, chunks = build(root / "hf" / family, LAYOUTS[layout])
+    for family in families:
+        provider, chunks = build(root / "hf" / family, layouts[layout])
         for kind, options in (("greedy", {}), ("sampled", SAMPLING)):
             result = generate(chunks, PROMPT, NEW_TOKENS, vocab_size=provider.vocab_size, **options)
             print(f"RESULT {layout} {family} {kind} {dist.get_rank()} {json.dumps(result.ids)}", flush=True)
@@ -77,6 +81,9 @@ def main() -> None:
     dist.init_process_group("gloo")
     for layout in LAYOUTS:
         run_layout(root, layout)
+        end_layout()
+    for layout in UNEVEN:
+        run_layout(root, layout, (UNEVEN_FAMILY,), UNEVEN)
         end_layout()
     run_cli(root)
     end_layout()

@@ -10,6 +10,8 @@ parameters and steps of max|g - g_ref| / max|g_ref|; null for tp > 1 and for red
 "max_norm_diff" (the same for the per-parameter gradient norms), "engine", "pipeline"}. The weights: what a
 PP=2 x VPP=2 run builds from the seed, saved once as the runs' pretrained checkpoint; the seeded_* runs
 (fsdp2 reads no torch_dist checkpoint) build the same weights from the seed themselves.
+Each suite then trains a 5-layer model on uneven stages (uneven_runs: first/last stage counts and layout
+strings, under Megatron-Core's schedules and the torch ones) against its own PP=1 run, uneven_pp1.
 Suite world2 first checks the refusals (before any model is built): for each refused override set, the
 dry run (scripts/training/run_recipe.py --dry-run --world-size 2) and the launched run (run_recipe.py under
 this torchrun) exit 2 with the same error line; one @@refused line each {"case", "dry", "launched"}.
@@ -160,6 +162,33 @@ def _max_rel_diff(got: dict, ref: dict) -> float:
     return worst
 
 
+UNEVEN_LAYERS = 5
+
+
+def uneven_runs(pp) -> dict[str, dict[str, list[str]]]:
+    """Runs of the 5-layer model, per suite, against its uneven_pp1 run: Megatron-Core's schedules and the
+    torch ones, by first/last stage counts and by layout strings (with virtual stages too)."""
+    layout = "model.pipeline_model_parallel_layout="
+    return {
+        "world2": {
+            "uneven_pp1": [],
+            "uneven_1f1b_first3": [*pp(2), "model.num_layers_in_first_pipeline_stage=3"],
+            "uneven_interleaved_layout": [*pp(2, 2), f"{layout}Et|t|tt|tL"],
+            "uneven_gpipe_last1": [*pp(2, schedule="gpipe"), "model.num_layers_in_last_pipeline_stage=1"],
+            "uneven_dfs_layout": [*pp(2, 2, "dfs"), f"{layout}Et|tt|t|tL"],
+        },
+        "world4": {
+            "uneven_pp1": [],
+            "uneven_1f1b_pp4_layout": [*pp(4), f"{layout}'E(t|)*3ttL'"],
+            "uneven_gpipe_pp4_first2": [
+                *pp(4, schedule="gpipe"),
+                "model.num_layers_in_first_pipeline_stage=2",
+            ],
+            "uneven_zero_bubble_pp2_vpp2": [*pp(2, 2, "zero_bubble"), f"{layout}Ett|t|t|tL"],
+        },
+    }
+
+
 def main(workdir: str, suite: str) -> None:
     import torch
 
@@ -226,12 +255,26 @@ def main(workdir: str, suite: str) -> None:
     }
     if suite == "world2":
         _refusals([c for c in common if not c.startswith("checkpoint.pretrained_checkpoint")])
+    # Uneven stages: a 5-layer model that neither 2 nor 4 stages divide, from its own PP=1 checkpoint.
+    uneven_common = [
+        *(c for c in common if not c.startswith(("model.num_layers", "checkpoint.pretrained_checkpoint"))),
+        f"model.num_layers={UNEVEN_LAYERS}",
+        f"checkpoint.pretrained_checkpoint={workdir}/init_uneven",
+    ]
+    init = tiny_config(*uneven_common, *seeded).validate(world, cuda=torch.cuda.is_available())
+    runtime.initialize_distributed(init.layout, seed=init.config.rng.seed)
+    chunks = init.provider.provide_distributed_model(wrap_with_ddp=False, seed=init.config.rng.seed)
+    save_checkpoint(f"{workdir}/init_uneven", 0, chunks, save_rng=False)
+    del chunks
+    reset_parallel_state()
+    runs = [(name, common, extra) for name, extra in suites[suite].items()]
+    runs += [(name, uneven_common, extra) for name, extra in uneven_runs(pp)[suite].items()]
     _install_gradient_probe()
     ref_full: list[dict] = []
     ref_norms: list[dict] = []
-    for name, extra in suites[suite].items():
+    for name, run_common, extra in runs:
         SNAPSHOTS.clear()
-        plan = tiny_config(*common, *extra).validate(world, cuda=torch.cuda.is_available())
+        plan = tiny_config(*run_common, *extra).validate(world, cuda=torch.cuda.is_available())
         result = pretrain(plan)
         gathered = [_gather(s) for s in SNAPSHOTS]
         record = {
@@ -243,7 +286,7 @@ def main(workdir: str, suite: str) -> None:
         if torch.distributed.get_rank() == 0:
             full = [f for f, _ in gathered]
             norms = [n for _, n in gathered]
-            if name == "pp1":
+            if name.endswith("pp1"):  # pp1, uneven_pp1: the reference of the runs after it
                 ref_full, ref_norms = full, norms
             record["names_match"] = all(set(n) == set(r) for n, r in zip(norms, ref_norms, strict=True))
             compared = record["names_match"]

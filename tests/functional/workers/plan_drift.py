@@ -33,6 +33,14 @@ TINY = [
     "checkpoint.save_interval=0", "logger.log_interval=1", "logger.tensorboard_dir=null",
 ]  # fmt: skip
 MOE_TINY = ["model.num_moe_experts=4", "model.moe_ffn_hidden_size=64", "model.moe_router_topk=2"]
+# recipes/deepseek.py (multi-latent attention, shared experts, routing groups, a PP16 layout string): their
+# tiny shape, on one pipeline stage
+MLA_TINY = [
+    *MOE_TINY, "model.moe_layer_freq=1", "model.moe_shared_expert_intermediate_size=64",
+    "model.moe_router_num_groups=null", "model.moe_router_group_topk=null",
+    "model.pipeline_model_parallel_layout=null", "model.q_lora_rank=32", "model.kv_lora_rank=32",
+    "model.qk_head_dim=16", "model.qk_pos_emb_head_dim=8", "model.v_head_dim=16", "model.kv_channels=24",
+]  # fmt: skip
 
 CASES = {
     "as_recipe": [],
@@ -94,7 +102,7 @@ def _is_moe(recipe: str) -> bool:
 
 def main() -> None:
     for recipe in PRETRAIN_RECIPES:
-        moe = MOE_TINY if _is_moe(recipe) else []
+        moe = MLA_TINY if RECIPES[recipe].module == "deepseek" else MOE_TINY if _is_moe(recipe) else []
         for case, extra in CASES.items():
             if case not in ON_EVERY_RECIPE and recipe not in ACCEPTED_CASES_ON:
                 continue
