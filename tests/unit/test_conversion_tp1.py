@@ -268,6 +268,7 @@ def test_unsupported_architecture(sources, tmp_path):
             "Qwen3ForCausalLM",
             "Qwen3MoeForCausalLM",
             "Olmo2ForCausalLM",
+            "OlmoeForCausalLM",
         ]
     )
 

@@ -246,6 +246,30 @@ def test_moe_targets_are_refused(tmp_path):
     assert len(trainable) == 2 * 2 * 2 and all("self_attention.linear_" in n for n in trainable)
 
 
+# MoE families whose attention adapters are checked against peft (experts take no adapters; above):
+# olmoe: q/k norms over whole projections after the adapted q/k projections.
+MOE_ATTENTION_FAMILIES = ("olmoe",)
+
+
+@pytest.mark.parametrize("family", MOE_ATTENTION_FAMILIES)
+def test_moe_family_attention_adapter_matches_peft(family, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path / family
+    save_hf_model(family, folder, with_tokenizer=False)
+    bridge, chunk = _build(folder, _peft("lora", target_modules=["linear_qkv", "linear_proj"]))
+    _randomize(chunk)
+    toks = tokens()
+    ours = megatron_logits(chunk, toks)
+    bridge.save_hf_adapter([chunk], tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    ref = hf_logits(_peft_model(folder, tmp_path / "adapter"), toks)
+    assert (ours - ref).abs().max().item() <= 1e-5
+    base_logits = hf_logits(AutoModelForCausalLM.from_pretrained(folder), toks)
+    assert (ref - base_logits).abs().max() > 1e-2  # the adapters matter
+
+
 def test_dropout_only_in_training(sources):
     _, chunk = _build(sources / "llama", _peft("lora", dropout=0.5))
     _randomize(chunk)

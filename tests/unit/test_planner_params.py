@@ -19,6 +19,7 @@ from tests.unit.published_shapes import (  # noqa: E402
     LLAMA32_1B,
     MIXTRAL_8X7B,
     OLMO2_7B,
+    OLMOE_1B_7B,
     PHI3_MINI_4K,
     QWEN2_57B_A14B,
     QWEN3_30B_A3B,
@@ -237,6 +238,23 @@ CONFIGS = {
             model_type="olmo2",
         ),
     ),
+    "olmoe_1b_7b": (
+        "OlmoeConfig",
+        "OlmoeForCausalLM",
+        dict(
+            vocab_size=50304,
+            hidden_size=2048,
+            intermediate_size=1024,
+            num_hidden_layers=16,
+            num_attention_heads=16,
+            num_key_value_heads=16,
+            num_experts=64,
+            num_experts_per_tok=8,
+            tie_word_embeddings=False,
+            hidden_act="silu",
+            model_type="olmoe",
+        ),
+    ),
     "gemma2_2b": (
         "Gemma2Config",
         "Gemma2ForCausalLM",
@@ -274,6 +292,7 @@ CONFIGS = {
 # The same models written as ModelShapes by hand (Megatron field names).
 SHAPES = {
     "olmo2_7b": OLMO2_7B,
+    "olmoe_1b_7b": OLMOE_1B_7B,
     "gemma2_2b": GEMMA2_2B,
     "deepseek_v2_lite": DEEPSEEK_V2_LITE,
     "deepseek_v3": DEEPSEEK_V3,

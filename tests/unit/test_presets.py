@@ -100,6 +100,11 @@ PUBLISHED = {
         hidden_size=5120, intermediate_size=13824, num_hidden_layers=40, num_attention_heads=40,
         num_key_value_heads=40, vocab_size=100352, max_position_embeddings=4096, rms_norm_eps=1e-6,
         rope_theta=500000.0, tie_word_embeddings=False)),
+    "olmoe_1b_7b": ("OlmoeConfig", dict(  # allenai/OLMoE-1B-7B-0924
+        hidden_size=2048, intermediate_size=1024, num_experts=64, num_experts_per_tok=8,
+        norm_topk_prob=False, num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=16,
+        vocab_size=50304, max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0,
+        router_aux_loss_coef=0.01, clip_qkv=None, tie_word_embeddings=False)),
     "gemma2_2b": ("Gemma2Config", dict(  # google/gemma-2-2b
         hidden_size=2304, intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8,
         num_key_value_heads=4, head_dim=256, vocab_size=256000, max_position_embeddings=8192,
@@ -175,7 +180,7 @@ ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
 VOCAB_PADDING = {"phi3_mini_4k": 64, "gemma3_4b": 64, "gemma3_12b": 64, "gemma3_27b": 64}
 # Families whose presets are checked field by field against the provider the HF config converts to
 # (their math lives in fields the generic asserts below do not cover).
-CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3")
+CONVERTED_FIELDS = ("olmo2", "gemma2", "gemma3", "olmoe")
 QKV_BIAS = {"qwen25_7b", "qwen15_moe_a27b", "qwen2_57b_a14b"}
 DEEPSEEK = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
 # Megatron-Core builds 9600 / 14848 expert MLP modules for these (10-20 s on the meta device): their
@@ -245,7 +250,7 @@ def test_preset_values_equal_published_config(name):
     assert (p.normalization, p.activation_func, p.gated_linear_unit) == ("RMSNorm", activation, True)
     assert p.position_embedding_type == "rope" and not p.add_bias_linear
     assert p.add_qkv_bias == (name in QKV_BIAS)
-    assert p.qk_layernorm == name.startswith(("qwen3", "olmo2", "gemma3"))
+    assert p.qk_layernorm == name.startswith(("qwen3", "olmo2", "gemma3", "olmoe"))
     rope = hf.get("rope_scaling")
     if name.startswith("gemma3"):  # linear scaling on the global layers only (checked below, converted)
         assert p.seq_len_interpolation_factor == (rope["factor"] if rope else None)

@@ -202,6 +202,21 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             eos_token_id=2,
         ),
     ),
+    # OLMoE: q/k RMSNorms over whole projections (GQA: k_norm over 2 heads) before RoPE, pre-norm
+    # placement, softmax over all experts and the top 2 kept without renormalisation.
+    "olmoe": (
+        "OlmoeConfig",
+        "OlmoeForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            num_experts=4,
+            num_experts_per_tok=2,
+            intermediate_size=32,
+            norm_topk_prob=False,
+            pad_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
 }
 # The tiny models with routed experts (the EP=2 parity runs): those whose config counts experts.
 _EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
