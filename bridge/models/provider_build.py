@@ -30,6 +30,16 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+YARN_FIELDS = (
+    "yarn_rotary_scaling_factor",
+    "yarn_original_max_position_embeddings",
+    "yarn_beta_fast",
+    "yarn_beta_slow",
+    "yarn_correction_range_round_to_int",
+    "yarn_mscale",
+    "yarn_mscale_all_dim",
+)
+
 # Megatron-Core's RotaryEmbedding applies llama3 scaling with these fixed values; other values are
 # applied by the provider after the model is built.
 MCORE_ROPE_SCALING_DEFAULTS = {
@@ -93,7 +103,7 @@ def transformer_config(p: GPTModelProvider):
         # Without CUDA there is no other device to initialize weights on.
         kwargs["use_cpu_initialization"] = True
     try:
-        return config_class(**kwargs)
+        config = config_class(**kwargs)
     except (ValueError, AssertionError, NotImplementedError) as err:
         from bridge.models.performance_settings import SETTINGS
 
@@ -109,6 +119,16 @@ def transformer_config(p: GPTModelProvider):
             f"Megatron-Core's TransformerConfig rejects the model section: {err}. "
             f"Fix: change the model.* field it names.{hint}"
         ) from err
+    if p.position_embedding_type == "yarn":
+        _set_yarn_attributes(p, config)
+    return config
+
+
+def _set_yarn_attributes(p: GPTModelProvider, config) -> None:
+    """GPTModel's YaRN (and its attention's cos / sin scaling) reads yarn_* attributes TransformerConfig
+    does not declare (0.16.1, 0.19.2)."""
+    for name in YARN_FIELDS:
+        setattr(config, name, getattr(p, name))
 
 
 def _check_context_parallel_attention(p: GPTModelProvider, config, variant: LayerVariant) -> None:

@@ -42,9 +42,9 @@ ACTIVATIONS = {
 LAYERNORM_PLACEMENTS = ("pre", "post", "sandwich")
 QK_LAYERNORM_SCOPES = ("head", "projection")
 
-# GPTModel position embeddings the provider can build ("yarn" and "mrope" need settings
-# TransformerConfig does not carry in this release).
-POSITION_EMBEDDINGS = ("learned_absolute", "rope", "none")
+# GPTModel position embeddings the provider can build ("yarn" from the provider's yarn_* fields;
+# "mrope" needs settings TransformerConfig does not carry in this release).
+POSITION_EMBEDDINGS = ("learned_absolute", "rope", "yarn", "none")
 
 
 def model_error(field: str, value: Any, rule: str, fix: str) -> ConfigError:

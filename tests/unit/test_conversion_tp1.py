@@ -269,6 +269,7 @@ def test_unsupported_architecture(sources, tmp_path):
             "Qwen3MoeForCausalLM",
             "Olmo2ForCausalLM",
             "OlmoeForCausalLM",
+            "GptOssForCausalLM",
         ]
     )
 

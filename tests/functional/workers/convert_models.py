@@ -217,6 +217,25 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             eos_token_id=2,
         ),
     ),
+    # GPT-OSS: a learnable sink per head, a window (6) shorter than the test sequence on layer 0 and
+    # none on layer 1, biases on q/k/v/o, router and experts, the clamped SwiGLU (limit 0.5, so that
+    # the clamps bite) with its +1 offset, YaRN x4 from 16 positions (truncate false: the
+    # correction range unrounded; attention factor folded into the softmax scale); experts stacked
+    # in the checkpoint, gate/up interleaved.
+    "gpt_oss": (
+        "GptOssConfig",
+        "GptOssForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            head_dim=16,
+            intermediate_size=32,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=6,
+            swiglu_limit=0.5,
+            rope_parameters={"rope_type": "yarn", **_YARN, "truncate": False, "rope_theta": 10000.0},
+        ),
+    ),
 }
 # The tiny models with routed experts (the EP=2 parity runs): those whose config counts experts.
 _EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
