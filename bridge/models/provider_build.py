@@ -220,7 +220,19 @@ def build_stage(
     from bridge.models.output_hooks import apply_output_hooks
 
     apply_output_hooks(model, p)
+    _mark_head_split_softmax_offsets(model)
     return model
+
+
+def _mark_head_split_softmax_offsets(model) -> None:
+    """Megatron-Core's learnable softmax_offset (attention sinks) holds this TP rank's heads and its
+    checkpoint shards it along dim 0, but the parameter carries no tensor-parallel attributes (0.16.1,
+    0.19.2): set them, so that the gradient norm and the conversion see it split by heads like q."""
+    from megatron.core.tensor_parallel import set_tensor_model_parallel_attributes
+
+    for name, param in model.named_parameters():
+        if name.endswith("core_attention.softmax_offset") and not hasattr(param, "tensor_model_parallel"):
+            set_tensor_model_parallel_attributes(param, is_parallel=True, dim=0, stride=1)
 
 
 def _apply_rope_scaling_factors(p: GPTModelProvider, model) -> None:

@@ -247,8 +247,9 @@ def test_moe_targets_are_refused(tmp_path):
 
 
 # MoE families whose attention adapters are checked against peft (experts take no adapters; above):
-# olmoe: q/k norms over whole projections after the adapted q/k projections.
-MOE_ATTENTION_FAMILIES = ("olmoe",)
+# olmoe: q/k norms over whole projections after the adapted q/k projections; gpt_oss: biased q/k/v/o
+# projections, attention sinks.
+MOE_ATTENTION_FAMILIES = ("olmoe", "gpt_oss")
 
 
 @pytest.mark.parametrize("family", MOE_ATTENTION_FAMILIES)
