@@ -32,7 +32,8 @@ ACTIVATIONS = {
     "silu": ("torch.nn.functional", "silu"),
     "relu": ("torch.nn.functional", "relu"),
     "squared_relu": ("megatron.core.activations", "squared_relu"),
-    "quick_gelu": ("megatron.core.activations", "quick_gelu"),
+    # the fused bias-GLU path (bias_activation_fusion, GPT-OSS's clamped GLU) recognises this one
+    "quick_gelu": ("megatron.core.fusions.fused_bias_geglu", "quick_gelu"),
     "fast_gelu": ("megatron.core.activations", "fast_gelu"),
     "gelu_tanh": ("bridge.models.activations", "gelu_tanh"),  # HF gelu_pytorch_tanh (Gemma's GeGLU)
 }
