@@ -172,9 +172,10 @@ class AutoBridge:
 
         A NaN / Inf in a weight is a ConfigError naming the tensor and file unless allow_non_finite.
         """
+        from bridge.conversion.stacked_experts import open_checkpoint
         from bridge.conversion.weight_loader import load_hf_weights
 
-        ckpt = HFCheckpoint(self._weights_path(hf_path))
+        ckpt = open_checkpoint(self._weights_path(hf_path), self.family)
         load_hf_weights(
             _as_list(model),
             ckpt,
@@ -378,13 +379,14 @@ class AutoBridge:
         return int(_config_get(self.hf_config, "vocab_size"))
 
     def _exporter(self, chunks: list, merge_adapters: bool = False, local_tensor: Any = None):
+        from bridge.conversion.stacked_experts import stacked_exporter, written_name
         from bridge.conversion.weight_exporter import Exporter
 
         source = {n: DTYPES[d] for n, (_, d) in self._source_tensors().items()}
         default = DTYPES[TRAINING_DTYPES[hf_common.hf_dtype_name(self.hf_config)].safetensors]
 
         def dtype_for(name: str, _param_dtype) -> Any:
-            return source.get(name, default)
+            return source.get(written_name(self.family, name), default)
 
         given, local_tensor = local_tensor, None
         if _has_dtensor_params(chunks):  # strategy fsdp2: each holder gathers its data-parallel shards
@@ -398,7 +400,8 @@ class AutoBridge:
                 local_tensor = merged_local_tensor(chunks)
         if given is not None:  # the caller's source of each parameter's tensor (a streaming export)
             local_tensor = given
-        return Exporter(chunks, self.family, self._vocab_size(), dtype_for, local_tensor=local_tensor)
+        exporter = Exporter(chunks, self.family, self._vocab_size(), dtype_for, local_tensor=local_tensor)
+        return stacked_exporter(exporter, self.family)
 
     def _source_tensors(self) -> dict[str, tuple[str, str]]:
         """HF name -> (file, safetensors dtype) of the source checkpoint, if there is one."""

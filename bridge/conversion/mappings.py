@@ -5,6 +5,9 @@ of the local (tensor-parallel rank `rank` of `size`) Megatron parameter. Import 
 memory-mapped safetensors file straight into the parameter; export gathers the local parameters of all
 ranks and copies each piece back. Using the same plan both ways makes the round trip exact by
 construction. Pure Python: slices only, no torch.
+
+`StackedView` (a family's STACKED_EXPERTS rows) names a per-expert tensor cut out of a checkpoint
+tensor that stacks a layer's experts; bridge.conversion.stacked_experts serves and writes them.
 """
 
 from __future__ import annotations
@@ -263,6 +266,39 @@ class PackedGatedMLP(FusedGatedMLP):
             Piece(self.hf[0], _rows(rank * n, (rank + 1) * n, nd), _rows(0, n, nd)),
             Piece(self.hf[0], _rows(up + rank * n, up + (rank + 1) * n, nd), _rows(n, 2 * n, nd)),
         ]
+
+
+@dataclass(frozen=True)
+class StackedView:
+    """Per-expert tensor `virtual` ({layer}, {expert}) = `stacked`({layer})[expert][..., start::step],
+    transposed (last two dims) when `transpose`."""
+
+    virtual: str
+    stacked: str
+    start: int = 0
+    step: int = 1
+    transpose: bool = False
+
+    def cut(self, expert_tensor):
+        """The per-expert tensor from `stacked[expert]` (a view)."""
+        t = expert_tensor[..., self.start :: self.step]
+        return t.transpose(-1, -2) if self.transpose else t
+
+    def virtual_shape(self, expert_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape of the per-expert tensor cut out of a `stacked[expert]` of `expert_shape`."""
+        shape = list(expert_shape)
+        shape[-1] = len(range(self.start, shape[-1], self.step))
+        if self.transpose:
+            shape[-1], shape[-2] = shape[-2], shape[-1]
+        return tuple(shape)
+
+    def expert_shape(self, virtual_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape of `stacked[expert]` that a per-expert tensor of `virtual_shape` comes from."""
+        shape = list(virtual_shape)
+        if self.transpose:
+            shape[-1], shape[-2] = shape[-2], shape[-1]
+        shape[-1] *= self.step
+        return tuple(shape)
 
 
 KINDS: dict[str, type[Mapping]] = {

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from types import ModuleType
 
-from bridge.conversion.mappings import Mapping, make_mapping
+from bridge.conversion.mappings import Mapping, StackedView, make_mapping
 from bridge.models.families import mapping_modules
 from bridge.models.hf_translation.registry import rules_of, unsupported_error
 from bridge.models.hf_translation.rules import FamilyRules
@@ -44,6 +44,8 @@ class Family:
     rules: tuple[Rule, ...]
     # The family's config.json rules (its folder's hf_config.py hooks, bridge.models.hf_translation).
     hf_config: FamilyRules = dataclasses.field(default_factory=FamilyRules)
+    # Per-expert HF names cut out of tensors stacking a layer's experts (bridge.conversion.stacked_experts).
+    stacked_experts: tuple[StackedView, ...] = ()
 
     def resolve(self, name: str) -> tuple[Rule, Mapping] | None:
         for rule in self.rules:
@@ -75,6 +77,7 @@ def _load(module_name: str) -> Family:
         provider_fields=dict(module.PROVIDER_FIELDS),
         rules=tuple(_compile(row) for row in module.MAPPINGS),
         hf_config=rules_of(name),
+        stacked_experts=tuple(StackedView(*row) for row in getattr(module, "STACKED_EXPERTS", ())),
     )
 
 

@@ -204,12 +204,13 @@ def stream_import(
 ) -> None:
     """HF folder -> torch_dist checkpoint (iteration 0), as AutoBridge.import_ckpt, one tensor in RAM."""
     from bridge.checkpoint import save_checkpoint
+    from bridge.conversion.stacked_experts import open_checkpoint
     from bridge.conversion.weight_loader import check_all_used, check_tensors
 
     _single_process("import")
     bridge = AutoBridge.from_hf_pretrained(hf_path)
     target = check_target_dir(megatron_path, "megatron_path")
-    ckpt = HFCheckpoint(bridge.hf_path)
+    ckpt = open_checkpoint(bridge.hf_path, bridge.family)
     chunks = _meta_chunks(bridge)
     params = list(local_params(chunks, bridge.family, bridge._vocab_size()))
     used = check_tensors(params, ckpt)  # every check of the import, before anything is written

@@ -94,6 +94,17 @@ class GPTModelProvider(TransformerFields):
     rope_scaling_low_freq_factor: float = 1.0
     rope_scaling_high_freq_factor: float = 4.0
     rope_scaling_original_max_position_embeddings: int = 8192
+    # YaRN RoPE (position_embedding_type "yarn", Megatron-Bridge's names): GPTModel and its attention
+    # read them from the TransformerConfig. round_to_int False: the correction range unrounded (HF's
+    # truncate=false). cos / sin are scaled by 0.1 ln(factor) + 1, or by the ratio of that with
+    # yarn_mscale and with yarn_mscale_all_dim when both are set.
+    yarn_rotary_scaling_factor: float = 1.0
+    yarn_original_max_position_embeddings: int = 4096
+    yarn_beta_fast: float = 32.0
+    yarn_beta_slow: float = 1.0
+    yarn_correction_range_round_to_int: bool = True
+    yarn_mscale: float | None = None
+    yarn_mscale_all_dim: float | None = None
     share_embeddings_and_output_weights: bool = False
     fp16_lm_cross_entropy: bool = False
     parallel_output: bool = True

@@ -30,6 +30,16 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+YARN_FIELDS = (
+    "yarn_rotary_scaling_factor",
+    "yarn_original_max_position_embeddings",
+    "yarn_beta_fast",
+    "yarn_beta_slow",
+    "yarn_correction_range_round_to_int",
+    "yarn_mscale",
+    "yarn_mscale_all_dim",
+)
+
 # Megatron-Core's RotaryEmbedding applies llama3 scaling with these fixed values; other values are
 # applied by the provider after the model is built.
 MCORE_ROPE_SCALING_DEFAULTS = {
@@ -93,7 +103,7 @@ def transformer_config(p: GPTModelProvider):
         # Without CUDA there is no other device to initialize weights on.
         kwargs["use_cpu_initialization"] = True
     try:
-        return config_class(**kwargs)
+        config = config_class(**kwargs)
     except (ValueError, AssertionError, NotImplementedError) as err:
         from bridge.models.performance_settings import SETTINGS
 
@@ -109,6 +119,16 @@ def transformer_config(p: GPTModelProvider):
             f"Megatron-Core's TransformerConfig rejects the model section: {err}. "
             f"Fix: change the model.* field it names.{hint}"
         ) from err
+    if p.position_embedding_type == "yarn":
+        _set_yarn_attributes(p, config)
+    return config
+
+
+def _set_yarn_attributes(p: GPTModelProvider, config) -> None:
+    """GPTModel's YaRN (and its attention's cos / sin scaling) reads yarn_* attributes TransformerConfig
+    does not declare (0.16.1, 0.19.2)."""
+    for name in YARN_FIELDS:
+        setattr(config, name, getattr(p, name))
 
 
 def _check_context_parallel_attention(p: GPTModelProvider, config, variant: LayerVariant) -> None:
@@ -201,6 +221,7 @@ def build_stage(
     from bridge.models.output_hooks import apply_output_hooks
 
     apply_output_hooks(model, p)
+    _mark_head_split_softmax_offsets(model)
     return model
 
 
@@ -223,6 +244,17 @@ def _apply_yarn(p: GPTModelProvider, model) -> None:
         p.yarn_rope_beta_slow,
         device=rope.inv_freq.device,
     )
+
+
+def _mark_head_split_softmax_offsets(model) -> None:
+    """Megatron-Core's learnable softmax_offset (attention sinks) holds this TP rank's heads and its
+    checkpoint shards it along dim 0, but the parameter carries no tensor-parallel attributes (0.16.1,
+    0.19.2): set them, so that the gradient norm and the conversion see it split by heads like q."""
+    from megatron.core.tensor_parallel import set_tensor_model_parallel_attributes
+
+    for name, param in model.named_parameters():
+        if name.endswith("core_attention.softmax_offset") and not hasattr(param, "tensor_model_parallel"):
+            set_tensor_model_parallel_attributes(param, is_parallel=True, dim=0, stride=1)
 
 
 def _apply_rope_scaling_factors(p: GPTModelProvider, model) -> None:

@@ -32,7 +32,8 @@ ACTIVATIONS = {
     "silu": ("torch.nn.functional", "silu"),
     "relu": ("torch.nn.functional", "relu"),
     "squared_relu": ("megatron.core.activations", "squared_relu"),
-    "quick_gelu": ("megatron.core.activations", "quick_gelu"),
+    # the fused bias-GLU path (bias_activation_fusion, GPT-OSS's clamped GLU) recognises this one
+    "quick_gelu": ("megatron.core.fusions.fused_bias_geglu", "quick_gelu"),
     "fast_gelu": ("megatron.core.activations", "fast_gelu"),
     "gelu_tanh": ("bridge.models.activations", "gelu_tanh"),  # HF gelu_pytorch_tanh (Gemma's GeGLU)
 }
@@ -42,9 +43,9 @@ ACTIVATIONS = {
 LAYERNORM_PLACEMENTS = ("pre", "post", "sandwich")
 QK_LAYERNORM_SCOPES = ("head", "projection")
 
-# GPTModel position embeddings the provider can build ("yarn" and "mrope" need settings
-# TransformerConfig does not carry in this release).
-POSITION_EMBEDDINGS = ("learned_absolute", "rope", "none")
+# GPTModel position embeddings the provider can build ("yarn" from the provider's yarn_* fields;
+# "mrope" needs settings TransformerConfig does not carry in this release).
+POSITION_EMBEDDINGS = ("learned_absolute", "rope", "yarn", "none")
 
 
 def model_error(field: str, value: Any, rule: str, fix: str) -> ConfigError:

@@ -59,6 +59,8 @@ def model_shape(p: GPTModelProvider) -> ModelShape:
         moe_layer_freq=(tuple(p.moe_layer_freq) if isinstance(p.moe_layer_freq, list) else p.moe_layer_freq),
         layer_norms=4 if p.layernorm_placement == "sandwich" else 2,
         qk_layernorm_per_projection=p.qk_layernorm and p.qk_layernorm_scope == "projection",
+        add_bias_linear=p.add_bias_linear,
+        attention_sinks=p.softmax_type == "learnable",
         **_mla_shape(p),
     )
 

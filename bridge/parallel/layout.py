@@ -48,6 +48,10 @@ class ModelShape:
     # q/k norms over the whole projections (heads * head_dim weights, TP-sharded by heads)
     # instead of one head_dim weight each
     qk_layernorm_per_projection: bool = False
+    # Megatron-Core's add_bias_linear: a bias on every linear (qkv, output projection, MLP and expert
+    # fc1 / fc2, the router); attention_sinks: softmax_type "learnable", one learned logit per head
+    add_bias_linear: bool = False
+    attention_sinks: bool = False
     # Multi-latent attention: q (down, norm, up, or one projection when q_lora_rank is None),
     # kv down to kv_lora_rank + qk_pos_emb_head_dim, kv norm, kv up to heads x (qk_head_dim + v_head_dim)
     multi_latent_attention: bool = False

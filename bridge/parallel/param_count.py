@@ -1,7 +1,8 @@
 """Parameter counts from a ModelShape: the whole model (total, active per token) and one rank's share.
 
 Assumes the GPT family bridge builds: rotary positions (no position table), RMSNorm (one weight vector),
-no linear biases except the optional QKV bias; attention is grouped-query or multi-latent (q and kv
+no linear biases except the optional QKV bias, or a bias on every linear (add_bias_linear) and a learned
+sink logit per head (attention_sinks); attention is grouped-query or multi-latent (q and kv
 through low-rank latents). With num_moe_experts set, the layers moe_layer_freq marks hold a router,
 the routed experts and the optional (gated) shared expert; the others a dense MLP of ffn_hidden_size.
 Pure Python.
@@ -110,8 +111,11 @@ def _layer_parts(shape: ModelShape, moe: bool | None = None) -> dict[str, int]:
     q_size = shape.num_attention_heads * kv
     kv_size = shape.query_groups * kv
     attention = h * (q_size + 2 * kv_size) + q_size * h
-    if shape.add_qkv_bias:
+    if shape.add_qkv_bias or shape.add_bias_linear:
         attention += q_size + 2 * kv_size
+    attention += _bias(shape, h)  # the output projection's
+    if shape.attention_sinks:
+        attention += shape.num_attention_heads
     attention += _qk_norm_params(shape)
     if shape.multi_latent_attention:
         attention = sum(_mla_attention(shape))  # its q / kv latent norms included
@@ -130,19 +134,30 @@ def _layer_parts(shape: ModelShape, moe: bool | None = None) -> dict[str, int]:
         expert_ffn = shape.moe_ffn_hidden_size or shape.ffn_hidden_size
         if expert_ffn is None:
             _require(shape, "moe_ffn_hidden_size")
-        per_expert = mats * h * expert_ffn
+        per_expert = mats * h * expert_ffn + _mlp_biases(shape, expert_ffn)
         parts["per_expert"] = per_expert
-        parts["router"] = h * shape.num_moe_experts
+        parts["router"] = (h + _bias(shape, 1)) * shape.num_moe_experts
         parts["experts"] = shape.num_moe_experts * per_expert
         parts["active_experts"] = shape.moe_router_topk * per_expert
         if shape.moe_shared_expert_intermediate_size:
-            parts["shared"] = mats * h * shape.moe_shared_expert_intermediate_size
+            ffn = shape.moe_shared_expert_intermediate_size
+            parts["shared"] = mats * h * ffn + _mlp_biases(shape, ffn)
             if shape.moe_shared_expert_gate:
                 parts["shared"] += h  # the gate's [1, hidden] weight
     else:
         _require(shape, "ffn_hidden_size")
-        parts["mlp"] = mats * h * shape.ffn_hidden_size
+        parts["mlp"] = mats * h * shape.ffn_hidden_size + _mlp_biases(shape, shape.ffn_hidden_size)
     return parts
+
+
+def _bias(shape: ModelShape, size: int) -> int:
+    """A linear's bias of `size` outputs, when the model has linear biases."""
+    return size if shape.add_bias_linear else 0
+
+
+def _mlp_biases(shape: ModelShape, ffn: int) -> int:
+    """fc1 (gate and up halves when gated) and fc2 biases of an MLP of `ffn`."""
+    return _bias(shape, ffn * (2 if shape.gated_linear_unit else 1) + shape.hidden_size)
 
 
 def _summed_parts(shape: ModelShape, layers: range | None = None) -> dict[str, int]:
@@ -233,15 +248,26 @@ def _rank_params(
         p = _layer_parts(shape, moe)
         norm_like = p["norms"] + attention_norms
         gate = h if p["shared"] and shape.moe_shared_expert_gate else 0  # replicated across tp
+        # the biases after a row-parallel linear are whole on every tp rank (the router's: in "router")
+        proj_b = _bias(shape, h)
+        mlp_b = _bias(shape, h) if p["mlp"] else 0
+        shared_b = _bias(shape, h) if p["shared"] else 0
         layer_dense = (
-            (p["attention"] - attention_norms) // tp
+            (p["attention"] - attention_norms - proj_b) // tp
+            + proj_b
             + norm_like
-            + p["mlp"] // tp
+            + (p["mlp"] - mlp_b) // tp
+            + mlp_b
             + p["router"]
-            + (p["shared"] - gate) // tp
+            + (p["shared"] - gate - shared_b) // tp
+            + shared_b
             + gate
         )
-        layer_expert = (shape.num_moe_experts // ep) * (p["per_expert"] // etp) if moe else 0
+        layer_expert = 0
+        if moe:
+            fc2_bias = _bias(shape, h)  # replicated over etp
+            per_expert = (p["per_expert"] - fc2_bias) // etp + fc2_bias
+            layer_expert = (shape.num_moe_experts // ep) * per_expert
         by_kind[moe] = (layer_dense, layer_expert)
     for i in ids:
         layer_dense, layer_expert = by_kind[kinds[i]]

@@ -70,6 +70,36 @@ OLMO2_7B = ModelShape(
     qk_layernorm=True,
     qk_layernorm_per_projection=True,
 )
+# allenai/OLMoE-1B-7B-0924: 64 experts of 1024 in every layer, 8 per token; q/k norms over whole projections
+OLMOE_1B_7B = ModelShape(
+    16,
+    16,
+    16,
+    1024,
+    num_moe_experts=64,
+    moe_router_topk=8,
+    moe_ffn_hidden_size=1024,
+    hidden_size=2048,
+    vocab_size=50304,
+    qk_layernorm=True,
+    qk_layernorm_per_projection=True,
+)
+# openai/gpt-oss-20b: 32 biased experts of 2880, 4 per token; biases on every linear, a sink per head
+GPT_OSS_20B = ModelShape(
+    24,
+    64,
+    8,
+    2880,
+    num_moe_experts=32,
+    moe_router_topk=4,
+    moe_ffn_hidden_size=2880,
+    hidden_size=2880,
+    vocab_size=201088,
+    kv_channels=64,
+    add_qkv_bias=True,
+    add_bias_linear=True,
+    attention_sinks=True,
+)
 # google/gemma-2-2b: four norms per layer (sandwich), head_dim 256, tied embeddings
 GEMMA2_2B = ModelShape(
     26,

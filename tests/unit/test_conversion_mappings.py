@@ -176,6 +176,8 @@ def test_family_tables_resolve_global_names():
         "Glm4MoeForCausalLM",
         "Ernie4_5_MoeForCausalLM",
         "MiniMaxM2ForCausalLM",
+        "OlmoeForCausalLM",
+        "GptOssForCausalLM",
     }
     # OLMo 2's whole-projection q norm is cut by heads (column); its post-branch norms sit in the linears
     _, m = family_for(["Olmo2ForCausalLM"]).resolve("decoder.layers.1.self_attention.q_layernorm.weight")
@@ -238,3 +240,29 @@ def test_canonical_names_are_global_and_local_spec():
     }
     for local, canonical in cases.items():
         assert canonical_name(model, local, ranks) == canonical
+
+
+def test_stacked_expert_views_cut_and_put_back_the_same_elements():
+    # GPT-OSS's gate_up_proj [experts, hidden, 2 * ffn]: gate at even columns, up at odd, each served
+    # as an nn.Linear weight [ffn, hidden]; the export writes them back where they came from.
+    import torch
+
+    from bridge.conversion.stacked_experts import StackedNames
+
+    views = family_for(["GptOssForCausalLM"]).stacked_experts
+    names = StackedNames(views)
+    view, stacked, expert = names.resolve("model.layers.3.mlp.experts.2.up_proj.weight")
+    assert (stacked, expert, view.start, view.step, view.transpose) == (
+        "model.layers.3.mlp.experts.gate_up_proj",
+        2,
+        1,
+        2,
+        True,
+    )
+    assert names.views_of(stacked) == 2 and names.views_of("model.layers.3.mlp.experts.down_proj") == 1
+    assert names.resolve("model.layers.3.mlp.router.weight") is None
+    full = torch.arange(3 * 4 * 6).reshape(3, 4, 6)
+    up = view.cut(full[expert])
+    assert up.shape == view.virtual_shape((4, 6)) == (3, 4)
+    assert torch.equal(up, full[2][:, 1::2].T)
+    assert view.expert_shape(tuple(up.shape)) == (4, 6)

@@ -276,6 +276,8 @@ def test_unsupported_architecture(sources, tmp_path):
             "Ernie4_5ForCausalLM",
             "GraniteForCausalLM",
             "Exaone4ForCausalLM",
+            "OlmoeForCausalLM",
+            "GptOssForCausalLM",
         ]
     )
 

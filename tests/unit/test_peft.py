@@ -247,6 +247,32 @@ def test_moe_targets_are_refused(tmp_path):
     assert len(trainable) == 2 * 2 * 2 and all("self_attention.linear_" in n for n in trainable)
 
 
+# MoE families whose attention adapters are checked against peft (experts take no adapters; above):
+# olmoe: q/k norms over whole projections after the adapted q/k projections; gpt_oss: biased q/k/v/o
+# projections, attention sinks; glm4_moe: attention biases; minimax_m2: whole-projection q/k norms;
+# ernie4_5_moe: interleaved RoPE and a dense first layer.
+MOE_ATTENTION_FAMILIES = ("olmoe", "gpt_oss", "glm4_moe", "minimax_m2", "ernie4_5_moe")
+
+
+@pytest.mark.parametrize("family", MOE_ATTENTION_FAMILIES)
+def test_moe_family_attention_adapter_matches_peft(family, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path / family
+    save_hf_model(family, folder, with_tokenizer=False)
+    bridge, chunk = _build(folder, _peft("lora", target_modules=["linear_qkv", "linear_proj"]))
+    _randomize(chunk)
+    toks = tokens()
+    ours = megatron_logits(chunk, toks)
+    bridge.save_hf_adapter([chunk], tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    ref = hf_logits(_peft_model(folder, tmp_path / "adapter"), toks)
+    assert (ours - ref).abs().max().item() <= 1e-5
+    base_logits = hf_logits(AutoModelForCausalLM.from_pretrained(folder), toks)
+    assert (ref - base_logits).abs().max() > 1e-2  # the adapters matter
+
+
 def test_dropout_only_in_training(sources):
     _, chunk = _build(sources / "llama", _peft("lora", dropout=0.5))
     _randomize(chunk)
@@ -319,25 +345,3 @@ def test_te_fused_norm_linear_gets_the_normed_input(normalization, zero_centered
     # merged weight reproduces the adapted layer on normed inputs
     merged = adapter.merged_weight(base)
     assert (F.linear(n, merged, base.bias) - got).abs().max().item() <= 1e-5
-
-
-# Mixture-of-experts families with attention biases (GLM-4.5), whole-projection q/k norms after the
-# projections (MiniMax-M2) or interleaved RoPE and dense first layers (ERNIE 4.5): LoRA on attention.
-@pytest.mark.parametrize("family", ["glm4_moe", "minimax_m2", "ernie4_5_moe"])
-def test_moe_family_attention_adapter_matches_peft(family, tmp_path):
-    save_hf_model(family, tmp_path / family)
-    folder = tmp_path / family
-    bridge, chunk = _build(folder, _peft("lora", target_modules=["linear_qkv", "linear_proj"]))
-    _randomize(chunk)
-    toks = tokens()
-    ours = megatron_logits(chunk, toks)
-    bridge.save_hf_adapter([chunk], tmp_path / "adapter")
-    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
-    assert config["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
-    ref = hf_logits(_peft_model(folder, tmp_path / "adapter"), toks)
-    diff = (ours - ref).abs().max().item()
-    print(f"\n{family} lora (attention): max |bridge - peft| logits = {diff:.2e}")
-    assert diff <= 1e-5, diff
-    from transformers import AutoModelForCausalLM
-
-    assert (ref - hf_logits(AutoModelForCausalLM.from_pretrained(folder), toks)).abs().max() > 1e-2

@@ -13,6 +13,9 @@ _LLAMA3_ROPE = {"rope_type": "llama3", "low_freq_factor": 1.0, "high_freq_factor
 _V2_YARN = {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32,
             "beta_slow": 1, "mscale": 0.707, "mscale_all_dim": 0.707}  # fmt: skip
 
+_GPT_OSS_YARN = {"rope_type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096,
+                 "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False}  # fmt: skip
+
 # The published config.json values (the fields that shape the model or change its math).
 _GLM = dict(
     num_attention_heads=96, num_key_value_heads=8, head_dim=128, vocab_size=151552, rms_norm_eps=1e-5,
@@ -122,6 +125,23 @@ PUBLISHED = {
         hidden_size=5120, intermediate_size=13824, num_hidden_layers=40, num_attention_heads=40,
         num_key_value_heads=40, vocab_size=100352, max_position_embeddings=4096, rms_norm_eps=1e-6,
         rope_theta=500000.0, tie_word_embeddings=False)),
+    "olmoe_1b_7b": ("OlmoeConfig", dict(  # allenai/OLMoE-1B-7B-0924
+        hidden_size=2048, intermediate_size=1024, num_experts=64, num_experts_per_tok=8,
+        norm_topk_prob=False, num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=16,
+        vocab_size=50304, max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0,
+        router_aux_loss_coef=0.01, clip_qkv=None, tie_word_embeddings=False)),
+    "gpt_oss_20b": ("GptOssConfig", dict(  # openai/gpt-oss-20b (bf16: without its quantization_config)
+        hidden_size=2880, intermediate_size=2880, num_local_experts=32, num_experts_per_tok=4,
+        num_hidden_layers=24, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+        vocab_size=201088, max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=150000.0,
+        rope_scaling=_GPT_OSS_YARN, sliding_window=128, swiglu_limit=7.0, attention_bias=True,
+        router_aux_loss_coef=0.9, pad_token_id=199999, tie_word_embeddings=False)),
+    "gpt_oss_120b": ("GptOssConfig", dict(  # openai/gpt-oss-120b (bf16: without its quantization_config)
+        hidden_size=2880, intermediate_size=2880, num_local_experts=128, num_experts_per_tok=4,
+        num_hidden_layers=36, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+        vocab_size=201088, max_position_embeddings=131072, rms_norm_eps=1e-5, rope_theta=150000.0,
+        rope_scaling=_GPT_OSS_YARN, sliding_window=128, swiglu_limit=7.0, attention_bias=True,
+        router_aux_loss_coef=0.9, pad_token_id=199999, tie_word_embeddings=False)),
     "gemma2_2b": ("Gemma2Config", dict(  # google/gemma-2-2b
         hidden_size=2304, intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8,
         num_key_value_heads=4, head_dim=256, vocab_size=256000, max_position_embeddings=8192,
@@ -272,19 +292,26 @@ VOCAB_PADDING = {
 # Families whose presets are checked field by field against the provider the HF config converts to
 # (their math lives in fields the generic asserts below do not cover).
 CONVERTED_FIELDS = (
-    "olmo2", "gemma2", "gemma3", "glm4", "minimax_m2", "ernie45", "smollm3", "exaone4", "granite", "olmo3",
+    "olmo2", "gemma2", "gemma3", "glm4", "minimax_m2", "ernie45", "smollm3", "exaone4", "granite", "olmo3", "olmoe",
+    "gpt_oss",
 )  # fmt: skip
 # Presets whose config.json names its experts otherwise (n_routed_experts, moe_num_experts) and routes
 # by sigmoid + bias: checked against the provider their published config converts to (above) instead.
 OWN_EXPERT_KEYS = {"glm45", "glm46", "glm45_air", "minimax_m2", "ernie45_21b_a3b", "ernie45_300b_a47b"}
 QKV_BIAS = {"qwen25_7b", "qwen15_moe_a27b", "qwen2_57b_a14b"}
 DEEPSEEK = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3", "kimi_k2"}
+# Biased linears, attention sinks and YaRN: checked field by field against the provider the published
+# config converts to (CONVERTED_FIELDS), not by the generic asserts below.
+GPT_OSS = {"gpt_oss_20b", "gpt_oss_120b"}
 # Megatron-Core builds 9600 / 14848 expert MLP modules for these (10-20 s on the meta device): their
 # count is the planner's formula, which equals the meta-device GPTModel on deepseek_v2_lite below.
 COUNTED_BY_FORMULA = {
     "deepseek_v2", "deepseek_v3", "kimi_k2", "glm45", "glm46", "glm45_air", "minimax_m2", "ernie45_21b_a3b",
     "ernie45_300b_a47b",
 }  # fmt: skip
+# Megatron-Core allocates the attention sinks on the current device, never the meta one (0.16.1 and
+# 0.19.2): GPT-OSS is counted by the formula, which equals the built model below.
+COUNTED_BY_FORMULA |= GPT_OSS
 
 
 def test_every_preset_has_a_published_config():
@@ -330,7 +357,7 @@ def test_deepseek_preset_math_equals_what_the_published_config_converts_to(name,
     p.finalize()
 
 
-@pytest.mark.parametrize("name", sorted(set(PRESETS) - DEEPSEEK - OWN_EXPERT_KEYS))
+@pytest.mark.parametrize("name", sorted(set(PRESETS) - DEEPSEEK - OWN_EXPERT_KEYS - GPT_OSS))
 def test_preset_values_equal_published_config(name):
     _, hf = PUBLISHED[name]
     p = preset(name)
@@ -349,7 +376,7 @@ def test_preset_values_equal_published_config(name):
     assert (p.normalization, p.activation_func, p.gated_linear_unit) == ("RMSNorm", activation, True)
     assert p.position_embedding_type == "rope" and not p.add_bias_linear
     assert p.add_qkv_bias == (name in QKV_BIAS)
-    assert p.qk_layernorm == name.startswith(("qwen3", "olmo2", "olmo3", "gemma3", "exaone4"))
+    assert p.qk_layernorm == name.startswith(("qwen3", "olmo2", "olmo3", "gemma3", "exaone4", "olmoe"))
     rope = hf.get("rope_scaling")
     if name.startswith("gemma3"):  # linear scaling on the global layers only (checked below, converted)
         assert p.seq_len_interpolation_factor == (rope["factor"] if rope else None)
@@ -451,6 +478,20 @@ def test_parameter_count_equals_hugging_face(name, single_process_groups):
         from bridge.parallel.param_count import count_parameters
 
         assert count_parameters(provider.model_shape()).total == ours
+
+
+def test_biased_linears_and_sinks_formula_equals_the_built_model(single_process_groups):
+    # GPT-OSS's layers (every linear biased, the router too, a sink per head, biased experts), two of
+    # them with 4 experts so that Megatron-Core builds it on the meta device in well under a second.
+    import dataclasses
+
+    from bridge.parallel.param_count import count_parameters
+
+    provider = dataclasses.replace(preset("gpt_oss_20b"), num_layers=2, num_moe_experts=4)
+    provider.perform_initialization = False
+    with torch.device("meta"):
+        model = provider.provide()
+    assert count_parameters(provider.model_shape()).total == sum(p.numel() for p in model.parameters())
 
 
 def test_mla_parameter_formula_equals_the_built_model(single_process_groups):

@@ -251,4 +251,15 @@ OPTIONAL_MATH_FIELDS = (
     "yarn_rope_beta_fast",
     "yarn_rope_beta_slow",
     "yarn_rope_attention_factor",
+    # attention sinks, the clamped GLU and YaRN on GPTModel's RoPE
+    "softmax_type",
+    "activation_func_clamp_value",
+    "glu_linear_offset",
+    "yarn_rotary_scaling_factor",
+    "yarn_original_max_position_embeddings",
+    "yarn_beta_fast",
+    "yarn_beta_slow",
+    "yarn_correction_range_round_to_int",
+    "yarn_mscale",
+    "yarn_mscale_all_dim",
 )

@@ -41,7 +41,8 @@ def sizing_provider_fields(cfg: dict[str, Any]) -> dict[str, Any]:
     for key in _ROPE_KEYS:
         full.pop(key, None)
     if rules.sizing_fields is not None:
-        return rules.sizing_fields(full) | family.provider_fields
+        # no linear biases unless the family's fields say so, as the translation's base fields
+        return {"add_bias_linear": False} | rules.sizing_fields(full) | family.provider_fields
     return provider_fields(full, family)
 
 

@@ -265,6 +265,40 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             eos_token_id=2,
         ),
     ),
+    # OLMoE: q/k RMSNorms over whole projections (GQA: k_norm over 2 heads) before RoPE, pre-norm
+    # placement, softmax over all experts and the top 2 kept without renormalisation.
+    "olmoe": (
+        "OlmoeConfig",
+        "OlmoeForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            num_experts=4,
+            num_experts_per_tok=2,
+            intermediate_size=32,
+            norm_topk_prob=False,
+            pad_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
+    # GPT-OSS: a learnable sink per head, a window (6) shorter than the test sequence on layer 0 and
+    # none on layer 1, biases on q/k/v/o, router and experts, the clamped SwiGLU (limit 0.5, so that
+    # the clamps bite) with its +1 offset, YaRN x4 from 16 positions (truncate false: the
+    # correction range unrounded; attention factor folded into the softmax scale); experts stacked
+    # in the checkpoint, gate/up interleaved.
+    "gpt_oss": (
+        "GptOssConfig",
+        "GptOssForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            head_dim=16,
+            intermediate_size=32,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=6,
+            swiglu_limit=0.5,
+            rope_parameters={"rope_type": "yarn", **_YARN, "truncate": False, "rope_theta": 10000.0},
+        ),
+    ),
     # SmolLM3: layer 1 (every 2nd) attends without RoPE; tied embeddings as published.
     "smollm3": (
         "SmolLM3Config",
