@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from bridge.config.container import ConfigContainer
 from bridge.config.run_plan import RunPlan
+from bridge.checkpoint.async_writes import AsyncSaves
 from bridge.errors import ConfigError
 from bridge.training.state import TrainResult, TrainState
 
@@ -409,6 +410,7 @@ def _resume_and_train(
         run_config_yaml=cfg.to_yaml() if cfg.checkpoint.save else None,
         pipeline_runner=build_runner(plan, model, forward_step_func),  # None: Megatron-Core's schedules
         consolidated=consolidated_writer(cfg, plan.provider, model),
+        async_saves=AsyncSaves() if cfg.checkpoint.async_save else None,
     )
     try:
         return train(ctx)

@@ -1,6 +1,7 @@
 """2 ranks: train 6 iterations saving every iteration (resuming from what is there); every stage of a
 save prints `@@stage <stage> <iteration> <rank>` and pauses briefly, so the test can kill -9 ranks at a
-chosen point of a save."""
+chosen point of a save. A second argument `async` saves with checkpoint.async_save (its extra stage
+`write_started`: the writer is forked and the next steps run while it writes)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 from train_common import tiny_config, write_line
 
 
-def main(workdir: str) -> None:
+def main(workdir: str, mode: str = "sync") -> None:
     from bridge import checkpoint
     from bridge.training import pretrain
 
@@ -30,9 +31,10 @@ def main(workdir: str) -> None:
             f"checkpoint.load={workdir}/ck",
             "checkpoint.save_interval=1",
             "checkpoint.most_recent_k=2",
+            f"checkpoint.async_save={mode == 'async'}",
         )
     )
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])
