@@ -23,6 +23,8 @@ def main(workdir: str, mode: str = "sync") -> None:
         time.sleep(0.2)
 
     checkpoint.SAVE_STAGE_HOOKS.append(stage)
+    if mode == "async":
+        _slow_writers(float(os.environ.get("BRIDGE_SLOW_WRITER_S", "1.0")))
     os.makedirs(f"{workdir}/ck", exist_ok=True)  # checkpoint.load must exist (empty: start from scratch)
     pretrain(
         tiny_config(
@@ -34,6 +36,25 @@ def main(workdir: str, mode: str = "sync") -> None:
             f"checkpoint.async_save={mode == 'async'}",
         )
     )
+
+
+def _slow_writers(seconds: float) -> None:
+    """Every forked writer sleeps `seconds` before writing, so that the next steps (and a kill or a
+    signal) come while a write is in flight."""
+    from bridge.checkpoint.async_writes import AsyncSaves
+
+    schedule = AsyncSaves.schedule
+
+    def slowed(self, request, pending):
+        write = request.async_fn
+
+        def slow_write(*args, **kwargs):
+            time.sleep(seconds)
+            return write(*args, **kwargs)
+
+        return schedule(self, request._replace(async_fn=slow_write), pending)
+
+    AsyncSaves.schedule = slowed
 
 
 if __name__ == "__main__":
