@@ -33,6 +33,7 @@ _LAZY = {
     "save_checkpoint": "bridge.checkpoint.save_load",
     "load_checkpoint": "bridge.checkpoint.save_load",
     "saved_layout": "bridge.checkpoint.save_load",
+    "saved_optimizer_format": "bridge.checkpoint.save_load",
     "is_fsdp2_checkpoint": "bridge.checkpoint.save_load",
     "read_common": "bridge.checkpoint.save_load",
     "AFTER_SHARDS_WRITTEN_HOOKS": "bridge.checkpoint.save_load",

@@ -10,6 +10,7 @@ pretrained weights).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Callable
@@ -79,6 +80,7 @@ def save_checkpoint(
     fully_parallel: bool = False,
     sharded_strategy: Any = None,
     async_saves: AsyncSaves | None = None,
+    optimizer_format: str = "dp_reshardable",
 ) -> Path:
     """Save a complete checkpoint for `iteration` on all ranks, publish it, then move the tracker.
 
@@ -100,7 +102,8 @@ def save_checkpoint(
     `async_saves` (checkpoint.async_save): the shards are written by a forked writer while the caller
     goes on; the manifest, the rename and the tracker follow once every rank's write has finished
     (bridge.checkpoint.async_writes). A write still in flight is waited for first. Returns the folder
-    the checkpoint is (or will be) published as.
+    the checkpoint is (or will be) published as. `optimizer_format` (state.OPTIMIZER_FORMATS): how the
+    distributed optimizer's state is laid out, `fully_reshardable` to resume under any TP / PP / DP.
     """
     from bridge.checkpoint import writer_processes
 
@@ -121,7 +124,7 @@ def save_checkpoint(
     try:
         request = _write_staging(
             staging, iteration, model_chunks, optimizer, scheduler, train_state, run_config_yaml, save_rng,
-            summary, consolidated, fully_parallel, sharded_strategy, async_saves is not None,
+            summary, consolidated, fully_parallel, sharded_strategy, async_saves is not None, optimizer_format,
         )  # fmt: skip
     except BaseException as err:  # torch DCP's CheckpointException is a BaseException
         abandon_save(root, staging, iteration, err)
@@ -182,6 +185,7 @@ def _write_staging(
     fully_parallel: bool,
     sharded_strategy: Any,
     asynchronous: bool = False,
+    optimizer_format: str = "dp_reshardable",
 ) -> Any:
     """Every rank: the shards, the consolidated copy, run_config.yaml and the manifest, into `staging`.
     `asynchronous`: the shards are left to the returned Megatron-Core AsyncRequest, and the manifest
@@ -189,7 +193,9 @@ def _write_staging(
     from megatron.core import dist_checkpointing
 
     _stage("staging_created", staging, iteration)
-    sd, fsdp2 = checkpoint_state_dict(iteration, model_chunks, optimizer, scheduler, train_state, save_rng)
+    sd, fsdp2 = checkpoint_state_dict(
+        iteration, model_chunks, optimizer, scheduler, train_state, save_rng, optimizer_format
+    )
     strategy = (
         sharded_strategy if sharded_strategy is not None else save_strategy(fully_parallel and not fsdp2)
     )
@@ -399,7 +405,10 @@ def _load_one(
     compat.check_compatible(target, chunks, sd, model_config, strict=strict)
     if optimizer is not None:
         state.ensure_optimizer_state(optimizer)
-        sd["optimizer"] = optimizer.sharded_state_dict(sd, is_loading=True, metadata=state.OPTIMIZER_METADATA)
+        # the format it was saved in (checkpoints from before the choice: dp_reshardable)
+        saved_format = content.get("checkpoint_content", {}).get("optimizer_format") or "dp_reshardable"
+        metadata = state.optimizer_metadata(saved_format)
+        sd["optimizer"] = optimizer.sharded_state_dict(sd, is_loading=True, metadata=metadata)
     rng = load_rng and has_rng
     if rng:
         sd["rng_state"] = state.rng_sharded_object(None)
@@ -411,7 +420,9 @@ def _load_one(
         if optimizer is not None:
             if lr_from_config:
                 state.use_current_lr(optimizer, loaded["optimizer"])
-            optimizer.load_state_dict(loaded["optimizer"])
+            reshardable = saved_format == "fully_reshardable"
+            with state.adam_steps_kept(optimizer) if reshardable else contextlib.nullcontext():
+                optimizer.load_state_dict(loaded["optimizer"])
             state.restore_adam_steps(optimizer, loaded["optimizer"])
     if scheduler is not None and "opt_param_scheduler" in loaded:
         scheduler.load_state_dict(loaded["opt_param_scheduler"])
@@ -466,3 +477,13 @@ def saved_layout(path: str | os.PathLike, iteration: int | None = None) -> str |
     """The layout line (TP=.. PP=..) a checkpoint was saved with, if recorded."""
     target, _ = resolve_checkpoint(path, iteration)
     return read_common(target).get("train_state", {}).get("layout")
+
+
+def saved_optimizer_format(path: str | os.PathLike, iteration: int | None = None) -> str | None:
+    """The distributed optimizer's format in a checkpoint (state.OPTIMIZER_FORMATS): `dp_reshardable`
+    for one saved before the choice existed, None when it holds no such state (none, or fsdp2's)."""
+    target, _ = resolve_checkpoint(path, iteration)
+    content = read_common(target).get("checkpoint_content", {})
+    if not content.get("optimizer") or content.get("fsdp2") is not None:
+        return None
+    return content.get("optimizer_format") or "dp_reshardable"

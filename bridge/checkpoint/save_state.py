@@ -44,10 +44,16 @@ def save_strategy(fully_parallel: bool):
 
 
 def checkpoint_state_dict(
-    iteration: int, model_chunks: list, optimizer, scheduler, train_state: dict | None, save_rng: bool
+    iteration: int,
+    model_chunks: list,
+    optimizer,
+    scheduler,
+    train_state: dict | None,
+    save_rng: bool,
+    optimizer_format: str = "dp_reshardable",
 ) -> tuple[dict, bool]:
     """The state dict handed to `dist_checkpointing.save`, and whether the model is an fsdp2 one (its
-    tensors then go to torch DCP beside it, fsdp2_state)."""
+    tensors then go to torch DCP beside it, fsdp2_state). `optimizer_format`: state.OPTIMIZER_FORMATS."""
     # a PEFT run saves its adapters only: the frozen base comes from checkpoint.pretrained_checkpoint
     adapters_only = has_adapters(unwrap_all(model_chunks))
     # strategy fsdp2: DTensor parameters and optimizer state go to torch DCP (fsdp2_state); the rest
@@ -55,7 +61,9 @@ def checkpoint_state_dict(
     fsdp2 = fsdp2_state.is_fsdp2(model_chunks)
     sd = {} if fsdp2 else model_sharded_state_dict(model_chunks, "adapters" if adapters_only else "all")
     if optimizer is not None and not fsdp2:
-        sd["optimizer"] = optimizer.sharded_state_dict(sd, metadata=state.OPTIMIZER_METADATA)
+        sd["optimizer"] = optimizer.sharded_state_dict(
+            sd, metadata=state.optimizer_metadata(optimizer_format)
+        )
     if scheduler is not None:
         sd["opt_param_scheduler"] = scheduler.state_dict()
     if save_rng:
@@ -66,6 +74,7 @@ def checkpoint_state_dict(
         "rng": save_rng,
         "adapters_only": adapters_only,
         "fsdp2": fsdp2_state.current_sizes(model_chunks) if fsdp2 else None,
+        "optimizer_format": optimizer_format if optimizer is not None and not fsdp2 else None,
         "manifest": True,  # a manifest.json comes with it: one that goes missing means damage
     }
     return sd, fsdp2

@@ -168,6 +168,9 @@ def save(ctx: TrainingContext, loss: float | None = None, announce: bool = True)
             consolidated=ctx.consolidated,
             fully_parallel=cfg.fully_parallel_save,
             async_saves=ctx.async_saves,
+            optimizer_format="fully_reshardable"
+            if cfg.dist_ckpt_optim_fully_reshardable
+            else "dp_reshardable",
         )
     ctx.save_stalls[ctx.state.iteration] = time.perf_counter() - start
     note = (
