@@ -130,14 +130,10 @@ def save_checkpoint(
         abandon_save(root, staging, iteration, err)
         raise
 
-    def publish() -> None:
-        try:
-            if request is not None:  # the async write has finished on every rank
-                _finish_staging(staging, iteration, summary)
-            _publish(root, staging, target, iteration, most_recent_k)
-        except BaseException as err:
-            abandon_save(root, staging, iteration, err)
-            raise
+    def publish() -> None:  # async: a failure here is AsyncSaves' to report (abandon_save)
+        if request is not None:  # the async write has finished on every rank
+            _finish_staging(staging, iteration, summary)
+        _publish(root, staging, target, iteration, most_recent_k)
 
     if request is None:
         publish()
