@@ -1,6 +1,7 @@
 """Checkpoint faults on 2 gloo ranks: exact resume with dropout, no re-save of a finished run, iter_*
 folders and checkpoint.ckpt_step, retention with a partial folder, damaged checkpoints + fallback, the
-config's lr on resume, exit_duration_in_mins (one launch, ckpt_faults.py); SIGTERM and a second run on
+config's lr on resume, exit_duration_in_mins, the optimizer state resumed under another TP / DP size
+(one launch, ckpt_faults.py); SIGTERM and a second run on
 the same directory (run_recipe.py); kill -9 at save stages picked by a seed, synchronous and async saves,
 and SIGTERM while an async write is in flight (ckpt_kill.py)."""
 
@@ -105,6 +106,20 @@ def test_exit_duration_saves_and_stops(faults):
     assert sorted(_ints(got["losses"])) == [1]
     assert got["reason"].startswith("train.exit_duration_in_mins=1e-05 reached")
     assert got["latest"] == 1
+
+
+@pytest.mark.parametrize("change", ["tp2_to_tp1", "dp2_to_dp1"])
+def test_optimizer_state_reshards_with_fully_reshardable_checkpoints(faults, change):
+    """checkpoint.dist_ckpt_optim_fully_reshardable: the checkpoint of iteration 3 resumed under another
+    TP / DP size with its optimizer state continues the uninterrupted run (iterations 5 and 6 depend on
+    Adam's moments and step; fresh optimizer state would change them)."""
+    got = faults[change]
+    full, resumed = _ints(got["full"]), _ints(got["resumed"])
+    full_norms, resumed_norms = (_ints(n) for n in got["grad_norms"])
+    assert sorted(resumed) == [4, 5, 6]
+    for it in (4, 5, 6):
+        assert resumed[it] == pytest.approx(full[it], rel=1e-6, abs=0), (it, resumed[it], full[it])
+        assert resumed_norms[it] == pytest.approx(full_norms[it], rel=1e-6, abs=0)
 
 
 # --- real kills and signals (separate launches) -------------------------------------------------

@@ -101,9 +101,6 @@ def main(workdir: str) -> None:
     emit("resharded", {"tp2": on_tp2.losses, "tp1": on_tp1.losses})
     reset_parallel_state()
 
-    # 6. The optimizer state across layouts (checkpoint.dist_ckpt_optim_fully_reshardable)
-    optimizer_across_layouts(w, tp2)
-
     # 5. NaN loss at iteration 3: stop, keep the checkpoint of iteration 2 as it was.
     cfg = tiny_config(*RUN, f"checkpoint.save={w}/n", "checkpoint.save_interval=2")
     good = w / "n" / "iter_0000002" / "metadata.json"
@@ -119,31 +116,6 @@ def main(workdir: str) -> None:
                 "latest": checkpointing.latest_iteration(w / "n"),
                 "iter3_exists": (w / "n" / "iter_0000003").exists(),
                 "good_mtime": good.stat().st_mtime_ns,
-            },
-        )
-
-
-def optimizer_across_layouts(w: Path, tp2: list[str]) -> None:
-    """An uninterrupted run under TP=2 (DP=1) and one under DP=2 (TP=1), each saving at 3 with the
-    optimizer state in Megatron-Core's fully_reshardable format; each checkpoint of 3 resumed under the
-    other layout (TP2 -> TP1 with DP1 -> DP2, and DP2 -> DP1 with TP1 -> TP2) with its optimizer state."""
-    from bridge.training import pretrain
-
-    base = ["train.train_iters=6", "checkpoint.dist_ckpt_optim_fully_reshardable=true"]
-    for name, saving, resuming in (("tp2_to_tp1", tp2, []), ("dp2_to_dp1", [], tp2)):
-        full = pretrain(
-            tiny_config(*base, f"checkpoint.save={w}/{name}", "checkpoint.save_interval=3", *saving)
-        )
-        reset_parallel_state()
-        resumed = pretrain(tiny_config(*base, f"checkpoint.load={w}/{name}", "checkpoint.ckpt_step=3",
-                                       "checkpoint.load_rng=False", *resuming))  # fmt: skip
-        reset_parallel_state()
-        emit(
-            name,
-            {
-                "full": full.losses,
-                "resumed": resumed.losses,
-                "grad_norms": [full.grad_norms, resumed.grad_norms],
             },
         )
 
