@@ -2,10 +2,11 @@
 
 A save is written under a temporary name and published by a rename, then the tracker is replaced
 atomically by rank 0, so a crash at any point of a save leaves the previous complete checkpoint
-tracked; a load checks the folder against its integrity manifest first. Model weights are saved as global ShardedTensors,
-so a checkpoint loads under any TP/PP layout; the distributed optimizer's state reshards over DP
-(dp_reshardable) or any layout (fully_reshardable), the RNG state is tied to the saving layout. `optimizer=None` on both sides is the model-only path (HF import/export,
-pretrained weights).
+tracked; a load checks the folder against its integrity manifest first. Model weights are saved as
+global ShardedTensors, so a checkpoint loads under any TP/PP layout; the distributed optimizer's state
+reshards over DP (dp_reshardable) or any layout (fully_reshardable), the RNG state is tied to the
+saving layout. `optimizer=None` on both sides is the model-only path (HF import/export, pretrained
+weights).
 """
 
 from __future__ import annotations
