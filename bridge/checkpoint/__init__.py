@@ -3,6 +3,8 @@
     paths.py      tracker, iter_* directories, resolve_checkpoint (pure Python)
     atomic.py     atomic files and folders (the tracker, conversion outputs; pure Python)
     save_load.py  save_checkpoint / load_checkpoint / saved_layout (torch, megatron.core)
+    save_state.py what a save writes: the sharded state dicts, Megatron-Core's save strategy
+    async_writes.py checkpoint.async_save: the write in flight, published once every rank has written it
     manifest.py   the integrity manifest (size + crc32 per file) written with a save, checked on load
     lock.py       one run per save directory (.bridge.lock: owner pid/host, stale-lock detection)
     preflight.py  before the first iteration: lock, leftovers cleaned, writable, room; writer reaper
@@ -33,6 +35,7 @@ _LAZY = {
     "save_checkpoint": "bridge.checkpoint.save_load",
     "load_checkpoint": "bridge.checkpoint.save_load",
     "saved_layout": "bridge.checkpoint.save_load",
+    "saved_optimizer_format": "bridge.checkpoint.save_load",
     "is_fsdp2_checkpoint": "bridge.checkpoint.save_load",
     "read_common": "bridge.checkpoint.save_load",
     "AFTER_SHARDS_WRITTEN_HOOKS": "bridge.checkpoint.save_load",

@@ -2,14 +2,16 @@
 
 A save is written under a temporary name and published by a rename, then the tracker is replaced
 atomically by rank 0, so a crash at any point of a save leaves the previous complete checkpoint
-tracked; a load checks the folder against its integrity manifest first. Model weights are saved as global ShardedTensors,
-so a checkpoint loads under any TP/PP layout; optimizer state and RNG state are tied to the layout
-they were saved with. `optimizer=None` on both sides is the model-only path (HF import/export,
-pretrained weights).
+tracked; a load checks the folder against its integrity manifest first. Model weights are saved as
+global ShardedTensors, so a checkpoint loads under any TP/PP layout; the distributed optimizer's state
+reshards over DP (dp_reshardable) or any layout (fully_reshardable), the RNG state is tied to the
+saving layout. `optimizer=None` on both sides is the model-only path (HF import/export, pretrained
+weights).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Callable
@@ -19,6 +21,7 @@ from typing import Any
 import torch
 
 from bridge.checkpoint import compat, fsdp2_state, manifest, state
+from bridge.checkpoint.async_writes import AsyncSaves, PendingWrite, async_save_kwargs
 from bridge.checkpoint.atomic import fsync_dir
 from bridge.checkpoint.disk_full import abandon_save
 from bridge.checkpoint.paths import (
@@ -36,6 +39,13 @@ from bridge.checkpoint.paths import (
     tracker_problem,
     write_tracker,
 )
+from bridge.checkpoint.save_state import (  # noqa: F401 - MODEL_PARTS, model_sharded_state_dict: re-exported
+    MODEL_PARTS,
+    checkpoint_state_dict,
+    model_keys,
+    model_sharded_state_dict,
+    save_strategy,
+)
 from bridge.errors import ConfigError
 from bridge.models.adapter_marks import has_adapters, is_adapter_name
 from bridge.parallel import ranks
@@ -50,45 +60,9 @@ AFTER_SHARDS_WRITTEN_HOOKS: list[Callable[[Path, int], None]] = []
 SAVE_STAGE_HOOKS: list[Callable[[str, Path, int], None]] = []
 
 
-def _model_keys(n_chunks: int) -> list[str]:
-    return ["model"] if n_chunks == 1 else [f"model{i}" for i in range(n_chunks)]
-
-
-# which model tensors a checkpoint holds: every one, only PEFT adapters, or everything but the adapters
-MODEL_PARTS = ("all", "adapters", "base")
-
-
-def model_sharded_state_dict(model_chunks: list, part: str = "all") -> dict:
-    """Megatron-Core's sharded state dict of each chunk, restricted to `part` (MODEL_PARTS)."""
-    chunks = unwrap_all(model_chunks)
-    out = {key: c.sharded_state_dict() for key, c in zip(_model_keys(len(chunks)), chunks, strict=True)}
-    if part == "all":
-        return out
-    keep_adapters = part == "adapters"
-    return {
-        key: {k: v for k, v in sd.items() if is_adapter_name(chunk, k) == keep_adapters}
-        for (key, sd), chunk in zip(out.items(), chunks, strict=True)
-    }
-
-
 def _stage(stage: str, target: Path, iteration: int) -> None:
     for hook in SAVE_STAGE_HOOKS:
         hook(stage, target, iteration)
-
-
-def _save_strategy(fully_parallel: bool):
-    """Megatron-Core's default torch_dist writer, its work spread over the DP x CP replicas when asked
-    (None: the default strategy, every replica's shards written by replica 0)."""
-    if not fully_parallel:
-        return None
-    from megatron.core import parallel_state
-    from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
-    from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
-
-    group = parallel_state.get_data_parallel_group(with_context_parallel=True)
-    if group.size() == 1:
-        return None
-    return FullyParallelSaveStrategyWrapper(get_default_save_sharded_strategy(), group)
 
 
 def save_checkpoint(
@@ -106,6 +80,8 @@ def save_checkpoint(
     consolidated: Callable[[Path], None] | None = None,
     fully_parallel: bool = False,
     sharded_strategy: Any = None,
+    async_saves: AsyncSaves | None = None,
+    optimizer_format: str = "dp_reshardable",
 ) -> Path:
     """Save a complete checkpoint for `iteration` on all ranks, publish it, then move the tracker.
 
@@ -124,33 +100,56 @@ def save_checkpoint(
     parallel) replica holds are written by one of them each, spread evenly, instead of all by the first.
     `sharded_strategy`: a Megatron-Core save strategy used instead of the default (e.g. the streaming
     import's, bridge.conversion.streaming, which writes tensors it reads from elsewhere).
+    `async_saves` (checkpoint.async_save): the shards are written by a forked writer while the caller
+    goes on; the manifest, the rename and the tracker follow once every rank's write has finished
+    (bridge.checkpoint.async_writes). A write still in flight is waited for first. Returns the folder
+    the checkpoint is (or will be) published as. `optimizer_format` (state.OPTIMIZER_FORMATS): how the
+    distributed optimizer's state is laid out, `fully_reshardable` to resume under any TP / PP / DP.
     """
     from bridge.checkpoint import writer_processes
 
+    if async_saves is not None:
+        async_saves.wait()  # one write in flight at a time, published in order
     # forked writers and the spawned results-queue server die with this rank and ignore stop signals
     writer_processes.install_writer_reaper()
     writer_processes.install_results_queue()
     root = Path(root)
     target = checkpoint_dir(root, iteration)
     staging = staging_dir(root, iteration)
-    rank0 = ranks.is_rank_zero()
-    if rank0:
+    if ranks.is_rank_zero():
         root.mkdir(parents=True, exist_ok=True)
         if staging.exists():  # leftovers of an interrupted save of the same iteration
             shutil.rmtree(staging)
         staging.mkdir()
     ranks.barrier()
     try:
-        _write_staging(
+        request = _write_staging(
             staging, iteration, model_chunks, optimizer, scheduler, train_state, run_config_yaml, save_rng,
-            summary, consolidated, fully_parallel, sharded_strategy,
+            summary, consolidated, fully_parallel, sharded_strategy, async_saves is not None, optimizer_format,
         )  # fmt: skip
     except BaseException as err:  # torch DCP's CheckpointException is a BaseException
         abandon_save(root, staging, iteration, err)
         raise
+
+    def publish() -> None:  # async: a failure here is AsyncSaves' to report (abandon_save)
+        if request is not None:  # the async write has finished on every rank
+            _finish_staging(staging, iteration, summary)
+        _publish(root, staging, target, iteration, most_recent_k)
+
+    if request is None:
+        publish()
+    else:
+        async_saves.schedule(request, PendingWrite(root, staging, target, iteration, publish))
+        _stage("write_started", staging, iteration)
+    return target
+
+
+def _publish(root: Path, staging: Path, target: Path, iteration: int, most_recent_k: int) -> None:
+    """Every rank, once the staging folder is complete: rank 0 renames it onto iter_N, then moves the
+    tracker, then applies the retention."""
     ranks.barrier()
     _stage("manifest_written", staging, iteration)
-    if rank0:
+    if ranks.is_rank_zero():
         aside = replaced_dir(root, iteration)
         if target.exists():  # an earlier complete checkpoint of this iteration, or a partial folder
             if aside.exists():
@@ -167,7 +166,6 @@ def save_checkpoint(
             remove_old_checkpoints(root, keep=most_recent_k, newest=iteration)
     ranks.barrier()
     _stage("done", target, iteration)
-    return target
 
 
 def _write_staging(
@@ -183,43 +181,40 @@ def _write_staging(
     consolidated: Callable[[Path], None] | None,
     fully_parallel: bool,
     sharded_strategy: Any,
-) -> None:
-    """Every rank: the shards, the consolidated copy, run_config.yaml and the manifest, into `staging`."""
+    asynchronous: bool = False,
+    optimizer_format: str = "dp_reshardable",
+) -> Any:
+    """Every rank: the shards, the consolidated copy, run_config.yaml and the manifest, into `staging`.
+    `asynchronous`: the shards are left to the returned Megatron-Core AsyncRequest, and the manifest
+    to _finish_staging once they are written; otherwise None is returned and the folder is complete."""
     from megatron.core import dist_checkpointing
 
     _stage("staging_created", staging, iteration)
-
-    # a PEFT run saves its adapters only: the frozen base comes from checkpoint.pretrained_checkpoint
-    adapters_only = has_adapters(unwrap_all(model_chunks))
-    # strategy fsdp2: DTensor parameters and optimizer state go to torch DCP (fsdp2_state); the rest
-    # (scheduler, RNG, train state) is Megatron-Core's common state as for every strategy
-    fsdp2 = fsdp2_state.is_fsdp2(model_chunks)
-    sd = {} if fsdp2 else model_sharded_state_dict(model_chunks, "adapters" if adapters_only else "all")
-    if optimizer is not None and not fsdp2:
-        sd["optimizer"] = optimizer.sharded_state_dict(sd, metadata=state.OPTIMIZER_METADATA)
-    if scheduler is not None:
-        sd["opt_param_scheduler"] = scheduler.state_dict()
-    if save_rng:
-        sd["rng_state"] = state.rng_sharded_object(state.rng_state())
-    sd["train_state"] = {"iteration": int(iteration), **(train_state or {})}
-    sd["checkpoint_content"] = {
-        "optimizer": optimizer is not None,
-        "rng": save_rng,
-        "adapters_only": adapters_only,
-        "fsdp2": fsdp2_state.current_sizes(model_chunks) if fsdp2 else None,
-        "manifest": True,  # a manifest.json comes with it: one that goes missing means damage
-    }
-
-    strategy = (
-        sharded_strategy if sharded_strategy is not None else _save_strategy(fully_parallel and not fsdp2)
+    sd, fsdp2 = checkpoint_state_dict(
+        iteration, model_chunks, optimizer, scheduler, train_state, save_rng, optimizer_format
     )
-    dist_checkpointing.save(sd, str(staging), sharded_strategy=strategy)
+    strategy = (
+        sharded_strategy if sharded_strategy is not None else save_strategy(fully_parallel and not fsdp2)
+    )
+    if asynchronous and strategy is None:
+        from megatron.core.dist_checkpointing.serialization import get_default_save_sharded_strategy
+
+        strategy = get_default_save_sharded_strategy()
+    extra = async_save_kwargs() if asynchronous else {}
+    request = dist_checkpointing.save(sd, str(staging), sharded_strategy=strategy, **extra)
     if fsdp2:
         fsdp2_state.save(staging, model_chunks, optimizer)
     if consolidated is not None:
         consolidated(staging)
     if ranks.is_rank_zero() and run_config_yaml is not None:
         (staging / RUN_CONFIG_FILENAME).write_text(run_config_yaml)
+    if request is None:
+        _finish_staging(staging, iteration, summary)
+    return request
+
+
+def _finish_staging(staging: Path, iteration: int, summary: dict | None) -> None:
+    """Every rank, once every rank's shards are in `staging`: the test hooks, then the manifest."""
     ranks.barrier()
     for hook in AFTER_SHARDS_WRITTEN_HOOKS:
         hook(staging, iteration)
@@ -407,19 +402,24 @@ def _load_one(
     compat.check_compatible(target, chunks, sd, model_config, strict=strict)
     if optimizer is not None:
         state.ensure_optimizer_state(optimizer)
-        sd["optimizer"] = optimizer.sharded_state_dict(sd, is_loading=True, metadata=state.OPTIMIZER_METADATA)
+        # the format it was saved in (checkpoints from before the choice: dp_reshardable)
+        saved_format = content.get("checkpoint_content", {}).get("optimizer_format") or "dp_reshardable"
+        metadata = state.optimizer_metadata(saved_format)
+        sd["optimizer"] = optimizer.sharded_state_dict(sd, is_loading=True, metadata=metadata)
     rng = load_rng and has_rng
     if rng:
         sd["rng_state"] = state.rng_sharded_object(None)
     loaded = dist_checkpointing.load(sd, str(target))
 
     with torch.no_grad():  # the optimizer copies into views of the parameters
-        for chunk, key in zip(chunks, _model_keys(len(chunks)), strict=True):
+        for chunk, key in zip(chunks, model_keys(len(chunks)), strict=True):
             _load_part(chunk, loaded[key], part, strict)
         if optimizer is not None:
             if lr_from_config:
                 state.use_current_lr(optimizer, loaded["optimizer"])
-            optimizer.load_state_dict(loaded["optimizer"])
+            reshardable = saved_format == "fully_reshardable"
+            with state.adam_steps_kept(optimizer) if reshardable else contextlib.nullcontext():
+                optimizer.load_state_dict(loaded["optimizer"])
             state.restore_adam_steps(optimizer, loaded["optimizer"])
     if scheduler is not None and "opt_param_scheduler" in loaded:
         scheduler.load_state_dict(loaded["opt_param_scheduler"])
@@ -474,3 +474,13 @@ def saved_layout(path: str | os.PathLike, iteration: int | None = None) -> str |
     """The layout line (TP=.. PP=..) a checkpoint was saved with, if recorded."""
     target, _ = resolve_checkpoint(path, iteration)
     return read_common(target).get("train_state", {}).get("layout")
+
+
+def saved_optimizer_format(path: str | os.PathLike, iteration: int | None = None) -> str | None:
+    """The distributed optimizer's format in a checkpoint (state.OPTIMIZER_FORMATS): `dp_reshardable`
+    for one saved before the choice existed, None when it holds no such state (none, or fsdp2's)."""
+    target, _ = resolve_checkpoint(path, iteration)
+    content = read_common(target).get("checkpoint_content", {})
+    if not content.get("optimizer") or content.get("fsdp2") is not None:
+        return None
+    return content.get("optimizer_format") or "dp_reshardable"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 from typing import Any
 
@@ -13,6 +14,15 @@ from bridge.parallel import ranks
 # Distributed-optimizer state stored per DP shard (reshardable across DP sizes only), the format
 # Megatron-LM uses by default; the plain optimizer ignores these keys.
 OPTIMIZER_METADATA = {"distrib_optim_sharding_type": "dp_reshardable", "chained_optim_avoid_prefix": True}
+# Megatron-Core's distributed-optimizer formats bridge saves: `dp_reshardable` (the default: resumes under
+# another DP size) and `fully_reshardable` (per parameter, like a plain optimizer: any TP / PP / DP).
+OPTIMIZER_FORMATS = ("dp_reshardable", "fully_reshardable")
+
+
+def optimizer_metadata(optimizer_format: str = "dp_reshardable") -> dict:
+    """The `metadata` Megatron-Core's optimizer.sharded_state_dict takes for `optimizer_format` (a
+    checkpoint loads with the format it was saved in)."""
+    return {**OPTIMIZER_METADATA, "distrib_optim_sharding_type": optimizer_format}
 
 
 def rng_state() -> dict:
@@ -87,6 +97,39 @@ def restore_adam_steps(optimizer, loaded: Any) -> None:
         for state in opt.optimizer.state.values():
             if torch.is_tensor(state.get("step")):
                 state["step"] = torch.tensor(step, dtype=state["step"].dtype, device=state["step"].device)
+
+
+@contextlib.contextmanager
+def adam_steps_kept(optimizer):
+    """Megatron-Core's fully_reshardable load (0.16 and 0.19) copies each tensor of a parameter's
+    optimizer state from the checkpoint into the state, but the checkpoint's per-parameter tensors leave
+    out torch Adam's 'step' (load_state_dict has just set it from the param_groups): without Apex/TE the
+    copy is a KeyError. While loading, a missing 'step' is the state's own (restore_adam_steps then gives
+    each parameter its own step tensor)."""
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    patched = []
+    for opt in getattr(optimizer, "chained_optimizers", [optimizer]):
+        if not isinstance(opt, DistributedOptimizer):
+            continue
+        original = opt._set_main_param_and_optimizer_states
+
+        def with_step(model_param, tensors, _opt=opt, _original=original):
+            if "step" not in tensors:
+                group, order = _opt.model_param_group_index_map[model_param]
+                main_param = _opt.optimizer.param_groups[group]["params"][order]
+                own = _opt.optimizer.state.get(main_param, {})
+                if "step" in own:
+                    tensors = {**tensors, "step": own["step"]}
+            return _original(model_param, tensors)
+
+        opt._set_main_param_and_optimizer_states = with_step  # this instance, for this load only
+        patched.append(opt)
+    try:
+        yield
+    finally:
+        for opt in patched:
+            del opt._set_main_param_and_optimizer_states
 
 
 def use_current_lr(optimizer, loaded: Any) -> None:

@@ -158,6 +158,11 @@ class CheckpointConfig:
     # writes spread evenly over the replicas (Megatron-Core's FullyParallelSaveStrategyWrapper), instead
     # of all by the first replica; the files are the same torch_dist checkpoint
     fully_parallel_save: bool = True
+    # the distributed optimizer's state saved in Megatron-Core's `fully_reshardable` format (gathered per
+    # parameter on data-parallel rank 0, as Megatron-Bridge's option of this name): it resumes under
+    # another TP / PP / DP size. False: `dp_reshardable` (each rank's buffers, fully parallel; resumes
+    # under another DP size only)
+    dist_ckpt_optim_fully_reshardable: bool = False
     most_recent_k: int = -1  # keep the k newest complete checkpoints; -1 = keep all
     ckpt_step: int | None = None  # load this iteration of checkpoint.load (a root) instead of the tracker's
     # a damaged latest checkpoint (it fails its manifest) is reported and the previous complete one loaded

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from bridge.checkpoint.async_writes import AsyncSaves
 from bridge.config.container import ConfigContainer
 from bridge.config.run_plan import RunPlan
 from bridge.errors import ConfigError
@@ -42,16 +43,20 @@ def _resume(
     ck = cfg.checkpoint
     candidates = checkpoint_candidates(load, ck.ckpt_step)[0] if load else []
     if candidates:
-        saved = None
+        saved, saved_format = None, None
         for target, _ in candidates:  # the layout of the first readable one (one run's layout)
             try:
                 saved = checkpoint.saved_layout(target)
+                saved_format = checkpoint.saved_optimizer_format(target)
                 break
             except Exception:  # noqa: BLE001 - a damaged one: load_checkpoint reports it
                 continue
         same_layout = saved == layout_line
-        # fsdp2's optimizer state is DTensors in torch DCP: it reshards with the weights (over dp / cp)
-        optim_reshards = cfg.distributed.strategy == "fsdp2"
+        # fsdp2's optimizer state is DTensors in torch DCP: it reshards with the weights (over dp / cp);
+        # the distributed optimizer's fully_reshardable format over any size, dp_reshardable over DP
+        optim_reshards = cfg.distributed.strategy == "fsdp2" or optimizer_reshards(
+            saved, layout_line, saved_format
+        )
         if saved is not None and not same_layout and ck.load_rng and optim_reshards:
             raise ConfigError(
                 f"checkpoint.load={load!r} was saved with layout {saved} but this run is {layout_line}: "
@@ -61,8 +66,11 @@ def _resume(
         if saved is not None and not same_layout and not optim_reshards and (ck.load_optim or ck.load_rng):
             raise ConfigError(
                 f"checkpoint.load={load!r} was saved with layout {saved} but this run is {layout_line}: "
-                "model weights reshard, optimizer and RNG state do not. Set checkpoint.load_optim=False "
-                "checkpoint.load_rng=False to continue with fresh optimizer state, or keep the saved layout."
+                f"model weights reshard, optimizer and RNG state do not (its optimizer state is {saved_format}"
+                f"{', which reshards over the data-parallel size only' if saved_format == 'dp_reshardable' else ''}"
+                "). Set checkpoint.load_optim=False checkpoint.load_rng=False to continue with fresh optimizer "
+                "state, or keep the saved layout; a run saving with "
+                "checkpoint.dist_ckpt_optim_fully_reshardable=true writes optimizer state that reshards."
             )
         # the config's lr settings, restored after the load when override_opt_param_scheduler is set:
         # the optimizer's param groups carry max_lr/min_lr, and Megatron-Core's scheduler prefers those
@@ -117,6 +125,20 @@ def _resume(
         if ranks.is_rank_zero():
             logger.info("loaded pretrained weights from %s", ck.pretrained_checkpoint)
     return TrainState(layout=layout_line)
+
+
+def optimizer_reshards(saved: str | None, current: str, optimizer_format: str | None) -> bool:
+    """Whether a distributed optimizer's state saved under layout line `saved` in `optimizer_format` loads
+    under `current`: fully_reshardable always, dp_reshardable when only the data-parallel sizes differ."""
+    if saved is None or optimizer_format is None:
+        return False
+    if optimizer_format == "fully_reshardable":
+        return True
+
+    def model_parallel(line: str) -> list[str]:  # "TP=2 PP=1 ... DP=1 EDP=1 world=2" without DP / world
+        return [part for part in line.split() if part.split("=")[0] not in ("DP", "EDP", "world")]
+
+    return optimizer_format == "dp_reshardable" and model_parallel(saved) == model_parallel(current)
 
 
 def ignored_on_resume(cfg: ConfigContainer, iteration: int, scheduler) -> list[str]:
@@ -409,6 +431,7 @@ def _resume_and_train(
         run_config_yaml=cfg.to_yaml() if cfg.checkpoint.save else None,
         pipeline_runner=build_runner(plan, model, forward_step_func),  # None: Megatron-Core's schedules
         consolidated=consolidated_writer(cfg, plan.provider, model),
+        async_saves=AsyncSaves() if cfg.checkpoint.async_save else None,
     )
     try:
         return train(ctx)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import math
 import struct
+import time
 from typing import TYPE_CHECKING
 
 import torch
@@ -124,7 +125,12 @@ def sync_params_for(ctx: TrainingContext):
 
 def save(ctx: TrainingContext, loss: float | None = None, announce: bool = True) -> str:
     """Save the current iteration (refused, with NonFiniteLossError, when a weight is NaN/inf).
-    `announce`: log the "saved checkpoint" line (a stop's save says it in the stop's one line)."""
+    `announce`: log the "saved checkpoint" line (a stop's save says it in the stop's one line).
+    With checkpoint.async_save the shards are written by a forked writer while training goes on: the
+    folder is published (and announced) later, by `finish_pending`; a write still in flight is
+    finished first. The seconds this call held the loop go into `ctx.save_stalls`."""
+    start = time.perf_counter()
+    finish_pending(ctx, blocking=True)  # the previous write is published before this one starts
     cfg = ctx.cfg.checkpoint
     summary = weights_summary(ctx.model)
     if not summary["weights_finite"]:
@@ -161,18 +167,44 @@ def save(ctx: TrainingContext, loss: float | None = None, announce: bool = True)
             summary=summary,
             consolidated=ctx.consolidated,
             fully_parallel=cfg.fully_parallel_save,
+            async_saves=ctx.async_saves,
+            optimizer_format="fully_reshardable"
+            if cfg.dist_ckpt_optim_fully_reshardable
+            else "dp_reshardable",
         )
-    if announce and torch.distributed.get_rank() == log_rank():
-        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-        what = ", PEFT adapters only" if ctx.cfg.peft.scheme is not None else ""
-        logger.info(
-            "saved checkpoint at iteration %d to %s (%.2f MB%s)%s",
-            ctx.state.iteration,
-            path,
-            size / 1e6,
-            what,
-            ": it replaces the earlier checkpoint of this iteration, which held another state"
-            if replacing
-            else "",
-        )
+    ctx.save_stalls[ctx.state.iteration] = time.perf_counter() - start
+    note = (
+        ": it replaces the earlier checkpoint of this iteration, which held another state"
+        if replacing
+        else ""
+    )
+    if ctx.async_saves is not None and ctx.async_saves.pending is not None:
+        ctx.async_saves.pending.caller_note = (announce, note)  # announced when published
+    elif announce:
+        _announce(ctx, ctx.state.iteration, path, note)
     return str(path)
+
+
+def finish_pending(ctx: TrainingContext, blocking: bool) -> str | None:
+    """checkpoint.async_save: publish the write in flight once every rank has written it (`blocking`:
+    wait for it). Every rank calls it at the same points; the folder published, or None."""
+    if ctx.async_saves is None or ctx.async_saves.pending is None:
+        return None
+    done = ctx.async_saves.wait() if blocking else ctx.async_saves.poll()
+    if done is None:
+        return None
+    announce, note = done.caller_note or (True, "")
+    if announce:
+        _announce(ctx, done.iteration, done.target, note)
+    return str(done.target)
+
+
+def _announce(ctx: TrainingContext, iteration: int, path, note: str) -> None:
+    if torch.distributed.get_rank() != log_rank():
+        return
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    what = ", PEFT adapters only" if ctx.cfg.peft.scheme is not None else ""
+    how = ", written asynchronously" if ctx.async_saves is not None else ""
+    logger.info(
+        "saved checkpoint at iteration %d to %s (%.2f MB%s%s)%s", iteration, path, size / 1e6, what, how, note
+    )

@@ -39,6 +39,9 @@ class TrainResult:
     # this rank's wall time of each iteration's train step (seconds; host-synchronised by the loss
     # read-back), for medians and warm-up cuts (benchmarks/gpu_throughput.py)
     iteration_times: dict[int, float] = field(default_factory=dict)
+    # seconds each checkpoint save held the loop, by iteration (with checkpoint.async_save: until the
+    # writer was forked; the write itself goes on beside the next steps)
+    save_stalls: dict[int, float] = field(default_factory=dict)
     exit_reason: str | None = None  # "received SIGTERM", "train.exit_duration_in_mins=... reached"
 
 

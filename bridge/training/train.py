@@ -9,7 +9,7 @@ import gc
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -25,7 +25,7 @@ from bridge.training.logging import (
     format_validation_line,
     logger,
 )
-from bridge.training.saves import log_rank, non_finite_message, save, sync_params_for
+from bridge.training.saves import finish_pending, log_rank, non_finite_message, save, sync_params_for
 from bridge.training.state import NonFiniteLossError, TrainResult, TrainState
 
 
@@ -50,6 +50,10 @@ class TrainingContext:
     pipeline_runner: Any = None
     # bridge.training.consolidated's hook writing the Hugging Face copy into each save, or None
     consolidated: Callable | None = None
+    # checkpoint.async_save: bridge.checkpoint.async_writes.AsyncSaves (the write in flight), else None
+    async_saves: Any = None
+    # seconds each save held the loop, by iteration (TrainResult.save_stalls)
+    save_stalls: dict[int, float] = field(default_factory=dict)
 
     @property
     def cfg(self) -> ConfigContainer:
@@ -178,6 +182,8 @@ def train(ctx: TrainingContext) -> TrainResult:
     finally:
         if profiler is not None:
             profiler.finish()  # an error inside the window: stop and write what was recorded
+        if ctx.async_saves is not None:  # an error: its write in flight is not published
+            ctx.async_saves.abandon()
         exits.restore()
         if cfg.train.manual_gc:
             gc.enable()
@@ -340,7 +346,9 @@ def _maybe_evaluate(ctx: TrainingContext, result: TrainResult, loop: _LoopState,
 
 
 def _maybe_save(ctx: TrainingContext, result: TrainResult, loop: _LoopState, it: int, loss: float) -> None:
-    """Every checkpoint.save_interval iterations, a checkpoint."""
+    """Every checkpoint.save_interval iterations, a checkpoint (and an async write that has finished
+    everywhere is published)."""
+    finish_pending(ctx, blocking=False)
     interval = ctx.cfg.checkpoint.save_interval or 0
     if ctx.cfg.checkpoint.save and interval and it % interval == 0:
         result.last_checkpoint, loop.saved_at = save(ctx, loss), it
@@ -372,6 +380,7 @@ def _exit_requested(
     save_dir = ctx.cfg.checkpoint.save
     if save_dir and loop.saved_at != it:  # the step in flight has finished: it is what gets saved
         result.last_checkpoint, loop.saved_at = save(ctx, loss, announce=False), it
+    finish_pending(ctx, blocking=True)  # an async write: published before the ranks exit
     if loop.is_log_rank:
         what = (
             f"saved checkpoint {result.last_checkpoint}"
@@ -388,6 +397,8 @@ def _finish(ctx: TrainingContext, result: TrainResult, loop: _LoopState, start_i
     state = ctx.state
     if ctx.cfg.checkpoint.save and state.iteration > start_iteration and loop.saved_at != state.iteration:
         result.last_checkpoint = save(ctx, result.losses.get(state.iteration))
+    finish_pending(ctx, blocking=True)  # an async write: published before the run returns
+    result.save_stalls = dict(ctx.save_stalls)
     result.iteration = state.iteration
     result.skipped_iterations = state.skipped_iterations
     if loop.total_iters:

@@ -1,7 +1,9 @@
 """Checkpoint faults on 2 gloo ranks: exact resume with dropout, no re-save of a finished run, iter_*
 folders and checkpoint.ckpt_step, retention with a partial folder, damaged checkpoints + fallback, the
-config's lr on resume, exit_duration_in_mins (one launch, ckpt_faults.py); SIGTERM and a second run on
-the same directory (run_recipe.py); kill -9 at save stages picked by a seed (ckpt_kill.py)."""
+config's lr on resume, exit_duration_in_mins, the optimizer state resumed under another TP / DP size
+(one launch, ckpt_faults.py); SIGTERM and a second run on
+the same directory (run_recipe.py); kill -9 at save stages picked by a seed, synchronous and async saves,
+and SIGTERM while an async write is in flight (ckpt_kill.py)."""
 
 from __future__ import annotations
 
@@ -106,6 +108,20 @@ def test_exit_duration_saves_and_stops(faults):
     assert got["latest"] == 1
 
 
+@pytest.mark.parametrize("change", ["tp2_to_tp1", "dp2_to_dp1"])
+def test_optimizer_state_reshards_with_fully_reshardable_checkpoints(faults, change):
+    """checkpoint.dist_ckpt_optim_fully_reshardable: the checkpoint of iteration 3 resumed under another
+    TP / DP size with its optimizer state continues the uninterrupted run (iterations 5 and 6 depend on
+    Adam's moments and step; fresh optimizer state would change them)."""
+    got = faults[change]
+    full, resumed = _ints(got["full"]), _ints(got["resumed"])
+    full_norms, resumed_norms = (_ints(n) for n in got["grad_norms"])
+    assert sorted(resumed) == [4, 5, 6]
+    for it in (4, 5, 6):
+        assert resumed[it] == pytest.approx(full[it], rel=1e-6, abs=0), (it, resumed[it], full[it])
+        assert resumed_norms[it] == pytest.approx(full_norms[it], rel=1e-6, abs=0)
+
+
 # --- real kills and signals (separate launches) -------------------------------------------------
 
 STAGES = ["staging_created", "shards_written", "manifest_written", "published", "tracked", "done"]
@@ -196,22 +212,26 @@ def _complete_and_verified(root: Path) -> list[int]:
     return its
 
 
-def test_kill_9_at_seeded_points_of_saves_never_loses_a_checkpoint(tmp_path):
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_kill_9_at_seeded_points_of_saves_never_loses_a_checkpoint(tmp_path, mode):
+    """async: each writer sleeps 1 s first, so the next steps run while it writes; the kill points
+    include `write_started` (the writer forked, the loop going on)."""
     from bridge.checkpoint import paths
 
     seed = int(os.environ.get("BRIDGE_FAULT_SEED", "11"))
     rng = random.Random(seed)
+    stages = STAGES if mode == "sync" else ["write_started", *STAGES]
     root = tmp_path / "ck"
     losses: dict[int, set[str]] = {}
     tracked, log = 0, []
     for round_ in range(3):
         final = round_ == 2
         it = min(6, tracked + rng.choice([1, 2]))
-        stage, victims = rng.choice(STAGES), rng.choice(["all", "0", "1"])
+        stage, victims = rng.choice(stages), rng.choice(["all", "0", "1"])
         if stage in ("published", "tracked"):  # rank 0's stages
             victims = victims if victims != "1" else "all"
         delay = rng.uniform(0.0, 0.3)
-        proc = _launch(WORKERS / "ckpt_kill.py", 2, str(tmp_path))
+        proc = _launch(WORKERS / "ckpt_kill.py", 2, str(tmp_path), mode)
         out, pids, killed = _Output(proc, WORKERS / "ckpt_kill.py", 2), {}, False
         for line in out.lines():
             # two ranks' lines can meet on one line of the merged output: find every marker in it
@@ -228,7 +248,8 @@ def test_kill_9_at_seeded_points_of_saves_never_loses_a_checkpoint(tmp_path):
                 break
         rc = out.finish()
         log.append(
-            f"round {round_}: kill at {stage} of iteration {it} (+{delay:.2f} s), ranks {victims}: rc {rc}"
+            f"round {round_} ({mode}): kill at {stage} of iteration {it} (+{delay:.2f} s), ranks {victims}: "
+            f"rc {rc}"
         )
         assert killed or final, "\n".join(log + out.seen[-60:])
         assert (rc == 0) == final, "\n".join(log + out.seen[-60:])
@@ -281,4 +302,52 @@ def test_sigterm_saves_and_exits_0_and_a_second_run_is_refused(tmp_path):
     )
     assert _complete_and_verified(save) == [int(m.group(1))]
     assert not (save / ".bridge.lock").exists()
+    assert not any("Traceback" in ln for ln in lines)
+
+
+def _forked_children(pid: int) -> list[int]:
+    """The processes `pid` forked (same command line): its checkpoint writers, not the spawned server."""
+    own = Path(f"/proc/{pid}/cmdline").read_bytes()
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                if Path(f"/proc/{child}/cmdline").read_bytes() == own:
+                    found.append(int(child))
+            except OSError:
+                continue
+    return found
+
+
+def test_sigterm_during_an_async_write_finishes_it_and_exits_0(tmp_path):
+    """SIGTERM to both ranks and their writers (as a signal to the process group reaches them) while the
+    write of iteration 2 is in flight: the writers go on, the ranks finish the write, publish it, and
+    exit 0 with the one stop line naming a complete checkpoint."""
+    from bridge.checkpoint import paths
+
+    proc = _launch(WORKERS / "ckpt_kill.py", 2, str(tmp_path), "async")
+    out, pids, writers = _Output(proc, WORKERS / "ckpt_kill.py", 2), {}, []
+    for line in out.lines():
+        for r, pid in re.findall(r"@@pid (\d+) (\d+)", line):
+            pids[r] = int(pid)
+        if "@@stage write_started 2 0" in line:
+            writers = [w for p in pids.values() for w in _forked_children(p)]
+            for p in [*pids.values(), *writers]:
+                os.kill(p, signal.SIGTERM)
+            break
+    rc = out.finish()
+    lines = out.seen
+    assert writers, "no writer was in flight when the signal was sent"
+    assert rc == 0, "\n".join(lines[-60:])
+    said = [ln for ln in lines if "received SIGTERM at iteration" in ln]
+    assert len(said) == 1, lines[-40:]
+    m = re.search(r"received SIGTERM at iteration (\d+): saved checkpoint (\S+); exiting", said[0])
+    assert m, said
+    stopped = int(m.group(1))
+    root = tmp_path / "ck"
+    assert stopped >= 2 and paths.latest_iteration(root) == stopped
+    assert m.group(2) == str(paths.checkpoint_dir(root, stopped))
+    assert _complete_and_verified(root)[-1] == stopped and 2 in _complete_and_verified(root)
+    assert not list(root.glob(".iter_*"))  # no staging folder left behind
+    _no_leftovers(str(tmp_path))
     assert not any("Traceback" in ln for ln in lines)

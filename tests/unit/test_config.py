@@ -244,11 +244,6 @@ def test_valid_config_gives_layout_and_no_warnings():
         (["dataset.kind=jsonl", "dataset.data_paths=['0.5',a,b]"], 1, r"mixes weights and paths"),
         (['dataset.split="1,2,3,4"'], 1, r"dataset.split = '1,2,3,4': must be 1 to 3 comma-separated"),
         (
-            ["checkpoint.async_save=true"],
-            1,
-            r"checkpoint.async_save = True: asynchronous saves are not implemented",
-        ),
-        (
             ["tokenizer.vocab_size=1024"],
             1,
             r"tokenizer.vocab_size = 1024: the NullTokenizer emits ids up to vocab_size.*use at most 1023",

@@ -19,13 +19,6 @@ if TYPE_CHECKING:
 def check_checkpoint(cfg: ConfigContainer) -> None:
     c = cfg.checkpoint
     one_of("checkpoint.ckpt_format", c.ckpt_format, S.CKPT_FORMATS)
-    if c.async_save:
-        raise config_error(
-            "checkpoint.async_save",
-            True,
-            "asynchronous saves are not implemented (every save is synchronous)",
-            "set checkpoint.async_save=false",
-        )
     positive("checkpoint.save_interval", c.save_interval, zero_ok=True, none_ok=True)
     if c.save_interval and not c.save:
         raise config_error(

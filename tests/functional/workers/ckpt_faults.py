@@ -1,6 +1,7 @@
 """2 ranks (DP=2, distributed optimizer), several runs in one launch: exact resume with dropout 0.1,
 resuming a finished run, loading an iter_* folder / checkpoint.ckpt_step, retention with a partial
-folder, damaged checkpoints and the fallback, override_opt_param_scheduler, exit_duration_in_mins."""
+folder, damaged checkpoints and the fallback, override_opt_param_scheduler, exit_duration_in_mins; the
+optimizer state resumed under another TP / DP size (checkpoint.dist_ckpt_optim_fully_reshardable)."""
 
 from __future__ import annotations
 
@@ -147,6 +148,33 @@ def main(workdir: str) -> None:
         "duration",
         {"losses": timed.losses, "reason": timed.exit_reason, "latest": checkpoint.latest_iteration(w / "e")},
     )
+
+    # 8. The optimizer state across layouts
+    optimizer_across_layouts(w)
+
+
+def optimizer_across_layouts(w: Path) -> None:
+    """Without dropout, an uninterrupted run under TP=2 (DP=1) and one under DP=2 (TP=1), each saving at 3
+    with the optimizer state in Megatron-Core's fully_reshardable format; each checkpoint of 3 resumed under
+    the other layout (TP2 -> TP1 with DP1 -> DP2, and DP2 -> DP1 with TP1 -> TP2) with its optimizer state."""
+    from bridge.training import pretrain
+
+    tp2 = ["model.tensor_model_parallel_size=2", "model.sequence_parallel=True"]
+    base = ["train.train_iters=6", "checkpoint.dist_ckpt_optim_fully_reshardable=true"]
+    for name, saving, resuming in (("tp2_to_tp1", tp2, []), ("dp2_to_dp1", [], tp2)):
+        try:
+            full = pretrain(
+                tiny_config(*base, f"checkpoint.save={w}/{name}", "checkpoint.save_interval=3", *saving)
+            )
+        finally:
+            reset_parallel_state()
+        try:
+            resumed = pretrain(tiny_config(*base, f"checkpoint.load={w}/{name}", "checkpoint.ckpt_step=3",
+                                           "checkpoint.load_rng=False", *resuming))  # fmt: skip
+        finally:
+            reset_parallel_state()
+        emit(name, {"full": full.losses, "resumed": resumed.losses,
+                    "grad_norms": [full.grad_norms, resumed.grad_norms]})  # fmt: skip
 
 
 def load_model_only(root: Path, fallback: bool) -> str:

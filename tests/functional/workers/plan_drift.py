@@ -56,12 +56,12 @@ CASES = {
         "distributed.overlap_param_gather=false",
     ],  # fmt: skip
     "fsdp2": ["distributed.strategy=fsdp2", "optimizer.use_distributed_optimizer=false"],
+    "async_save": ["checkpoint.async_save=true"],  # accepted since issue 34 (no save directory here)
     # a torch.distributed.pipelining schedule on one rank: accepted with a warning, no pipeline runs
     "zero_bubble_on_pp1": ["distributed.pp_schedule=zero_bubble", "distributed.scale_grads_in_schedule=true"],
     # refused (the three that once passed the dry run and failed inside pretrain(), and others)
     "packed_sequences": ["dataset.packed_sequence_size=64"],
     "warmup_equal_to_iters": ["scheduler.lr_warmup_iters=1"],
-    "async_save": ["checkpoint.async_save=true"],
     "bad_heads": ["model.num_attention_heads=3"],  # num_query_groups=2 must divide it
     "tensor_parallel_2_on_1": ["model.tensor_model_parallel_size=2"],
 }
@@ -88,7 +88,6 @@ def run(args: list[str]) -> tuple[int, str]:
 REFUSED_CASES = (
     "packed_sequences",
     "warmup_equal_to_iters",
-    "async_save",
     "bad_heads",
     "tensor_parallel_2_on_1",
 )
