@@ -63,14 +63,19 @@ class Row:
     def layout_values(self) -> dict[str, Any]:
         return {**_LAYOUT_DEFAULTS, **self.layout}
 
-    def describe(self) -> str:
-        """One line: model, kind, layout, GPUs, sequence (the list and the docs table read it)."""
+    def layout_text(self) -> str:
+        """The layout in short form, e.g. "TP4 PP2 CP2 SP"."""
         lay = self.layout_values()
         parts = [f"TP{lay['tp']}", f"PP{lay['pp']}"]
         parts += [f"VPP{lay['vpp']}"] if lay["vpp"] else []
         parts += [f"CP{lay['cp']}"] if lay["cp"] > 1 else []
         parts += [f"EP{lay['ep']}"] if lay["ep"] > 1 else []
         parts += ["SP"] if lay["sp"] else []
+        return " ".join(parts)
+
+    def describe(self) -> str:
+        """One line: model, kind, layout, long sequences, precision, GPUs, note (--list-recipes)."""
+        parts = [self.layout_text()]
         what = {"pretrain": "pretraining", "sft": "full SFT", "peft": "LoRA"}[self.kind]
         gpus = f"{self.gpus} GPU" + ("s" if self.gpus > 1 else "")
         seq = self.run.get("seq_length")

@@ -70,7 +70,7 @@ ROWS = (
         "alias keeps the 4-GPU recipe",
     ),
     _row("qwen3_14b", "pretrain", 8, dict(tp=8)),
-    _row("qwen3_32b", "pretrain", 16, dict(tp=8, pp=2), config=FULL_RECOMPUTE),
+    _row("qwen3_32b", "pretrain", 16, dict(tp=8, pp=2), model=FULL_RECOMPUTE),
     Q600M_SFT,
     variant(
         Q600M_SFT,
@@ -94,13 +94,13 @@ ROWS = (
         model=PER_TOKEN_LOSS,
     ),
     _row("qwen3_14b", "sft", 8, dict(tp=8)),
-    _row("qwen3_32b", "sft", 16, dict(tp=8, pp=2), config=FULL_RECOMPUTE),
+    _row("qwen3_32b", "sft", 16, dict(tp=8, pp=2), model=FULL_RECOMPUTE),
     _row("qwen3_600m", "peft", 1, {}),
     _row("qwen3_1p7b", "peft", 1, {}),
     _row("qwen3_4b", "peft", 1, {}),
     _row("qwen3_8b", "peft", 1, {}, run=QWEN3_8B_FINETUNE, peft=ATTENTION_LORA),
     _row("qwen3_14b", "peft", 1, {}),
-    _row("qwen3_32b", "peft", 1, {}, config=FULL_RECOMPUTE),
+    _row("qwen3_32b", "peft", 1, {}, model=FULL_RECOMPUTE),
 )
 
 RECIPES, _functions = register(ROWS, __name__)

@@ -33,7 +33,7 @@ PRETRAIN = _row(
     "pretrain",
     8,
     dict(tp=4, pp=2, ep=4, sp=True),
-    config=FULL_RECOMPUTE,
+    model=FULL_RECOMPUTE,
     aliases=("qwen3_30b_a3b_pretrain_config",),
 )
 SFT = _row("sft", 8, dict(tp=4, pp=2, ep=4, sp=True), run=FINETUNE_RUN)
@@ -46,7 +46,7 @@ ROWS = (
         gpus=16,
         layout=dict(tp=1, pp=1, ep=16, sp=False),
         run=BENCHMARK,
-        config={"distributed.activation_checkpointing": False},
+        model=dict(recompute_granularity=None, recompute_method=None, recompute_num_layers=None),
         note="Megatron-Bridge's benchmark run, which its alias qwen3_30b_a3b_pretrain_config names; here "
         "the alias keeps the 8-GPU recipe",
     ),

@@ -43,6 +43,5 @@ SHORT_FINETUNE = dict(
     save_interval=100,
 )
 
-# the full-recompute setting of Megatron-Bridge's recompute_granularity="full", method "uniform",
-# num_layers 1: every layer recomputed
-FULL_RECOMPUTE = {"distributed.activation_checkpointing": True}
+# Megatron-Bridge's full recompute (provider fields): every layer's activations recomputed, one at a time
+FULL_RECOMPUTE = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
