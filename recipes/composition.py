@@ -42,7 +42,9 @@ class Row:
     gpus: int  # the published GPU count: the dry-run test validates the recipe there
     layout: Mapping[str, Any] = field(default_factory=dict)  # tp / pp / vpp / cp / ep / sp
     run: Mapping[str, Any] = field(default_factory=dict)  # keywords of the kind's base (recipes.common)
-    settings: Mapping[str, Any] = field(default_factory=dict)  # GPU performance settings (recipes.performance)
+    settings: Mapping[str, Any] = field(
+        default_factory=dict
+    )  # GPU performance settings (recipes.performance)
     model: Mapping[str, Any] = field(default_factory=dict)  # other provider fields (recompute, determinism)
     config: Mapping[str, Any] = field(default_factory=dict)  # "section.field" -> value after the base
     peft: Mapping[str, Any] = field(default_factory=dict)  # adapter settings over lora()'s defaults

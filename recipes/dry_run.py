@@ -15,7 +15,6 @@ from bridge.config.container import ConfigContainer
 from bridge.config.finetune_rules import SFT_KINDS
 
 
-
 def _empty_checkpoint() -> str:
     """An empty torch_dist-shaped folder (tracker at iteration 0), removed at exit: what a PEFT plan names
     as its frozen weights until the user gives them (planning reads the tracker, never weights)."""

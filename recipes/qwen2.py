@@ -31,7 +31,7 @@ FINETUNE_RUN = {**SHORT_FINETUNE, "seq_length": 2048, "global_batch_size": 128}
 def _rows(key: str) -> tuple[Row, ...]:
     title, preset, *layouts = MODELS[key]
     rows = []
-    for kind, (gpus, layout) in zip(("pretrain", "sft", "peft"), layouts):
+    for kind, (gpus, layout) in zip(("pretrain", "sft", "peft"), layouts, strict=True):
         rows.append(
             Row(
                 name=f"{key}_{kind}_{gpus}gpu_h100_bf16_config",

@@ -95,7 +95,9 @@ def run(argv: list[str] | None = None) -> int:
 
         lines = list_lines(RECIPES.values(), args.list_recipes)
         if not lines:
-            raise ConfigError(f"--list-recipes {args.list_recipes!r}: no recipe matches. Fix: see --list-recipes.")
+            raise ConfigError(
+                f"--list-recipes {args.list_recipes!r}: no recipe matches. Fix: see --list-recipes."
+            )
         print("\n".join(lines))
         return 0
 
@@ -124,7 +126,11 @@ def run(argv: list[str] | None = None) -> int:
             from recipes.dry_run import missing_inputs, with_stand_ins
 
             pending = missing_inputs(cfg)
-        plan = cfg.validate(world_size, cuda=cuda) if not pending else with_stand_ins(cfg).validate(world_size, cuda=cuda)
+        plan = (
+            cfg.validate(world_size, cuda=cuda)
+            if not pending
+            else with_stand_ins(cfg).validate(world_size, cuda=cuda)
+        )
         if finetuning and not pending:  # what finetune() checks before it starts, in the same words
             from bridge.config.finetune_rules import check_finetune_start
 

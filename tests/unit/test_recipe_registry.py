@@ -97,7 +97,10 @@ def test_mxfp8_is_refused_on_h100_as_its_note_says():
     "name, values",
     [
         # Megatron-Bridge's values, read from its recipes (one per kind of difference)
-        ("llama3_8b_pretrain_32gpu_h100_bf16_64k_config", dict(seq=65536, gbs=512, iters=1_168_251, warm=2000)),
+        (
+            "llama3_8b_pretrain_32gpu_h100_bf16_64k_config",
+            dict(seq=65536, gbs=512, iters=1_168_251, warm=2000),
+        ),
         ("llama3_8b_low_precision_pretrain_config", dict(seq=8192, gbs=768, lr=6e-4, min_lr=6e-6)),
         ("qwen3_8b_pretrain_config", dict(seq=4096, gbs=32, mbs=2, iters=300_000, warm=500)),
         ("qwen3_8b_pretrain_16gpu_h100_bf16_config", dict(gbs=1024, mbs=1, iters=100, warm=40, decay=100)),

@@ -55,7 +55,7 @@ def qwen2_72b() -> GPTModelProvider:
     """Qwen/Qwen2-72B."""
     return _qwen2(
         num_layers=80, hidden_size=8192, ffn_hidden_size=29568, num_attention_heads=64, num_query_groups=8,
-        vocab_size=152064, seq_length=131072, layernorm_epsilon=1e-5,
+        vocab_size=152064, seq_length=32768, layernorm_epsilon=1e-5,
     )  # fmt: skip
 
 
