@@ -162,3 +162,19 @@ def test_docs_table_is_generated_from_the_registry():
         cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_full_recompute_rows_agree_with_activation_checkpointing():
+    """A row's full recompute (recompute_granularity full, uniform, 1 layer) is what
+    distributed.activation_checkpointing means: both together validate; another recompute refuses."""
+    from bridge.config.compose import compose
+    from bridge.errors import ConfigError
+
+    base = get_recipe("qwen3_30b_a3b_pretrain_config")
+    cfg, _ = compose(base(), overrides=["distributed.activation_checkpointing=true"])
+    assert cfg.validate(8, env=H100).layout.describe() == "TP=4 PP=2 CP=1 EP=4 ETP=1 DP=1 EDP=1 world=8"
+    cfg, _ = compose(
+        base(), overrides=["distributed.activation_checkpointing=true", "model.recompute_method=block"]
+    )
+    with pytest.raises(ConfigError, match="already chooses what to recompute"):
+        cfg.validate(8, env=H100)
