@@ -89,7 +89,8 @@ class Row:
 
 
 def variant(row: Row, name: str, *, aliases: tuple[str, ...] = (), **changes: Any) -> Row:
-    """`row` with `changes`; mapping fields (layout, run, settings, model, config, peft) are merged."""
+    """`row` with `changes`; mapping fields (layout, run, settings, model, config, peft) are merged. The
+    new row starts without the parent's aliases and note (they name and explain the parent)."""
     merged: dict[str, Any] = {}
     for key, value in changes.items():
         current = getattr(row, key)

@@ -28,10 +28,6 @@ BENCHMARK = dict(
     save_interval=50,
 )
 
-# finetuning with Megatron-Bridge's _sft_common / _peft_common values unchanged: packed 2048-token rows,
-# global batch 8, 1000 iterations, evaluation every 30, a checkpoint every 50 (recipes.common's defaults)
-FINETUNE = dict()
-
 # Qwen2 / Qwen2.5 / Gemma 2 / Gemma 3 finetuning: 100 iterations (10 warm-up, decay over 100), beta2 0.95,
 # evaluation every 50, a checkpoint every 100
 SHORT_FINETUNE = dict(
