@@ -62,6 +62,13 @@ class RecipeInfo:
     factory: Callable[..., ConfigContainer] | None = None  # None: recipes.<module>.<name>
     row: Any = None  # the table row it was composed from (recipes.composition.Row)
 
+    def __post_init__(self) -> None:
+        # a hand-written entry (no table row) is grouped under its module, its kind read from its name
+        if not self.family:
+            object.__setattr__(self, "family", self.module)
+        if self.entry == "finetune" and self.kind == "pretrain":
+            object.__setattr__(self, "kind", "peft" if "_peft_" in self.name else "sft")
+
 
 def pretrain_config(
     model: GPTModelProvider,

@@ -51,8 +51,10 @@ def markdown_table(infos: Iterable[RecipeInfo]) -> list[str]:
     for family, kind, members in grouped(infos):
         for i in members:
             cfg = i.factory() if i.factory is not None else None
-            if cfg is None or i.row is None:
-                continue  # a hand-written recipe outside the tables: listed by --list-recipes only
+            if cfg is None or i.row is None:  # a hand-written recipe outside the tables
+                cells = [family, kind, f"`{i.name}`", "", i.default_world_size, "", "", "", i.description]
+                rows.append("| " + " | ".join(str(c) for c in cells) + " |")
+                continue
             names = f"`{i.name}`" + "".join(f"<br>`{a}`" for a in i.aliases)
             cells = [family, kind, names, i.row.layout_text(), i.default_world_size, cfg.model.seq_length]
             cells += [cfg.train.global_batch_size, cfg.mixed_precision.precision, i.row.note]

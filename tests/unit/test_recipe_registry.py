@@ -53,8 +53,9 @@ def test_every_published_name_resolves_to_its_recipe():
             assert alias not in ALIASES
             continue
         assert recipe_info(alias).name == KEPT_ALIASES.get(alias, canonical), alias
-    # the registry's own names beyond Megatron-Bridge's: none but NeMo's Mixtral recipe
-    assert set(RECIPES) - published == {"mixtral_8x7b_pretrain_config"}
+    # in these families, the registry's names beyond Megatron-Bridge's: none (Mixtral: NeMo's recipe)
+    families = {"llama", "gemma2", "gemma3", "qwen2", "qwen3", "qwen3_moe"}
+    assert {n for n, i in RECIPES.items() if i.family in families} - published == set()
     assert set(ALIASES) <= set(PUBLISHED["aliases"])
 
 
@@ -70,6 +71,8 @@ def test_every_recipe_dry_runs_on_its_published_gpu_count():
         plan = cfg.validate(info.default_world_size, env=env)
         assert plan.layout.world_size == info.default_world_size >= plan.layout.min_gpus, name
         row = info.row
+        if row is None:  # a hand-written recipe (no table row): its own tests check its values
+            continue
         assert (info.family, info.kind) == (row.family, row.kind) and info.kind in name, name
         assert f"{info.default_world_size}gpu" in name or name == "mixtral_8x7b_pretrain_config", name
         lay = row.layout_values()
