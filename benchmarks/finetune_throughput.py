@@ -71,6 +71,7 @@ def bridge_side(hf: Path, data: Path, iters: int) -> float:
         f"model.seq_length={SEQ}", "mixed_precision.precision=fp32", f"train.train_iters={iters}",
         f"train.global_batch_size={BATCH}", f"train.micro_batch_size={BATCH}", "scheduler.lr_warmup_iters=0",
         f"optimizer.lr={LR}", f"optimizer.adam_beta2={BETAS[1]}", f"optimizer.weight_decay={WD}",
+        f"scheduler.start_weight_decay={WD}", f"scheduler.end_weight_decay={WD}",
         f"optimizer.clip_grad={CLIP}", f"peft.dim={RANK}", f"peft.alpha={ALPHA}", "validation.eval_interval=0",
         "checkpoint.save=null", "checkpoint.save_interval=0", "logger.tensorboard_dir=null",
         "logger.log_interval=1", "dataset.num_workers=0", "train.manual_gc=false",

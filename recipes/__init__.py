@@ -3,8 +3,11 @@
     from recipes import get_recipe, list_recipes
     cfg = get_recipe("llama32_1b_pretrain_config")(tensor_model_parallel_size=2)
 
-Each entry states the world size its default layout is meant for (`default_world_size`: the published
-layout's GPU count, at least its minimum); tests validate every recipe there.
+A family's recipes are one table file (recipes.composition: a base per kind + the preset + a row of what
+differs; docs/recipes.md). Each entry states the world size its published layout is meant for
+(`default_world_size`: Megatron-Bridge's GPU count); tests dry-run every recipe there. A recipe answers to
+its canonical name (Megatron-Bridge's, e.g. llama3_8b_pretrain_2gpu_h100_bf16_config) and its aliases
+(Megatron-Bridge's short names, e.g. llama3_8b_pretrain_config).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from bridge.errors import ConfigError
 from recipes.common import RecipeInfo
 
 # the modules every recipe module draws on, holding no recipe of their own
-SHARED_MODULES = ("common", "performance")
+SHARED_MODULES = ("common", "composition", "dry_run", "listing", "performance", "runs")
 
 
 def _discover() -> tuple[RecipeInfo, ...]:
@@ -33,6 +36,8 @@ def _discover() -> tuple[RecipeInfo, ...]:
 
 _TABLE = _discover()
 RECIPES: dict[str, RecipeInfo] = {info.name: info for info in _TABLE}
+# every other name a recipe answers to -> its canonical name
+ALIASES: dict[str, str] = {alias: info.name for info in _TABLE for alias in info.aliases}
 
 
 def list_recipes() -> list[tuple[str, str]]:
@@ -41,11 +46,12 @@ def list_recipes() -> list[tuple[str, str]]:
 
 
 def recipe_info(name: str) -> RecipeInfo:
-    info = RECIPES.get(name)
+    """The recipe called `name` (canonical or alias; raises ConfigError with close matches if unknown)."""
+    info = RECIPES.get(ALIASES.get(name, name))
     if info is None:
         import difflib
 
-        close = difflib.get_close_matches(name, RECIPES, n=3)
+        close = difflib.get_close_matches(name, [*RECIPES, *ALIASES], n=3)
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise ConfigError(f"--recipe {name!r}: no such recipe. Fix: {hint}see --list-recipes.")
     return info
@@ -54,7 +60,9 @@ def recipe_info(name: str) -> RecipeInfo:
 def get_recipe(name: str) -> Callable[..., object]:
     """The recipe function called `name` (raises ConfigError with close matches if unknown)."""
     info = recipe_info(name)
+    if info.factory is not None:
+        return info.factory
     return getattr(importlib.import_module(f"recipes.{info.module}"), info.name)
 
 
-__all__ = ["RECIPES", "RecipeInfo", "get_recipe", "list_recipes", "recipe_info"]
+__all__ = ["ALIASES", "RECIPES", "RecipeInfo", "get_recipe", "list_recipes", "recipe_info"]

@@ -1,16 +1,20 @@
-"""The published pretraining values every recipe shares, applied to a model provider.
+"""The base of each recipe kind (Megatron-Bridge's _pretrain_common / _sft_common / _peft_common),
+applied to a model provider; recipes.composition adds a preset and a table row.
 
-Values (Megatron-Bridge's pretraining recipes): seq_length 8192, global batch 512, micro batch 1,
-train_iters 1_168_251, Adam lr 3e-4 -> min 3e-5 cosine, 2000 warmup iterations, weight decay 0.1,
-betas 0.9 / 0.95, eps 1e-5, clip 1.0, bf16 mixed precision, the distributed optimizer, torch_dist
-checkpoints every 2000 iterations, evaluation every 2000 iterations on 32 batches, manual GC every 100
-iterations, seed 1234, mock data with a NullTokenizer unless data paths are given.
+Pretraining base: 4096-token sequences, global batch 32 of micro batches of 2, 300,000 iterations,
+Adam lr 3e-4 -> min 3e-5 cosine after 500 warmup iterations, betas 0.9 / 0.95, eps 1e-8, clip 1.0,
+weight decay 0.1 on the optimizer and 0.033 constant from the scheduler (Megatron-Core's scheduler
+sets the decay every step, so 0.033 is what trains), bf16 mixed precision, the distributed optimizer,
+torch_dist checkpoints and evaluation (32 batches) every 500 iterations, manual GC every 100 iterations,
+seed 1234, mock data with a NullTokenizer unless data paths are given.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from bridge.config.container import ConfigContainer
 from bridge.config.sections import (
@@ -29,13 +33,18 @@ from bridge.config.sections import (
 )
 from bridge.models.gpt_provider import GPTModelProvider
 
-SEQ_LENGTH = 8192
-TRAIN_ITERS = 1_168_251
-GLOBAL_BATCH_SIZE = 512
-MICRO_BATCH_SIZE = 1
+SEQ_LENGTH = 4096
+TRAIN_ITERS = 300_000
+GLOBAL_BATCH_SIZE = 32
+MICRO_BATCH_SIZE = 2
 LR = 3e-4
 MIN_LR = 3e-5
-LR_WARMUP_ITERS = 2000
+LR_WARMUP_ITERS = 500
+EVAL_INTERVAL = 500
+SAVE_INTERVAL = 500
+ADAM_EPS = 1e-8  # Megatron-Bridge #2184 (was 1e-5)
+WEIGHT_DECAY = 0.1  # optimizer.weight_decay; the scheduler's value below is the one that trains
+SCHEDULER_WEIGHT_DECAY = 0.033  # start = end, constant (Megatron-Bridge's distributed_fused_adam_*)
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,18 @@ class RecipeInfo:
     description: str
     default_world_size: int  # the published layout's GPU count (at least its minimum)
     entry: str = "pretrain"  # the training entry run_recipe.py calls: pretrain | finetune
+    family: str = ""  # the model family folder (bridge/models/<family>)
+    kind: str = "pretrain"  # pretrain | sft | peft
+    aliases: tuple[str, ...] = ()  # other names that resolve to this recipe
+    factory: Callable[..., ConfigContainer] | None = None  # None: recipes.<module>.<name>
+    row: Any = None  # the table row it was composed from (recipes.composition.Row)
+
+    def __post_init__(self) -> None:
+        # a hand-written entry (no table row) is grouped under its module, its kind read from its name
+        if not self.family:
+            object.__setattr__(self, "family", self.module)
+        if self.entry == "finetune" and self.kind == "pretrain":
+            object.__setattr__(self, "kind", "peft" if "_peft_" in self.name else "sft")
 
 
 def pretrain_config(
@@ -69,6 +90,10 @@ def pretrain_config(
     lr: float = LR,
     min_lr: float = MIN_LR,
     lr_warmup_iters: int = LR_WARMUP_ITERS,
+    lr_decay_iters: int | None = None,
+    eval_interval: int = EVAL_INTERVAL,
+    save_interval: int = SAVE_INTERVAL,
+    precision: str = "bf16_mixed",
 ) -> ConfigContainer:
     """A pretraining ConfigContainer for `model` with the published values and the given layout.
 
@@ -94,21 +119,19 @@ def pretrain_config(
             manual_gc=True,
             manual_gc_interval=100,
         ),
-        validation=ValidationConfig(eval_interval=2000, eval_iters=32),
+        validation=ValidationConfig(eval_interval=eval_interval, eval_iters=32),
         optimizer=OptimizerConfig(
             optimizer="adam",
             lr=lr,
             min_lr=min_lr,
-            weight_decay=0.1,
+            weight_decay=WEIGHT_DECAY,
             adam_beta1=0.9,
             adam_beta2=0.95,
-            adam_eps=1e-5,
+            adam_eps=ADAM_EPS,
             clip_grad=1.0,
             use_distributed_optimizer=True,
         ),
-        scheduler=SchedulerConfig(
-            lr_decay_style="cosine", lr_warmup_iters=lr_warmup_iters, lr_decay_iters=None
-        ),
+        scheduler=scheduler(lr_warmup_iters, lr_decay_iters),
         dataset=DatasetConfig(
             kind=data_kind if data_paths else "mock",
             data_paths=list(data_paths or []),
@@ -117,11 +140,23 @@ def pretrain_config(
         ),
         tokenizer=TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=None),
         checkpoint=CheckpointConfig(
-            save=os.path.join(run_dir, "checkpoints"), save_interval=2000, ckpt_format="torch_dist"
+            save=os.path.join(run_dir, "checkpoints"), save_interval=save_interval, ckpt_format="torch_dist"
         ),
         logger=LoggerConfig(log_interval=10, tensorboard_dir=os.path.join(run_dir, "tb_logs")),
-        mixed_precision=MixedPrecisionConfig(precision="bf16_mixed"),
+        mixed_precision=MixedPrecisionConfig(precision=precision),
         rng=RNGConfig(seed=1234),
+    )
+
+
+def scheduler(lr_warmup_iters: int, lr_decay_iters: int | None) -> SchedulerConfig:
+    """Cosine decay; the weight decay the scheduler applies every step is Megatron-Bridge's 0.033."""
+    return SchedulerConfig(
+        lr_decay_style="cosine",
+        lr_warmup_iters=lr_warmup_iters,
+        lr_decay_iters=lr_decay_iters,
+        start_weight_decay=SCHEDULER_WEIGHT_DECAY,
+        end_weight_decay=SCHEDULER_WEIGHT_DECAY,
+        weight_decay_incr_style="constant",
     )
 
 
@@ -137,6 +172,7 @@ def finetune_config(
     *,
     tensor_model_parallel_size: int,
     pipeline_model_parallel_size: int = 1,
+    virtual_pipeline_model_parallel_size: int | None = None,
     context_parallel_size: int = 1,
     sequence_parallel: bool = False,
     expert_model_parallel_size: int = 1,
@@ -156,10 +192,15 @@ def finetune_config(
     eval_interval: int = 30,
     save_interval: int = 50,
     use_distributed_optimizer: bool = False,
+    adam_beta2: float = 0.98,
+    min_lr: float = 0.0,
+    micro_batch_size: int = 1,
+    precision: str = "bf16_mixed",
 ) -> ConfigContainer:
     """A finetuning ConfigContainer: SFT when `peft` is None, else adapters with `peft`'s settings.
 
-    Published values: Adam (beta2 0.98) lr 5e-6 full / 1e-4 PEFT -> 0 cosine, 50 warmup iterations,
+    Published values: Adam (beta2 0.98, eps 1e-8; scheduler weight decay 0.033) lr 5e-6 full / 1e-4 PEFT
+    -> 0 cosine, 50 warmup iterations,
     micro batch 1 with rows packed to seq_length (`packed`), global batch 8, 1000 iterations, evaluation
     every 30 on 32 batches, saves every 50, bf16 mixed precision, seed 5678, a Hugging Face tokenizer.
     `pretrained_checkpoint`: a Hugging Face folder (the model section follows its config.json and the
@@ -168,7 +209,7 @@ def finetune_config(
     """
     model.tensor_model_parallel_size = tensor_model_parallel_size
     model.pipeline_model_parallel_size = pipeline_model_parallel_size
-    model.virtual_pipeline_model_parallel_size = None
+    model.virtual_pipeline_model_parallel_size = virtual_pipeline_model_parallel_size
     model.context_parallel_size = context_parallel_size
     model.expert_model_parallel_size = expert_model_parallel_size
     model.sequence_parallel = sequence_parallel
@@ -179,7 +220,7 @@ def finetune_config(
         train=TrainingConfig(
             train_iters=train_iters,
             global_batch_size=global_batch_size,
-            micro_batch_size=1,
+            micro_batch_size=micro_batch_size,
             manual_gc=True,
             manual_gc_interval=100,
         ),
@@ -187,17 +228,15 @@ def finetune_config(
         optimizer=OptimizerConfig(
             optimizer="adam",
             lr=lr if lr is not None else (PEFT_LR if peft is not None else SFT_LR),
-            min_lr=0.0,
-            weight_decay=0.1,
+            min_lr=min_lr,
+            weight_decay=WEIGHT_DECAY,
             adam_beta1=0.9,
-            adam_beta2=0.98,
-            adam_eps=1e-5,
+            adam_beta2=adam_beta2,
+            adam_eps=ADAM_EPS,
             clip_grad=1.0,
             use_distributed_optimizer=use_distributed_optimizer,
         ),
-        scheduler=SchedulerConfig(
-            lr_decay_style="cosine", lr_warmup_iters=lr_warmup_iters, lr_decay_iters=lr_decay_iters
-        ),
+        scheduler=scheduler(lr_warmup_iters, lr_decay_iters),
         dataset=DatasetConfig(
             kind=data_kind,
             data_paths=list(data_paths or []),
@@ -215,7 +254,7 @@ def finetune_config(
         logger=LoggerConfig(log_interval=1, tensorboard_dir=os.path.join(run_dir, "tb_logs")),
         # the finetuning recipes' DDP: no grad-reduce / param-gather overlap
         distributed=DistributedConfig(overlap_grad_reduce=False, overlap_param_gather=False),
-        mixed_precision=MixedPrecisionConfig(precision="bf16_mixed"),
+        mixed_precision=MixedPrecisionConfig(precision=precision),
         rng=RNGConfig(seed=5678),
         peft=peft if peft is not None else PeftConfig(),
     )

@@ -27,7 +27,16 @@ from recipes.performance import COMMON, MOE_KERNELS, TE_CROSS_ENTROPY, apply
 DEEPSEEK = {**COMMON, **MOE_KERNELS, **TE_CROSS_ENTROPY}
 # Megatron-Bridge's PP16 layout without virtual stages (MTP left out): 4 + 14 x 4 + 1 = 61 layers
 PP16_LAYOUT = "Et*4|(t*4|)*14tL"
-LARGE_RUN = dict(seq_length=4096, global_batch_size=4096, train_iters=1_000_000)
+# the run values Megatron-Bridge's DeepSeek / Kimi recipes set (not the shared base's 500 / 500 / 500)
+LARGE_RUN = dict(
+    seq_length=4096,
+    global_batch_size=4096,
+    train_iters=1_000_000,
+    micro_batch_size=1,
+    lr_warmup_iters=2000,
+    eval_interval=2000,
+    save_interval=2000,
+)
 
 
 def _pp16(

@@ -1,87 +1,62 @@
-"""Gemma 2 pretraining recipes (Megatron-Bridge's gemma2_*_pretrain_config layouts and batch sizes).
+"""Gemma 2 / Gemma 3 recipes, pretraining, full SFT and LoRA: Megatron-Bridge's H100 tables
+(recipes/gemma/h100/gemma2.py, gemma3.py), one row per published recipe, composed by recipes.composition.
 
-Megatron-Bridge's Gemma 2 recipes train 4096-token sequences, global batch 32 of micro batches of 2,
-for 300,000 iterations; the optimizer and schedule are the shared pretraining values (recipes.common).
-"""
+Gemma 2 pretraining is the base run (4096 tokens, global batch 32 of micro batches of 2, 300,000
+iterations, 500 warm-up); Gemma 3 1B pretrains 32K-token sequences with Llama 3's long run."""
 
 from __future__ import annotations
 
-from typing import Any
+from bridge.models.gemma2 import presets as gemma2
+from bridge.models.gemma3 import presets as gemma3
+from recipes.composition import Row, register
+from recipes.performance import GEMMA2
+from recipes.runs import LONG_PRETRAIN, SHORT_FINETUNE
 
-from bridge.config.container import ConfigContainer
-from bridge.models.gemma2.presets import gemma2_2b, gemma2_9b, gemma2_27b
-from recipes.common import RecipeInfo, pretrain_config
-from recipes.performance import GEMMA2, apply
-
-GEMMA2_RUN = dict(seq_length=4096, train_iters=300_000, global_batch_size=32, micro_batch_size=2)
-
-
-def _gemma2(model, **layout: Any) -> ConfigContainer:
-    return pretrain_config(model, **{**GEMMA2_RUN, **layout})
+GEMMA2_FINETUNE = {**SHORT_FINETUNE, "seq_length": 2048, "global_batch_size": 128}
+GEMMA3_FINETUNE = {**SHORT_FINETUNE, "seq_length": 4096, "global_batch_size": 32}
 
 
-def gemma2_2b_pretrain_config(
-    tensor_model_parallel_size: int = 2,
-    pipeline_model_parallel_size: int = 1,
-    virtual_pipeline_model_parallel_size: int | None = None,
-    context_parallel_size: int = 1,
-    sequence_parallel: bool = False,
-    **kwargs: Any,
-) -> ConfigContainer:
-    """Gemma 2 2B: TP2."""
-    return _gemma2(
-        apply(gemma2_2b(), GEMMA2),
-        tensor_model_parallel_size=tensor_model_parallel_size,
-        pipeline_model_parallel_size=pipeline_model_parallel_size,
-        virtual_pipeline_model_parallel_size=virtual_pipeline_model_parallel_size,
-        context_parallel_size=context_parallel_size,
-        sequence_parallel=sequence_parallel,
-        **kwargs,
+def _row(key: str, title: str, preset, kind: str, gpus: int, layout: dict, run: dict, **more) -> Row:
+    return Row(
+        name=f"{key}_{kind}_{gpus}gpu_h100_bf16_config",
+        family=key.split("_")[0],
+        kind=kind,
+        title=title,
+        preset=preset,
+        gpus=gpus,
+        layout=layout,
+        run=run,
+        settings=GEMMA2,
+        aliases=(f"{key}_{kind}_config",),
+        **more,
     )
 
 
-def gemma2_9b_pretrain_config(
-    tensor_model_parallel_size: int = 8,
-    pipeline_model_parallel_size: int = 1,
-    virtual_pipeline_model_parallel_size: int | None = None,
-    context_parallel_size: int = 1,
-    sequence_parallel: bool = False,
-    **kwargs: Any,
-) -> ConfigContainer:
-    """Gemma 2 9B: TP8."""
-    return _gemma2(
-        apply(gemma2_9b(), GEMMA2),
-        tensor_model_parallel_size=tensor_model_parallel_size,
-        pipeline_model_parallel_size=pipeline_model_parallel_size,
-        virtual_pipeline_model_parallel_size=virtual_pipeline_model_parallel_size,
-        context_parallel_size=context_parallel_size,
-        sequence_parallel=sequence_parallel,
-        **kwargs,
-    )
-
-
-def gemma2_27b_pretrain_config(
-    tensor_model_parallel_size: int = 8,
-    pipeline_model_parallel_size: int = 2,
-    virtual_pipeline_model_parallel_size: int | None = None,
-    context_parallel_size: int = 1,
-    sequence_parallel: bool = False,
-    **kwargs: Any,
-) -> ConfigContainer:
-    """Gemma 2 27B: TP8 PP2 (46 layers, 23 per stage)."""
-    return _gemma2(
-        apply(gemma2_27b(), GEMMA2),
-        tensor_model_parallel_size=tensor_model_parallel_size,
-        pipeline_model_parallel_size=pipeline_model_parallel_size,
-        virtual_pipeline_model_parallel_size=virtual_pipeline_model_parallel_size,
-        context_parallel_size=context_parallel_size,
-        sequence_parallel=sequence_parallel,
-        **kwargs,
-    )
-
-
-RECIPES = (
-    RecipeInfo("gemma2_2b_pretrain_config", "gemma", "Gemma 2 2B pretraining, TP2 (8 GPUs: DP4)", 8),
-    RecipeInfo("gemma2_9b_pretrain_config", "gemma", "Gemma 2 9B pretraining, TP8 (8 GPUs: DP1)", 8),
-    RecipeInfo("gemma2_27b_pretrain_config", "gemma", "Gemma 2 27B pretraining, TP8 PP2 (16 GPUs: DP1)", 16),
+ROWS = (
+    _row("gemma2_2b", "Gemma 2 2B", gemma2.gemma2_2b, "pretrain", 2, dict(tp=2), {}),
+    _row("gemma2_9b", "Gemma 2 9B", gemma2.gemma2_9b, "pretrain", 8, dict(tp=8), {}),
+    _row("gemma2_27b", "Gemma 2 27B", gemma2.gemma2_27b, "pretrain", 16, dict(tp=8, pp=2), {}),
+    _row("gemma2_2b", "Gemma 2 2B", gemma2.gemma2_2b, "sft", 1, {}, GEMMA2_FINETUNE),
+    _row("gemma2_9b", "Gemma 2 9B", gemma2.gemma2_9b, "sft", 4, dict(tp=4), GEMMA2_FINETUNE),
+    _row("gemma2_27b", "Gemma 2 27B", gemma2.gemma2_27b, "sft", 16, dict(tp=8, pp=2), GEMMA2_FINETUNE),
+    _row("gemma2_2b", "Gemma 2 2B", gemma2.gemma2_2b, "peft", 1, {}, GEMMA2_FINETUNE),
+    _row("gemma2_9b", "Gemma 2 9B", gemma2.gemma2_9b, "peft", 1, {}, GEMMA2_FINETUNE),
+    _row("gemma2_27b", "Gemma 2 27B", gemma2.gemma2_27b, "peft", 4, dict(tp=4), GEMMA2_FINETUNE),
+    _row(
+        "gemma3_1b", "Gemma 3 1B", gemma3.gemma3_1b, "pretrain", 1, {}, {**LONG_PRETRAIN, "seq_length": 32768}
+    ),
+    _row("gemma3_1b", "Gemma 3 1B", gemma3.gemma3_1b, "sft", 1, {}, GEMMA3_FINETUNE),
+    _row(
+        "gemma3_1b",
+        "Gemma 3 1B",
+        gemma3.gemma3_1b,
+        "peft",
+        1,
+        {},
+        GEMMA3_FINETUNE,
+        peft=dict(dim=8, alpha=16.0),
+    ),
 )
+
+RECIPES, _functions = register(ROWS, __name__)
+globals().update(_functions)

@@ -1,70 +1,57 @@
-"""Llama 3.1 / 3.2 finetuning recipes: full SFT and PEFT (Megatron-Bridge's H100 finetuning layouts)."""
+"""Llama 3 / 3.1 / 3.2 finetuning recipes, full SFT and LoRA: Megatron-Bridge's H100 table
+(recipes/llama/h100/llama3.py), one row per published recipe, composed by recipes.composition.
+
+All train 4096-token packed rows, global batch 8, 1000 iterations (the finetuning base)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from bridge.config.container import ConfigContainer
 from bridge.models.llama import presets
-from recipes.common import RecipeInfo, finetune_config, lora
-from recipes.performance import LLAMA, apply
+from recipes.composition import Row, register
+from recipes.performance import LLAMA
 
-LLAMA_SEQ_LENGTH = 4096
+MODELS = {
+    "llama32_1b": ("Llama 3.2 1B", presets.llama32_1b),
+    "llama32_3b": ("Llama 3.2 3B", presets.llama32_3b),
+    "llama3_8b": ("Llama 3 8B", presets.llama3_8b),
+    "llama31_8b": ("Llama 3.1 8B", presets.llama31_8b),
+    "llama3_70b": ("Llama 3 70B", presets.llama3_70b),
+    "llama31_70b": ("Llama 3.1 70B", presets.llama31_70b),
+}
 
 
-def llama32_1b_sft_config(tensor_model_parallel_size: int = 1, **kwargs: Any) -> ConfigContainer:
-    """Llama 3.2 1B full SFT: TP1, 4096-token packed rows, lr 5e-6. Other kwargs: recipes.common."""
-    kwargs.setdefault("seq_length", LLAMA_SEQ_LENGTH)
-    return finetune_config(
-        apply(presets.llama32_1b(), LLAMA), tensor_model_parallel_size=tensor_model_parallel_size, **kwargs
+def _row(key: str, kind: str, gpus: int, layout: dict, run: dict | None = None, **more) -> Row:
+    title, preset = MODELS[key]
+    return Row(
+        name=f"{key}_{kind}_{gpus}gpu_h100_bf16_config",
+        family="llama",
+        kind=kind,
+        title=title,
+        preset=preset,
+        gpus=gpus,
+        layout=layout,
+        run={"seq_length": 4096, **(run or {})},
+        settings=LLAMA,
+        aliases=(f"{key}_{kind}_config",),
+        **more,
     )
 
 
-def llama32_1b_peft_config(
-    tensor_model_parallel_size: int = 1, peft_scheme: str = "lora", **kwargs: Any
-) -> ConfigContainer:
-    """Llama 3.2 1B LoRA (or peft_scheme="dora"): dim 32, alpha 32 on all four linear layers, lr 1e-4."""
-    kwargs.setdefault("seq_length", LLAMA_SEQ_LENGTH)
-    return finetune_config(
-        apply(presets.llama32_1b(), LLAMA),
-        tensor_model_parallel_size=tensor_model_parallel_size,
-        peft=lora(peft_scheme),
-        **kwargs,
-    )
+# Llama 3.1 405B SFT (TP8 PP16) / LoRA (TP4 PP8 VPP8): not yet, see recipes/llama.py
 
-
-def llama31_8b_sft_config(tensor_model_parallel_size: int = 2, **kwargs: Any) -> ConfigContainer:
-    """Llama 3.1 8B full SFT: TP2 (2 GPUs), 4096-token packed rows, lr 5e-6."""
-    kwargs.setdefault("seq_length", LLAMA_SEQ_LENGTH)
-    return finetune_config(
-        apply(presets.llama31_8b(), LLAMA), tensor_model_parallel_size=tensor_model_parallel_size, **kwargs
-    )
-
-
-def llama31_8b_peft_config(
-    tensor_model_parallel_size: int = 1, peft_scheme: str = "lora", **kwargs: Any
-) -> ConfigContainer:
-    """Llama 3.1 8B LoRA: dim 8, alpha 16 on all four linear layers, TP1 (1 GPU), lr 1e-4."""
-    kwargs.setdefault("seq_length", LLAMA_SEQ_LENGTH)
-    return finetune_config(
-        apply(presets.llama31_8b(), LLAMA),
-        tensor_model_parallel_size=tensor_model_parallel_size,
-        peft=lora(peft_scheme, dim=8, alpha=16.0),
-        **kwargs,
-    )
-
-
-RECIPES = (
-    RecipeInfo(
-        "llama32_1b_sft_config", "llama_finetune", "Llama 3.2 1B full SFT, TP1 (1 GPU)", 1, "finetune"
-    ),
-    RecipeInfo(
-        "llama32_1b_peft_config", "llama_finetune", "Llama 3.2 1B LoRA dim 32, TP1 (1 GPU)", 1, "finetune"
-    ),
-    RecipeInfo(
-        "llama31_8b_sft_config", "llama_finetune", "Llama 3.1 8B full SFT, TP2 (2 GPUs)", 2, "finetune"
-    ),
-    RecipeInfo(
-        "llama31_8b_peft_config", "llama_finetune", "Llama 3.1 8B LoRA dim 8, TP1 (1 GPU)", 1, "finetune"
-    ),
+ROWS = (
+    _row("llama32_1b", "sft", 1, {}),
+    _row("llama32_3b", "sft", 1, {}),
+    _row("llama3_8b", "sft", 2, dict(tp=2)),
+    _row("llama31_8b", "sft", 2, dict(tp=2)),
+    _row("llama3_70b", "sft", 32, dict(tp=8, pp=4)),
+    _row("llama31_70b", "sft", 32, dict(tp=8, pp=4)),
+    _row("llama32_1b", "peft", 1, {}),
+    _row("llama32_3b", "peft", 1, {}),
+    _row("llama3_8b", "peft", 1, {}, peft=dict(dim=8, alpha=16.0)),
+    _row("llama31_8b", "peft", 1, {}, peft=dict(dim=8, alpha=16.0)),
+    _row("llama3_70b", "peft", 8, dict(tp=8), peft=dict(dim=16, alpha=32.0)),
+    _row("llama31_70b", "peft", 8, dict(tp=8), peft=dict(dim=16, alpha=32.0)),
 )
+
+RECIPES, _functions = register(ROWS, __name__)
+globals().update(_functions)

@@ -112,9 +112,9 @@ def resolve_model(name: str) -> tuple[ModelShape, dict]:
                 f"--model {name!r}: cannot read {path} ({err.strerror}). Fix: check the path."
             ) from None
         return shape_from_hf_config(cfg, str(path)), _hf_defaults(cfg)
-    from recipes import RECIPES, get_recipe  # lazily: bridge never imports recipes at module level
+    from recipes import ALIASES, RECIPES, get_recipe  # lazily: bridge never imports recipes at module level
 
-    if name in RECIPES:
+    if name in RECIPES or name in ALIASES:
         cfg = get_recipe(name)()
         defaults = {
             "seq_length": getattr(cfg.model, "seq_length", None),
@@ -130,7 +130,7 @@ def resolve_model(name: str) -> tuple[ModelShape, dict]:
         # plan for --seq-length, else 4096, as for a config.json
         return replace(factory().model_shape(), seq_length=None), {}
     preset_names = sorted(preset_families())
-    close = difflib.get_close_matches(name, [*RECIPES, *preset_names], n=3)
+    close = difflib.get_close_matches(name, [*RECIPES, *ALIASES, *preset_names], n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise ConfigError(
         f"--model {name!r}: not a recipe, a preset or a config.json. Fix: {hint}"

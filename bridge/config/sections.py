@@ -102,6 +102,12 @@ class SchedulerConfig:
     lr_decay_iters: int | None = None  # None = train.train_iters
     # on resume, take the lr settings from this config rather than from the checkpoint
     override_opt_param_scheduler: bool = True
+    # Megatron-Core's OptimizerParamScheduler sets the weight decay every step (get_wd): from
+    # start_weight_decay to end_weight_decay over the run, constant | linear | cosine. None: both follow
+    # optimizer.weight_decay (constant). Megatron-Bridge's recipes use 0.033 / 0.033 / constant.
+    start_weight_decay: float | None = None
+    end_weight_decay: float | None = None
+    weight_decay_incr_style: str = "constant"
 
 
 @dataclass

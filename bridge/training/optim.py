@@ -181,6 +181,8 @@ def build_scheduler(optimizer, opt_cfg: OptimizerConfig, sched_cfg: SchedulerCon
 
     override = sched_cfg.override_opt_param_scheduler
     wd = float(opt_cfg.weight_decay)
+    start_wd = wd if sched_cfg.start_weight_decay is None else float(sched_cfg.start_weight_decay)
+    end_wd = wd if sched_cfg.end_weight_decay is None else float(sched_cfg.end_weight_decay)
     return OptimizerParamScheduler(
         optimizer,
         init_lr=float(sched_cfg.lr_warmup_init),
@@ -189,10 +191,10 @@ def build_scheduler(optimizer, opt_cfg: OptimizerConfig, sched_cfg: SchedulerCon
         lr_warmup_steps=schedule.warmup_samples,
         lr_decay_steps=schedule.decay_samples,
         lr_decay_style=sched_cfg.lr_decay_style,
-        start_wd=wd,
-        end_wd=wd,
+        start_wd=start_wd,
+        end_wd=end_wd,
         wd_incr_steps=schedule.total_samples,
-        wd_incr_style="constant",
+        wd_incr_style=sched_cfg.weight_decay_incr_style,
         use_checkpoint_opt_param_scheduler=not override,
         override_opt_param_scheduler=override,
     )

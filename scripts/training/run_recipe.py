@@ -37,7 +37,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(Hydra grammar: +key=value adds, ~key deletes).",
     )
     parser.add_argument("--recipe", help="recipe name (see --list-recipes)")
-    parser.add_argument("--list-recipes", action="store_true", help="print the recipes and exit")
+    parser.add_argument(
+        "--list-recipes",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="FILTER",
+        help="print the recipes grouped by family and kind and exit; FILTER keeps those whose family, kind "
+        "(pretrain / sft / peft), name or alias contains it (e.g. --list-recipes qwen3)",
+    )
     parser.add_argument(
         "--config-file", help="YAML merged before the overrides (own shape or AutoModel form)"
     )
@@ -59,7 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.train_iters=10")
     args = parser.parse_args(argv)
-    if not args.list_recipes and not args.recipe:
+    if args.list_recipes is None and not args.recipe:
         parser.error("--recipe is required (or --list-recipes)")
     return args
 
@@ -79,13 +87,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from recipes import get_recipe, list_recipes, recipe_info
+    from recipes import get_recipe, recipe_info
 
-    if args.list_recipes:
-        rows = list_recipes()
-        width = max(len(name) for name, _ in rows)
-        for name, description in rows:
-            print(f"{name:<{width}}  {description}")
+    if args.list_recipes is not None:
+        from recipes import RECIPES
+        from recipes.listing import list_lines
+
+        lines = list_lines(RECIPES.values(), args.list_recipes)
+        if not lines:
+            raise ConfigError(
+                f"--list-recipes {args.list_recipes!r}: no recipe matches. Fix: see --list-recipes."
+            )
+        print("\n".join(lines))
         return 0
 
     from bridge.config.compose import compose
@@ -108,12 +121,22 @@ def run(argv: list[str] | None = None) -> int:
 
     if args.dry_run:
         cuda = None if args.device is None else args.device == "cuda"
-        plan = cfg.validate(world_size, cuda=cuda)
-        if finetuning:  # what finetune() checks before it starts, in the same words
+        pending: list[str] = []
+        if finetuning:  # inputs still to give are warnings: the plan stands mock data in for them
+            from recipes.dry_run import missing_inputs, with_stand_ins
+
+            pending = missing_inputs(cfg)
+        plan = (
+            cfg.validate(world_size, cuda=cuda)
+            if not pending
+            else with_stand_ins(cfg).validate(world_size, cuda=cuda)
+        )
+        if finetuning and not pending:  # what finetune() checks before it starts, in the same words
             from bridge.config.finetune_rules import check_finetune_start
 
             check_finetune_start(plan.config)
-        print(plan.config.to_yaml(), end="")
+        warnings = [*warnings, *(f"still needed: {line}" for line in pending)]
+        print((cfg if pending else plan.config).to_yaml(), end="")
         print("# plan (comments: this output loads back with --config-file)")
         for line in [*(f"warning: {w}" for w in warnings), *plan.summary_lines()]:
             print(f"# {line}")

@@ -72,6 +72,77 @@ PUBLISHED = {
         hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
         num_key_value_heads=4, vocab_size=152064, max_position_embeddings=131072, rms_norm_eps=1e-6,
         rope_theta=1000000.0, tie_word_embeddings=False)),
+    "qwen2_500m": ("Qwen2Config", dict(  # Qwen/Qwen2-0.5B
+        hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+        num_key_value_heads=2, vocab_size=151936, max_position_embeddings=131072, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, tie_word_embeddings=True)),
+    "qwen2_1p5b": ("Qwen2Config", dict(  # Qwen/Qwen2-1.5B
+        hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+        num_key_value_heads=2, vocab_size=151936, max_position_embeddings=131072, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, tie_word_embeddings=True)),
+    "qwen2_7b": ("Qwen2Config", dict(  # Qwen/Qwen2-7B
+        hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+        num_key_value_heads=4, vocab_size=152064, max_position_embeddings=131072, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, tie_word_embeddings=False)),
+    "qwen2_72b": ("Qwen2Config", dict(  # Qwen/Qwen2-72B
+        hidden_size=8192, intermediate_size=29568, num_hidden_layers=80, num_attention_heads=64,
+        num_key_value_heads=8, vocab_size=152064, max_position_embeddings=32768, rms_norm_eps=1e-5,
+        rope_theta=1000000.0, tie_word_embeddings=False)),
+    "qwen25_500m": ("Qwen2Config", dict(  # Qwen/Qwen2.5-0.5B
+        hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+        num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, tie_word_embeddings=True)),
+    "qwen25_1p5b": ("Qwen2Config", dict(  # Qwen/Qwen2.5-1.5B
+        hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+        num_key_value_heads=2, vocab_size=151936, max_position_embeddings=131072, rms_norm_eps=1e-6,
+        rope_theta=1000000.0, tie_word_embeddings=True)),
+    "qwen25_14b": ("Qwen2Config", dict(  # Qwen/Qwen2.5-14B
+        hidden_size=5120, intermediate_size=13824, num_hidden_layers=48, num_attention_heads=40,
+        num_key_value_heads=8, vocab_size=152064, max_position_embeddings=131072, rms_norm_eps=1e-5,
+        rope_theta=1000000.0, tie_word_embeddings=False)),
+    "qwen25_32b": ("Qwen2Config", dict(  # Qwen/Qwen2.5-32B
+        hidden_size=5120, intermediate_size=27648, num_hidden_layers=64, num_attention_heads=40,
+        num_key_value_heads=8, vocab_size=152064, max_position_embeddings=131072, rms_norm_eps=1e-5,
+        rope_theta=1000000.0, tie_word_embeddings=False)),
+    "qwen25_72b": ("Qwen2Config", dict(  # Qwen/Qwen2.5-72B
+        hidden_size=8192, intermediate_size=29568, num_hidden_layers=80, num_attention_heads=64,
+        num_key_value_heads=8, vocab_size=152064, max_position_embeddings=131072, rms_norm_eps=1e-5,
+        rope_theta=1000000.0, tie_word_embeddings=False)),
+    "qwen3_600m": ("Qwen3Config", dict(  # Qwen/Qwen3-0.6B
+        hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+        num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True)),
+    "qwen3_1p7b": ("Qwen3Config", dict(  # Qwen/Qwen3-1.7B
+        hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
+        num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True)),
+    "qwen3_4b": ("Qwen3Config", dict(  # Qwen/Qwen3-4B
+        hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True)),
+    "qwen3_14b": ("Qwen3Config", dict(  # Qwen/Qwen3-14B
+        hidden_size=5120, intermediate_size=17408, num_hidden_layers=40, num_attention_heads=40,
+        num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False)),
+    "qwen3_32b": ("Qwen3Config", dict(  # Qwen/Qwen3-32B
+        hidden_size=5120, intermediate_size=25600, num_hidden_layers=64, num_attention_heads=64,
+        num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False)),
+    "qwen3_235b_a22b": ("Qwen3MoeConfig", dict(  # Qwen/Qwen3-235B-A22B
+        hidden_size=4096, intermediate_size=12288, moe_intermediate_size=1536, num_experts=128,
+        num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+        num_hidden_layers=94, num_attention_heads=64, num_key_value_heads=4, head_dim=128,
+        vocab_size=151936, max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0,
+        router_aux_loss_coef=0.001, tie_word_embeddings=False)),
+    "llama3_70b": ("LlamaConfig", dict(  # meta-llama/Meta-Llama-3-70B
+        hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rms_norm_eps=1e-5,
+        rope_theta=500000.0, tie_word_embeddings=False)),
+    "llama31_405b": ("LlamaConfig", dict(  # meta-llama/Llama-3.1-405B
+        hidden_size=16384, intermediate_size=53248, num_hidden_layers=126, num_attention_heads=128,
+        num_key_value_heads=8, vocab_size=128256, max_position_embeddings=131072, rms_norm_eps=1e-5,
+        rope_theta=500000.0, tie_word_embeddings=False,
+        rope_scaling={**_LLAMA3_ROPE, "factor": 8.0, "original_max_position_embeddings": 8192})),
     "qwen3_8b": ("Qwen3Config", dict(  # Qwen/Qwen3-8B
         hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
         num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
@@ -298,16 +369,21 @@ CONVERTED_FIELDS = (
 # Presets whose config.json names its experts otherwise (n_routed_experts, moe_num_experts) and routes
 # by sigmoid + bias: checked against the provider their published config converts to (above) instead.
 OWN_EXPERT_KEYS = {"glm45", "glm46", "glm45_air", "minimax_m2", "ernie45_21b_a3b", "ernie45_300b_a47b"}
-QKV_BIAS = {"qwen25_7b", "qwen15_moe_a27b", "qwen2_57b_a14b"}
+QKV_BIAS = {
+    *("qwen2_500m", "qwen2_1p5b", "qwen2_7b", "qwen2_72b"),
+    *("qwen25_500m", "qwen25_1p5b", "qwen25_7b", "qwen25_14b", "qwen25_32b", "qwen25_72b"),
+    *("qwen15_moe_a27b", "qwen2_57b_a14b"),
+}
 DEEPSEEK = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3", "kimi_k2"}
 # Biased linears, attention sinks and YaRN: checked field by field against the provider the published
 # config converts to (CONVERTED_FIELDS), not by the generic asserts below.
 GPT_OSS = {"gpt_oss_20b", "gpt_oss_120b"}
-# Megatron-Core builds 9600 / 14848 expert MLP modules for these (10-20 s on the meta device): their
-# count is the planner's formula, which equals the meta-device GPTModel on deepseek_v2_lite below.
+# Megatron-Core builds 9600 / 14848 / 12032 expert MLP modules for these (10-20 s on the meta device), and
+# 126 layers of 16384 for the 405B: their count is the planner's formula, which equals the meta-device
+# GPTModel on deepseek_v2_lite below (and every other preset's built model equals Hugging Face's).
 COUNTED_BY_FORMULA = {
     "deepseek_v2", "deepseek_v3", "kimi_k2", "glm45", "glm46", "glm45_air", "minimax_m2", "ernie45_21b_a3b",
-    "ernie45_300b_a47b",
+    "ernie45_300b_a47b", "qwen3_235b_a22b", "llama31_405b",
 }  # fmt: skip
 # Megatron-Core allocates the attention sinks on the current device, never the meta one (0.16.1 and
 # 0.19.2): GPT-OSS is counted by the formula, which equals the built model below.

@@ -9,7 +9,7 @@ import pytest
 from bridge.config.compose import compose
 from bridge.config.container import ConfigContainer
 from bridge.errors import ConfigError
-from recipes import RECIPES, get_recipe, list_recipes
+from recipes import ALIASES, RECIPES, get_recipe, list_recipes, recipe_info
 
 # name -> (tp, pp, vpp, cp, ep, sp, model preset values checked: layers, hidden, experts, topk)
 PUBLISHED_LAYOUTS = {
@@ -24,18 +24,26 @@ PUBLISHED_LAYOUTS = {
     "gemma2_9b_pretrain_config": (8, 1, None, 1, 1, False, 42, 3584, None, None),
     "gemma2_27b_pretrain_config": (8, 2, None, 1, 1, False, 46, 4608, None, None),
 }
-# name -> (seq_length, global batch, micro batch, train_iters) where a recipe publishes its own run
+# name -> (seq_length, global batch, micro batch, train_iters, warmup) where a recipe runs Megatron-Bridge's
+# pretraining base (_pretrain_common) rather than Llama 3's long run
 PUBLISHED_RUNS = {
-    name: (4096, 32, 2, 300_000)
-    for name in ("gemma2_2b_pretrain_config", "gemma2_9b_pretrain_config", "gemma2_27b_pretrain_config")
+    name: (4096, 32, 2, 300_000, 500)
+    for name in (
+        "gemma2_2b_pretrain_config",
+        "gemma2_9b_pretrain_config",
+        "gemma2_27b_pretrain_config",
+        "qwen3_8b_pretrain_config",
+        "qwen3_30b_a3b_pretrain_config",
+    )
 }
 
 
 def test_registry_lists_every_recipe_with_a_description():
     names = [name for name, _ in list_recipes()]
-    # finetuning: test_finetune_recipes.py; recipes/deepseek.py: test_deepseek_recipes.py
-    pretraining = [n for n in names if RECIPES[n].entry == "pretrain" and RECIPES[n].module != "deepseek"]
-    assert sorted(pretraining) == sorted(PUBLISHED_LAYOUTS) and len(set(names)) == len(names)
+    pretraining = {n for n in names if RECIPES[n].entry == "pretrain"}  # finetuning: test_finetune_recipes.py
+    # bridge's earlier names answer as aliases of Megatron-Bridge's canonical names
+    assert {recipe_info(n).name for n in PUBLISHED_LAYOUTS} <= pretraining and len(set(names)) == len(names)
+    assert not set(ALIASES) & set(RECIPES)
     assert {RECIPES[n].entry for n in names} == {"pretrain", "finetune"}
     assert all(description for _, description in list_recipes())
 
@@ -49,7 +57,7 @@ def test_unknown_recipe_suggests_close_names():
 def test_recipe_validates_at_its_default_world_size_with_published_values(name):
     cfg = get_recipe(name)()
     assert isinstance(cfg, ConfigContainer)
-    world = RECIPES[name].default_world_size
+    world = recipe_info(name).default_world_size
     plan = cfg.validate(world, cuda=True)
     assert plan.warnings == ()
     layout = plan.layout
@@ -70,7 +78,7 @@ def test_recipe_validates_at_its_default_world_size_with_published_values(name):
         assert m.moe_router_topk == topk
 
     # published pretraining values (issue 3)
-    seq, gbs, mbs, iters = PUBLISHED_RUNS.get(name, (8192, 512, 1, 1_168_251))
+    seq, gbs, mbs, iters, warmup = PUBLISHED_RUNS.get(name, (8192, 512, 1, 1_168_251, 2000))
     assert m.seq_length == seq and plan.config.dataset.seq_length == seq and plan.data.seq_length == seq
     assert (cfg.train.global_batch_size, cfg.train.micro_batch_size, cfg.train.train_iters) == (
         gbs,
@@ -87,9 +95,11 @@ def test_recipe_validates_at_its_default_world_size_with_published_values(name):
         0.95,
         1.0,
     )
-    assert o.use_distributed_optimizer is True
+    assert o.use_distributed_optimizer is True and o.adam_eps == 1e-8  # Megatron-Bridge #2184
     s = cfg.scheduler
-    assert (s.lr_decay_style, s.lr_warmup_iters, s.lr_decay_iters) == ("cosine", 2000, None)
+    assert (s.lr_decay_style, s.lr_warmup_iters, s.lr_decay_iters) == ("cosine", warmup, None)
+    # the weight decay that trains: the scheduler's constant 0.033 (Megatron-Core's get_wd every step)
+    assert (s.start_weight_decay, s.end_weight_decay, s.weight_decay_incr_style) == (0.033, 0.033, "constant")
     assert cfg.mixed_precision.precision == "bf16_mixed"
     assert cfg.checkpoint.ckpt_format == "torch_dist"
     assert cfg.dataset.kind == "mock" and cfg.dataset.data_paths == []

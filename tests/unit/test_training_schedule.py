@@ -83,6 +83,35 @@ def test_linear_and_constant_schedules():
     assert opt.param_groups[0]["lr"] == pytest.approx(1.0)
 
 
+def test_scheduler_weight_decay_overrides_the_optimizers_every_step():
+    """Megatron-Bridge's recipes keep optimizer.weight_decay 0.1 and train with the scheduler's constant
+    0.033: Megatron-Core's OptimizerParamScheduler writes get_wd() into every group at each step."""
+    opt_cfg = OptimizerConfig(lr=1.0, min_lr=0.0, weight_decay=0.1)
+    fixed = SchedulerConfig(lr_warmup_iters=0, start_weight_decay=0.033, end_weight_decay=0.033)
+    opt = _Opt()
+    sched = scheduler(opt, opt_cfg, fixed, train_iters=4, global_batch_size=2)
+    sched.step(increment=2)
+    assert sched.get_wd() == pytest.approx(0.033)
+    assert opt.param_groups[0]["weight_decay"] == pytest.approx(0.033)
+    assert opt.param_groups[1]["weight_decay"] == 0.0
+    # linear from start to end over the run's samples (Megatron-Core's wd_incr_style)
+    ramp = SchedulerConfig(
+        lr_warmup_iters=0, start_weight_decay=0.0, end_weight_decay=0.1, weight_decay_incr_style="linear"
+    )
+    opt = _Opt()
+    sched = scheduler(opt, opt_cfg, ramp, train_iters=4, global_batch_size=2)
+    sched.step(increment=4)
+    assert opt.param_groups[0]["weight_decay"] == pytest.approx(0.05)
+    # unset: both follow optimizer.weight_decay, as before
+    opt = _Opt()
+    scheduler(opt, opt_cfg, SchedulerConfig(lr_warmup_iters=0), train_iters=4, global_batch_size=2).step(2)
+    assert opt.param_groups[0]["weight_decay"] == pytest.approx(0.1)
+    with pytest.raises(ConfigError, match="scheduler.start_weight_decay = 0.2"):
+        plan_for(opt_cfg, SchedulerConfig(lr_warmup_iters=0, start_weight_decay=0.2, end_weight_decay=0.1))
+    with pytest.raises(ConfigError, match="scheduler.weight_decay_incr_style"):
+        plan_for(opt_cfg, SchedulerConfig(lr_warmup_iters=0, weight_decay_incr_style="step"))
+
+
 def test_warmup_longer_than_decay_is_a_config_error():
     with pytest.raises(ConfigError, match="scheduler.lr_warmup_iters = 2000"):
         plan_for(sched_cfg=SchedulerConfig(lr_warmup_iters=2000), train_iters=3, global_batch_size=8)

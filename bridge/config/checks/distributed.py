@@ -26,7 +26,9 @@ def check_distributed(cfg: ConfigContainer, layout: ParallelLayout, running: fro
             "leave distributed.dp_size unset (null), or change the world size or the model-parallel sizes",
         )
     warnings += check_pipeline(cfg, layout, running)
-    if d.activation_checkpointing and m.recompute_granularity is not None:
+    # activation_checkpointing is full, uniform, one layer at a time: model fields saying the same agree
+    same = (m.recompute_granularity, m.recompute_method, m.recompute_num_layers) == ("full", "uniform", 1)
+    if d.activation_checkpointing and m.recompute_granularity is not None and not same:
         raise config_error(
             "distributed.activation_checkpointing",
             True,

@@ -79,6 +79,17 @@ def check_scheduler(cfg: ConfigContainer) -> None:
             "(Megatron-Core's scheduler needs warmup < decay)",
             f"set scheduler.lr_warmup_iters < {decay} (e.g. scheduler.lr_warmup_iters=0 for short runs)",
         )
+    one_of("scheduler.weight_decay_incr_style", s.weight_decay_incr_style, ("constant", "linear", "cosine"))
+    wd = cfg.optimizer.weight_decay
+    start = wd if s.start_weight_decay is None else s.start_weight_decay
+    end = wd if s.end_weight_decay is None else s.end_weight_decay
+    if not 0 <= start <= end:  # Megatron-Core's OptimizerParamScheduler asserts 0 <= start_wd <= end_wd
+        raise config_error(
+            "scheduler.start_weight_decay",
+            start,
+            f"must be between 0 and scheduler.end_weight_decay ({end}); null follows optimizer.weight_decay",
+            "set 0 <= scheduler.start_weight_decay <= scheduler.end_weight_decay",
+        )
     if not 0 <= s.lr_warmup_init <= cfg.optimizer.lr:
         raise config_error(
             "scheduler.lr_warmup_init",

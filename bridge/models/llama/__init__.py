@@ -1,5 +1,23 @@
 """llama family: provider presets (mapping.py, the HF mapping table, belongs to the conversion layer)."""
 
-from bridge.models.llama.presets import llama2_7b, llama3_8b, llama31_8b, llama31_70b, llama32_1b, llama32_3b
+from bridge.models.llama.presets import (
+    llama2_7b,
+    llama3_8b,
+    llama3_70b,
+    llama31_8b,
+    llama31_70b,
+    llama31_405b,
+    llama32_1b,
+    llama32_3b,
+)
 
-__all__ = ["llama2_7b", "llama3_8b", "llama31_8b", "llama31_70b", "llama32_1b", "llama32_3b"]
+__all__ = [
+    "llama2_7b",
+    "llama3_8b",
+    "llama3_70b",
+    "llama31_8b",
+    "llama31_70b",
+    "llama31_405b",
+    "llama32_1b",
+    "llama32_3b",
+]

@@ -133,3 +133,35 @@ def llama32_3b() -> GPTModelProvider:
         share_embeddings_and_output_weights=True,
         **_LLAMA3_ROPE,
     )
+
+
+def llama3_70b() -> GPTModelProvider:
+    """meta-llama/Meta-Llama-3-70B."""
+    return llama_style_provider(
+        num_layers=80,
+        hidden_size=8192,
+        ffn_hidden_size=28672,
+        num_attention_heads=64,
+        num_query_groups=8,
+        vocab_size=128256,
+        seq_length=8192,
+        layernorm_epsilon=1e-5,
+        rotary_base=500000,
+    )
+
+
+def llama31_405b() -> GPTModelProvider:
+    """meta-llama/Llama-3.1-405B."""
+    return llama_style_provider(
+        num_layers=126,
+        hidden_size=16384,
+        ffn_hidden_size=53248,
+        num_attention_heads=128,
+        num_query_groups=8,
+        vocab_size=128256,
+        seq_length=131072,
+        layernorm_epsilon=1e-5,
+        rotary_base=500000,
+        rope_scaling_factor=8.0,
+        **_LLAMA3_ROPE,
+    )

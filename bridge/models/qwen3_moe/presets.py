@@ -27,3 +27,14 @@ def qwen3_30b_a3b() -> GPTModelProvider:
         moe_aux_loss_coeff=0.001,
         moe_token_dispatcher_type="alltoall",
     )
+
+
+def qwen3_235b_a22b() -> GPTModelProvider:
+    """Qwen/Qwen3-235B-A22B: 128 experts, 8 per token, every layer sparse, q/k RMSNorm."""
+    model = qwen3_30b_a3b()
+    for name, value in dict(
+        num_layers=94, hidden_size=4096, ffn_hidden_size=12288, num_attention_heads=64, num_query_groups=4,
+        moe_ffn_hidden_size=1536,
+    ).items():  # fmt: skip
+        setattr(model, name, value)
+    return model

@@ -72,6 +72,9 @@ def overrides(workdir: str, family: str) -> list[str]:
         f"optimizer.lr={LR}",
         f"optimizer.min_lr={MIN_LR}",
         f"optimizer.weight_decay={WEIGHT_DECAY}",
+        # the recipes' scheduler sets the decay every step (Megatron-Bridge's 0.033): train at WEIGHT_DECAY
+        f"scheduler.start_weight_decay={WEIGHT_DECAY}",
+        f"scheduler.end_weight_decay={WEIGHT_DECAY}",
         f"optimizer.clip_grad={CLIP}",
         f"optimizer.adam_beta1={BETAS[0]}",
         f"optimizer.adam_beta2={BETAS[1]}",

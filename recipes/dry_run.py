@@ -1,0 +1,70 @@
+"""Dry runs of finetuning recipes before their inputs exist.
+
+A finetuning recipe names no data files, tokenizer or starting checkpoint (they are the user's); its dry
+run still plans the layout, batches, schedule and memory by standing mock data and a NullTokenizer in for
+what is missing, and says, as warnings, what the run still needs. A run never uses the stand-ins: it
+refuses until the inputs are given (bridge.config validation, bridge.config.finetune_rules).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+from bridge.config.container import ConfigContainer
+from bridge.config.finetune_rules import SFT_KINDS
+
+
+def _empty_checkpoint() -> str:
+    """An empty torch_dist-shaped folder (tracker at iteration 0), removed at exit: what a PEFT plan names
+    as its frozen weights until the user gives them (planning reads the tracker, never weights)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="pending_pretrained_checkpoint_")
+    with open(os.path.join(path, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write("0")
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def missing_inputs(cfg: ConfigContainer) -> list[str]:
+    """What a finetuning run of `cfg` still needs, one line each (empty when nothing is missing)."""
+    needed = []
+    if cfg.dataset.kind in SFT_KINDS and not cfg.dataset.data_paths:
+        needed.append(
+            f"dataset.data_paths: the run needs {cfg.dataset.kind} data files (.jsonl / .json / .parquet; "
+            "docs/finetuning.md); this plan stands mock data in for them"
+        )
+    t = cfg.tokenizer
+    if t.tokenizer_type == "HuggingFaceTokenizer" and not t.tokenizer_model:
+        if not cfg.checkpoint.pretrained_checkpoint:  # a Hugging Face start brings its tokenizer
+            needed.append(
+                "tokenizer.tokenizer_model: the run needs a Hugging Face tokenizer folder (or a Hugging Face "
+                "checkpoint.pretrained_checkpoint, whose tokenizer it takes); this plan stands a NullTokenizer in"
+            )
+    c = cfg.checkpoint
+    if not (c.pretrained_checkpoint or c.load):
+        needed.append(
+            "checkpoint.pretrained_checkpoint: the run starts from trained weights (a Hugging Face folder or a "
+            "torch_dist checkpoint)"
+        )
+    return needed
+
+
+def with_stand_ins(cfg: ConfigContainer) -> ConfigContainer:
+    """A copy of `cfg` whose missing data and tokenizer are mock data and a NullTokenizer, and whose missing
+    PEFT starting checkpoint is an empty stand-in folder (for planning only)."""
+    cfg = copy.deepcopy(cfg)
+    if cfg.dataset.kind in SFT_KINDS and not cfg.dataset.data_paths:
+        cfg.dataset.kind = "mock"
+        cfg.dataset.packed_sequence_size = 0
+        cfg.dataset.pad_seq_to_mult = None
+    c = cfg.checkpoint
+    if cfg.peft.scheme is not None and not (c.pretrained_checkpoint or c.load):
+        c.pretrained_checkpoint = _empty_checkpoint()  # adapters need frozen weights: named, never read
+    t = cfg.tokenizer
+    if t.tokenizer_type == "HuggingFaceTokenizer" and not t.tokenizer_model and cfg.dataset.kind == "mock":
+        t.tokenizer_type, t.tokenizer_model, t.vocab_size = "NullTokenizer", None, None
+    return cfg
