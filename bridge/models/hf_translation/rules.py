@@ -9,6 +9,9 @@ data
                     with these; transformers is imported only for a model type missing from every family)
   OWN_ACTIVATION    True: the family reads its activation itself (the generic silu check is skipped)
   ROPE_TYPE_NOTES   {rope_type: (why, fix)}: what the generic RoPE refusal adds for those rope types
+  NORM_EPS_KEY      the config key of the norms' epsilon, read and written (default "rms_norm_eps")
+  PARTIAL_ROTARY_DEFAULT  the share of each head RoPE rotates when the config names no
+                    partial_rotary_factor (the config class's default; 1.0 unless declared)
 functions (cfg: a config.json dict or a PretrainedConfig; p: a GPTModelProvider)
   check(cfg)              extra refusals, before anything is read
   rope_fields(cfg)        replaces the generic RoPE translation (one RoPE for every layer)
@@ -41,6 +44,8 @@ class FamilyRules:
     class_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     own_activation: bool = False
     rope_type_notes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    norm_eps_key: str = "rms_norm_eps"
+    partial_rotary_default: float = 1.0
     check: Callable[[Any], None] | None = None
     rope_fields: Callable[[Any], Fields] | None = None
     provider_fields: Callable[[Any], Fields] | None = None
@@ -69,6 +74,8 @@ class FamilyRules:
             class_defaults=dict(getattr(module, "CLASS_DEFAULTS", {})),
             own_activation=bool(getattr(module, "OWN_ACTIVATION", False)),
             rope_type_notes=dict(getattr(module, "ROPE_TYPE_NOTES", {})),
+            norm_eps_key=str(getattr(module, "NORM_EPS_KEY", "rms_norm_eps")),
+            partial_rotary_default=float(getattr(module, "PARTIAL_ROTARY_DEFAULT", 1.0)),
             **{name: getattr(module, name, None) for name in hooks},
         )
 
