@@ -21,8 +21,12 @@ from tests.functional.workers.convert_models import (
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-# qwen2: q/k/v biases; qwen3: head_dim != hidden / heads; phi3: HF's fused qkv_proj / gate_up_proj
-FAMILIES = ("llama", "qwen2", "qwen3", "phi3")
+# qwen2: q/k/v biases; qwen3: head_dim != hidden / heads; phi3: HF's fused qkv_proj / gate_up_proj; gemma: (1 + w) norms, GeGLU, scaled embeddings
+FAMILIES = ("llama", "qwen2", "qwen3", "phi3", "gemma")
+# Gemma's embeddings scaled by sqrt(hidden) make its fp32 logits noisier: on the tiny model with random
+# adapters peft's own model differs by ~1e-4 from itself in fp64 and by ~2e-4 from its merged weights
+# reloaded (HF against HF); bridge's differ by ~2e-5 from peft's.
+LOGIT_TOLERANCE = {"gemma": 5e-4}
 ALL_TARGETS = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
 
 
@@ -109,7 +113,8 @@ def test_adapter_folder_and_merged_export_match_peft(family, scheme, sources, tm
     ref = hf_logits(peft_model, toks)
     diff = (ours - ref).abs().max().item()
     print(f"\n{family} {scheme}: max |bridge - peft| logits = {diff:.2e}")
-    assert diff <= 1e-5, diff
+    tolerance = LOGIT_TOLERANCE.get(family, 1e-5)
+    assert diff <= tolerance, diff
     base_logits = hf_logits(AutoModelForCausalLM.from_pretrained(folder), toks)
     assert (ref - base_logits).abs().max() > 1e-2  # the adapters matter
 
@@ -127,7 +132,7 @@ def test_adapter_folder_and_merged_export_match_peft(family, scheme, sources, tm
     print(f"{family} {scheme}: max |merged - peft merge_and_unload| = {wdiff:.2e}")
     assert wdiff <= 1e-6, wdiff
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "merged", attn_implementation="eager").eval()
-    assert (hf_logits(reloaded, toks) - ref).abs().max().item() <= 1e-5
+    assert (hf_logits(reloaded, toks) - ref).abs().max().item() <= tolerance
 
 
 FUSED = {"q_proj": ("q_proj", "k_proj", "v_proj"), "gate_proj": ("gate_proj", "up_proj")}

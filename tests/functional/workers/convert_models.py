@@ -202,6 +202,48 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             eos_token_id=2,
         ),
     ),
+    # Gemma 1: pre-norm (1 + w) RMSNorms, GeGLU, scaled embeddings, tied output; head_dim 32 != hidden /
+    # heads (as published: 16 x 256 over 3072), one key/value head (gemma-2b's multi-query attention).
+    "gemma": (
+        "GemmaConfig",
+        "GemmaForCausalLM",
+        dict(
+            head_dim=32,
+            num_key_value_heads=1,
+            tie_word_embeddings=True,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
+    # Nemotron: LayerNorm1P (1 + w, with bias), squared-ReLU MLP without gate, RoPE over a quarter of each
+    # head (not the default half), head_dim 32 != hidden / heads; untied output as published.
+    "nemotron": (
+        "NemotronConfig",
+        "NemotronForCausalLM",
+        dict(
+            head_dim=32,
+            norm_eps=1e-5,
+            partial_rotary_factor=0.25,
+            tie_word_embeddings=False,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
+    # GLM-4: sandwich RMSNorms, q/k/v biases, fused gate_up_proj, interleaved RoPE over a quarter of each
+    # head (not the default half); head_dim 32 != hidden / heads. pad/eos inside the tiny vocabulary.
+    "glm4": (
+        "Glm4Config",
+        "Glm4ForCausalLM",
+        dict(
+            head_dim=32,
+            partial_rotary_factor=0.25,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            pad_token_id=0,
+            eos_token_id=2,
+        ),
+    ),
 }
 # The tiny models with routed experts (the EP=2 parity runs): those whose config counts experts.
 _EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
