@@ -196,6 +196,21 @@ PUBLISHED = {
         num_key_value_heads=2, head_dim=128, vocab_size=151552, max_position_embeddings=32768,
         rms_norm_eps=1e-5, rope_theta=10000.0, partial_rotary_factor=0.5, attention_bias=True,
         tie_word_embeddings=False)),
+    "starcoder2_3b": ("Starcoder2Config", dict(  # bigcode/starcoder2-3b
+        hidden_size=3072, intermediate_size=12288, num_hidden_layers=30, num_attention_heads=24,
+        num_key_value_heads=2, vocab_size=49152, max_position_embeddings=16384, norm_epsilon=1e-5,
+        rope_theta=999999.4420358813, sliding_window=4096, use_bias=True, hidden_act="gelu_pytorch_tanh",
+        initializer_range=0.018042, tie_word_embeddings=True)),
+    "starcoder2_7b": ("Starcoder2Config", dict(  # bigcode/starcoder2-7b
+        hidden_size=4608, intermediate_size=18432, num_hidden_layers=32, num_attention_heads=36,
+        num_key_value_heads=4, vocab_size=49152, max_position_embeddings=16384, norm_epsilon=1e-5,
+        rope_theta=1000000.0, sliding_window=4096, use_bias=True, hidden_act="gelu_pytorch_tanh",
+        initializer_range=0.018042, tie_word_embeddings=True)),
+    "starcoder2_15b": ("Starcoder2Config", dict(  # bigcode/starcoder2-15b
+        hidden_size=6144, intermediate_size=24576, num_hidden_layers=40, num_attention_heads=48,
+        num_key_value_heads=4, vocab_size=49152, max_position_embeddings=16384, norm_epsilon=1e-5,
+        rope_theta=100000.0, sliding_window=4096, use_bias=True, hidden_act="gelu_pytorch_tanh",
+        initializer_range=0.01275, tie_word_embeddings=True)),
 }  # fmt: skip
 # HF architecture of a config class, where it is not the class name with ForCausalLM for Config.
 ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
@@ -203,10 +218,10 @@ ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
 VOCAB_PADDING = {"phi3_mini_4k": 64, "gemma3_4b": 64, "gemma3_12b": 64, "gemma3_27b": 64}
 # Families whose presets are checked field by field against the provider the HF config converts to
 # (their math lives in fields the generic asserts below do not cover).
-CONVERTED_FIELDS = ("olmo2", "gemma_", "gemma2", "gemma3", "minitron", "glm4")
+CONVERTED_FIELDS = ("olmo2", "gemma_", "gemma2", "gemma3", "minitron", "glm4", "starcoder2")
 # Presets of families with LayerNorm and an MLP without gate, outside the generic asserts below (which
 # state the RMSNorm / gated-MLP families' values); checked field by field as converted instead.
-NOT_RMSNORM_GATED = ("minitron",)
+NOT_RMSNORM_GATED = ("minitron", "starcoder2")
 QKV_BIAS = {"qwen25_7b", "qwen15_moe_a27b", "qwen2_57b_a14b", "glm4_9b", "glm4_32b_0414"}
 DEEPSEEK = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3"}
 # Megatron-Core builds 9600 / 14848 expert MLP modules for these (10-20 s on the meta device): their

@@ -203,13 +203,14 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
         ),
     ),
     # Gemma 1: pre-norm (1 + w) RMSNorms, GeGLU, scaled embeddings, tied output; head_dim 32 != hidden /
-    # heads (as published: 16 x 256 over 3072), one key/value head (gemma-2b's multi-query attention).
+    # heads (as published: 16 x 256 over 3072), multi-head attention as gemma-7b (gemma-2b's single
+    # key/value head does not split over TP=2). pad/bos/eos inside the tiny vocabulary.
     "gemma": (
         "GemmaConfig",
         "GemmaForCausalLM",
         dict(
             head_dim=32,
-            num_key_value_heads=1,
+            num_key_value_heads=4,
             tie_word_embeddings=True,
             pad_token_id=0,
             bos_token_id=1,
@@ -241,6 +242,20 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             attention_bias=True,
             tie_word_embeddings=False,
             pad_token_id=0,
+            eos_token_id=2,
+        ),
+    ),
+    # StarCoder2: LayerNorms with biases, biases on every linear, tanh-GELU MLP without gate, a window (6)
+    # shorter than the test sequence on every layer; tied output as published. bos/eos in the vocabulary.
+    "starcoder2": (
+        "Starcoder2Config",
+        "Starcoder2ForCausalLM",
+        dict(
+            norm_epsilon=1e-5,
+            sliding_window=6,
+            use_bias=True,
+            tie_word_embeddings=True,
+            bos_token_id=1,
             eos_token_id=2,
         ),
     ),
