@@ -177,7 +177,7 @@ PUBLISHED = {
         num_key_value_heads=16, head_dim=256, vocab_size=256000, max_position_embeddings=8192,
         rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True, hidden_act="gelu")),
     "minitron_4b": ("NemotronConfig", dict(  # nvidia/Minitron-4B-Base
-        hidden_size=3072, intermediate_size=9216, num_hidden_layers=32, num_attention_heads=32,
+        hidden_size=3072, intermediate_size=9216, num_hidden_layers=32, num_attention_heads=24,
         num_key_value_heads=8, head_dim=128, vocab_size=256000, max_position_embeddings=4096,
         norm_eps=1e-5, rope_theta=10000.0, partial_rotary_factor=0.5, hidden_act="relu2",
         tie_word_embeddings=False)),

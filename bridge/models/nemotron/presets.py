@@ -29,13 +29,13 @@ _NEMOTRON: dict[str, Any] = dict(
 
 
 def minitron_4b() -> GPTModelProvider:
-    """nvidia/Minitron-4B-Base (32 heads of 128: attention width 4096 over a hidden size of 3072)."""
+    """nvidia/Minitron-4B-Base (24 heads of 128 over a hidden size of 3072)."""
     return GPTModelProvider(
         **_NEMOTRON,
         num_layers=32,
         hidden_size=3072,
         ffn_hidden_size=9216,
-        num_attention_heads=32,
+        num_attention_heads=24,
         num_query_groups=8,
     )
 
