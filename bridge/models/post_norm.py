@@ -23,9 +23,19 @@ def row_parallel_linear_with_post_norm() -> type:
         def __init__(self, input_size, output_size, *, config, **kwargs):
             super().__init__(input_size, output_size, config=config, **kwargs)
             self.post_layernorm = SequenceParallelNorm(config, output_size, eps=config.layernorm_epsilon)
+            self._pre_norm_hooks: list = []
+
+        def register_pre_norm_hook(self, hook) -> None:
+            """`hook(module, args, kwargs, (output, bias))` -> (output, bias), run on the linear's own
+            output before the norm, as a forward hook on a plain linear would (e.g. a LoRA adapter: the
+            branch output the norm sees is W x + B A x)."""
+            self._pre_norm_hooks.append(hook)
 
         def forward(self, input_, *args, **kwargs):
-            output, bias = super().forward(input_, *args, **kwargs)
+            result = super().forward(input_, *args, **kwargs)
+            for hook in self._pre_norm_hooks:
+                result = hook(self, (input_, *args), kwargs, result)
+            output, bias = result
             if bias is not None:  # skip_bias_add: the norm needs the biased output
                 output = output + bias
             return self.post_layernorm(output), None

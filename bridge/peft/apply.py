@@ -112,7 +112,11 @@ def attach_adapter(holder: nn.Module, target: str, adapter: ParallelAdapter, see
     """Register `adapter` as `holder.<target>_adapter`, hook it onto `holder.<target>`, initialise it."""
     base = getattr(holder, target)
     holder.add_module(adapter_name(target), adapter)
-    base.register_forward_hook(AdapterHook(adapter), with_kwargs=True)
+    register_pre_norm = getattr(base, "register_pre_norm_hook", None)
+    if register_pre_norm is not None:  # a branch's last linear with its output norm (post / sandwich norms)
+        register_pre_norm(AdapterHook(adapter))
+    else:
+        base.register_forward_hook(AdapterHook(adapter), with_kwargs=True)
     adapter.reset_parameters(seed)
     if adapter.scheme == "dora":
         adapter.init_magnitude(base)
