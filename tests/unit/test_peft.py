@@ -35,8 +35,9 @@ HF_MODULES = {
     "starcoder2": [*_ATTENTION_MODULES, "c_fc", "c_proj"],
 }
 # transformers' model of peft's merged weights against peft's model (HF against HF, no bridge weights
-# in either): fp32 rounding differs by up to ~1.6e-5 with random DoRA adapters on these tiny models.
-RELOAD_TOLERANCE = {"nemotron": 5e-5, "gemma2": 5e-5}
+# in either): with random adapters on these tiny models fp32 rounding differs by up to ~1.6e-5
+# (squared ReLU) and ~4e-5 (Gemma's sqrt(hidden)-scaled embeddings), from run to run.
+RELOAD_TOLERANCE = {"nemotron": 5e-5, "gemma": 1e-4, "gemma2": 1e-4}
 ALL_TARGETS = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
 
 
