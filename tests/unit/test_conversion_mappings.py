@@ -168,6 +168,10 @@ def test_family_tables_resolve_global_names():
         "DeepseekV2ForCausalLM",
         "DeepseekV3ForCausalLM",
         "Gemma3ForCausalLM",
+        "GemmaForCausalLM",
+        "Glm4ForCausalLM",
+        "NemotronForCausalLM",
+        "Starcoder2ForCausalLM",
     }
     # OLMo 2's whole-projection q norm is cut by heads (column); its post-branch norms sit in the linears
     _, m = family_for(["Olmo2ForCausalLM"]).resolve("decoder.layers.1.self_attention.q_layernorm.weight")
