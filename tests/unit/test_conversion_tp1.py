@@ -268,6 +268,10 @@ def test_unsupported_architecture(sources, tmp_path):
             "Qwen3ForCausalLM",
             "Qwen3MoeForCausalLM",
             "Olmo2ForCausalLM",
+            "GemmaForCausalLM",
+            "Glm4ForCausalLM",
+            "NemotronForCausalLM",
+            "Starcoder2ForCausalLM",
         ]
     )
 

@@ -38,6 +38,14 @@ def check(cfg: Any) -> None:
         )
 
 
+# Glm4Config's default padding id, an id of GLM-4's 151552-token vocabulary.
+_DEFAULT_PAD_TOKEN_ID = 151329
+
+
 def hf_fields(p: Any) -> dict[str, Any]:
-    """GLM-4's keys: its q/k/v biases and its rotary share (checked to read back)."""
-    return {"attention_bias": True, "partial_rotary_factor": p.rotary_percent}
+    """GLM-4's keys: its q/k/v biases and its rotary share (checked to read back); no padding id for a
+    vocabulary too small to hold the class default (transformers warns about an id outside it)."""
+    out: dict[str, Any] = {"attention_bias": True, "partial_rotary_factor": p.rotary_percent}
+    if p.vocab_size is not None and p.vocab_size <= _DEFAULT_PAD_TOKEN_ID:
+        out["pad_token_id"] = None
+    return out
