@@ -85,7 +85,7 @@ class GPTModelProvider(TransformerFields):
     # (providers made from an HF config): exactly vocab_size rows, which must then divide by TP.
     should_pad_vocab: bool = True
     position_embedding_type: str = "learned_absolute"
-    rotary_base: int = 10000
+    rotary_base: float = 10000  # HF rope_theta, not always whole (bigcode/starcoder2-3b: 999999.44...)
     rotary_percent: float = 1.0
     seq_len_interpolation_factor: float | None = None
     # llama3-style RoPE scaling (Llama 3.1 / 3.2), as HF's rope_scaling {"rope_type": "llama3", ...}.

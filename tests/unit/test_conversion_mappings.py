@@ -178,6 +178,10 @@ def test_family_tables_resolve_global_names():
         "MiniMaxM2ForCausalLM",
         "OlmoeForCausalLM",
         "GptOssForCausalLM",
+        "GemmaForCausalLM",
+        "Glm4ForCausalLM",
+        "NemotronForCausalLM",
+        "Starcoder2ForCausalLM",
     }
     # OLMo 2's whole-projection q norm is cut by heads (column); its post-branch norms sit in the linears
     _, m = family_for(["Olmo2ForCausalLM"]).resolve("decoder.layers.1.self_attention.q_layernorm.weight")

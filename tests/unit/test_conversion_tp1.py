@@ -278,6 +278,10 @@ def test_unsupported_architecture(sources, tmp_path):
             "Exaone4ForCausalLM",
             "OlmoeForCausalLM",
             "GptOssForCausalLM",
+            "GemmaForCausalLM",
+            "Glm4ForCausalLM",
+            "NemotronForCausalLM",
+            "Starcoder2ForCausalLM",
         ]
     )
 

@@ -21,9 +21,27 @@ from tests.functional.workers.convert_models import (
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-# qwen2: q/k/v biases; qwen3: head_dim != hidden / heads; phi3: HF's fused qkv_proj / gate_up_proj
+# qwen2: q/k/v biases; qwen3: head_dim != hidden / heads; phi3: HF's fused qkv_proj / gate_up_proj;
+# gemma: (1 + w) norms, GeGLU, scaled embeddings; glm4: sandwich norms, fused gate_up_proj, interleaved
+# partial RoPE; nemotron: LayerNorm1P, MLP without gate; starcoder2: biases on every adapted linear;
+# olmo2, gemma2: norms after the branches (the adapters of linear_proj / linear_fc2 act before them);
 # granite: branch outputs scaled after the adapters; exaone4: norms after the branches, per-head q/k norms
-FAMILIES = ("llama", "qwen2", "qwen3", "phi3", "granite", "exaone4")
+FAMILIES = (
+    *("llama", "qwen2", "qwen3", "phi3", "gemma", "glm4", "nemotron", "starcoder2", "olmo2", "gemma2"),
+    *("granite", "exaone4"),
+)
+_ATTENTION_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj"]
+# The HF modules peft adapts for all four targets, where they are not Llama's.
+HF_MODULES = {
+    "phi3": ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"],  # HF fuses them: one peft module each
+    "glm4": [*_ATTENTION_MODULES, "gate_up_proj", "down_proj"],
+    "nemotron": [*_ATTENTION_MODULES, "up_proj", "down_proj"],
+    "starcoder2": [*_ATTENTION_MODULES, "c_fc", "c_proj"],
+}
+# transformers' model of peft's merged weights against peft's model (HF against HF, no bridge weights
+# in either): with random adapters on these tiny models fp32 rounding differs by up to ~1.6e-5
+# (squared ReLU) and ~4e-5 (Gemma's sqrt(hidden)-scaled embeddings), from run to run.
+RELOAD_TOLERANCE = {"nemotron": 5e-5, "gemma": 1e-4, "gemma2": 1e-4}
 ALL_TARGETS = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
 
 
@@ -100,9 +118,7 @@ def test_adapter_folder_and_merged_export_match_peft(family, scheme, sources, tm
 
     bridge.save_hf_adapter([chunk], tmp_path / "adapter")
     config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
-    hf_modules = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    if family == "phi3":  # HF fuses them: one peft module each
-        hf_modules = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
+    hf_modules = HF_MODULES.get(family, [*_ATTENTION_MODULES, "gate_proj", "up_proj", "down_proj"])
     assert config["target_modules"] == hf_modules
     assert (config["r"], config["lora_alpha"], config["use_dora"]) == (4, 8, scheme == "dora")
     assert config["base_model_name_or_path"] == str(folder)
@@ -128,7 +144,7 @@ def test_adapter_folder_and_merged_export_match_peft(family, scheme, sources, tm
     print(f"{family} {scheme}: max |merged - peft merge_and_unload| = {wdiff:.2e}")
     assert wdiff <= 1e-6, wdiff
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "merged", attn_implementation="eager").eval()
-    assert (hf_logits(reloaded, toks) - ref).abs().max().item() <= 1e-5
+    assert (hf_logits(reloaded, toks) - ref).abs().max().item() <= RELOAD_TOLERANCE.get(family, 1e-5)
 
 
 FUSED = {"q_proj": ("q_proj", "k_proj", "v_proj"), "gate_proj": ("gate_proj", "up_proj")}

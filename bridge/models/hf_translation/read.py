@@ -22,7 +22,11 @@ def rope_fields(cfg: Any, rules: FamilyRules | None = None) -> dict[str, Any]:
     scaling = {**legacy, **params}
     rope_type = scaling.get("rope_type", scaling.get("type", "default")) or "default"
     out: dict[str, Any] = {"position_embedding_type": "rope", "rotary_base": theta}
-    partial = scaling.get("partial_rotary_factor", get(cfg, "partial_rotary_factor", 1.0))
+    partial = scaling.get("partial_rotary_factor")
+    if partial is None:
+        partial = get(cfg, "partial_rotary_factor")
+    if partial is None:  # the config class's default share (transformers fills it in likewise)
+        partial = (rules or FamilyRules()).partial_rotary_default
     out["rotary_percent"] = float(partial)
     if rope_type == "default":
         return out
@@ -135,8 +139,8 @@ def _check_common(cfg: Any, family: TranslatedFamily) -> None:
         )
 
 
-def base_fields(cfg: Any) -> dict[str, Any]:
-    """The sizes, norms, window and dtype every family reads alike."""
+def base_fields(cfg: Any, eps_key: str = "rms_norm_eps") -> dict[str, Any]:
+    """The sizes, norms, window and dtype every family reads alike (`eps_key`: the norm epsilon's key)."""
     heads = int(get(cfg, "num_attention_heads"))
     hidden = int(get(cfg, "hidden_size"))
     fields: dict[str, Any] = dict(
@@ -149,7 +153,7 @@ def base_fields(cfg: Any) -> dict[str, Any]:
         seq_length=int(get(cfg, "max_position_embeddings")),
         vocab_size=int(get(cfg, "vocab_size")),
         normalization="RMSNorm",
-        layernorm_epsilon=float(get(cfg, "rms_norm_eps")),
+        layernorm_epsilon=float(get(cfg, eps_key)),
         activation_func="silu",
         gated_linear_unit=True,
         add_bias_linear=False,
@@ -183,7 +187,7 @@ def provider_fields(cfg: Any, family: TranslatedFamily) -> dict[str, Any]:
     """GPTModelProvider keyword arguments for an HF config (a PretrainedConfig or its dict)."""
     rules = family.hf_config
     _check_common(cfg, family)
-    fields = base_fields(cfg)
+    fields = base_fields(cfg, rules.norm_eps_key)
     if rules.translate is not None:  # the family translates everything past the common fields
         return rules.translate(cfg, fields) | family.provider_fields
     fields.update(rules.rope_fields(cfg) if rules.rope_fields is not None else rope_fields(cfg, rules))

@@ -11,6 +11,9 @@ data
   OWN_ATTENTION_BIAS  True: the family reads attention_bias itself (a switch for q/k/v biases, set by
                     its provider_fields), so the generic refusal of attention biases is skipped
   ROPE_TYPE_NOTES   {rope_type: (why, fix)}: what the generic RoPE refusal adds for those rope types
+  NORM_EPS_KEY      the config key of the norms' epsilon, read and written (default "rms_norm_eps")
+  PARTIAL_ROTARY_DEFAULT  the share of each head RoPE rotates when the config names no
+                    partial_rotary_factor (the config class's default; 1.0 unless declared)
 functions (cfg: a config.json dict or a PretrainedConfig; p: a GPTModelProvider)
   check(cfg)              extra refusals, before anything is read
   rope_fields(cfg)        replaces the generic RoPE translation (one RoPE for every layer)
@@ -44,6 +47,8 @@ class FamilyRules:
     own_activation: bool = False
     own_attention_bias: bool = False
     rope_type_notes: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    norm_eps_key: str = "rms_norm_eps"
+    partial_rotary_default: float = 1.0
     check: Callable[[Any], None] | None = None
     rope_fields: Callable[[Any], Fields] | None = None
     provider_fields: Callable[[Any], Fields] | None = None
@@ -73,6 +78,8 @@ class FamilyRules:
             own_activation=bool(getattr(module, "OWN_ACTIVATION", False)),
             own_attention_bias=bool(getattr(module, "OWN_ATTENTION_BIAS", False)),
             rope_type_notes=dict(getattr(module, "ROPE_TYPE_NOTES", {})),
+            norm_eps_key=str(getattr(module, "NORM_EPS_KEY", "rms_norm_eps")),
+            partial_rotary_default=float(getattr(module, "PARTIAL_ROTARY_DEFAULT", 1.0)),
             **{name: getattr(module, name, None) for name in hooks},
         )
 

@@ -48,7 +48,7 @@ def _base_config_dict(p: Any, family: TranslatedFamily, architecture: str) -> di
         "model_type": family.model_type,
         "max_position_embeddings": p.seq_length,
         "vocab_size": p.vocab_size,
-        "rms_norm_eps": p.layernorm_epsilon,
+        family.hf_config.norm_eps_key: p.layernorm_epsilon,
         "hidden_act": p.activation_func,
         "tie_word_embeddings": p.share_embeddings_and_output_weights,
         "initializer_range": p.init_method_std,

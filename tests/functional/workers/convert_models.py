@@ -299,6 +299,63 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             rope_parameters={"rope_type": "yarn", **_YARN, "truncate": False, "rope_theta": 10000.0},
         ),
     ),
+    # Gemma 1: pre-norm (1 + w) RMSNorms, GeGLU, scaled embeddings, tied output; head_dim 32 != hidden /
+    # heads (as published: 16 x 256 over 3072), multi-head attention as gemma-7b (gemma-2b's single
+    # key/value head does not split over TP=2). pad/bos/eos inside the tiny vocabulary.
+    "gemma": (
+        "GemmaConfig",
+        "GemmaForCausalLM",
+        dict(
+            head_dim=32,
+            num_key_value_heads=4,
+            tie_word_embeddings=True,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
+    # Nemotron: LayerNorm1P (1 + w, with bias), squared-ReLU MLP without gate, RoPE over a quarter of each
+    # head (not the default half), head_dim 32 != hidden / heads; untied output as published.
+    "nemotron": (
+        "NemotronConfig",
+        "NemotronForCausalLM",
+        dict(
+            head_dim=32,
+            norm_eps=1e-5,
+            partial_rotary_factor=0.25,
+            tie_word_embeddings=False,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
+    # GLM-4: sandwich RMSNorms, q/k/v biases, fused gate_up_proj, interleaved RoPE over a quarter of each
+    # head (not the default half); head_dim 32 != hidden / heads. pad/eos inside the tiny vocabulary.
+    "glm4": (
+        "Glm4Config",
+        "Glm4ForCausalLM",
+        dict(
+            head_dim=32,
+            partial_rotary_factor=0.25,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            pad_token_id=0,
+            eos_token_id=2,
+        ),
+    ),
+    # StarCoder2: LayerNorms with biases, biases on every linear, tanh-GELU MLP without gate, a window (6)
+    # shorter than the test sequence on every layer; tied output as published. bos/eos in the vocabulary.
+    "starcoder2": (
+        "Starcoder2Config",
+        "Starcoder2ForCausalLM",
+        dict(
+            norm_epsilon=1e-5,
+            sliding_window=6,
+            use_bias=True,
+            tie_word_embeddings=True,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
     # SmolLM3: layer 1 (every 2nd) attends without RoPE; tied embeddings as published.
     "smollm3": (
         "SmolLM3Config",

@@ -55,9 +55,21 @@ def provider_for(folder: Path, load_weights: bool = True, **fields):
     return bridge, provider
 
 
-# TP=2 with sequence parallelism: the MoE families, and those whose norms follow a row-parallel linear.
+# TP=2 with sequence parallelism: the MoE families, those whose norms follow a row-parallel linear, and
+# those with LayerNorm biases or biases added after a row-parallel linear (grads per sequence slice).
 # (granite: its branch-output multipliers act on the sequence-parallel slices)
-SEQUENCE_PARALLEL = (*MOE, "olmo2", "gemma2", "gemma3", "olmo3", "exaone4", "granite")
+SEQUENCE_PARALLEL = (
+    *MOE,
+    "olmo2",
+    "gemma2",
+    "gemma3",
+    "olmo3",
+    "exaone4",
+    "granite",
+    "glm4",
+    "nemotron",
+    "starcoder2",
+)
 # TP=2 gradients checked against HF's: projection-wide q/k norms (a TP all-reduce in forward and backward)
 # and the norms after the branches (under sequence parallelism).
 GRADIENT_CHECKS = {
@@ -70,6 +82,20 @@ GRADIENT_CHECKS = {
     "gemma2": {
         "self_attention.linear_proj.post_layernorm.weight": ("post_attention_layernorm.weight", False),
         "mlp.linear_fc2.post_layernorm.weight": ("post_feedforward_layernorm.weight", False),
+    },
+    "glm4": {
+        "self_attention.linear_proj.post_layernorm.weight": ("post_self_attn_layernorm.weight", False),
+        "mlp.linear_fc2.post_layernorm.weight": ("post_mlp_layernorm.weight", False),
+    },
+    "nemotron": {
+        "input_layernorm.bias": ("input_layernorm.bias", False),
+        "pre_mlp_layernorm.weight": ("post_attention_layernorm.weight", False),
+    },
+    "starcoder2": {
+        "input_layernorm.bias": ("input_layernorm.bias", False),
+        "self_attention.linear_proj.bias": ("self_attn.o_proj.bias", False),
+        "mlp.linear_fc1.bias": ("mlp.c_fc.bias", True),
+        "mlp.linear_fc2.bias": ("mlp.c_proj.bias", False),
     },
     # per-head q/k norms: each rank's heads give part of the gradient (summed over TP, as finalize does)
     "gemma3": {
