@@ -655,6 +655,19 @@ def test_sigmoid_routed_parameter_formula_equals_the_built_model(single_process_
     assert count_parameters(provider.model_shape()).total == sum(p.numel() for p in model.parameters())
 
 
+def test_kimi_k2_config_json_with_its_own_model_type_reads_as_the_preset():
+    # moonshotai/Kimi-K2-Instruct's config.json: model_type "kimi_k2", architecture DeepseekV3ForCausalLM
+    from bridge.models.hf_translation import read, registry
+
+    config = dict(PUBLISHED["kimi_k2"][1], model_type="kimi_k2", architectures=["DeepseekV3ForCausalLM"])
+    fields = read.provider_fields(
+        registry.with_class_defaults(config), registry.hf_family_for(config["architectures"])
+    )
+    built = preset("kimi_k2")
+    differ = {k for k, v in fields.items() if hasattr(built, k) and getattr(built, k) != v}
+    assert differ == {"should_pad_vocab"}  # a checkpoint's vocabulary is never padded (the preset's is)
+
+
 def test_kimi_k2_published_size():
     from bridge.parallel.param_count import count_parameters
 

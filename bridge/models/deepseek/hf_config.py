@@ -38,6 +38,9 @@ from bridge.models.hf_translation.common import BASE_DEFAULTS, get, refuse
 logger = logging.getLogger(__name__)
 
 MODEL_TYPES = ("deepseek_v2", "deepseek_v3")
+# DeepSeek-V3's architecture under another model type: Kimi-K2's config.json says "kimi_k2" (its remote
+# code's class is a DeepseekV3Config), with DeepseekV3ForCausalLM as its architecture.
+V3_MODEL_TYPES = ("deepseek_v3", "kimi_k2")
 HF_RMS_EPS = 1e-6  # DeepseekV2/V3RMSNorm's default, used by q_a_layernorm / kv_a_layernorm
 
 # transformers' config-class defaults for the fields read here (checked in test_conversion_hf_config).
@@ -94,6 +97,7 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         num_nextn_predict_layers=1,
     ),
 }
+CLASS_DEFAULTS["kimi_k2"] = CLASS_DEFAULTS["deepseek_v3"]
 
 
 _get, _refuse = get, refuse
@@ -108,7 +112,7 @@ def _rope_fields(cfg: Any) -> dict[str, Any]:
     scaling = {**(_get(cfg, "rope_scaling") or {}), **params}
     theta = scaling.get("rope_theta", _get(cfg, "rope_theta", 10000.0))
     rope_type = scaling.get("rope_type", scaling.get("type", "default")) or "default"
-    if _get(cfg, "model_type") == "deepseek_v3" and _get(cfg, "rope_interleave", True) is False:
+    if _get(cfg, "model_type") in V3_MODEL_TYPES and _get(cfg, "rope_interleave", True) is False:
         raise _refuse(
             "rope_interleave",
             False,
@@ -366,7 +370,7 @@ def translate(cfg: Any, base: dict[str, Any]) -> dict[str, Any]:
             "install megatron-core 0.16.1 or 0.19.2",
         )
     _check_plain(cfg)
-    v3 = _get(cfg, "model_type") == "deepseek_v3"
+    v3 = _get(cfg, "model_type") in V3_MODEL_TYPES
     layers = int(_get(cfg, "num_hidden_layers"))
     nope, rope = int(_get(cfg, "qk_nope_head_dim")), int(_get(cfg, "qk_rope_head_dim"))
     q_lora = _get(cfg, "q_lora_rank")
