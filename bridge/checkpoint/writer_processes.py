@@ -50,7 +50,6 @@ def stop_signals() -> frozenset[int]:
 
 def _forked_child(parent: int) -> None:
     die_with_parent(parent)
-    signal.pthread_sigmask(signal.SIG_BLOCK, {*_HELPER_STOP_SIGNALS, *_stop_signals})
 
 
 def install_writer_reaper() -> None:
@@ -60,12 +59,22 @@ def install_writer_reaper() -> None:
     if _reaper_installed or not hasattr(os, "register_at_fork"):
         return
     _reaper_installed = True
-    state = {"pid": os.getpid()}
+    state: dict = {"pid": os.getpid(), "mask": None}
 
+    # The forking thread blocks the signals for the fork and the child inherits that mask, so a signal
+    # that reaches a child before it first runs (torchrun's killpg right after a DataLoader forked its
+    # workers) waits instead of killing it; the parent's mask comes back at once (a signal sent to it
+    # meanwhile is delivered then).
     def before() -> None:
         state["pid"] = os.getpid()
+        state["mask"] = signal.pthread_sigmask(signal.SIG_BLOCK, {*_HELPER_STOP_SIGNALS, *_stop_signals})
 
-    os.register_at_fork(before=before, after_in_child=lambda: _forked_child(state["pid"]))
+    def after_in_parent() -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, state["mask"])
+
+    os.register_at_fork(
+        before=before, after_in_parent=after_in_parent, after_in_child=lambda: _forked_child(state["pid"])
+    )
 
 
 def _queue_server_init(parent: int) -> None:
