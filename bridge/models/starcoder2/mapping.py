@@ -7,6 +7,7 @@ linear_proj and linear_fc2 add their whole bias after the reduction, so it is "r
 """
 
 from bridge.models.llama.mapping import L, M
+from bridge.models.nemotron.mapping import EMBEDDINGS  # embeddings and a final LayerNorm with bias
 from bridge.models.qwen2.mapping import QKV_BIAS
 
 ARCHITECTURES = ("Starcoder2ForCausalLM",)
@@ -17,13 +18,6 @@ PROVIDER_FIELDS: dict = {
     "add_qkv_bias": True,
     "gated_linear_unit": False,
 }
-
-EMBEDDINGS = (
-    ("vocab", "embedding.word_embeddings.weight", "model.embed_tokens.weight"),
-    ("vocab", "output_layer.weight", "lm_head.weight"),
-    ("replicated", "decoder.final_layernorm.weight", "model.norm.weight"),
-    ("replicated", "decoder.final_layernorm.bias", "model.norm.bias"),
-)
 
 ATTENTION = (
     ("replicated", f"{M}.input_layernorm.weight", f"{L}.input_layernorm.weight"),
