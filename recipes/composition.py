@@ -73,7 +73,19 @@ class Row:
         parts += [f"CP{lay['cp']}"] if lay["cp"] > 1 else []
         parts += [f"EP{lay['ep']}"] if lay["ep"] > 1 else []
         parts += ["SP"] if lay["sp"] else []
-        return " ".join(parts)
+        return " ".join(parts + self.stage_split_text())
+
+    def stage_split_text(self) -> list[str]:
+        """How uneven pipeline stages are asked for (bridge.parallel.stages), e.g. ["E+L"] when the
+        embedding and the loss count as layers of the split, or the layout string."""
+        if self.model.get("pipeline_model_parallel_layout"):
+            return [f"`{self.model['pipeline_model_parallel_layout']}`"]
+        counted = [
+            c
+            for c, f in (("E", "embedding"), ("L", "loss"))
+            if self.model.get(f"account_for_{f}_in_pipeline_split")
+        ]
+        return ["+".join(counted) + " in split"] if counted else []
 
     def describe(self) -> str:
         """One line: model, kind, layout, long sequences, precision, GPUs, note (--list-recipes)."""

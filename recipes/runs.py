@@ -41,3 +41,10 @@ SHORT_FINETUNE = dict(
 
 # Megatron-Bridge's full recompute (provider fields): every layer's activations recomputed, one at a time
 FULL_RECOMPUTE = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+
+# the largest models' pipeline split (Llama 3.1 405B, Qwen3-235B-A22B): the embedding and the loss count as
+# one decoder layer each and the sum splits evenly (bridge.parallel.stages), so the first and the last stage
+# hold one decoder layer fewer
+EMBEDDING_AND_LOSS_IN_SPLIT = dict(
+    account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True
+)

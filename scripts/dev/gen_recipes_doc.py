@@ -72,13 +72,6 @@ refuses until they are given.
 
 These Megatron-Bridge recipes of families bridge converts are not in the registry:
 
-- Llama 3.1 405B (`llama31_405b_pretrain_256gpu_h100_bf16_config` and its deterministic variant,
-  `llama31_405b_sft_128gpu_h100_bf16_config`, `llama31_405b_peft_32gpu_h100_bf16_config`) and
-  Qwen3-235B-A22B (`qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config`, `_sft_64gpu_`, `_peft_16gpu_`):
-  their layouts count the embedding and the loss as pipeline layers
-  (`account_for_embedding_in_pipeline_split`, `account_for_loss_in_pipeline_split`: 126 + 2 layers over
-  PP8, 94 + 2 over PP16), which bridge's layout rules do not model yet (pp must divide num_layers). Their
-  presets (`llama31_405b`, `qwen3_235b_a22b`) are in place.
 - `qwen3_600m_sft_8gpu_h100_bf16_yarn_128k_config`: YaRN RoPE scaling is not a provider field.
 - DeepSeek V2-Lite / V2 / V3 and Kimi-K2: `recipes/deepseek.py` (written separately).
 """

@@ -23,13 +23,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = json.loads((Path(__file__).parent / "data" / "megatron_bridge_recipes.json").read_text())
 # published recipes not in the registry yet, each with its reason in docs/recipes.md ("Not here yet")
 NOT_YET = {
-    "llama31_405b_pretrain_256gpu_h100_bf16_config",
-    "llama31_405b_pretrain_256gpu_h100_bf16_deterministic_config",
-    "llama31_405b_sft_128gpu_h100_bf16_config",
-    "llama31_405b_peft_32gpu_h100_bf16_config",
-    "qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config",
-    "qwen3_235b_a22b_sft_64gpu_h100_bf16_config",
-    "qwen3_235b_a22b_peft_16gpu_h100_bf16_config",
     "qwen3_600m_sft_8gpu_h100_bf16_yarn_128k_config",
 }
 # aliases that keep bridge's earlier recipe where Megatron-Bridge's alias names its 100-iteration benchmark
@@ -139,7 +132,7 @@ def test_published_values(name, values):
 def test_list_groups_by_family_and_kind_and_filters():
     lines = list_lines(RECIPES.values(), "qwen3")
     headers = [line for line in lines if line.startswith("# ")]
-    assert headers[0] == "# qwen3 pretrain (7)" and "# qwen3_moe peft (1)" in headers
+    assert headers[0] == "# qwen3 pretrain (7)" and "# qwen3_moe peft (2)" in headers
     assert all(line.startswith(("# ", "qwen3")) for line in lines)
     assert len(lines) - len(headers) == sum("qwen3" in n for n in RECIPES)
     assert [h.split()[2] for h in list_lines(RECIPES.values(), "peft") if h.startswith("# ")] == [
@@ -189,3 +182,21 @@ def test_full_recompute_rows_agree_with_activation_checkpointing():
     )
     with pytest.raises(ConfigError, match="already chooses what to recompute"):
         cfg.validate(8, env=H100)
+
+
+@pytest.mark.parametrize(
+    "name, gpus, stage_layers",
+    [
+        # Megatron-Core's account_for_embedding / loss split: (layers + 2) / stages each, E and L take one
+        ("llama31_405b_sft_config", 128, "+".join(["7", *["8"] * 14, "7"])),
+        ("qwen3_235b_a22b_pretrain_config", 256, "+".join(["5", *["6"] * 14, "5"])),
+        ("qwen3_235b_a22b_peft_config", 16, "23+24+24+23"),
+    ],
+)
+def test_largest_models_count_embedding_and_loss_as_pipeline_layers(name, gpus, stage_layers):
+    cfg = get_recipe(name)()
+    if recipe_info(name).entry == "finetune":
+        cfg = with_stand_ins(cfg)
+    plan = cfg.validate(gpus, env=H100)
+    assert plan.pipeline.stage_layers == stage_layers
+    assert "E+L in split" in recipe_info(name).description
