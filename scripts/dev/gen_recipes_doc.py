@@ -72,7 +72,6 @@ refuses until they are given.
 
 These Megatron-Bridge recipes of families bridge converts are not in the registry:
 
-- `qwen3_600m_sft_8gpu_h100_bf16_yarn_128k_config`: YaRN RoPE scaling is not a provider field.
 - DeepSeek V2-Lite / V2 / V3 and Kimi-K2: `recipes/deepseek.py` (written separately).
 """
 
