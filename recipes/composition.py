@@ -76,8 +76,11 @@ class Row:
         return " ".join(parts + self.stage_split_text())
 
     def stage_split_text(self) -> list[str]:
-        """How uneven pipeline stages are asked for (bridge.parallel.stages), e.g. ["E+L"] when the
-        embedding and the loss count as layers of the split, or the layout string."""
+        """How uneven pipeline stages are asked for (bridge.parallel.stages): the first / last stage's
+        layers, the layout string, or ["E+L in split"] when the embedding and the loss count as layers."""
+        first, last = (self.model.get(f"num_layers_in_{end}_pipeline_stage") for end in ("first", "last"))
+        if first is not None or last is not None:
+            return [f"first {first} last {last}".replace(" None", " even")]
         if self.model.get("pipeline_model_parallel_layout"):
             return [f"`{self.model['pipeline_model_parallel_layout']}`"]
         counted = [

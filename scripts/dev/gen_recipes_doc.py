@@ -72,7 +72,7 @@ refuses until they are given.
 
 These Megatron-Bridge recipes of families bridge converts are not in the registry:
 
-- GPT-OSS, GLM-4.5, OLMoE and EXAONE 4: their presets are in place, their recipe tables not yet.
+- OLMoE and EXAONE 4: their presets are in place, their recipe tables not yet.
 """
 
 BEFORE = {  # the registry at d3149f5, before this table: 18 recipes
