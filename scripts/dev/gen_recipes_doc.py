@@ -70,9 +70,20 @@ refuses until they are given.
 
 ## Not here yet
 
-These Megatron-Bridge recipes of families bridge converts are not in the registry:
+Every Megatron-Bridge LLM recipe of the families bridge converts is here (read at its commit 067f987),
+but these:
 
-- OLMoE and EXAONE 4: their presets are in place, their recipe tables not yet.
+- Moonlight 16B (`moonlight_16b_pretrain_8gpu_h100_bf16_config`, `_16gpu_`, `moonlight_16b_sft_8gpu_h100_bf16_config`,
+  its `_tp1` and `_8k` variants, `moonlight_16b_peft_2gpu_h100_bf16_config`, `_4gpu_`): a DeepSeek-V3
+  model the `deepseek` family converts, with no preset in `bridge/models/deepseek/presets.py` yet.
+- MiniMax-M3 (`minimax_m3_pretrain_256gpu_h100_bf16_config`, `minimax_m3_sft_128gpu_h100_bf16_config`):
+  bridge converts MiniMax-M2, for which Megatron-Bridge publishes no recipe.
+
+Megatron-Bridge's recipes of models no bridge family converts: DeepSeek-V4 (Flash / Pro), GLM-5.2,
+Qwen3-Next, Qwen3.5, Gemma 4, EXAONE 4.5 (VL) and EXAONE-MoE, Kimi-K2.5-VL, Nemotron-H, GPT-3 175B and the other
+vision / audio / diffusion recipes. Bridge's families with no Megatron-Bridge recipe: Gemma (1), GLM-4,
+Mistral, Phi-3, Qwen2-MoE, OLMo 2 / 3, Nemotron, Granite, StarCoder2, SmolLM3, ERNIE 4.5 (dense and MoE),
+MiniMax-M2 (Mixtral's recipe is NeMo's).
 """
 
 BEFORE = {  # the registry at d3149f5, before this table: 18 recipes

@@ -22,7 +22,7 @@ from recipes.listing import list_lines
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = json.loads((Path(__file__).parent / "data" / "megatron_bridge_recipes.json").read_text())
 # published recipes not in the registry yet, each with its reason in docs/recipes.md ("Not here yet")
-NOT_YET = {name for name in PUBLISHED["recipes"] if name.startswith(("olmoe_", "exaone4_"))}
+NOT_YET: set[str] = set()
 # aliases that keep bridge's earlier recipe where Megatron-Bridge's alias names its 100-iteration benchmark
 KEPT_ALIASES = {
     "qwen3_8b_pretrain_config": "qwen3_8b_pretrain_4gpu_h100_bf16_config",
@@ -42,7 +42,7 @@ B200 = Environment(
 
 def test_every_published_name_resolves_to_its_recipe():
     published = set(PUBLISHED["recipes"])
-    assert NOT_YET <= published and len(published) == 136
+    assert NOT_YET <= published and len(published) == 137
     assert published - NOT_YET <= set(RECIPES)
     for alias, canonical in PUBLISHED["aliases"].items():
         if canonical in NOT_YET:
@@ -115,6 +115,17 @@ def test_mxfp8_is_refused_on_h100_as_its_note_says():
         ("llama3_70b_peft_config", dict(seq=4096, gbs=8, tp=8, dim=16, alpha=32.0)),
         ("gemma3_1b_peft_config", dict(seq=4096, gbs=32, dim=8, alpha=16.0)),
         ("qwen3_600m_sft_128k_config", dict(seq=131072, gbs=2, cp=8, lr=1e-6, min_lr=1e-6)),
+        ("llama31_405b_peft_config", dict(seq=2048, gbs=32, tp=4, pp=8, dim=16, alpha=32.0)),
+        ("qwen3_235b_a22b_pretrain_config", dict(seq=4096, gbs=32, mbs=1, tp=4, pp=16, cp=2, ep=8)),
+        ("qwen3_600m_sft_yarn_128k_config", dict(seq=131072, gbs=8, cp=8, lr=1e-6, min_lr=1e-6)),
+        ("deepseek_v3_pretrain_config_32nodes", dict(gbs=4096, mbs=1, pp=8, ep=32, recompute="full")),
+        (
+            "gpt_oss_120b_sft_32k_config",
+            dict(seq=32768, gbs=4, tp=2, pp=6, cp=4, ep=4, recompute="selective"),
+        ),
+        ("glm45_355b_pretrain_config", dict(gbs=2048, iters=1_000_000, lr=1e-4, min_lr=1e-5, warm=2000)),
+        ("olmoe_7b_sft_config", dict(seq=4096, gbs=128, iters=1000, beta2=0.95, decay=1000, ep=8)),
+        ("exaone4_1p2b_peft_config", dict(seq=2048, gbs=128, iters=1000, lr=1e-4, dim=32)),
     ],
 )
 def test_published_values(name, values):
@@ -139,9 +150,8 @@ def test_list_groups_by_family_and_kind_and_filters():
     assert [h.split()[2] for h in list_lines(RECIPES.values(), "peft") if h.startswith("# ")] == [
         "peft"
     ] * len(peft_families)
-    assert (
-        len(peft_families) == 9
-    )  # llama, qwen2, qwen3, qwen3_moe, gemma2, gemma3, deepseek, gpt_oss, glm4_moe
+    # llama, qwen2, qwen3, qwen3_moe, gemma2, gemma3, deepseek, gpt_oss, glm4_moe, olmoe, exaone4
+    assert len(peft_families) == 11
     everything = list_lines(RECIPES.values())
     assert len([line for line in everything if not line.startswith("# ")]) == len(RECIPES)
     first = next(line for line in everything if line.startswith("llama32_1b_pretrain_1gpu_h100_bf16_config "))
