@@ -45,7 +45,7 @@ class Row:
     settings: Mapping[str, Any] = field(
         default_factory=dict
     )  # GPU performance settings (recipes.performance)
-    model: Mapping[str, Any] = field(default_factory=dict)  # other provider fields (recompute, determinism)
+    model: Mapping[str, Any] = field(default_factory=dict)  # other provider fields (recompute, stages, ...)
     config: Mapping[str, Any] = field(default_factory=dict)  # "section.field" -> value after the base
     peft: Mapping[str, Any] = field(default_factory=dict)  # adapter settings over lora()'s defaults
     aliases: tuple[str, ...] = ()  # Megatron-Bridge's short names (and bridge's earlier names)

@@ -40,11 +40,16 @@ bridge's earlier names): `run_recipe.py --recipe <name>`, `bridge plan --model <
 - **row** (`recipes.composition.Row`, one per published recipe in the family's table file): name, family,
   kind, GPU count, layout (tp / pp / vpp / cp / ep / sp), `run` (keywords of the base: sequence, batches,
   iterations, learning rate, warm-up, precision), GPU performance settings (`recipes/performance.py`),
-  other provider fields (recompute, determinism), dotted config values, adapter settings, aliases, and a
-  `note` where a value differs from the published one or cannot run here (the note is in the
-  description). `variant(row, name, **changes)` derives a row: a sequence, precision or layout variant is
-  one call. Run values several families share are in `recipes/runs.py` (Llama 3's long pretraining run,
-  the short finetuning run, Megatron-Bridge's benchmark run as one override set, full recompute).
+  other provider fields (recompute, determinism, YaRN, uneven pipeline stages), dotted config values,
+  adapter settings, aliases, and a `note` where a value differs from the published one or cannot run here
+  (the note is in the description). `variant(row, name, **changes)` derives a row: a sequence, precision
+  or layout variant is one call. Run values several families share are in `recipes/runs.py` (Llama 3's
+  long pretraining run, the short finetuning run, Megatron-Bridge's benchmark run as one override set,
+  full recompute, Megatron-Bridge's own finetuning base, the embedding and the loss counted as pipeline
+  layers).
+- **uneven pipeline stages** (`bridge/parallel/stages.py`) show in the layout column: `E+L in split`
+  (`account_for_embedding_in_pipeline_split` / `account_for_loss_in_pipeline_split`), `first N last M`
+  (`num_layers_in_first_pipeline_stage` / `_last_`) or the `pipeline_model_parallel_layout` string.
 
 Every recipe function takes the layout keywords (`tensor_model_parallel_size`, ...) and its base's
 keywords (`seq_length`, `train_iters`, `data_paths`, `dir`, ...; PEFT: `peft_scheme="dora"`), and every
