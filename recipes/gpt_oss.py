@@ -2,9 +2,10 @@
 (recipes/gpt_oss/h100/gpt_oss.py), one row per published recipe, composed by recipes.composition.
 
 Pretraining: 4096-token sequences, global batch 512 of micro batches of 1, 1M iterations, 2000 warm-up,
-the loss averaged per token (so the DP reduction must not pre-average). Finetuning: 2048-token packed rows,
-global batch 128, 1000 iterations, evaluation every 50, a checkpoint every 250. FP8 variants pad the
-router's token counts for FP8 GEMMs; MXFP8 needs Blackwell (the plan refuses it on H100).
+the loss divided by the tokens of the whole batch (calculate_per_token_loss, so the DP reduction must not
+pre-average). Finetuning: 2048-token packed rows, global batch 128, 1000 iterations, evaluation every 50,
+a checkpoint every 250. FP8 variants pad the router's token counts for FP8 GEMMs; MXFP8 needs Blackwell
+(the plan refuses it on H100).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from recipes.performance import COMMON, MOE_KERNELS, NATIVE_CROSS_ENTROPY
 
 # Megatron-Bridge's GPT-OSS recipes: grouped GEMM, fused permutation, native fused cross-entropy
 GPT_OSS = {**COMMON, **MOE_KERNELS, **NATIVE_CROSS_ENTROPY}
-# the loss summed per token; Megatron-Core's DDP refuses pre-averaging with it
+# the loss over all the batch's tokens (CP exchanging all-to-all); Megatron-Core's DDP refuses pre-averaging
+# with it
 PER_TOKEN_LOSS = dict(calculate_per_token_loss=True, cp_comm_type="a2a")
 NO_AVERAGE_IN_COLLECTIVE = {"distributed.average_in_collective": False}
 PRETRAIN_RUN = dict(
