@@ -45,7 +45,7 @@ class Row:
     settings: Mapping[str, Any] = field(
         default_factory=dict
     )  # GPU performance settings (recipes.performance)
-    model: Mapping[str, Any] = field(default_factory=dict)  # other provider fields (recompute, determinism)
+    model: Mapping[str, Any] = field(default_factory=dict)  # other provider fields (recompute, stages, ...)
     config: Mapping[str, Any] = field(default_factory=dict)  # "section.field" -> value after the base
     peft: Mapping[str, Any] = field(default_factory=dict)  # adapter settings over lora()'s defaults
     aliases: tuple[str, ...] = ()  # Megatron-Bridge's short names (and bridge's earlier names)
@@ -73,7 +73,22 @@ class Row:
         parts += [f"CP{lay['cp']}"] if lay["cp"] > 1 else []
         parts += [f"EP{lay['ep']}"] if lay["ep"] > 1 else []
         parts += ["SP"] if lay["sp"] else []
-        return " ".join(parts)
+        return " ".join(parts + self.stage_split_text())
+
+    def stage_split_text(self) -> list[str]:
+        """How uneven pipeline stages are asked for (bridge.parallel.stages): the first / last stage's
+        layers, the layout string, or ["E+L in split"] when the embedding and the loss count as layers."""
+        first, last = (self.model.get(f"num_layers_in_{end}_pipeline_stage") for end in ("first", "last"))
+        if first is not None or last is not None:
+            return [f"first {first} last {last}".replace(" None", " even")]
+        if self.model.get("pipeline_model_parallel_layout"):
+            return [f"`{self.model['pipeline_model_parallel_layout']}`"]
+        counted = [
+            c
+            for c, f in (("E", "embedding"), ("L", "loss"))
+            if self.model.get(f"account_for_{f}_in_pipeline_split")
+        ]
+        return ["+".join(counted) + " in split"] if counted else []
 
     def describe(self) -> str:
         """One line: model, kind, layout, long sequences, precision, GPUs, note (--list-recipes)."""

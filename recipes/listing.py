@@ -58,5 +58,6 @@ def markdown_table(infos: Iterable[RecipeInfo]) -> list[str]:
             names = f"`{i.name}`" + "".join(f"<br>`{a}`" for a in i.aliases)
             cells = [family, kind, names, i.row.layout_text(), i.default_world_size, cfg.model.seq_length]
             cells += [cfg.train.global_batch_size, cfg.mixed_precision.precision, i.row.note]
-            rows.append("| " + " | ".join(str(c) for c in cells) + " |")
+            # a pipeline layout string's stage separators must not end the cell
+            rows.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     return rows

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 from bridge.models.llama import presets
 from recipes.composition import Row, register, variant
-from recipes.performance import LLAMA, LLAMA_70B, USERBUFFERS_BF16_H100_H8192_TP4_MBS1_SEQ8192
-from recipes.runs import LONG_PRETRAIN
+from recipes.performance import (
+    LLAMA,
+    LLAMA_70B,
+    USERBUFFERS_BF16_H100_H8192_TP4_MBS1_SEQ8192,
+    USERBUFFERS_BF16_H100_H16384_TP8_CP2_MBS1_SEQ8192,
+)
+from recipes.runs import EMBEDDING_AND_LOSS_IN_SPLIT, LONG_PRETRAIN
 
 SEQ_16K, SEQ_64K, SEQ_128K = 16384, 65536, 131072
 # TP communication overlapped with Transformer Engine's userbuffers; None = TE's defaults for the shape
 TP_OVERLAP_8K = {"distributed.tp_comm_overlap_cfg": dict(USERBUFFERS_BF16_H100_H8192_TP4_MBS1_SEQ8192)}
 # Megatron-Bridge's apply_determinism_overrides: deterministic kernels, no fused cross-entropy, no TP overlap
 DETERMINISTIC = dict(deterministic_mode=True, cross_entropy_loss_fusion=False, tp_comm_overlap=False)
-# Llama 3.1 405B (126 layers) is not here yet: its published layouts (PP8 / PP16) count the embedding and
-# the loss as pipeline layers (account_for_*_in_pipeline_split), which bridge's layout rules do not model;
-# docs/recipes.md lists it among the recipes still to port.
 
 
 def _pretrain(name: str, title: str, preset, gpus: int, layout: dict, **more) -> Row:
@@ -163,6 +165,30 @@ ROWS = (
         run=dict(seq_length=4096, save_interval=2000),
         settings={**LLAMA, "cross_entropy_fusion_impl": "native"},
         aliases=("llama2_7b_pretrain_config",),
+    ),
+)
+
+L31_405B = _pretrain(
+    "llama31_405b_pretrain_256gpu_h100_bf16_config",
+    "Llama 3.1 405B",
+    presets.llama31_405b,
+    256,
+    dict(tp=8, pp=8, vpp=2, cp=4, sp=True),
+    settings=LLAMA_70B,
+    model=EMBEDDING_AND_LOSS_IN_SPLIT,
+    config={"distributed.tp_comm_overlap_cfg": dict(USERBUFFERS_BF16_H100_H16384_TP8_CP2_MBS1_SEQ8192)},
+    aliases=("llama31_405b_pretrain_config",),
+    note="Megatron-Bridge gives it 131072-token sequences with 8K userbuffers (a slip, as Llama 3.1 70B): "
+    "8192 here",
+)
+ROWS += (
+    L31_405B,
+    variant(
+        L31_405B,
+        "llama31_405b_pretrain_256gpu_h100_bf16_deterministic_config",
+        aliases=("llama31_405b_pretrain_deterministic_config",),
+        model=DETERMINISTIC,
+        config={"distributed.tp_comm_overlap_cfg": None},
     ),
 )
 

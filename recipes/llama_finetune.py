@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from bridge.models.llama import presets
 from recipes.composition import Row, register
-from recipes.performance import LLAMA
+from recipes.performance import LLAMA, LLAMA_70B
+from recipes.runs import EMBEDDING_AND_LOSS_IN_SPLIT
 
 MODELS = {
     "llama32_1b": ("Llama 3.2 1B", presets.llama32_1b),
@@ -16,6 +17,7 @@ MODELS = {
     "llama31_8b": ("Llama 3.1 8B", presets.llama31_8b),
     "llama3_70b": ("Llama 3 70B", presets.llama3_70b),
     "llama31_70b": ("Llama 3.1 70B", presets.llama31_70b),
+    "llama31_405b": ("Llama 3.1 405B", presets.llama31_405b),
 }
 
 
@@ -30,13 +32,11 @@ def _row(key: str, kind: str, gpus: int, layout: dict, run: dict | None = None, 
         gpus=gpus,
         layout=layout,
         run={"seq_length": 4096, **(run or {})},
-        settings=LLAMA,
+        settings=more.pop("settings", LLAMA),
         aliases=(f"{key}_{kind}_config",),
         **more,
     )
 
-
-# Llama 3.1 405B SFT (TP8 PP16) / LoRA (TP4 PP8 VPP8): not yet, see recipes/llama.py
 
 ROWS = (
     _row("llama32_1b", "sft", 1, {}),
@@ -51,6 +51,27 @@ ROWS = (
     _row("llama31_8b", "peft", 1, {}, peft=dict(dim=8, alpha=16.0)),
     _row("llama3_70b", "peft", 8, dict(tp=8), peft=dict(dim=16, alpha=32.0)),
     _row("llama31_70b", "peft", 8, dict(tp=8), peft=dict(dim=16, alpha=32.0)),
+    # 405B: 2048-token rows, the embedding and the loss counted as pipeline layers (126 + 2 over 16 / 64 stages)
+    _row(
+        "llama31_405b",
+        "sft",
+        128,
+        dict(tp=8, pp=16, sp=True),
+        dict(seq_length=2048, global_batch_size=16),
+        settings=LLAMA_70B,
+        model=EMBEDDING_AND_LOSS_IN_SPLIT,
+        note="TP communication overlap with Transformer Engine's default userbuffers; Megatron-Bridge also "
+        "defers the embedding's weight gradients (defer_embedding_wgrad_compute), which bridge has no field for",
+    ),
+    _row(
+        "llama31_405b",
+        "peft",
+        32,
+        dict(tp=4, pp=8, vpp=8, sp=True),
+        dict(seq_length=2048, global_batch_size=32),
+        model=EMBEDDING_AND_LOSS_IN_SPLIT,
+        peft=dict(dim=16, alpha=32.0, target_modules=["linear_qkv"]),
+    ),
 )
 
 RECIPES, _functions = register(ROWS, __name__)

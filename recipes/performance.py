@@ -53,6 +53,13 @@ USERBUFFERS_BF16_H100_H8192_TP4_MBS1_SEQ8192 = {
     "proj_fprop": {"method": "pipeline", "num_sm": 24, "cga_size": 2, "num_splits": 4, "set_sm_margin": True},
     "fc2_fprop": {"method": "pipeline", "num_sm": 16, "cga_size": 2, "num_splits": 4, "set_sm_margin": True},
 }
+# ... and for Llama 3.1 405B (hidden 16384, TP8, CP2, micro batch 1, 8192 tokens): fewer SMs on three GEMMs
+USERBUFFERS_BF16_H100_H16384_TP8_CP2_MBS1_SEQ8192 = {
+    **USERBUFFERS_BF16_H100_H8192_TP4_MBS1_SEQ8192,
+    "qkv_dgrad": {"method": "bulk", "num_sm": 2, "cga_size": 2, "set_sm_margin": False},
+    "fc1_wgrad": {"method": "bulk", "num_sm": 2, "cga_size": 2, "set_sm_margin": False},
+    "fc2_fprop": {"method": "pipeline", "num_sm": 8, "cga_size": 2, "num_splits": 4, "set_sm_margin": True},
+}
 
 # the model fields a recipe may set here: the plan's performance settings and what goes with them
 _ALLOWED = set(performance.BY_FIELD) | {"moe_flex_dispatcher_backend"}

@@ -1,7 +1,5 @@
 """Qwen3 (dense) recipes, pretraining, full SFT and LoRA: Megatron-Bridge's H100 table
-(recipes/qwen/h100/qwen3.py), one row per published recipe, composed by recipes.composition.
-
-Not here yet: qwen3_600m_sft_8gpu_h100_bf16_yarn_128k_config (YaRN RoPE scaling is not a provider field)."""
+(recipes/qwen/h100/qwen3.py), one row per published recipe, composed by recipes.composition."""
 
 from __future__ import annotations
 
@@ -24,6 +22,20 @@ ATTENTION_LORA = dict(dim=8, alpha=16.0, target_modules=["linear_qkv", "linear_p
 PER_TOKEN_LOSS = dict(calculate_per_token_loss=True)
 # Megatron-Bridge's "must be False when calculate_per_token_loss=True" (Megatron-Core's DDP refuses the pair)
 NO_AVERAGE_IN_COLLECTIVE = {"distributed.average_in_collective": False}
+
+# Qwen3 0.6B stretched from its 40960 trained positions to 131072 with YaRN, Megatron-Bridge's values
+# (Megatron-Core's YarnRotaryEmbedding: factor 3.2, the correction range unrounded, cos / sin unscaled
+# since mscale = mscale_all_dim)
+YARN_128K = dict(
+    position_embedding_type="yarn",
+    yarn_original_max_position_embeddings=40960,
+    yarn_rotary_scaling_factor=131072 / 40960,
+    yarn_beta_fast=32.0,
+    yarn_beta_slow=1.0,
+    yarn_mscale=1.0,
+    yarn_mscale_all_dim=1.0,
+    yarn_correction_range_round_to_int=False,
+)
 
 MODELS = {
     "qwen3_600m": ("Qwen3 0.6B", presets.qwen3_600m),
@@ -83,6 +95,26 @@ ROWS = (
         run=dict(seq_length=131072, global_batch_size=2, lr=1e-6, min_lr=1e-6, lr_warmup_iters=10),
         model=PER_TOKEN_LOSS,
         config={**Q600M_SFT.config, **NO_AVERAGE_IN_COLLECTIVE},
+    ),
+    variant(
+        Q600M_SFT,
+        "qwen3_600m_sft_8gpu_h100_bf16_yarn_128k_config",
+        aliases=("qwen3_600m_sft_yarn_128k_config",),
+        gpus=8,
+        layout=dict(cp=8),
+        run=dict(
+            seq_length=131072, global_batch_size=8, lr=1e-6, min_lr=1e-6, lr_warmup_iters=10, data_kind="chat"
+        ),
+        settings=dict(cross_entropy_loss_fusion=False),
+        model={**PER_TOKEN_LOSS, **YARN_128K},
+        config={
+            **Q600M_SFT.config,
+            **NO_AVERAGE_IN_COLLECTIVE,
+            "scheduler.lr_warmup_init": 1e-11,
+            "distributed.timeout_minutes": 30,
+        },
+        note="YaRN RoPE 40960 -> 131072 positions; Megatron-Bridge trains it on chat rows (the math subset of "
+        "nvidia/Nemotron-Cascade-2-SFT-Data with Qwen3-0.6B's chat template): dataset.kind chat, your files",
     ),
     _row("qwen3_1p7b", "sft", 1, {}),
     _row("qwen3_4b", "sft", 2, dict(tp=2)),

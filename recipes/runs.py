@@ -41,3 +41,17 @@ SHORT_FINETUNE = dict(
 
 # Megatron-Bridge's full recompute (provider fields): every layer's activations recomputed, one at a time
 FULL_RECOMPUTE = dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+
+# the largest models' pipeline split (Llama 3.1 405B, Qwen3-235B-A22B): the embedding and the loss count as
+# one decoder layer each and the sum splits evenly (bridge.parallel.stages), so the first and the last stage
+# hold one decoder layer fewer
+EMBEDDING_AND_LOSS_IN_SPLIT = dict(
+    account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True
+)
+
+# Megatron-Bridge's _sft_common / _peft_common as they stand (the recipes that keep them: OLMoE, EXAONE 4):
+# global batch 128, evaluation and a checkpoint every 100, the distributed optimizer (the finetuning base
+# here follows its H100 Llama recipes instead: global batch 8, every 30 / 50)
+FINETUNE_COMMON = dict(
+    global_batch_size=128, eval_interval=100, save_interval=100, use_distributed_optimizer=True
+)

@@ -40,11 +40,16 @@ bridge's earlier names): `run_recipe.py --recipe <name>`, `bridge plan --model <
 - **row** (`recipes.composition.Row`, one per published recipe in the family's table file): name, family,
   kind, GPU count, layout (tp / pp / vpp / cp / ep / sp), `run` (keywords of the base: sequence, batches,
   iterations, learning rate, warm-up, precision), GPU performance settings (`recipes/performance.py`),
-  other provider fields (recompute, determinism), dotted config values, adapter settings, aliases, and a
-  `note` where a value differs from the published one or cannot run here (the note is in the
-  description). `variant(row, name, **changes)` derives a row: a sequence, precision or layout variant is
-  one call. Run values several families share are in `recipes/runs.py` (Llama 3's long pretraining run,
-  the short finetuning run, Megatron-Bridge's benchmark run as one override set, full recompute).
+  other provider fields (recompute, determinism, YaRN, uneven pipeline stages), dotted config values,
+  adapter settings, aliases, and a `note` where a value differs from the published one or cannot run here
+  (the note is in the description). `variant(row, name, **changes)` derives a row: a sequence, precision
+  or layout variant is one call. Run values several families share are in `recipes/runs.py` (Llama 3's
+  long pretraining run, the short finetuning run, Megatron-Bridge's benchmark run as one override set,
+  full recompute, Megatron-Bridge's own finetuning base, the embedding and the loss counted as pipeline
+  layers).
+- **uneven pipeline stages** (`bridge/parallel/stages.py`) show in the layout column: `E+L in split`
+  (`account_for_embedding_in_pipeline_split` / `account_for_loss_in_pipeline_split`), `first N last M`
+  (`num_layers_in_first_pipeline_stage` / `_last_`) or the `pipeline_model_parallel_layout` string.
 
 Every recipe function takes the layout keywords (`tensor_model_parallel_size`, ...) and its base's
 keywords (`seq_length`, `train_iters`, `data_paths`, `dir`, ...; PEFT: `peft_scheme="dora"`), and every
@@ -70,17 +75,20 @@ refuses until they are given.
 
 ## Not here yet
 
-These Megatron-Bridge recipes of families bridge converts are not in the registry:
+Every Megatron-Bridge LLM recipe of the families bridge converts is here (read at its commit 067f987),
+but these:
 
-- Llama 3.1 405B (`llama31_405b_pretrain_256gpu_h100_bf16_config` and its deterministic variant,
-  `llama31_405b_sft_128gpu_h100_bf16_config`, `llama31_405b_peft_32gpu_h100_bf16_config`) and
-  Qwen3-235B-A22B (`qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config`, `_sft_64gpu_`, `_peft_16gpu_`):
-  their layouts count the embedding and the loss as pipeline layers
-  (`account_for_embedding_in_pipeline_split`, `account_for_loss_in_pipeline_split`: 126 + 2 layers over
-  PP8, 94 + 2 over PP16), which bridge's layout rules do not model yet (pp must divide num_layers). Their
-  presets (`llama31_405b`, `qwen3_235b_a22b`) are in place.
-- `qwen3_600m_sft_8gpu_h100_bf16_yarn_128k_config`: YaRN RoPE scaling is not a provider field.
-- DeepSeek V2-Lite / V2 / V3 and Kimi-K2: `recipes/deepseek.py` (written separately).
+- Moonlight 16B (`moonlight_16b_pretrain_8gpu_h100_bf16_config`, `_16gpu_`, `moonlight_16b_sft_8gpu_h100_bf16_config`,
+  its `_tp1` and `_8k` variants, `moonlight_16b_peft_2gpu_h100_bf16_config`, `_4gpu_`): a DeepSeek-V3
+  model the `deepseek` family converts, with no preset in `bridge/models/deepseek/presets.py` yet.
+- MiniMax-M3 (`minimax_m3_pretrain_256gpu_h100_bf16_config`, `minimax_m3_sft_128gpu_h100_bf16_config`):
+  bridge converts MiniMax-M2, for which Megatron-Bridge publishes no recipe.
+
+Megatron-Bridge's recipes of models no bridge family converts: DeepSeek-V4 (Flash / Pro), GLM-5.2,
+Qwen3-Next, Qwen3.5, Gemma 4, EXAONE 4.5 (VL) and EXAONE-MoE, Kimi-K2.5-VL, Nemotron-H, GPT-3 175B and the other
+vision / audio / diffusion recipes. Bridge's families with no Megatron-Bridge recipe: Gemma (1), GLM-4,
+Mistral, Phi-3, Qwen2-MoE, OLMo 2 / 3, Nemotron, Granite, StarCoder2, SmolLM3, ERNIE 4.5 (dense and MoE),
+MiniMax-M2 (Mixtral's recipe is NeMo's).
 """
 
 BEFORE = {  # the registry at d3149f5, before this table: 18 recipes

@@ -13,7 +13,7 @@ import pytest
 from bridge.config.compose import compose
 from bridge.errors import ConfigError
 from bridge.models.provider_checks import has_mla_qk_norm_resolver
-from recipes import RECIPES, get_recipe
+from recipes import RECIPES, get_recipe, recipe_info
 
 # name -> (tp, pp, ep, sp, pipeline layout, layers per rank, (seq, global batch, micro batch, iters), recompute)
 PP16 = "+".join(["4"] * 15 + ["1"])
@@ -47,9 +47,14 @@ DEEPSEEK_RECIPES = (*PRETRAIN, *FINETUNE)
 V2_LITE_REFUSED = has_mla_qk_norm_resolver()
 
 
+# the module's other recipes (Megatron-Bridge's aliases): DeepSeek-V2 and V3 on 32 nodes (test_recipe_registry.py)
+OTHER_RECIPES = ("deepseek_v2_pretrain_config", "deepseek_v3_pretrain_config_32nodes")
+
+
 def test_the_module_registers_these_recipes():
-    assert sorted(n for n, info in RECIPES.items() if info.module == "deepseek") == sorted(DEEPSEEK_RECIPES)
-    assert [RECIPES[n].default_world_size for n in PRETRAIN] == [1024, 512, 8]
+    module = sorted(n for n, info in RECIPES.items() if info.module == "deepseek")
+    assert module == sorted(recipe_info(n).name for n in (*DEEPSEEK_RECIPES, *OTHER_RECIPES))
+    assert [recipe_info(n).default_world_size for n in PRETRAIN] == [1024, 512, 8]
 
 
 @pytest.mark.parametrize("name", list(PRETRAIN))
@@ -58,9 +63,9 @@ def test_pretraining_recipe_validates_on_its_gpu_count_with_published_values(nam
     cfg = get_recipe(name)()
     if "v2_lite" in name and V2_LITE_REFUSED:
         with pytest.raises(ConfigError, match="QKNormConfigResolver"):
-            cfg.validate(RECIPES[name].default_world_size, cuda=True)
+            cfg.validate(recipe_info(name).default_world_size, cuda=True)
         return
-    plan = cfg.validate(RECIPES[name].default_world_size, cuda=True)
+    plan = cfg.validate(recipe_info(name).default_world_size, cuda=True)
     m, c = plan.config.model, plan.config
     assert (m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.expert_model_parallel_size) == (
         tp,
@@ -72,7 +77,7 @@ def test_pretraining_recipe_validates_on_its_gpu_count_with_published_values(nam
         layout,
         recompute,
     )
-    assert plan.layout.min_gpus == RECIPES[name].default_world_size or pp == 1
+    assert plan.layout.min_gpus == recipe_info(name).default_world_size or pp == 1
     assert plan.warnings == ()
     assert (m.seq_length, c.train.global_batch_size, c.train.micro_batch_size, c.train.train_iters) == run
     o, s = c.optimizer, c.scheduler
@@ -104,9 +109,9 @@ def test_finetuning_recipe_validates_on_its_gpu_count(name, tmp_path):
     cfg, _ = compose(get_recipe(name)(), overrides=start)
     if V2_LITE_REFUSED:
         with pytest.raises(ConfigError, match="QKNormConfigResolver"):
-            cfg.validate(RECIPES[name].default_world_size, cuda=True)
+            cfg.validate(recipe_info(name).default_world_size, cuda=True)
         return
-    plan = cfg.validate(RECIPES[name].default_world_size, cuda=True)
+    plan = cfg.validate(recipe_info(name).default_world_size, cuda=True)
     assert plan.config.model.expert_model_parallel_size == ep
     peft = plan.config.peft
     assert (None if peft.scheme is None else peft.target_modules) == targets
@@ -126,7 +131,7 @@ def test_dry_run_on_the_published_gpu_count(name):
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = _run_recipe_main()(
-            ["--recipe", name, "--dry-run", "--world-size", str(RECIPES[name].default_world_size)]
+            ["--recipe", name, "--dry-run", "--world-size", str(recipe_info(name).default_world_size)]
         )
     if "v2_lite" in name and V2_LITE_REFUSED:
         assert code == 2 and "QKNormConfigResolver" in err.getvalue()

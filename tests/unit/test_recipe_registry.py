@@ -22,21 +22,15 @@ from recipes.listing import list_lines
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = json.loads((Path(__file__).parent / "data" / "megatron_bridge_recipes.json").read_text())
 # published recipes not in the registry yet, each with its reason in docs/recipes.md ("Not here yet")
-NOT_YET = {
-    "llama31_405b_pretrain_256gpu_h100_bf16_config",
-    "llama31_405b_pretrain_256gpu_h100_bf16_deterministic_config",
-    "llama31_405b_sft_128gpu_h100_bf16_config",
-    "llama31_405b_peft_32gpu_h100_bf16_config",
-    "qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config",
-    "qwen3_235b_a22b_sft_64gpu_h100_bf16_config",
-    "qwen3_235b_a22b_peft_16gpu_h100_bf16_config",
-    "qwen3_600m_sft_8gpu_h100_bf16_yarn_128k_config",
-}
+NOT_YET: set[str] = set()
 # aliases that keep bridge's earlier recipe where Megatron-Bridge's alias names its 100-iteration benchmark
 KEPT_ALIASES = {
     "qwen3_8b_pretrain_config": "qwen3_8b_pretrain_4gpu_h100_bf16_config",
     "qwen3_30b_a3b_pretrain_config": "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config",
 }
+# recipes Megatron-Bridge does not publish (no GPU count in their names): NeMo's Mixtral, DeepSeek-V2-Lite's
+# finetuning
+BRIDGE_ONLY = {"mixtral_8x7b_pretrain_config", "deepseek_v2_lite_sft_config", "deepseek_v2_lite_peft_config"}
 H100 = Environment(
     cuda=True, device_name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0),
     packages={"transformer_engine": "2.8.0"},
@@ -48,16 +42,15 @@ B200 = Environment(
 
 def test_every_published_name_resolves_to_its_recipe():
     published = set(PUBLISHED["recipes"])
-    assert NOT_YET <= published and len(published) == 104
+    assert NOT_YET <= published and len(published) == 137
     assert published - NOT_YET <= set(RECIPES)
     for alias, canonical in PUBLISHED["aliases"].items():
         if canonical in NOT_YET:
             assert alias not in ALIASES
             continue
         assert recipe_info(alias).name == KEPT_ALIASES.get(alias, canonical), alias
-    # in these families, the registry's names beyond Megatron-Bridge's: none (Mixtral: NeMo's recipe)
-    families = {"llama", "gemma2", "gemma3", "qwen2", "qwen3", "qwen3_moe"}
-    assert {n for n, i in RECIPES.items() if i.family in families} - published == set()
+    # the registry's names beyond Megatron-Bridge's: bridge's own recipes only
+    assert set(RECIPES) - published == BRIDGE_ONLY
     assert set(ALIASES) <= set(PUBLISHED["aliases"])
 
 
@@ -80,7 +73,7 @@ def test_every_recipe_dry_runs_on_its_published_gpu_count():
         if row is None:  # a hand-written recipe (no table row): its own tests check its values
             continue
         assert (info.family, info.kind) == (row.family, row.kind) and info.kind in name, name
-        assert f"{info.default_world_size}gpu" in name or name == "mixtral_8x7b_pretrain_config", name
+        assert f"{info.default_world_size}gpu" in name or name in BRIDGE_ONLY, name
         lay = row.layout_values()
         m = plan.config.model
         assert (m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.context_parallel_size) == (
@@ -122,6 +115,17 @@ def test_mxfp8_is_refused_on_h100_as_its_note_says():
         ("llama3_70b_peft_config", dict(seq=4096, gbs=8, tp=8, dim=16, alpha=32.0)),
         ("gemma3_1b_peft_config", dict(seq=4096, gbs=32, dim=8, alpha=16.0)),
         ("qwen3_600m_sft_128k_config", dict(seq=131072, gbs=2, cp=8, lr=1e-6, min_lr=1e-6)),
+        ("llama31_405b_peft_config", dict(seq=2048, gbs=32, tp=4, pp=8, dim=16, alpha=32.0)),
+        ("qwen3_235b_a22b_pretrain_config", dict(seq=4096, gbs=32, mbs=1, tp=4, pp=16, cp=2, ep=8)),
+        ("qwen3_600m_sft_yarn_128k_config", dict(seq=131072, gbs=8, cp=8, lr=1e-6, min_lr=1e-6)),
+        ("deepseek_v3_pretrain_config_32nodes", dict(gbs=4096, mbs=1, pp=8, ep=32, recompute="full")),
+        (
+            "gpt_oss_120b_sft_32k_config",
+            dict(seq=32768, gbs=4, tp=2, pp=6, cp=4, ep=4, recompute="selective"),
+        ),
+        ("glm45_355b_pretrain_config", dict(gbs=2048, iters=1_000_000, lr=1e-4, min_lr=1e-5, warm=2000)),
+        ("olmoe_7b_sft_config", dict(seq=4096, gbs=128, iters=1000, beta2=0.95, decay=1000, ep=8)),
+        ("exaone4_1p2b_peft_config", dict(seq=2048, gbs=128, iters=1000, lr=1e-4, dim=32)),
     ],
 )
 def test_published_values(name, values):
@@ -139,12 +143,15 @@ def test_published_values(name, values):
 def test_list_groups_by_family_and_kind_and_filters():
     lines = list_lines(RECIPES.values(), "qwen3")
     headers = [line for line in lines if line.startswith("# ")]
-    assert headers[0] == "# qwen3 pretrain (7)" and "# qwen3_moe peft (1)" in headers
+    assert headers[0] == "# qwen3 pretrain (7)" and "# qwen3_moe peft (2)" in headers
     assert all(line.startswith(("# ", "qwen3")) for line in lines)
     assert len(lines) - len(headers) == sum("qwen3" in n for n in RECIPES)
+    peft_families = {i.family for i in RECIPES.values() if i.kind == "peft"}  # one group each
     assert [h.split()[2] for h in list_lines(RECIPES.values(), "peft") if h.startswith("# ")] == [
         "peft"
-    ] * 7  # 6 families + deepseek
+    ] * len(peft_families)
+    # llama, qwen2, qwen3, qwen3_moe, gemma2, gemma3, deepseek, gpt_oss, glm4_moe, olmoe, exaone4
+    assert len(peft_families) == 11
     everything = list_lines(RECIPES.values())
     assert len([line for line in everything if not line.startswith("# ")]) == len(RECIPES)
     first = next(line for line in everything if line.startswith("llama32_1b_pretrain_1gpu_h100_bf16_config "))
@@ -189,3 +196,21 @@ def test_full_recompute_rows_agree_with_activation_checkpointing():
     )
     with pytest.raises(ConfigError, match="already chooses what to recompute"):
         cfg.validate(8, env=H100)
+
+
+@pytest.mark.parametrize(
+    "name, gpus, stage_layers",
+    [
+        # Megatron-Core's account_for_embedding / loss split: (layers + 2) / stages each, E and L take one
+        ("llama31_405b_sft_config", 128, "+".join(["7", *["8"] * 14, "7"])),
+        ("qwen3_235b_a22b_pretrain_config", 256, "+".join(["5", *["6"] * 14, "5"])),
+        ("qwen3_235b_a22b_peft_config", 16, "23+24+24+23"),
+    ],
+)
+def test_largest_models_count_embedding_and_loss_as_pipeline_layers(name, gpus, stage_layers):
+    cfg = get_recipe(name)()
+    if recipe_info(name).entry == "finetune":
+        cfg = with_stand_ins(cfg)
+    plan = cfg.validate(gpus, env=H100)
+    assert plan.pipeline.stage_layers == stage_layers
+    assert "E+L in split" in recipe_info(name).description
