@@ -105,6 +105,11 @@ def build_meshes(layout) -> ParallelMeshes:
     return meshes
 
 
+def forget_meshes() -> None:
+    """Drop the cached meshes (their groups are being destroyed)."""
+    _CACHE.clear()
+
+
 def check_against_parallel_state(meshes: ParallelMeshes) -> None:
     """Raise AssertionError when a mesh group differs from Megatron-Core's live group of this rank."""
     import torch

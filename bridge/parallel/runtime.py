@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from bridge.errors import ConfigError
 from bridge.parallel.ranks import env_world_size, rank
+from bridge.parallel.teardown import release_model_parallel_groups
 
 if TYPE_CHECKING:
     from bridge.parallel.layout import ParallelLayout
@@ -190,10 +191,7 @@ def destroy_distributed() -> None:
         return
     import torch.distributed as dist
 
-    if "megatron.core.parallel_state" in sys.modules:
-        from megatron.core import parallel_state
-
-        parallel_state.destroy_model_parallel()
+    release_model_parallel_groups()
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 

@@ -149,9 +149,9 @@ def pipeline_logits(chunk, toks: torch.Tensor) -> torch.Tensor | None:
 def end_layout() -> None:
     # Megatron-Core's groups go; the default gloo group stays for the next layout (re-creating it
     # on torchrun's rendezvous is not reliable).
-    from megatron.core import parallel_state
+    from bridge.parallel.teardown import release_model_parallel_groups
 
-    parallel_state.destroy_model_parallel()
+    release_model_parallel_groups()
 
 
 def run_family(root: Path, phase: str, family: str) -> None:

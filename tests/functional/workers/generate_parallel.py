@@ -71,9 +71,9 @@ def run_cli(root: Path) -> None:
 
 def end_layout() -> None:
     # Megatron-Core's groups go; the default gloo group stays for the next layout.
-    from megatron.core import parallel_state
+    from bridge.parallel.teardown import release_model_parallel_groups
 
-    parallel_state.destroy_model_parallel()
+    release_model_parallel_groups()
 
 
 def main() -> None:

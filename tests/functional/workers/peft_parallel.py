@@ -165,7 +165,7 @@ def load(root: Path, phase: str) -> None:
 
 
 def main() -> None:
-    from megatron.core import parallel_state
+    from bridge.parallel.teardown import release_model_parallel_groups
 
     root = Path(sys.argv[1])
     dist.init_process_group("gloo")
@@ -177,7 +177,7 @@ def main() -> None:
             else:
                 train(root, phase, scheme)
         # the next layout gets new Megatron-Core groups on the same gloo group
-        parallel_state.destroy_model_parallel()
+        release_model_parallel_groups()
     dist.destroy_process_group()
 
 

@@ -69,10 +69,11 @@ def write_learnable_indexed_data(prefix: str | Path, n_docs: int = 400, seed: in
 
 
 def reset_parallel_state() -> None:
-    """Drop Megatron-Core's model-parallel groups (keep the default group) between runs of one worker."""
-    from megatron.core import parallel_state
+    """Destroy Megatron-Core's model-parallel groups (keep the default group) between runs of one worker,
+    freeing their threads: a launch that runs many layouts would otherwise carry every earlier group."""
+    from bridge.parallel.teardown import release_model_parallel_groups
 
-    parallel_state.destroy_model_parallel()
+    release_model_parallel_groups()
 
 
 def rank() -> int:
