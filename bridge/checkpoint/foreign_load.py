@@ -107,7 +107,9 @@ def load_foreign(
     if optimizer is not None or scheduler is not None:  # a resume: counters and RNG
         restored.append(f"iteration {theirs.train_state.get('iteration', 0)} and sample counters")
         skipped.append(f"RNG state ({theirs.layout} keeps it per (PP, TP, DP) rank, bridge per rank)")
-    if ranks.is_rank_zero():
+    if ranks.is_rank_zero() and optimizer is None and scheduler is None:
+        logger.info("loaded the weights of %s's checkpoint %s", theirs.layout, target)
+    elif ranks.is_rank_zero():
         logger.info(
             "loaded %s's checkpoint %s: restored %s; not restored: %s",
             theirs.layout,
