@@ -15,9 +15,10 @@ import logging
 
 import torch
 
-from bridge.checkpoint import compat, state
+from bridge.checkpoint import compat, fsdp2_state, state
 from bridge.checkpoint.foreign import ForeignCheckpoint
 from bridge.checkpoint.save_state import model_keys, model_sharded_state_dict
+from bridge.errors import ConfigError
 from bridge.models.adapter_marks import has_adapters
 from bridge.parallel import ranks
 from bridge.parallel.wrappers import unwrap_all
@@ -72,6 +73,12 @@ def load_foreign(
     from bridge.checkpoint.save_load import _load_part
 
     target = theirs.folder
+    if fsdp2_state.is_fsdp2(model_chunks):
+        raise ConfigError(
+            f"{theirs.layout} checkpoint {target} holds Megatron-Core's torch_dist state and this run's model is "
+            "an fsdp2 one: resume it with distributed.strategy=megatron, or start fsdp2 from its weights "
+            "(checkpoint.pretrained_checkpoint)"
+        )
     chunks = unwrap_all(model_chunks)
     part = "base" if has_adapters(chunks) else "all"  # a PEFT run starts from its weights
     sd = model_sharded_state_dict(model_chunks, part)

@@ -96,3 +96,21 @@ def test_export_to_hf_without_naming_a_config(runs, layout):
     with torch.no_grad():
         logits = model(bare["tokens"]).logits
     torch.testing.assert_close(logits, bare["at_saved"], rtol=0, atol=1e-5)
+
+
+def test_damage_to_a_foreign_checkpoint_is_found_by_megatron_cores_metadata(runs, tmp_path):
+    import shutil
+
+    from bridge.checkpoint.integrity import check_folder
+
+    work, _ = runs
+    root = tmp_path / "mlm"
+    shutil.copytree(work / "mlm", root)
+    folder = root / "iter_0000002"
+    assert check_folder(folder, verify=True) == []  # (and one warning: no bridge manifest)
+    shard = sorted(folder.glob("*.distcp"))[0]
+    shard.write_bytes(shard.read_bytes()[:100])
+    problems = check_folder(folder, verify=True)
+    assert len(problems) == 1 and problems[0].startswith(f"{shard.name} has 100 bytes, its .metadata needs")
+    shard.unlink()
+    assert check_folder(folder, verify=True) == [f"{shard.name} is missing (its .metadata points into it)"]
