@@ -82,7 +82,16 @@ def load_foreign(
     chunks = unwrap_all(model_chunks)
     part = "base" if has_adapters(chunks) else "all"  # a PEFT run starts from its weights
     sd = model_sharded_state_dict(model_chunks, part)
-    compat.check_compatible(target, chunks, sd, model_config, strict=strict)
+    try:
+        compat.check_compatible(target, chunks, sd, model_config, strict=strict)
+    except ConfigError as err:
+        if theirs.model_fields:
+            raise
+        raise ConfigError(
+            f"{theirs.layout} checkpoint {target} records no model fields (no run_config.yaml model section, "
+            "no saved args), so the model is the recipe's, and it does not fit: pick the recipe (preset) of "
+            f"its model or set its model fields (for an export: --hf-config with its Hugging Face config). {err}"
+        ) from err
     restored, skipped = ["weights"], []
     why_not = optimizer_verdict(theirs, _current_sizes()) if optimizer is not None else None
     with_optimizer = optimizer is not None and why_not is None

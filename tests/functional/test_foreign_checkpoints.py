@@ -57,6 +57,13 @@ def test_weights_only_start_sees_the_saved_model(runs):
     assert _close(_ints(start["losses"])[1], rec["bare"]["first_batch_loss_of_saved_weights"])
 
 
+def test_a_checkpoint_without_model_fields_says_so(runs):
+    _, rec = runs
+    message = rec["no_fields"]
+    assert message is not None and "records no model fields" in message
+    assert "in the checkpoint but" in message  # compat names the first tensor whose shape differs
+
+
 def test_bridge_checkpoint_reads_back_as_megatron_bridge_reads_it(runs):
     import torch
 

@@ -277,10 +277,11 @@ def save_like(layout: str, root: Path, model, optimizer, scheduler) -> None:
     sd["num_floating_point_operations_so_far"] = 0
     if layout == "Megatron-LM":
         sd["args"] = megatron_lm_args(ITERS_SAVED * GLOBAL_BATCH)
+    if layout != "Megatron-Bridge":
         sd["iteration"] = ITERS_SAVED
     dist_checkpointing.save(sd, str(folder), content_metadata=content_metadata)
     if torch.distributed.get_rank() == 0:
-        if layout == "Megatron-LM":
+        if layout != "Megatron-Bridge":
             (root / "latest_checkpointed_iteration.txt").write_text(str(ITERS_SAVED))
         else:
             (folder / "run_config.yaml").write_text(megatron_bridge_run_config())
@@ -310,6 +311,7 @@ def bare_run(work: Path, batches: list[dict]) -> dict:
         losses[it] = bare_iteration(model, optimizer, scheduler, chunk[it - 1])
     save_like("Megatron-LM", work / "mlm", model, optimizer, scheduler)
     save_like("Megatron-Bridge", work / "mb", model, optimizer, scheduler)
+    save_like("no fields", work / "bare", model, optimizer, scheduler)  # neither args nor run_config.yaml
     # the saved weights' loss on the first batch (a weights-only start sees it at its iteration 1) and logits
     first = bare_iteration(model, optimizer, scheduler, chunk[0], forward_only=True)
     at_saved = probe_logits(model.module)
@@ -379,6 +381,7 @@ def load_like_megatron_bridge(root: Path) -> dict:
 
 
 def main(workdir: str) -> None:
+    from bridge.errors import ConfigError
     from bridge.training import pretrain
 
     work = Path(workdir)
@@ -403,6 +406,15 @@ def main(workdir: str) -> None:
     started = pretrain(cfg)
     reset_parallel_state()
     emit("pretrained_start", {"losses": started.losses, "num_layers": cfg.model.num_layers})
+    # a checkpoint that records no model fields, started with other ones than its own: one clear error
+    small = ["model.num_layers=2", "model.hidden_size=32", "model.ffn_hidden_size=64", "model.kv_channels=8",
+             "model.num_attention_heads=4", "model.num_query_groups=2", "model.vocab_size=256", "model.seq_length=32"]  # fmt: skip
+    try:
+        pretrain(bridge_config(f"checkpoint.pretrained_checkpoint={work / 'bare'}", *small))
+        emit("no_fields", None)
+    except ConfigError as err:
+        emit("no_fields", str(err))
+    reset_parallel_state()
     back = load_like_megatron_bridge(work / "bridge")
     if rank() == 0:
         torch.save(torch.tensor(back.pop("logits")), work / "read_back_logits.pt")
