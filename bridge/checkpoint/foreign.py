@@ -10,8 +10,9 @@ differ in what comes with it:
     Megatron-Bridge  latest_train_state.pt (its tracker; the .txt only in older releases);
                      iter_N/train_state.pt (step, consumed samples, ...); iter_N/run_config.yaml (its
                      ConfigContainer: `model:` the provider's fields, `checkpoint:` save_optim, save_rng, ...)
-    bridge           manifest.json in every folder, `checkpoint_content` in common.pt (and, since it writes
-                     them, Megatron-Bridge's train_state.pt / latest_train_state.pt)
+    bridge           manifest.json in every folder, `checkpoint_content` in common.pt (and, for Megatron-Bridge's
+                     loader, iter_N/train_state.pt; it reads latest_checkpointed_iteration.txt when there is
+                     no latest_train_state.pt)
 
 The optimizer's sharding format is Megatron-Core's `content_metadata` (distrib_optim_sharding_type) in each.
 """
@@ -246,17 +247,3 @@ def _atomic_torch_save(data: dict, path: Path) -> None:
 def write_train_state(folder: Path, train_state: dict) -> None:
     """iter_N/train_state.pt (rank 0, into the staging folder: published and hashed with the checkpoint)."""
     _atomic_torch_save(train_state_dict(train_state), Path(folder) / TRAIN_STATE_FILENAME)
-
-
-def write_latest_train_state(root: Path, target: Path) -> None:
-    """latest_train_state.pt, Megatron-Bridge's tracker, as a copy of the published folder's train_state.pt
-    (rank 0, right after latest_checkpointed_iteration.txt; atomic, so a crash leaves the previous one)."""
-    source = Path(target) / TRAIN_STATE_FILENAME
-    if source.is_file():
-        _atomic_torch_save(read_train_state_tensors(source), Path(root) / LATEST_TRAIN_STATE_FILENAME)
-
-
-def read_train_state_tensors(path: Path) -> dict:
-    import torch
-
-    return torch.load(str(path), map_location="cpu", weights_only=True)

@@ -52,7 +52,7 @@ def checkpoint_dir(root: str | os.PathLike, iteration: int) -> Path:
 def latest_iteration(root: str | os.PathLike) -> int | None:
     """The iteration named by the tracker file, or None when `root` holds no complete checkpoint.
     Without latest_checkpointed_iteration.txt: Megatron-Bridge's latest_train_state.pt, when the folder it
-    names is not one of bridge's (bridge writes both; its own roots follow the .txt alone)."""
+    names is not one of bridge's (bridge's own roots follow the .txt alone)."""
     tracker = Path(root) / TRACKER_FILENAME
     if not tracker.is_file():  # Megatron-Bridge's own tracker, for a root it wrote
         from bridge.checkpoint.foreign import tracked_by_train_state
@@ -165,7 +165,7 @@ def clean_leftovers(root: str | os.PathLike) -> list[str]:
                     shutil.rmtree(original, ignore_errors=True)
                 os.replace(p, original)
                 done.append(f"restored {original} (its replacement was never published)")
-        elif name in (TRACKER_FILENAME + ".tmp", "latest_train_state.pt.tmp"):
+        elif name == TRACKER_FILENAME + ".tmp":
             p.unlink(missing_ok=True)
         elif _iteration_of(name) is not None and p.is_dir() and not is_complete(p, tracked):
             shutil.rmtree(p, ignore_errors=True)

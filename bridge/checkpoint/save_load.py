@@ -156,7 +156,6 @@ def _publish(root: Path, staging: Path, target: Path, iteration: int, most_recen
         fsync_dir(root)
         _stage("published", target, iteration)
         write_tracker(root, iteration)
-        foreign.write_latest_train_state(root, target)  # Megatron-Bridge's tracker follows bridge's
         _stage("tracked", target, iteration)
         if aside.exists():
             shutil.rmtree(aside, ignore_errors=True)

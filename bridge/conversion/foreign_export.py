@@ -2,9 +2,10 @@
 
 The model fields come from the checkpoint (bridge.checkpoint.foreign: Megatron-Bridge's run_config.yaml
 `model:` section or Megatron-LM's saved args) onto a GPTModelProvider, and the config.json is written for
-the first Hugging Face architecture that expresses every one of them: Llama's first (the plain GPT that
-Megatron-LM's --swiglu --normalization RMSNorm --position-embedding-type rope flags describe), then the
-other supported architectures in name order. `--hf-config` still chooses another.
+the simplest supported Hugging Face architecture that expresses every one of them: the one whose
+config.json needs the fewest keys (then by name; e.g. Llama's for the plain GPT that Megatron-LM's
+--swiglu --normalization RMSNorm --position-embedding-type rope flags describe, Qwen2's with
+--add-qkv-bias). `--hf-config` still chooses another.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from typing import Any
 from bridge.errors import ConfigError
 
 logger = logging.getLogger("bridge.conversion")
-
-FIRST_ARCHITECTURE = "LlamaForCausalLM"
 
 
 def foreign_checkpoint_at(megatron_path: str | os.PathLike):
@@ -49,19 +48,22 @@ def bridge_for_foreign(megatron_path: str | os.PathLike) -> Any | None:
 
     base = GPTModelProvider()
     provider = dataclasses.replace(base, **checkpoint_fields(base, theirs))
-    names = supported_architectures()
-    ordered = [FIRST_ARCHITECTURE, *(a for a in names if a != FIRST_ARCHITECTURE)]
-    for architecture in ordered:
+    expressing = []
+    for architecture in supported_architectures():
         try:
             bridge = AutoBridge.from_provider(provider, architecture)
-        except ConfigError:
+        except (ConfigError, TypeError, ValueError, KeyError):  # its rules cannot write or read this model
             continue
+        expressing.append((len(bridge.hf_config), architecture, bridge))
+    if expressing:  # the simplest: the fewest config.json keys, then the name
+        _, architecture, bridge = min(expressing, key=lambda entry: entry[:2])
         logger.info(
-            "exporting %s checkpoint %s as %s (model fields from %s); --hf-config chooses another",
+            "exporting %s checkpoint %s as %s (model fields from %s; of %s); --hf-config chooses another",
             theirs.layout,
             theirs.folder,
             architecture,
             theirs.fields_source,
+            ", ".join(sorted(a for _, a, _ in expressing)),
         )
         return bridge
     raise ConfigError(

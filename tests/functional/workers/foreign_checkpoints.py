@@ -297,7 +297,8 @@ def save_like(layout: str, root: Path, model, optimizer, scheduler) -> None:
 
 
 def bare_run(work: Path, batches: list[dict]) -> dict:
-    """Train, save both layouts at ITERS_SAVED, keep training: the reference numbers."""
+    """Train, save both layouts (and one without model fields) at ITERS_SAVED, keep training: the
+    reference numbers."""
     from bridge.parallel import runtime
     from bridge.parallel.layout import ParallelLayout
 
@@ -328,7 +329,8 @@ def bare_run(work: Path, batches: list[dict]) -> dict:
 
 def load_like_megatron_bridge(root: Path) -> dict:
     """A bridge checkpoint read back the way Megatron-Bridge's training/checkpointing.py load path reads
-    one: the iteration from latest_train_state.pt, (TP, PP) and save_optim from iter_N/run_config.yaml,
+    one: the iteration from its tracker, (TP, PP) and save_optim from iter_N/run_config.yaml, the counters
+    from iter_N/train_state.pt,
     the optimizer's format from Megatron-Core's content metadata in common.pt, then `model`, `optimizer`
     and `opt_param_scheduler` through dist_checkpointing into a bare model (RNG left out: its layout
     differs, Megatron-Bridge's checkpoint.load_rng=false)."""
@@ -341,8 +343,12 @@ def load_like_megatron_bridge(root: Path) -> dict:
 
     runtime.initialize_distributed(ParallelLayout(world_size=torch.distributed.get_world_size()), seed=78)
     model, optimizer, scheduler = bare_model_and_optimizer(bridge_config())
-    tracker = torch.load(root / "latest_train_state.pt", weights_only=True)
-    folder = root / f"iter_{int(tracker['step']):07d}"
+    # its _resolve_checkpoint_iteration: latest_train_state.pt first, else Megatron-LM's .txt tracker
+    if (root / "latest_train_state.pt").is_file():
+        step = int(torch.load(root / "latest_train_state.pt", weights_only=True)["step"])
+    else:
+        step = int((root / "latest_checkpointed_iteration.txt").read_text().strip())
+    folder = root / f"iter_{step:07d}"
     per_iteration = torch.load(folder / "train_state.pt", weights_only=True)
     run_config = yaml.safe_load((folder / "run_config.yaml").read_text())
     common = load_common_state_dict(str(folder))
@@ -360,7 +366,7 @@ def load_like_megatron_bridge(root: Path) -> dict:
     logits = probe_logits(model.module)
     runtime.destroy_distributed()
     return {
-        "step": int(tracker["step"]),
+        "step": step,
         "train_state_keys": sorted(per_iteration),
         "consumed_train_samples": int(per_iteration["consumed_train_samples"]),
         "tp_pp": [
