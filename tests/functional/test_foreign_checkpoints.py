@@ -61,7 +61,7 @@ def test_a_checkpoint_without_model_fields_says_so(runs):
     _, rec = runs
     message = rec["no_fields"]
     assert message is not None and "records no model fields" in message
-    assert "in the checkpoint but" in message  # compat names the first tensor whose shape differs
+    assert "Fix: set model." in message  # and then what bridge.checkpoint.compat found first
 
 
 def test_bridge_checkpoint_reads_back_as_megatron_bridge_reads_it(runs):
