@@ -51,7 +51,9 @@ def compose(
     return cfg, warnings
 
 
-def _from_foreign_checkpoint(base, cfg, warnings, config_file, overrides):
+def _from_foreign_checkpoint(
+    base: T, cfg: T, warnings: list[str], config_file: str | Path | None, overrides: Sequence[str]
+) -> tuple[T, list[str]]:
     """A Megatron-LM / Megatron-Bridge checkpoint start: the model section is filled from it
     (bridge.checkpoint.foreign_start), then the file and overrides are applied again; they may not
     contradict it."""
