@@ -25,32 +25,37 @@ def check_folder(target: Path, verify: bool) -> list[str]:
     tracked = tracked_or_none(target.parent) if target.name.startswith("iter_") else None
     if not is_complete(target, tracked):
         return [f"{target} is not a complete checkpoint (an interrupted save; it has no {MANIFEST_FILENAME})"]
-    if not (target / MANIFEST_FILENAME).is_file() and _written_by_bridge(target):
+    if (target / MANIFEST_FILENAME).is_file():
+        return manifest.verify(target, checksums=verify)
+    common = _common_or_none(target)
+    if _written_by_bridge(target, common):
         return [
             f"{MANIFEST_FILENAME} is missing (bridge writes one with every checkpoint, so its files can no "
             "longer be checked: it was deleted or the folder was copied incompletely)"
         ]
-    if not (target / MANIFEST_FILENAME).is_file() and (layout := _foreign_layout(target)) is not None:
-        foreign.warn_no_manifest(target, layout)  # Megatron-LM's / Megatron-Bridge's: Megatron-Core's checks
-        return foreign.metadata_problems(target)
+    # no manifest to check against (Megatron-LM's, Megatron-Bridge's, bridge's from before it): Megatron-Core's
+    problems = foreign.metadata_problems(target)
+    if problems:
+        return problems
+    if common is not None and (layout := foreign.layout_of(target, common)) != foreign.BRIDGE:
+        foreign.warn_no_manifest(target, layout)
     return manifest.verify(target, checksums=verify)
 
 
-def _foreign_layout(target: Path) -> str | None:
+def _common_or_none(target: Path) -> dict | None:
+    """Megatron-Core's common state of the folder, None when it cannot be read (the load reports why)."""
+    from torch.distributed.checkpoint.api import CheckpointException  # (a BaseException)
+
     try:
-        layout = foreign.layout_of(target)
-    except Exception:  # noqa: BLE001 - unreadable common.pt: the load reports it
+        return foreign._read_common(target)
+    except (Exception, CheckpointException):  # noqa: BLE001 - any kind of damage
         return None
-    return None if layout == foreign.BRIDGE else layout
 
 
-def _written_by_bridge(target: Path) -> bool:
+def _written_by_bridge(target: Path, common: dict | None) -> bool:
     """A checkpoint saved with a manifest by save_checkpoint: its common state says so, and it holds
     the files bridge writes beside the shards (run_config.yaml from training, hf_assets/ from an
     import). Checkpoints from before the manifest, or from Megatron-LM / Megatron-Bridge, have none."""
     if not ((target / RUN_CONFIG_FILENAME).is_file() or (target / HF_ASSETS_DIR).is_dir()):
         return False
-    try:
-        return bool(foreign._read_common(target).get("checkpoint_content", {}).get("manifest"))
-    except Exception:  # noqa: BLE001 - unreadable: the load reports it
-        return False
+    return bool((common or {}).get("checkpoint_content", {}).get("manifest"))
