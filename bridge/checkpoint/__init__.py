@@ -14,6 +14,12 @@
     state.py      RNG state and optimizer-state fixes kept in a checkpoint
     compat.py     checkpoint vs model checks before a load (names, shapes, tied embeddings, RoPE)
     fsdp2_state.py strategy fsdp2's parameters and optimizer state as torch DCP shards (dp-reshardable)
+    integrity.py  before a load: the manifest, or Megatron-Core's metadata checks for a foreign checkpoint
+    foreign.py    Megatron-LM / Megatron-Bridge layouts: markers, what a folder holds, the files
+                  Megatron-Bridge's loader reads (iter_N/train_state.pt)
+    foreign_fields.py  their model fields (saved args, run_config.yaml) as provider fields (pure Python)
+    foreign_start.py   a run composed on such a checkpoint takes its model fields
+    foreign_load.py    loading one: weights, optimizer / scheduler / iteration when they fit, one log line
 
 Names are re-exported here lazily: `import bridge.checkpoint` imports no torch.
 """

@@ -50,10 +50,14 @@ def checkpoint_dir(root: str | os.PathLike, iteration: int) -> Path:
 
 
 def latest_iteration(root: str | os.PathLike) -> int | None:
-    """The iteration named by the tracker file, or None when `root` holds no complete checkpoint."""
+    """The iteration named by the tracker file, or None when `root` holds no complete checkpoint.
+    Without latest_checkpointed_iteration.txt: Megatron-Bridge's latest_train_state.pt, when the folder it
+    names is not one of bridge's (bridge's own roots follow the .txt alone)."""
     tracker = Path(root) / TRACKER_FILENAME
-    if not tracker.is_file():
-        return None
+    if not tracker.is_file():  # Megatron-Bridge's own tracker, for a root it wrote
+        from bridge.checkpoint.foreign import tracked_by_train_state
+
+        return tracked_by_train_state(root)
     text = tracker.read_text().strip()
     try:
         return int(text)

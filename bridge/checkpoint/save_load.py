@@ -20,22 +20,19 @@ from typing import Any
 
 import torch
 
-from bridge.checkpoint import compat, fsdp2_state, manifest, state
+from bridge.checkpoint import compat, foreign, fsdp2_state, manifest, state
 from bridge.checkpoint.async_writes import AsyncSaves, PendingWrite, async_save_kwargs
 from bridge.checkpoint.atomic import fsync_dir
 from bridge.checkpoint.disk_full import abandon_save
+from bridge.checkpoint.integrity import check_folder as _check_folder  # (tests import it from here)
 from bridge.checkpoint.paths import (
-    HF_ASSETS_DIR,
-    MANIFEST_FILENAME,
     RUN_CONFIG_FILENAME,
     checkpoint_candidates,
     checkpoint_dir,
-    is_complete,
     remove_old_checkpoints,
     replaced_dir,
     resolve_checkpoint,
     staging_dir,
-    tracked_or_none,
     tracker_problem,
     write_tracker,
 )
@@ -208,6 +205,8 @@ def _write_staging(
         consolidated(staging)
     if ranks.is_rank_zero() and run_config_yaml is not None:
         (staging / RUN_CONFIG_FILENAME).write_text(run_config_yaml)
+    if ranks.is_rank_zero():  # Megatron-Bridge's per-iteration train state (bridge.checkpoint.foreign)
+        foreign.write_train_state(staging, {"iteration": iteration, **(train_state or {})})
     if request is None:
         _finish_staging(staging, iteration, summary)
     return request
@@ -330,32 +329,6 @@ def verified_for_model(path: str | os.PathLike, model_chunks: list, verify: bool
     return target
 
 
-def _check_folder(target: Path, verify: bool) -> list[str]:
-    if not target.is_dir():
-        return [f"{target} does not exist"]
-    tracked = tracked_or_none(target.parent) if target.name.startswith("iter_") else None
-    if not is_complete(target, tracked):
-        return [f"{target} is not a complete checkpoint (an interrupted save; it has no {MANIFEST_FILENAME})"]
-    if not (target / MANIFEST_FILENAME).is_file() and _written_by_bridge(target):
-        return [
-            f"{MANIFEST_FILENAME} is missing (bridge writes one with every checkpoint, so its files can no "
-            "longer be checked: it was deleted or the folder was copied incompletely)"
-        ]
-    return manifest.verify(target, checksums=verify)
-
-
-def _written_by_bridge(target: Path) -> bool:
-    """A checkpoint saved with a manifest by save_checkpoint: its common state says so, and it holds
-    the files bridge writes beside the shards (run_config.yaml from training, hf_assets/ from an
-    import). Checkpoints from before the manifest, or from Megatron-LM / Megatron-Bridge, have none."""
-    if not ((target / RUN_CONFIG_FILENAME).is_file() or (target / HF_ASSETS_DIR).is_dir()):
-        return False
-    try:
-        return bool(read_common(target).get("checkpoint_content", {}).get("manifest"))
-    except Exception:  # noqa: BLE001 - unreadable: the load reports it
-        return False
-
-
 def _load_one(
     target: Path, model_chunks, optimizer, scheduler, load_rng, strict, model_config, lr_from_config=False
 ) -> dict:
@@ -365,6 +338,10 @@ def _load_one(
         content = read_common(target)
     except Exception as err:  # noqa: BLE001 - a pickle of any kind of garbage
         raise CheckpointDamaged(f"common.pt cannot be read ({type(err).__name__}: {err})") from err
+    if "checkpoint_content" not in content and (theirs := foreign.describe(target, content)) is not None:
+        from bridge.checkpoint.foreign_load import load_foreign
+
+        return load_foreign(theirs, model_chunks, optimizer, scheduler, strict, model_config, lr_from_config)
     has_optim = content.get("checkpoint_content", {}).get("optimizer", False)
     has_rng = content.get("checkpoint_content", {}).get("rng", False)
     saved_adapters_only = content.get("checkpoint_content", {}).get("adapters_only", False)

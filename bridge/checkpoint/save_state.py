@@ -69,6 +69,15 @@ def checkpoint_state_dict(
     if save_rng:
         sd["rng_state"] = state.rng_sharded_object(state.rng_state())
     sd["train_state"] = {"iteration": int(iteration), **(train_state or {})}
+    # what Megatron-LM / Megatron-Bridge read from common.pt: the iteration, the format version, and
+    # Megatron-Core's content metadata (dist_checkpointing.load_content_metadata: the optimizer's format)
+    sd["iteration"] = int(iteration)
+    sd["checkpoint_version"] = 3.0
+    sd["content_metadata"] = {
+        **(state.optimizer_metadata(optimizer_format) if optimizer is not None and not fsdp2 else {}),
+        "singleton_local_shards": False,
+        "chained_optim_avoid_prefix": True,
+    }
     sd["checkpoint_content"] = {
         "optimizer": optimizer is not None,
         "rng": save_rng,

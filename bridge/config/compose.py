@@ -31,7 +31,9 @@ def compose(
 
     When the result starts from a Hugging Face folder (checkpoint.pretrained_checkpoint=HF_DIR), the
     base's model section is first filled from the folder's config.json and the file and overrides are
-    applied again on top, so they still win (and validation checks them against the weights)."""
+    applied again on top, so they still win (and validation checks them against the weights). A
+    Megatron-LM / Megatron-Bridge checkpoint start fills it from the checkpoint the same way, and an
+    override contradicting it is an error (bridge.checkpoint.foreign_start)."""
     cfg, warnings = _compose_once(base, config_file, overrides)
     checkpoint = getattr(cfg, "checkpoint", None)
     from bridge.checkpoint.paths import is_hf_folder
@@ -44,6 +46,28 @@ def compose(
         filled = copy.deepcopy(base)
         filled.model = model_from_hf(filled.model, checkpoint.pretrained_checkpoint)
         cfg, warnings = _compose_once(filled, config_file, overrides)
+    elif checkpoint is not None and getattr(cfg, "model", None) is not None:
+        cfg, warnings = _from_foreign_checkpoint(base, cfg, warnings, config_file, overrides)
+    return cfg, warnings
+
+
+def _from_foreign_checkpoint(
+    base: T, cfg: T, warnings: list[str], config_file: str | Path | None, overrides: Sequence[str]
+) -> tuple[T, list[str]]:
+    """A Megatron-LM / Megatron-Bridge checkpoint start: the model section is filled from it
+    (bridge.checkpoint.foreign_start), then the file and overrides are applied again; they may not
+    contradict it."""
+    from bridge.checkpoint.foreign_start import check_fields_kept, foreign_start, model_with_checkpoint_fields
+
+    theirs = foreign_start(cfg.checkpoint)
+    if theirs is None or not theirs.model_fields:
+        return cfg, warnings
+    import copy
+
+    filled = copy.deepcopy(base)
+    filled.model = model_with_checkpoint_fields(filled.model, theirs)
+    cfg, warnings = _compose_once(filled, config_file, overrides)
+    check_fields_kept(cfg.model, theirs)
     return cfg, warnings
 
 

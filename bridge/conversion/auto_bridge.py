@@ -26,6 +26,7 @@ from typing import Any
 from bridge.checkpoint.atomic import atomic_dir, check_target_dir
 from bridge.checkpoint.paths import HF_ASSETS_DIR  # import_ckpt writes it, export_ckpt reads it
 from bridge.conversion import registry
+from bridge.conversion.foreign_export import bridge_for_foreign
 from bridge.conversion.fsdp2_refusal import refuse_fsdp2_checkpoint
 from bridge.conversion.hf_io import DTYPES, HFCheckpoint
 from bridge.conversion.progress import progress_bar
@@ -356,6 +357,8 @@ class AutoBridge:
         assets = Path(megatron_path) / HF_ASSETS_DIR
         if (assets / "config.json").is_file():
             return cls.from_hf_pretrained(assets)
+        if (theirs := bridge_for_foreign(megatron_path)) is not None:  # Megatron-LM's / Megatron-Bridge's
+            return theirs
         run = _run_of(megatron_path)
         if run is not None and run.hf_architecture and run.model is not None:
             return cls.from_provider(run.model, run.hf_architecture)

@@ -44,6 +44,9 @@ def read_saved_run(folder: str | os.PathLike) -> SavedRun | None:
     from omegaconf import OmegaConf
 
     data = OmegaConf.to_container(OmegaConf.create(path.read_text()), resolve=True) or {}
+    if isinstance(data.get("model"), dict) and "_target_" in data["model"]:
+        # Megatron-Bridge's run config (its provider's _target_): bridge.conversion.foreign_export reads it
+        return None
     checkpoint = data.get("checkpoint") or {}
     return SavedRun(
         model=_typed(GPTModelProvider, data["model"]) if data.get("model") else None,
