@@ -261,7 +261,8 @@ ROWS += (
         settings=HYBRID_EP,
         model=dict(NO_RECOMPUTE, pipeline_model_parallel_layout=None),
         config={"dataset.pad_seq_to_mult": 1, **BF16_GRAD_REDUCE},
-        note=f"{BF16_OPTIMIZER_NOTE}; {VOCAB_NOTE}",
+        note=f"{BF16_OPTIMIZER_NOTE}, so bridge's memory estimate (87 GB per rank) is over an H100's 80 and "
+        f"the run refuses unless train.check_memory=false; {VOCAB_NOTE}",
     ),
     variant(
         MOONLIGHT_SFT,
