@@ -1,9 +1,9 @@
-"""DeepSeek V2-Lite / V2 / V3 and Kimi-K2 recipes: Megatron-Bridge's H100 tables (recipes/deepseek/h100/
-deepseek_v2.py, deepseek_v3.py, recipes/kimi/h100/kimi_k2.py), one row per published recipe, composed by
-recipes.composition.
+"""DeepSeek V2-Lite / V2 / V3, Kimi-K2 and Moonlight recipes: Megatron-Bridge's H100 tables
+(recipes/deepseek/h100/deepseek_v2.py, deepseek_v3.py, recipes/kimi/h100/kimi_k2.py,
+recipes/moonlight/h100/moonlight_16b.py), one row per published recipe, composed by recipes.composition.
 
-All pretrain 4096-token sequences for 1M iterations, micro batch 1, Adam 3e-4 -> 3e-5 after 2000 warm-up
-iterations, evaluation and a checkpoint every 2000. DeepSeek-V3 and Kimi-K2 split their 61 layers over
+The DeepSeek and Kimi rows pretrain 4096-token sequences for 1M iterations, micro batch 1, Adam 3e-4 ->
+3e-5 after 2000 warm-up iterations, evaluation and a checkpoint every 2000. DeepSeek-V3 and Kimi-K2 split their 61 layers over
 uneven pipeline stages with Megatron-Bridge's layout strings (bridge.parallel.stages): at PP16 the
 embedding and 4 layers, fourteen stages of 4, then 1 layer and the loss. Megatron-Bridge's V3 layouts put
 the multi-token-prediction layer on the last stage too; bridge leaves MTP out of the model (the presets'
@@ -14,8 +14,8 @@ take no adapters).
 
 Moonlight-16B-A3B (recipes/moonlight/h100/moonlight_16b.py): pretraining at TP2 EP8 (500,000 iterations
 of 2048 x 4096 tokens, selective recompute) and its 16-GPU 100-iteration run; full SFT at TP4 PP2 EP4 (2048
-tokens) with its TP1 8K and TP2 CP2 8K variants; LoRA on 2 and 4 GPUs. Its finetuning recipes share
-Megatron-Bridge's "convergence contract" (100 iterations of global batch 32, beta2 0.95, 10 warm-up, a
+tokens) with its TP1 8K and TP2 CP2 8K variants; LoRA on 2 and 4 GPUs. Its SFT recipes and 4-GPU LoRA start
+from Megatron-Bridge's "convergence contract" (100 iterations of global batch 32, beta2 0.95, 10 warm-up, a
 checkpoint at the end). Megatron-Bridge's settings bridge has no field for are left out, each named in a
 row's note or here: the precision-aware optimizer's bf16 gradients and moments (bridge keeps Adam's state
 in fp32), the HybridEP SM counts, shared-expert / expert-communication overlap and router fusion (GPU
