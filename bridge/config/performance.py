@@ -82,8 +82,8 @@ def _megatron_grad_buffers(cfg, layout, env) -> str | None:
 
 def _deep_ep(cfg, layout, env) -> str | None:
     backend = cfg.model.moe_flex_dispatcher_backend
-    if backend == "deepep" and not env.has("deep_ep"):
-        return "needs DeepEP (the deep_ep package) for moe_flex_dispatcher_backend=deepep"
+    if backend in ("deepep", "hybridep") and not env.has("deep_ep"):  # HybridEP's kernels ship in DeepEP
+        return f"needs DeepEP (the deep_ep package) for moe_flex_dispatcher_backend={backend}"
     if backend == "deepep" and (env.compute_capability or (0, 0)) < (9, 0):
         return "needs a Hopper or newer GPU (compute capability >= 9.0) for DeepEP"
     if layout.ep == 1:

@@ -76,11 +76,8 @@ refuses until they are given.
 ## Not here yet
 
 Every Megatron-Bridge LLM recipe of the families bridge converts is here (read at its commit 067f987),
-but these:
+but this one:
 
-- Moonlight 16B (`moonlight_16b_pretrain_8gpu_h100_bf16_config`, `_16gpu_`, `moonlight_16b_sft_8gpu_h100_bf16_config`,
-  its `_tp1` and `_8k` variants, `moonlight_16b_peft_2gpu_h100_bf16_config`, `_4gpu_`): a DeepSeek-V3
-  model the `deepseek` family converts, with no preset in `bridge/models/deepseek/presets.py` yet.
 - MiniMax-M3 (`minimax_m3_pretrain_256gpu_h100_bf16_config`, `minimax_m3_sft_128gpu_h100_bf16_config`):
   bridge converts MiniMax-M2, for which Megatron-Bridge publishes no recipe.
 

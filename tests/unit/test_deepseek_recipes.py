@@ -1,9 +1,11 @@
-"""The DeepSeek-V3, Kimi-K2 and DeepSeek-V2-Lite recipes (recipes/deepseek.py): Megatron-Bridge's layouts and
-values, validated and dry-run (scripts/training/run_recipe.py --dry-run) on their published GPU counts."""
+"""The DeepSeek-V3, Kimi-K2, DeepSeek-V2-Lite and Moonlight recipes (recipes/deepseek.py): Megatron-Bridge's
+layouts and values, validated and dry-run (scripts/training/run_recipe.py --dry-run) on their published GPU
+counts."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import io
 from pathlib import Path
@@ -11,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from bridge.config.compose import compose
+from bridge.config.environment import Environment
 from bridge.errors import ConfigError
 from bridge.models.provider_checks import has_mla_qk_norm_resolver
 from recipes import RECIPES, get_recipe, recipe_info
+from recipes.dry_run import with_stand_ins
 
 # name -> (tp, pp, ep, sp, pipeline layout, layers per rank, (seq, global batch, micro batch, iters), recompute)
 PP16 = "+".join(["4"] * 15 + ["1"])
@@ -51,9 +55,45 @@ V2_LITE_REFUSED = has_mla_qk_norm_resolver()
 OTHER_RECIPES = ("deepseek_v2_pretrain_config", "deepseek_v3_pretrain_config_32nodes")
 
 
+# Moonlight-16B-A3B, read from Megatron-Bridge's recipes/moonlight/h100/moonlight_16b.py:
+# name -> GPUs, (tp, pp, cp, ep, sp), layers per pipeline rank, (seq, global batch, micro batch, iters),
+# (lr, adam eps, beta2, warm-up), recompute, DP gradients reduced in fp32
+MOONLIGHT = {
+    "moonlight_16b_pretrain_8gpu_h100_bf16_config": (
+        8, (2, 1, 1, 8, True), None, (4096, 2048, 1, 500_000), (3e-4, 1e-8, 0.95, 2000), "selective", False,
+    ),
+    "moonlight_16b_pretrain_16gpu_h100_bf16_config": (
+        16, (1, 1, 1, 8, False), None, (4096, 1024, 2, 100), (3e-4, 1e-8, 0.95, 40), None, False,
+    ),
+    "moonlight_16b_sft_8gpu_h100_bf16_config": (
+        8, (4, 2, 1, 4, True), "14+13", (2048, 32, 1, 100), (5e-6, 1e-8, 0.95, 10), "selective", True,
+    ),
+    "moonlight_16b_sft_8gpu_h100_bf16_tp1_config": (
+        8, (1, 1, 1, 8, False), None, (8192, 8, 1, 100), (5e-6, 1e-8, 0.95, 10), None, False,
+    ),
+    "moonlight_16b_sft_8gpu_h100_bf16_8k_config": (
+        8, (2, 1, 2, 8, True), None, (8192, 128, 1, 20), (1e-6, 1e-5, 0.98, 2), "selective", False,
+    ),
+    "moonlight_16b_peft_2gpu_h100_bf16_config": (
+        2, (1, 1, 1, 2, False), None, (4096, 128, 1, 1000), (1e-4, 1e-5, 0.98, 50), "selective", False,
+    ),
+    "moonlight_16b_peft_4gpu_h100_bf16_config": (
+        4, (1, 1, 1, 4, False), None, (2048, 32, 1, 100), (1e-4, 1e-8, 0.95, 10), None, True,
+    ),
+}  # fmt: skip
+MOONLIGHT_ALIASES = {
+    "moonlight_16b_pretrain_config": "moonlight_16b_pretrain_16gpu_h100_bf16_config",
+    "moonlight_16b_sft_config": "moonlight_16b_sft_8gpu_h100_bf16_tp1_config",
+    "moonlight_16b_sft_8k_config": "moonlight_16b_sft_8gpu_h100_bf16_8k_config",
+    "moonlight_16b_peft_config": "moonlight_16b_peft_4gpu_h100_bf16_config",
+}
+H100 = Environment(cuda=True, device_name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0),
+                   packages={"transformer_engine": "2.8.0"})  # fmt: skip
+
+
 def test_the_module_registers_these_recipes():
     module = sorted(n for n, info in RECIPES.items() if info.module == "deepseek")
-    assert module == sorted(recipe_info(n).name for n in (*DEEPSEEK_RECIPES, *OTHER_RECIPES))
+    assert module == sorted(recipe_info(n).name for n in (*DEEPSEEK_RECIPES, *OTHER_RECIPES, *MOONLIGHT))
     assert [recipe_info(n).default_world_size for n in PRETRAIN] == [1024, 512, 8]
 
 
@@ -141,3 +181,63 @@ def test_dry_run_on_the_published_gpu_count(name):
     assert f"# layout: TP={tp} PP={pp} CP=1 EP={ep} " in out.getvalue()
     if PRETRAIN[name][5]:
         assert f"layers per rank {PRETRAIN[name][5]}\n" in out.getvalue()
+
+
+@pytest.mark.parametrize("name", list(MOONLIGHT))
+def test_moonlight_recipe_plans_megatron_bridges_values_on_its_gpu_count(name):
+    gpus, layout, per_rank, run, optimizer, recompute, fp32_reduce = MOONLIGHT[name]
+    info = recipe_info(name)
+    assert info.default_world_size == gpus
+    cfg = get_recipe(name)()
+    if info.entry == "finetune":
+        cfg = with_stand_ins(cfg)
+    if V2_LITE_REFUSED:  # no query compression either (q_lora_rank None): refused as DeepSeek-V2-Lite
+        with pytest.raises(ConfigError, match="QKNormConfigResolver"):
+            cfg.validate(gpus, env=H100)
+        return
+    plan = cfg.validate(gpus, env=H100)
+    m, c = plan.config.model, plan.config
+    lay = (m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.context_parallel_size)
+    assert (*lay, m.expert_model_parallel_size, m.sequence_parallel) == layout
+    assert plan.layout.world_size == gpus >= plan.layout.min_gpus
+    if per_rank:
+        assert plan.pipeline.stage_layers == per_rank
+    assert (m.seq_length, c.train.global_batch_size, c.train.micro_batch_size, c.train.train_iters) == run
+    o, s = c.optimizer, c.scheduler
+    assert (o.lr, o.adam_eps, o.adam_beta2, s.lr_warmup_iters) == optimizer
+    assert (s.start_weight_decay, s.end_weight_decay, o.weight_decay) == (0.033, 0.033, 0.1)
+    assert (m.recompute_granularity, c.distributed.grad_reduce_in_fp32) == (recompute, fp32_reduce)
+    assert (m.num_layers, m.num_moe_experts, m.q_lora_rank, m.vocab_size) == (27, 64, None, 163840)
+    if name.endswith("_tp1_config"):  # its note: fp32 Adam state puts the estimate over an H100's 80 GB
+        assert round(plan.memory.total) == 87 and "87 GB" in info.description
+
+
+def test_moonlight_aliases_and_finetuning_details():
+    for alias, canonical in MOONLIGHT_ALIASES.items():
+        assert recipe_info(alias).name == canonical
+    lora = get_recipe("moonlight_16b_peft_config")().peft
+    assert (lora.dim, lora.alpha, lora.dropout, lora.target_modules) == (8, 16.0, 0.0, ["linear_proj"])
+    default_lora = get_recipe("moonlight_16b_peft_2gpu_h100_bf16_config")().peft
+    assert (default_lora.dim, default_lora.alpha) == (32, 32.0)
+    long = get_recipe("moonlight_16b_sft_8k_config")()
+    # the loss over all the batch's tokens: no pre-averaging in the collective; packed rows padded to 2 * CP
+    assert long.model.calculate_per_token_loss and not long.distributed.average_in_collective
+    assert (long.dataset.packed_sequence_size, long.dataset.pad_seq_to_mult) == (8192, 4)
+    assert get_recipe("moonlight_16b_sft_8gpu_h100_bf16_config")().dataset.pad_seq_to_mult == 4
+
+
+@pytest.mark.skipif(V2_LITE_REFUSED, reason="megatron-core 0.19.2 refuses MLA without query compression")
+def test_moonlight_hybrid_ep_dispatcher_needs_deep_ep():
+    # Megatron-Core's HybridEP dispatcher imports deep_ep.HybridEPBuffer: without DeepEP the plan reports
+    # the flex dispatcher inactive (the run keeps the all-to-all dispatcher)
+    cfg = get_recipe("moonlight_16b_pretrain_config")()
+    assert (cfg.model.moe_token_dispatcher_type, cfg.model.moe_flex_dispatcher_backend) == (
+        "flex",
+        "hybridep",
+    )
+    states = {s.field: s for s in cfg.validate(16, env=H100).performance}
+    assert not states["moe_token_dispatcher_type"].active
+    assert "deep_ep" in states["moe_token_dispatcher_type"].reason
+    with_deep_ep = dataclasses.replace(H100, packages={**H100.packages, "deep_ep": "1.2.1"})
+    states = {s.field: s for s in cfg.validate(16, env=with_deep_ep).performance}
+    assert states["moe_token_dispatcher_type"].active

@@ -266,6 +266,14 @@ PUBLISHED = {
                       "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0},
         routed_scaling_factor=2.827, topk_method="noaux_tc", n_group=1, topk_group=1, norm_topk_prob=True,
         num_nextn_predict_layers=0, aux_loss_alpha=0.001, tie_word_embeddings=False)),
+    "moonlight_16b": ("DeepseekV3Config", dict(  # moonshotai/Moonlight-16B-A3B (model_type deepseek_v3)
+        hidden_size=2048, intermediate_size=11264, moe_intermediate_size=1408, num_hidden_layers=27,
+        num_attention_heads=16, num_key_value_heads=16, n_routed_experts=64, n_shared_experts=2,
+        num_experts_per_tok=6, first_k_dense_replace=1, q_lora_rank=None, kv_lora_rank=512,
+        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, vocab_size=163840,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=50000.0, rope_scaling=None,
+        routed_scaling_factor=2.446, topk_method="noaux_tc", n_group=1, topk_group=1, norm_topk_prob=True,
+        num_nextn_predict_layers=0, aux_loss_alpha=0.001, tie_word_embeddings=False)),
     # Gemma 3: 1b is text only; 4b / 12b / 27b are the text_config of the multimodal models.
     "gemma3_1b": ("Gemma3TextConfig", dict(  # google/gemma-3-1b-pt
         hidden_size=1152, intermediate_size=6912, num_hidden_layers=26, num_attention_heads=4,
@@ -421,7 +429,10 @@ QKV_BIAS = {
     *("qwen25_500m", "qwen25_1p5b", "qwen25_7b", "qwen25_14b", "qwen25_32b", "qwen25_72b"),
     *("qwen15_moe_a27b", "qwen2_57b_a14b"),
 }
-DEEPSEEK = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3", "kimi_k2"}
+DEEPSEEK = {"deepseek_v2_lite", "deepseek_v2", "deepseek_v3", "kimi_k2", "moonlight_16b"}
+# multi-latent attention without query compression (q_lora_rank None): refused by megatron-core 0.19.2
+# (bridge.models.provider_checks.check_mla_query_norm)
+NO_QUERY_COMPRESSION = {"deepseek_v2_lite", "moonlight_16b"}
 # Biased linears, attention sinks and YaRN: checked field by field against the provider the published
 # config converts to (CONVERTED_FIELDS), not by the generic asserts below.
 GPT_OSS = {"gpt_oss_20b", "gpt_oss_120b"}
@@ -456,8 +467,14 @@ def test_deepseek_preset_math_equals_what_the_published_config_converts_to(name,
     arch = cls.replace("Config", "ForCausalLM")
     config = with_class_defaults({"model_type": model_type, "architectures": [arch], **values})
     family = family_for([arch])
-    if name == "deepseek_v2_lite" and has_mla_qk_norm_resolver():
-        # megatron-core 0.19's MLA adds a query norm V2-Lite does not have: refused by the provider's
+    if name == "moonlight_16b":
+        # transformers' latent norms use a fixed eps of 1e-6, Moonlight's other norms 1e-5: conversion
+        # refuses it; with 1e-6 all else converts to the preset (whose norms all keep the published 1e-5)
+        with pytest.raises(ConfigError, match="rms_norm_eps"):
+            provider_fields(config, family)
+        config["rms_norm_eps"] = 1e-6
+    if name in NO_QUERY_COMPRESSION and has_mla_qk_norm_resolver():
+        # megatron-core 0.19's MLA adds a query norm V2-Lite and Moonlight do not have: refused by the provider's
         # validation (so the dry run refuses it as the build would)
         with pytest.raises(ConfigError, match="QKNormConfigResolver"):
             preset(name).finalize()
@@ -471,6 +488,8 @@ def test_deepseek_preset_math_equals_what_the_published_config_converts_to(name,
         assert (p.moe_router_num_groups, p.moe_router_group_topk) == (8, 3)
     fields = provider_fields(config, family)
     math = {k: v for k, v in fields.items() if k not in _NOT_MATH}
+    if name == "moonlight_16b":
+        assert (math.pop("layernorm_epsilon"), p.layernorm_epsilon) == (1e-6, 1e-5)
     if name == "deepseek_v2":
         math |= dict(moe_router_num_groups=8, moe_router_group_topk=3)
     assert {k: getattr(p, k) for k in math} == math
@@ -582,9 +601,9 @@ def test_parameter_count_equals_hugging_face(name, single_process_groups):
     provider = preset(name)
     from tests.functional.workers.convert_models import refused_by_installed_release
 
-    # V2-Lite (no query compression) is refused by megatron-core 0.19.2 (bridge.models.provider_checks.check_mla_query_norm)
+    # V2-Lite and Moonlight (no query compression) are refused by megatron-core 0.19.2 (bridge.models.provider_checks.check_mla_query_norm)
     if name in COUNTED_BY_FORMULA or (
-        name == "deepseek_v2_lite" and refused_by_installed_release("deepseek_v2")
+        name in NO_QUERY_COMPRESSION and refused_by_installed_release("deepseek_v2")
     ):
         from bridge.parallel.param_count import count_parameters
 
@@ -673,3 +692,10 @@ def test_kimi_k2_published_size():
 
     count = count_parameters(preset("kimi_k2").model_shape())  # "1T total parameters, 32B activated"
     assert (round(count.total / 1e12, 2), round(count.active / 1e9)) == (1.03, 33)
+
+
+def test_moonlight_16b_published_size():
+    from bridge.parallel.param_count import count_parameters
+
+    count = count_parameters(preset("moonlight_16b").model_shape())  # "16B total, 3B activated"
+    assert (round(count.total / 1e9), round(count.active / 1e9)) == (16, 3)

@@ -1,7 +1,7 @@
-"""DeepSeek-V2-Lite / V2 / V3 and Kimi-K2 (DeepSeek-V3's architecture) providers with the values of the
-published Hugging Face configs.
+"""DeepSeek-V2-Lite / V2 / V3, Kimi-K2 and Moonlight-16B-A3B (both DeepSeek-V3's architecture) providers
+with the values of the published Hugging Face configs.
 
-All three: multi-latent attention (kv_lora_rank 512, q/k heads of 128 + 64 rope dims, value heads of
+All but Moonlight (plain RoPE, see its preset): multi-latent attention (kv_lora_rank 512, q/k heads of 128 + 64 rope dims, value heads of
 128), YaRN RoPE (factor 40 over 4096 positions, 163840 positions), the first layer(s) dense, then
 routed experts plus shared experts (n_shared_experts * moe_intermediate_size, no gate), RMSNorm eps
 1e-6, untied embeddings. Multi-token prediction (V3's num_nextn_predict_layers=1) is left out
@@ -158,5 +158,42 @@ def kimi_k2() -> GPTModelProvider:
         moe_router_pre_softmax=False,
         moe_router_enable_expert_bias=True,
         moe_router_topk_scaling_factor=2.827,
+        moe_aux_loss_coeff=0.001,
+    )
+
+
+# Moonlight: plain RoPE (no rope_scaling), so no YaRN fields; Megatron-Core's MLA softmax scale then keeps
+# 1 / sqrt(q_head_dim) (mscale_all_dim 0), as the deepseek translation writes for a default RoPE
+_YARN_ONLY = ("original_max_position_embeddings", "beta_fast", "beta_slow")
+_PLAIN_ROPE_MLA: dict[str, Any] = {k: v for k, v in _MLA.items() if k not in _YARN_ONLY} | dict(
+    rope_type="rope", rotary_scaling_factor=1.0, mscale=1.0, mscale_all_dim=0.0
+)
+
+
+def moonlight_16b() -> GPTModelProvider:
+    """moonshotai/Moonlight-16B-A3B: 16B (3B active), DeepSeek-V3's architecture at DeepSeek-V2-Lite's size:
+    27 layers (the first dense), no query compression, 64 experts, 6 per token, 2 shared; sigmoid scores
+    with an expert bias, no expert groups, x2.446 scaling; plain RoPE (base 50000) over 8192 positions,
+    RMSNorm eps 1e-5, 163840 tokens. Its eps is not the 1e-6 transformers' q/kv latent norms use, so
+    converting the published checkpoint is refused (bridge.models.deepseek.hf_config); the preset trains
+    with Megatron-Core's norms at 1e-5, as Megatron-Bridge does."""
+    return llama_style_provider(
+        **_PLAIN_ROPE_MLA | dict(rotary_base=50000, seq_length=8192, layernorm_epsilon=1e-5),
+        num_layers=27,
+        hidden_size=2048,
+        ffn_hidden_size=11264,
+        num_attention_heads=16,
+        num_query_groups=16,
+        vocab_size=163840,
+        q_lora_rank=None,
+        num_moe_experts=64,
+        moe_router_topk=6,
+        moe_ffn_hidden_size=1408,
+        moe_shared_expert_intermediate_size=2 * 1408,
+        moe_layer_freq=_dense_first(1, 27),
+        moe_router_score_function="sigmoid",
+        moe_router_pre_softmax=False,
+        moe_router_enable_expert_bias=True,
+        moe_router_topk_scaling_factor=2.446,
         moe_aux_loss_coeff=0.001,
     )
