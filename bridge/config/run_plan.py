@@ -213,6 +213,16 @@ def _run_provider(
     return dataclasses.replace(cfg.model, **changes)
 
 
+def _adapter_parameters(cfg: ConfigContainer, layout: ParallelLayout) -> int | None:
+    """With PEFT only the adapters train (their gradients and optimizer state are what the run holds)."""
+    from bridge.parallel.param_count import adapter_parameters
+
+    peft = cfg.peft
+    if not peft.scheme:
+        return None
+    return adapter_parameters(layout.model, peft.target_modules, peft.dim, magnitude=peft.scheme == "dora")
+
+
 def _memory(cfg: ConfigContainer, layout: ParallelLayout, precision: Precision) -> MemoryEstimate | None:
     from bridge.parallel.memory import TrainingSetup, estimate_memory
 
@@ -228,6 +238,7 @@ def _memory(cfg: ConfigContainer, layout: ParallelLayout, precision: Precision) 
             optimizer=cfg.optimizer.optimizer,
             recompute=recompute,
             pp_schedule=cfg.distributed.pp_schedule,
+            trainable_params=_adapter_parameters(cfg, layout),
         )
         return estimate_memory(layout.model, layout, setup)  # the model shape the layout was checked with
     except (ValueError, TypeError, ZeroDivisionError):

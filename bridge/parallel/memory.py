@@ -51,6 +51,8 @@ moment times the moments (8 Adam, 4 SGD) and M = 4 bytes of fp32 master weights 
   grads P*4, optimizer (M + m) * P.
 For bf16 + Adam that is 6 + 12/(dp*cp) (megatron), 16/(dp_shard*cp) + gathered (fsdp2),
 18/(dp*cp) + gathered (megatron_fsdp) and 18 (ddp) bytes per parameter.
+With PEFT (`TrainingSetup.trainable_params`) only the adapters train: gradients and optimizer state are
+scaled by trainable / total parameters (frozen weights get neither), the weights themselves are not.
 """
 
 from __future__ import annotations
@@ -83,6 +85,10 @@ class TrainingSetup:
     recompute: str = "none"
     # the pipeline schedule (bridge.parallel.schedules); None = Megatron-Core's 1f1b / interleaved by vpp
     pp_schedule: str | None = None
+    # parameters that train (PEFT adapters: param_count.adapter_parameters); None = every parameter. Frozen
+    # ones have no gradient buffer and no optimizer state in Megatron-Core's DDP, the distributed
+    # optimizer and FSDP2 alike.
+    trainable_params: int | None = None
 
     def __post_init__(self):
         for name in ("seq_length", "micro_batch_size"):
@@ -295,6 +301,9 @@ def stage_memory(
         gathered = gathered_params(shape, layout, stage) * width
     else:  # megatron: only the optimizer state is sharded; ddp: _shards is (1, 1)
         params, grads, opt = rank.total * width, rank.total * 4, sharded * (master + moments)
+    if setup.trainable_params is not None:
+        trains = min(1.0, setup.trainable_params / count_parameters(shape).total)
+        grads, opt = grads * trains, opt * trains
     in_flight = _in_flight(layout, setup, stage)
     act = activation_memory(shape, layout, setup, stage, in_flight=in_flight)
     return MemoryEstimate(

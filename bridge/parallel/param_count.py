@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bridge.parallel.layout import ModelShape, ParallelLayout
@@ -188,6 +189,35 @@ def count_parameters(shape: ModelShape) -> ParamCount:
         norms=p["norms"] + h,
         active_experts=p["active_experts"],
     )
+
+
+def adapter_parameters(shape: ModelShape, targets: Sequence[str], dim: int, magnitude: bool = False) -> int:
+    """LoRA / DoRA adapter parameters of the whole model: each adapted linear of `in` -> `out` features gets
+    A [dim, in] and B [out, dim] (plus an `out` magnitude vector with DoRA). The targets are Megatron-Core's
+    fused linears: the attention's linear_qkv / linear_proj, and linear_fc1 / linear_fc2 of the dense MLPs
+    only (expert layers take no adapters); multi-latent attention has no linear_qkv."""
+    _require(shape, "hidden_size")
+    h = shape.hidden_size
+    kv = shape.kv_channels or h // shape.num_attention_heads
+    q_size = shape.num_attention_heads * kv
+    proj_in = shape.num_attention_heads * shape.v_head_dim if shape.multi_latent_attention else q_size
+    ffn = shape.ffn_hidden_size or 0
+    features = {  # target -> (in, out)
+        "linear_qkv": (h, q_size + 2 * shape.query_groups * kv),
+        "linear_proj": (proj_in, h),
+        "linear_fc1": (h, ffn * (2 if shape.gated_linear_unit else 1)),
+        "linear_fc2": (ffn, h),
+    }
+    total = 0
+    for moe in shape.moe_layers():
+        for target in targets:
+            if (moe and target in ("linear_fc1", "linear_fc2")) or (
+                shape.multi_latent_attention and target == "linear_qkv"
+            ):
+                continue
+            fan_in, fan_out = features[target]
+            total += dim * (fan_in + fan_out) + (fan_out if magnitude else 0)
+    return total
 
 
 def padded_vocab_size(vocab_size: int, tp: int, make_vocab_size_divisible_by: int = 128) -> int:
