@@ -8,7 +8,8 @@ groups cost each rank about 18 % of a core while it sleeps, and collectives slow
 Three references outlive destroy_model_parallel: a parallel_state global some releases do not reset
 (`_INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP` in 0.16), the class-level `lru_cache` of the rotary
 embeddings' forward (it keeps every RotaryEmbedding, and the context-parallel group it holds), and
-bridge's own DeviceMesh cache.
+bridge's own DeviceMesh cache. A finished run's model holds groups too: pretrain() lets it go
+(bridge.training.strategies.release_model).
 """
 
 from __future__ import annotations

@@ -286,7 +286,7 @@ def _run(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None) ->
     from bridge.training.logging import ensure_console_logging, logger
     from bridge.training.memory_check import check_memory_fits
     from bridge.training.optim import build_optimizer, build_scheduler
-    from bridge.training.strategies import wrap_model
+    from bridge.training.strategies import release_model, wrap_model
 
     if isinstance(plan, ConfigContainer):
         plan = plan_for_this_process(plan)
@@ -362,6 +362,7 @@ def _run(plan: RunPlan | ConfigContainer, forward_step_func: Callable | None) ->
                                  forward_step_func, save_dir.notes)  # fmt: skip
     finally:
         save_dir.release()
+        release_model(model)
 
 
 def _resume_and_train(

@@ -102,6 +102,27 @@ def wrap_model(
     return WrappedModel(wrapped, True, megatron_ddp=True)
 
 
+def release_model(chunks: list) -> None:
+    """Let a finished run's model be freed (its gradient buffers, and the process groups it holds).
+
+    Megatron-Core's DDP hooks each parameter's gradient-accumulator node; the hook closes over the DDP
+    module, and the node (a C++ object) holds the hook where Python's collector cannot see it, so the
+    model would stay alive for the rest of the process. The hooks are dropped from the nodes' hook dicts
+    (reached through a handle of a no-op hook registered for that purpose)."""
+    for chunk in chunks:
+        for node in getattr(chunk, "grad_accs", None) or ():
+            handle = node.register_hook(_no_op_hook)
+            hooks = handle.hooks_dict_ref()
+            if hooks is not None:
+                hooks.clear()
+        if isinstance(getattr(chunk, "grad_accs", None), list):
+            chunk.grad_accs.clear()
+
+
+def _no_op_hook(*_args) -> None:
+    return None
+
+
 def _torch_ddp(chunk):
     """torch DDP over the data-parallel group, with the attributes Megatron-Core's optimizer reads."""
     import torch
