@@ -13,7 +13,7 @@ def test_pretrain_releases_its_model_and_optimizer():
 
     from bridge.parallel import runtime
     from bridge.parallel.teardown import release_model_parallel_groups
-    from bridge.training import pretrain
+    from bridge.training.pretrain import pretrain  # the function (the package attribute can be the submodule)
     from tests.functional.workers.train_common import tiny_config
 
     if runtime.is_initialized():

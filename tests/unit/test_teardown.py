@@ -30,7 +30,9 @@ def test_released_groups_free_their_threads_and_the_default_group_stays():
         default_threads = None
         for _ in range(3):  # layout after layout in one process, as a test launch runs them
             build_meshes(layout)
-            rope = RotaryEmbedding(kv_channels=16, rotary_percent=1.0, cp_group=parallel_state.get_context_parallel_group())
+            rope = RotaryEmbedding(
+                kv_channels=16, rotary_percent=1.0, cp_group=parallel_state.get_context_parallel_group()
+            )
             rope(8)  # the class-level cache now holds this module and its group
             del rope
             with_groups = _gloo_threads()
