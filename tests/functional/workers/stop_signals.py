@@ -22,6 +22,29 @@ import time
 from train_common import tiny_config, write_line
 
 MICROBATCHES_PER_STEP = 4  # global batch 8 = micro batch 1 x 2 data-parallel ranks x 4
+RECEIVED: list[int] = []  # the stop signals this rank's handler got
+
+
+def _record_received_signals() -> None:
+    """Note each stop signal bridge's handler gets, so the sender can wait for its own."""
+    from bridge.training.exit_requests import ExitRequests
+
+    handle = ExitRequests._handle
+
+    def recording(self, signum, frame):
+        RECEIVED.append(signum)
+        return handle(self, signum, frame)
+
+    ExitRequests._handle = recording
+
+
+def _wait_until_received(timeout: float = 120.0) -> None:
+    """Hold the step in flight until this rank got the signal (a loaded machine may schedule torchrun's
+    forwarding, or its death, late): the stop must land on that step, as the test expects. The handler
+    runs in this thread between the sleeps; every rank's poll then agrees on the stop (MAX all-reduce)."""
+    deadline = time.monotonic() + timeout
+    while not RECEIVED and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _send(case: str) -> None:
@@ -36,6 +59,7 @@ def _send(case: str) -> None:
     if case == "double_sigterm":
         time.sleep(1.0)  # torchrun is now waiting for its ranks to exit
         os.kill(launcher, signal.SIGTERM)
+    _wait_until_received()
 
 
 def main(workdir: str, case: str) -> None:
@@ -57,6 +81,7 @@ def main(workdir: str, case: str) -> None:
         return forward_step(data_iterator, model)
 
     checkpoint.SAVE_STAGE_HOOKS.append(in_save)
+    _record_received_signals()
     exit_signal = ["train.exit_signal=SIGUSR1"] if case.startswith("usr1") else []
     result = pretrain(
         tiny_config(
