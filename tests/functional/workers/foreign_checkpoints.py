@@ -19,25 +19,16 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from train_common import emit, rank, reset_parallel_state
+from train_common import SHORT_RUN, emit, rank, reset_parallel_state
 
 ITERS_SAVED, ITERS_TOTAL = 2, 4
 GLOBAL_BATCH, MICRO_BATCH = 8, 1
 MODEL = dict(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4, num_query_groups=2)
 VOCAB, SEQ = 256, 32
-RUN = [  # training settings only: every model field comes from the checkpoint
-    "train.global_batch_size=8",
-    "train.micro_batch_size=1",
+RUN = [
+    *SHORT_RUN,
     f"train.train_iters={ITERS_TOTAL}",
-    "scheduler.lr_warmup_iters=1",
-    "validation.eval_iters=0",
-    "validation.eval_interval=0",
-    "checkpoint.save=null",
-    "checkpoint.save_interval=0",
-    "logger.log_interval=1",
-    "logger.tensorboard_dir=null",
-    "dataset.num_workers=0",
-]
+]  # training settings only: every model field comes from the checkpoint
 
 
 def bridge_config(*overrides: str):
