@@ -110,13 +110,14 @@ def release_model(chunks: list) -> None:
     model would stay alive for the rest of the process. The hooks are dropped from the nodes' hook dicts
     (reached through a handle of a no-op hook registered for that purpose)."""
     for chunk in chunks:
-        for node in getattr(chunk, "grad_accs", None) or ():
-            handle = node.register_hook(_no_op_hook)
-            hooks = handle.hooks_dict_ref()
+        accumulators = getattr(chunk, "grad_accs", None)  # Megatron-Core DDP only (not FSDP2 / torch DDP)
+        if not isinstance(accumulators, list):
+            continue
+        for node in accumulators:
+            hooks = node.register_hook(_no_op_hook).hooks_dict_ref()
             if hooks is not None:
                 hooks.clear()
-        if isinstance(getattr(chunk, "grad_accs", None), list):
-            chunk.grad_accs.clear()
+        accumulators.clear()
 
 
 def _no_op_hook(*_args) -> None:
