@@ -51,16 +51,20 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The session's torchrun launches: how many, on how many rank processes, and their seconds in all
-    (each rank pays 7-10 s of imports before any test work, so the count is what the functional time
-    follows)."""
+    """The session's multi-rank launches, per launcher (torchrun itself, or ranks forked from the fork
+    server of tests/functional/forkserver.py): how many, on how many rank processes, and their seconds in
+    all (a rank that torchrun starts pays 5-10 s of imports before any test work)."""
     import sys
 
     launch = sys.modules.get("tests.functional.launch")
     if launch is None or not launch.LAUNCHES:
         return
-    launches = launch.LAUNCHES
-    ranks = sum(one.nproc for one in launches)
-    seconds = sum(one.seconds for one in launches)
-    terminalreporter.write_sep("-", "torchrun launches")
-    terminalreporter.write_line(f"{len(launches)} launches, {ranks} rank processes, {seconds:.0f} s in all")
+    terminalreporter.write_sep("-", "multi-rank launches")
+    for launcher in ("forkserver", "torchrun"):
+        launches = [one for one in launch.LAUNCHES if one.launcher == launcher]
+        if launches:
+            ranks = sum(one.nproc for one in launches)
+            seconds = sum(one.seconds for one in launches)
+            terminalreporter.write_line(
+                f"{launcher}: {len(launches)} launches, {ranks} rank processes, {seconds:.0f} s in all"
+            )

@@ -1,14 +1,19 @@
-"""Run a worker script under torchrun with N gloo ranks and return what it printed."""
+"""Run a worker script on N gloo ranks (forked from the session's fork server, or under torchrun) and
+return what it printed."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
+import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +28,7 @@ class Launch:
     script: str
     nproc: int
     seconds: float
+    launcher: str  # "torchrun" or "forkserver"
 
 
 # Every torchrun launch of the session, in order: tests/conftest.py prints their count at the end, since
@@ -30,9 +36,9 @@ class Launch:
 LAUNCHES: list[Launch] = []
 
 
-def count_launch(script: str | Path, nproc: int, started: float) -> None:
+def count_launch(script: str | Path, nproc: int, started: float, launcher: str = "torchrun") -> None:
     """Record a launch that began at time.monotonic() `started` and has just ended."""
-    LAUNCHES.append(Launch(Path(script).name, nproc, time.monotonic() - started))
+    LAUNCHES.append(Launch(Path(script).name, nproc, time.monotonic() - started, launcher))
 
 
 def free_port() -> int:
@@ -41,8 +47,40 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(script: str | Path, nproc: int, *args: str, timeout: float = 600, env: dict | None = None):
-    """Launch `script` on `nproc` local ranks; returns the CompletedProcess (stdout and stderr merged)."""
+def _environment(env: dict | None) -> dict[str, str]:
+    # Not PYTHONUNBUFFERED: unbuffered, print() writes the text and its newline separately, so lines of
+    # different ranks can interleave; workers write their records with train_common.write_line instead.
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    full_env.pop("PYTHONUNBUFFERED", None)
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
+    return full_env
+
+
+def torchrun(
+    script: str | Path,
+    nproc: int,
+    *args: str,
+    timeout: float = 600,
+    env: dict | None = None,
+    real: bool = False,
+) -> subprocess.CompletedProcess:
+    """Launch `script` on `nproc` local ranks; returns the CompletedProcess (stdout and stderr merged).
+
+    The ranks are forked from the session's fork server (tests/functional/forkserver.py: torchrun's
+    environment and exit status, without each rank importing torch and Megatron-Core again); `real=True`,
+    or BRIDGE_TEST_LAUNCHER=torchrun for every launch, runs torchrun itself: for a test of what only
+    torchrun shows (its output when the libraries are imported, its own summary)."""
+    started = time.monotonic()
+    launcher = "torchrun" if real or os.environ.get("BRIDGE_TEST_LAUNCHER") == "torchrun" else "forkserver"
+    try:
+        if launcher == "torchrun":
+            return _real_torchrun(script, nproc, args, timeout, _environment(env))
+        return forkserver_client().launch(str(script), nproc, args, timeout, _environment(env))
+    finally:
+        count_launch(script, nproc, started, launcher)
+
+
+def _real_torchrun(script, nproc: int, args, timeout: float, env: dict) -> subprocess.CompletedProcess:
     cmd = [
         sys.executable,
         "-m",
@@ -53,22 +91,11 @@ def torchrun(script: str | Path, nproc: int, *args: str, timeout: float = 600, e
         str(script),
         *args,
     ]
-    # Not PYTHONUNBUFFERED: unbuffered, print() writes the text and its newline separately, so lines of
-    # different ranks can interleave; workers write their records with train_common.write_line instead.
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    full_env.pop("PYTHONUNBUFFERED", None)
-    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
     # A session of its own, so a timeout can kill torchrun *and* its worker processes.
-    started = time.monotonic()
     proc = subprocess.Popen(
-        cmd,
-        cwd=REPO_ROOT,
-        env=full_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
-    )
+    )  # fmt: skip
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -77,9 +104,69 @@ def torchrun(script: str | Path, nproc: int, *args: str, timeout: float = 600, e
         raise AssertionError(
             f"torchrun {script} timed out after {timeout} s\n{(out or '')[-6000:]}"
         ) from None
-    finally:
-        count_launch(script, nproc, started)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
+
+
+class ForkServerClient:
+    """This pytest session's fork server (started on first use, ended with the session)."""
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="bridge-forkserver-"))
+        self.log = open(self.folder / "forkserver.log", "w")  # noqa: SIM115 (kept for the session)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.functional.forkserver"], cwd=REPO_ROOT, env=_environment(None),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+        )  # fmt: skip
+        self.count = 0
+        atexit.register(self.close)
+
+    def _read(self, timeout: float | None = None) -> dict | None:
+        """The next reply, or None when `timeout` seconds pass first."""
+        if timeout is not None and not select.select([self.proc.stdout], [], [], max(timeout, 0))[0]:
+            return None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise AssertionError(
+                f"the fork server died\n{(self.folder / 'forkserver.log').read_text()[-6000:]}"
+            )
+        return json.loads(line)
+
+    def launch(self, script: str, nproc: int, args, timeout: float, env: dict) -> subprocess.CompletedProcess:
+        self.count += 1
+        output = self.folder / f"launch{self.count}.out"
+        request = {
+            "script": script, "args": list(args), "nproc": nproc, "env": env, "cwd": str(REPO_ROOT),
+            "output": str(output), "master_port": free_port(),
+        }  # fmt: skip
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        leader = self._read()["pid"]
+        reply = self._read(timeout)
+        if reply is None:  # the leader's session: the leader and its ranks
+            os.killpg(leader, signal.SIGKILL)
+            self._read()
+        out = output.read_text(errors="replace") if output.exists() else ""
+        output.unlink(missing_ok=True)
+        cmd = ["forkserver", f"--nproc_per_node={nproc}", script, *args]
+        if reply is None:
+            raise AssertionError(f"launch of {script} timed out after {timeout} s\n{out[-6000:]}")
+        return subprocess.CompletedProcess(cmd, reply["returncode"], out, None)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+        self.log.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+_CLIENT: list[ForkServerClient] = []
+
+
+def forkserver_client() -> ForkServerClient:
+    if not _CLIENT:
+        _CLIENT.append(ForkServerClient())
+    return _CLIENT[0]
 
 
 def assert_ok(proc) -> str:
