@@ -12,6 +12,7 @@ backend from bridge.parallel): the plan says which. Nothing here re-validates th
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -196,13 +197,27 @@ def _configure_model_hooks(model: list, optimizer, wrapped, dist_cfg) -> bool:
     return overlap_param_gather
 
 
+# where a loaded GPU driver shows: NVIDIA's on Linux, WSL 2's GPU device, AMD's (ROCm builds of torch)
+_GPU_DRIVER_PATHS = ("/proc/driver/nvidia/version", "/dev/dxg", "/dev/kfd")
+
+
 def plan_for_this_process(config: ConfigContainer) -> RunPlan:
     """Validate `config` for this launch (torchrun's world size, this machine's CUDA)."""
-    import torch
-
     from bridge.parallel import ranks
 
-    return config.validate(ranks.world_size(), cuda=torch.cuda.is_available())
+    return config.validate(ranks.world_size(), cuda=cuda_available())
+
+
+def cuda_available() -> bool:
+    """torch.cuda.is_available(), without importing torch where no GPU driver is loaded: CUDA needs one
+    (NVIDIA's; WSL's GPU device; AMD's for ROCm builds), so a config refused on a CPU machine is said
+    before the seconds of torch's import, on every rank of the launch. The run then checks the plan
+    against torch itself (_check_plan_matches_process)."""
+    if not any(os.path.exists(path) for path in _GPU_DRIVER_PATHS):
+        return False
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _check_plan_matches_process(plan: RunPlan) -> None:
