@@ -16,8 +16,9 @@ test_readme_first_command). `BRIDGE_TEST_LAUNCHER=torchrun` runs every launch th
 
 Protocol (this process's stdin and stdout, one JSON object per line): a request
 {"script", "args", "nproc", "env", "cwd", "output", "master_port"} is answered by {"pid": leader} at once
-and {"returncode": code} when the launch ends. The leader is a forked child in a session of its own (so
-a timeout kills it and its ranks with one killpg)."""
+and {"returncode": code} when the launch ends. The leader is a forked child in a process group of its
+own (so a timeout kills it and its ranks with one killpg; in the same session, so that the kernel's
+per-session CPU shares, where it has them, count the launch with the pytest run that made it)."""
 
 from __future__ import annotations
 
@@ -153,7 +154,7 @@ def _lead(request: dict) -> NoReturn:
     """The launch: fork the ranks, wait for them, exit 0 when all succeeded and 1 otherwise."""
     code = 1
     try:
-        os.setsid()
+        os.setpgid(0, 0)
         output_fd = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         run_id = f"forkserver-{os.getpid()}"
         pids: dict[int, int] = {}

@@ -91,10 +91,10 @@ def _real_torchrun(script, nproc: int, args, timeout: float, env: dict) -> subpr
         str(script),
         *args,
     ]
-    # A session of its own, so a timeout can kill torchrun *and* its worker processes.
+    # A process group of its own, so a timeout can kill torchrun *and* its worker processes.
     proc = subprocess.Popen(
         cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,
+        process_group=0,
     )  # fmt: skip
     try:
         out, _ = proc.communicate(timeout=timeout)
