@@ -1,5 +1,5 @@
-"""Several workers in one launch: each rank imports torch and Megatron-Core once and runs the cases one
-after the other, instead of one torchrun (and its 7-10 s of imports per rank) per worker.
+"""Several workers in one launch: each rank runs the cases one after the other, instead of one launch per
+worker (its start and rendezvous; under real torchrun also 5-10 s of imports per rank).
 
 A case is a worker script of this folder with its arguments, run as `__main__` with that argv, exactly
 as when launched alone; every worker tears its process groups down before it ends, so the next case
