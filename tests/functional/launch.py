@@ -4,6 +4,7 @@ return what it printed."""
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import re
@@ -31,8 +32,7 @@ class Launch:
     launcher: str  # "torchrun" or "forkserver"
 
 
-# Every torchrun launch of the session, in order: tests/conftest.py prints their count at the end, since
-# the per-launch cost (each rank imports torch and Megatron-Core) is where the functional tier's time goes.
+# Every multi-rank launch of the session, in order (tests/conftest.py prints them per launcher at the end).
 LAUNCHES: list[Launch] = []
 
 
@@ -142,7 +142,7 @@ class ForkServerClient:
         self.proc.stdin.flush()
         leader = self._read()["pid"]
         reply = self._read(timeout)
-        if reply is None:  # the leader's session: the leader and its ranks
+        if reply is None:  # the leader's process group: the leader and its ranks
             os.killpg(leader, signal.SIGKILL)
             self._read()
         out = output.read_text(errors="replace") if output.exists() else ""
@@ -160,13 +160,9 @@ class ForkServerClient:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-_CLIENT: list[ForkServerClient] = []
-
-
+@functools.cache
 def forkserver_client() -> ForkServerClient:
-    if not _CLIENT:
-        _CLIENT.append(ForkServerClient())
-    return _CLIENT[0]
+    return ForkServerClient()
 
 
 def assert_ok(proc) -> str:
