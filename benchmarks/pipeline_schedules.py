@@ -31,6 +31,8 @@ import time
 import weakref
 from pathlib import Path
 
+from bridge.config.run_plan import build_plan
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -131,7 +133,7 @@ def worker(schedule: str, pp: int, vpp: int | None, iters: int) -> None:
         return out
 
     train_module.train_step = measured
-    plan = cfg.validate(int(os.environ["WORLD_SIZE"]), cuda=torch.cuda.is_available())
+    plan = build_plan(cfg, int(os.environ["WORLD_SIZE"]), cuda=torch.cuda.is_available())
     result = pretrain(plan)
     stats = torch.tensor(
         [meter[0].peak, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024], dtype=torch.float64

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from bridge.config.run_plan import build_plan
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import (  # noqa: E402
@@ -45,7 +47,7 @@ def provider():
     from recipes.llama import llama32_1b_pretrain_config
 
     # the run's model as pretrain() builds it: the plan's provider (GPU-only settings off on CPU)
-    return apply_overrides(llama32_1b_pretrain_config(), SHAPE).validate(1).provider
+    return build_plan(apply_overrides(llama32_1b_pretrain_config(), SHAPE), 1).provider
 
 
 # With one data-parallel replica Megatron-Core's distributed optimizer has nothing to shard; this

@@ -14,17 +14,15 @@ from typing import Any
 
 from bridge.config.container import ConfigContainer
 from bridge.models.gpt_provider import GPTModelProvider
+from bridge.parallel.sizes import FIELD_OF
 from recipes.common import RecipeInfo, finetune_config, lora, pretrain_config
 from recipes.performance import apply
 
 KINDS = ("pretrain", "sft", "peft")
 # the layout keywords every recipe function accepts, with the short names rows use
+# (no etp: Megatron-Bridge's recipes keep expert weights unsplit, the provider's default)
 LAYOUT_KEYWORDS = {
-    "tp": "tensor_model_parallel_size",
-    "pp": "pipeline_model_parallel_size",
-    "vpp": "virtual_pipeline_model_parallel_size",
-    "cp": "context_parallel_size",
-    "ep": "expert_model_parallel_size",
+    **{short: name for short, name in FIELD_OF.items() if short != "etp"},
     "sp": "sequence_parallel",
 }
 _LAYOUT_DEFAULTS = {"tp": 1, "pp": 1, "vpp": None, "cp": 1, "ep": 1, "sp": False}

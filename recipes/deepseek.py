@@ -312,5 +312,32 @@ ROWS += (
     ),
 )
 
+
+# ---- the recipe functions by every name they answer to (generated from the rows by scripts/dev/gen_recipe_names.py;
+# tests/unit/test_recipe_names.py checks it) ----
 RECIPES, _functions = register(ROWS, __name__)
-globals().update(_functions)
+# fmt: off
+deepseek_v2_lite_pretrain_8gpu_h100_bf16_config = _functions["deepseek_v2_lite_pretrain_8gpu_h100_bf16_config"]
+deepseek_v2_lite_pretrain_config = deepseek_v2_lite_pretrain_8gpu_h100_bf16_config
+deepseek_v2_pretrain_128gpu_h100_bf16_config = _functions["deepseek_v2_pretrain_128gpu_h100_bf16_config"]
+deepseek_v2_pretrain_config = deepseek_v2_pretrain_128gpu_h100_bf16_config
+deepseek_v3_pretrain_1024gpu_h100_bf16_config = _functions["deepseek_v3_pretrain_1024gpu_h100_bf16_config"]
+deepseek_v3_pretrain_config = deepseek_v3_pretrain_1024gpu_h100_bf16_config
+deepseek_v3_pretrain_256gpu_h100_bf16_32nodes_config = _functions["deepseek_v3_pretrain_256gpu_h100_bf16_32nodes_config"]
+deepseek_v3_pretrain_config_32nodes = deepseek_v3_pretrain_256gpu_h100_bf16_32nodes_config
+kimi_k2_pretrain_512gpu_h100_bf16_config = _functions["kimi_k2_pretrain_512gpu_h100_bf16_config"]
+kimi_k2_pretrain_config = kimi_k2_pretrain_512gpu_h100_bf16_config
+deepseek_v2_lite_sft_config = _functions["deepseek_v2_lite_sft_config"]
+deepseek_v2_lite_peft_config = _functions["deepseek_v2_lite_peft_config"]
+moonlight_16b_pretrain_8gpu_h100_bf16_config = _functions["moonlight_16b_pretrain_8gpu_h100_bf16_config"]
+moonlight_16b_pretrain_16gpu_h100_bf16_config = _functions["moonlight_16b_pretrain_16gpu_h100_bf16_config"]
+moonlight_16b_pretrain_config = moonlight_16b_pretrain_16gpu_h100_bf16_config
+moonlight_16b_sft_8gpu_h100_bf16_config = _functions["moonlight_16b_sft_8gpu_h100_bf16_config"]
+moonlight_16b_sft_8gpu_h100_bf16_tp1_config = _functions["moonlight_16b_sft_8gpu_h100_bf16_tp1_config"]
+moonlight_16b_sft_config = moonlight_16b_sft_8gpu_h100_bf16_tp1_config
+moonlight_16b_sft_8gpu_h100_bf16_8k_config = _functions["moonlight_16b_sft_8gpu_h100_bf16_8k_config"]
+moonlight_16b_sft_8k_config = moonlight_16b_sft_8gpu_h100_bf16_8k_config
+moonlight_16b_peft_2gpu_h100_bf16_config = _functions["moonlight_16b_peft_2gpu_h100_bf16_config"]
+moonlight_16b_peft_4gpu_h100_bf16_config = _functions["moonlight_16b_peft_4gpu_h100_bf16_config"]
+moonlight_16b_peft_config = moonlight_16b_peft_4gpu_h100_bf16_config
+# fmt: on

@@ -31,5 +31,15 @@ ROWS = tuple(
     for kind in ("pretrain", "sft", "peft")
 )
 
+
+# ---- the recipe functions by every name they answer to (generated from the rows by scripts/dev/gen_recipe_names.py;
+# tests/unit/test_recipe_names.py checks it) ----
 RECIPES, _functions = register(ROWS, __name__)
-globals().update(_functions)
+# fmt: off
+exaone4_1p2b_pretrain_1gpu_h100_bf16_config = _functions["exaone4_1p2b_pretrain_1gpu_h100_bf16_config"]
+exaone4_1p2b_pretrain_config = exaone4_1p2b_pretrain_1gpu_h100_bf16_config
+exaone4_1p2b_sft_1gpu_h100_bf16_config = _functions["exaone4_1p2b_sft_1gpu_h100_bf16_config"]
+exaone4_1p2b_sft_config = exaone4_1p2b_sft_1gpu_h100_bf16_config
+exaone4_1p2b_peft_1gpu_h100_bf16_config = _functions["exaone4_1p2b_peft_1gpu_h100_bf16_config"]
+exaone4_1p2b_peft_config = exaone4_1p2b_peft_1gpu_h100_bf16_config
+# fmt: on

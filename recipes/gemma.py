@@ -58,5 +58,33 @@ ROWS = (
     ),
 )
 
+
+# ---- the recipe functions by every name they answer to (generated from the rows by scripts/dev/gen_recipe_names.py;
+# tests/unit/test_recipe_names.py checks it) ----
 RECIPES, _functions = register(ROWS, __name__)
-globals().update(_functions)
+# fmt: off
+gemma2_2b_pretrain_2gpu_h100_bf16_config = _functions["gemma2_2b_pretrain_2gpu_h100_bf16_config"]
+gemma2_2b_pretrain_config = gemma2_2b_pretrain_2gpu_h100_bf16_config
+gemma2_9b_pretrain_8gpu_h100_bf16_config = _functions["gemma2_9b_pretrain_8gpu_h100_bf16_config"]
+gemma2_9b_pretrain_config = gemma2_9b_pretrain_8gpu_h100_bf16_config
+gemma2_27b_pretrain_16gpu_h100_bf16_config = _functions["gemma2_27b_pretrain_16gpu_h100_bf16_config"]
+gemma2_27b_pretrain_config = gemma2_27b_pretrain_16gpu_h100_bf16_config
+gemma2_2b_sft_1gpu_h100_bf16_config = _functions["gemma2_2b_sft_1gpu_h100_bf16_config"]
+gemma2_2b_sft_config = gemma2_2b_sft_1gpu_h100_bf16_config
+gemma2_9b_sft_4gpu_h100_bf16_config = _functions["gemma2_9b_sft_4gpu_h100_bf16_config"]
+gemma2_9b_sft_config = gemma2_9b_sft_4gpu_h100_bf16_config
+gemma2_27b_sft_16gpu_h100_bf16_config = _functions["gemma2_27b_sft_16gpu_h100_bf16_config"]
+gemma2_27b_sft_config = gemma2_27b_sft_16gpu_h100_bf16_config
+gemma2_2b_peft_1gpu_h100_bf16_config = _functions["gemma2_2b_peft_1gpu_h100_bf16_config"]
+gemma2_2b_peft_config = gemma2_2b_peft_1gpu_h100_bf16_config
+gemma2_9b_peft_1gpu_h100_bf16_config = _functions["gemma2_9b_peft_1gpu_h100_bf16_config"]
+gemma2_9b_peft_config = gemma2_9b_peft_1gpu_h100_bf16_config
+gemma2_27b_peft_4gpu_h100_bf16_config = _functions["gemma2_27b_peft_4gpu_h100_bf16_config"]
+gemma2_27b_peft_config = gemma2_27b_peft_4gpu_h100_bf16_config
+gemma3_1b_pretrain_1gpu_h100_bf16_config = _functions["gemma3_1b_pretrain_1gpu_h100_bf16_config"]
+gemma3_1b_pretrain_config = gemma3_1b_pretrain_1gpu_h100_bf16_config
+gemma3_1b_sft_1gpu_h100_bf16_config = _functions["gemma3_1b_sft_1gpu_h100_bf16_config"]
+gemma3_1b_sft_config = gemma3_1b_sft_1gpu_h100_bf16_config
+gemma3_1b_peft_1gpu_h100_bf16_config = _functions["gemma3_1b_peft_1gpu_h100_bf16_config"]
+gemma3_1b_peft_config = gemma3_1b_peft_1gpu_h100_bf16_config
+# fmt: on

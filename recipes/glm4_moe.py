@@ -85,5 +85,21 @@ ROWS = (
     _row("glm45_air_106b", "peft", 8, dict(pp=2, ep=4), peft=ATTENTION_LORA, note=LORA_NOTE),
 )
 
+
+# ---- the recipe functions by every name they answer to (generated from the rows by scripts/dev/gen_recipe_names.py;
+# tests/unit/test_recipe_names.py checks it) ----
 RECIPES, _functions = register(ROWS, __name__)
-globals().update(_functions)
+# fmt: off
+glm45_355b_pretrain_128gpu_h100_bf16_config = _functions["glm45_355b_pretrain_128gpu_h100_bf16_config"]
+glm45_355b_pretrain_config = glm45_355b_pretrain_128gpu_h100_bf16_config
+glm45_air_106b_pretrain_32gpu_h100_bf16_config = _functions["glm45_air_106b_pretrain_32gpu_h100_bf16_config"]
+glm45_air_106b_pretrain_config = glm45_air_106b_pretrain_32gpu_h100_bf16_config
+glm45_355b_sft_128gpu_h100_bf16_config = _functions["glm45_355b_sft_128gpu_h100_bf16_config"]
+glm45_355b_sft_config = glm45_355b_sft_128gpu_h100_bf16_config
+glm45_air_106b_sft_32gpu_h100_bf16_config = _functions["glm45_air_106b_sft_32gpu_h100_bf16_config"]
+glm45_air_106b_sft_config = glm45_air_106b_sft_32gpu_h100_bf16_config
+glm45_355b_peft_16gpu_h100_bf16_config = _functions["glm45_355b_peft_16gpu_h100_bf16_config"]
+glm45_355b_peft_config = glm45_355b_peft_16gpu_h100_bf16_config
+glm45_air_106b_peft_8gpu_h100_bf16_config = _functions["glm45_air_106b_peft_8gpu_h100_bf16_config"]
+glm45_air_106b_peft_config = glm45_air_106b_peft_8gpu_h100_bf16_config
+# fmt: on

@@ -123,5 +123,39 @@ ROWS = (
     _row("gpt_oss_120b", "peft", 8, dict(ep=8), peft=ATTENTION_LORA, note=LORA_NOTE),
 )
 
+
+# ---- the recipe functions by every name they answer to (generated from the rows by scripts/dev/gen_recipe_names.py;
+# tests/unit/test_recipe_names.py checks it) ----
 RECIPES, _functions = register(ROWS, __name__)
-globals().update(_functions)
+# fmt: off
+gpt_oss_20b_pretrain_16gpu_h100_bf16_config = _functions["gpt_oss_20b_pretrain_16gpu_h100_bf16_config"]
+gpt_oss_20b_pretrain_config = gpt_oss_20b_pretrain_16gpu_h100_bf16_config
+gpt_oss_20b_pretrain_16gpu_h100_fp8cs_config = _functions["gpt_oss_20b_pretrain_16gpu_h100_fp8cs_config"]
+gpt_oss_20b_pretrain_fp8_current_scaling_config = gpt_oss_20b_pretrain_16gpu_h100_fp8cs_config
+gpt_oss_20b_pretrain_16gpu_h100_fp8mx_config = _functions["gpt_oss_20b_pretrain_16gpu_h100_fp8mx_config"]
+gpt_oss_20b_pretrain_mxfp8_config = gpt_oss_20b_pretrain_16gpu_h100_fp8mx_config
+gpt_oss_120b_pretrain_64gpu_h100_bf16_config = _functions["gpt_oss_120b_pretrain_64gpu_h100_bf16_config"]
+gpt_oss_120b_pretrain_config = gpt_oss_120b_pretrain_64gpu_h100_bf16_config
+gpt_oss_20b_sft_8gpu_h100_bf16_config = _functions["gpt_oss_20b_sft_8gpu_h100_bf16_config"]
+gpt_oss_20b_sft_config = gpt_oss_20b_sft_8gpu_h100_bf16_config
+gpt_oss_20b_sft_8gpu_h100_bf16_32k_config = _functions["gpt_oss_20b_sft_8gpu_h100_bf16_32k_config"]
+gpt_oss_20b_sft_32k_config = gpt_oss_20b_sft_8gpu_h100_bf16_32k_config
+gpt_oss_20b_sft_8gpu_h100_fp8cs_config = _functions["gpt_oss_20b_sft_8gpu_h100_fp8cs_config"]
+gpt_oss_20b_sft_fp8_current_scaling_config = gpt_oss_20b_sft_8gpu_h100_fp8cs_config
+gpt_oss_20b_sft_8gpu_h100_fp8mx_config = _functions["gpt_oss_20b_sft_8gpu_h100_fp8mx_config"]
+gpt_oss_20b_sft_mxfp8_config = gpt_oss_20b_sft_8gpu_h100_fp8mx_config
+gpt_oss_20b_sft_8gpu_h100_bf16_openmathinstruct2_thinking_packed_config = _functions["gpt_oss_20b_sft_8gpu_h100_bf16_openmathinstruct2_thinking_packed_config"]
+gpt_oss_20b_sft_openmathinstruct2_thinking_packed_config = gpt_oss_20b_sft_8gpu_h100_bf16_openmathinstruct2_thinking_packed_config
+gpt_oss_120b_sft_32gpu_h100_bf16_config = _functions["gpt_oss_120b_sft_32gpu_h100_bf16_config"]
+gpt_oss_120b_sft_config = gpt_oss_120b_sft_32gpu_h100_bf16_config
+gpt_oss_120b_sft_48gpu_h100_bf16_32k_config = _functions["gpt_oss_120b_sft_48gpu_h100_bf16_32k_config"]
+gpt_oss_120b_sft_32k_config = gpt_oss_120b_sft_48gpu_h100_bf16_32k_config
+gpt_oss_20b_peft_1gpu_h100_bf16_config = _functions["gpt_oss_20b_peft_1gpu_h100_bf16_config"]
+gpt_oss_20b_peft_config = gpt_oss_20b_peft_1gpu_h100_bf16_config
+gpt_oss_20b_peft_1gpu_h100_fp8cs_config = _functions["gpt_oss_20b_peft_1gpu_h100_fp8cs_config"]
+gpt_oss_20b_peft_fp8_current_scaling_config = gpt_oss_20b_peft_1gpu_h100_fp8cs_config
+gpt_oss_20b_peft_1gpu_h100_fp8mx_config = _functions["gpt_oss_20b_peft_1gpu_h100_fp8mx_config"]
+gpt_oss_20b_peft_mxfp8_config = gpt_oss_20b_peft_1gpu_h100_fp8mx_config
+gpt_oss_120b_peft_8gpu_h100_bf16_config = _functions["gpt_oss_120b_peft_8gpu_h100_bf16_config"]
+gpt_oss_120b_peft_config = gpt_oss_120b_peft_8gpu_h100_bf16_config
+# fmt: on

@@ -74,5 +74,37 @@ ROWS = (
     ),
 )
 
+
+# ---- the recipe functions by every name they answer to (generated from the rows by scripts/dev/gen_recipe_names.py;
+# tests/unit/test_recipe_names.py checks it) ----
 RECIPES, _functions = register(ROWS, __name__)
-globals().update(_functions)
+# fmt: off
+llama32_1b_sft_1gpu_h100_bf16_config = _functions["llama32_1b_sft_1gpu_h100_bf16_config"]
+llama32_1b_sft_config = llama32_1b_sft_1gpu_h100_bf16_config
+llama32_3b_sft_1gpu_h100_bf16_config = _functions["llama32_3b_sft_1gpu_h100_bf16_config"]
+llama32_3b_sft_config = llama32_3b_sft_1gpu_h100_bf16_config
+llama3_8b_sft_2gpu_h100_bf16_config = _functions["llama3_8b_sft_2gpu_h100_bf16_config"]
+llama3_8b_sft_config = llama3_8b_sft_2gpu_h100_bf16_config
+llama31_8b_sft_2gpu_h100_bf16_config = _functions["llama31_8b_sft_2gpu_h100_bf16_config"]
+llama31_8b_sft_config = llama31_8b_sft_2gpu_h100_bf16_config
+llama3_70b_sft_32gpu_h100_bf16_config = _functions["llama3_70b_sft_32gpu_h100_bf16_config"]
+llama3_70b_sft_config = llama3_70b_sft_32gpu_h100_bf16_config
+llama31_70b_sft_32gpu_h100_bf16_config = _functions["llama31_70b_sft_32gpu_h100_bf16_config"]
+llama31_70b_sft_config = llama31_70b_sft_32gpu_h100_bf16_config
+llama32_1b_peft_1gpu_h100_bf16_config = _functions["llama32_1b_peft_1gpu_h100_bf16_config"]
+llama32_1b_peft_config = llama32_1b_peft_1gpu_h100_bf16_config
+llama32_3b_peft_1gpu_h100_bf16_config = _functions["llama32_3b_peft_1gpu_h100_bf16_config"]
+llama32_3b_peft_config = llama32_3b_peft_1gpu_h100_bf16_config
+llama3_8b_peft_1gpu_h100_bf16_config = _functions["llama3_8b_peft_1gpu_h100_bf16_config"]
+llama3_8b_peft_config = llama3_8b_peft_1gpu_h100_bf16_config
+llama31_8b_peft_1gpu_h100_bf16_config = _functions["llama31_8b_peft_1gpu_h100_bf16_config"]
+llama31_8b_peft_config = llama31_8b_peft_1gpu_h100_bf16_config
+llama3_70b_peft_8gpu_h100_bf16_config = _functions["llama3_70b_peft_8gpu_h100_bf16_config"]
+llama3_70b_peft_config = llama3_70b_peft_8gpu_h100_bf16_config
+llama31_70b_peft_8gpu_h100_bf16_config = _functions["llama31_70b_peft_8gpu_h100_bf16_config"]
+llama31_70b_peft_config = llama31_70b_peft_8gpu_h100_bf16_config
+llama31_405b_sft_128gpu_h100_bf16_config = _functions["llama31_405b_sft_128gpu_h100_bf16_config"]
+llama31_405b_sft_config = llama31_405b_sft_128gpu_h100_bf16_config
+llama31_405b_peft_32gpu_h100_bf16_config = _functions["llama31_405b_peft_32gpu_h100_bf16_config"]
+llama31_405b_peft_config = llama31_405b_peft_32gpu_h100_bf16_config
+# fmt: on

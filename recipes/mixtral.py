@@ -22,5 +22,10 @@ ROWS = (
     ),
 )
 
+
+# ---- the recipe functions by every name they answer to (generated from the rows by scripts/dev/gen_recipe_names.py;
+# tests/unit/test_recipe_names.py checks it) ----
 RECIPES, _functions = register(ROWS, __name__)
-globals().update(_functions)
+# fmt: off
+mixtral_8x7b_pretrain_config = _functions["mixtral_8x7b_pretrain_config"]
+# fmt: on

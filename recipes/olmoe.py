@@ -70,5 +70,15 @@ ROWS = (
     ),
 )
 
+
+# ---- the recipe functions by every name they answer to (generated from the rows by scripts/dev/gen_recipe_names.py;
+# tests/unit/test_recipe_names.py checks it) ----
 RECIPES, _functions = register(ROWS, __name__)
-globals().update(_functions)
+# fmt: off
+olmoe_7b_pretrain_8gpu_h100_bf16_config = _functions["olmoe_7b_pretrain_8gpu_h100_bf16_config"]
+olmoe_7b_pretrain_config = olmoe_7b_pretrain_8gpu_h100_bf16_config
+olmoe_7b_sft_8gpu_h100_bf16_config = _functions["olmoe_7b_sft_8gpu_h100_bf16_config"]
+olmoe_7b_sft_config = olmoe_7b_sft_8gpu_h100_bf16_config
+olmoe_7b_peft_1gpu_h100_bf16_config = _functions["olmoe_7b_peft_1gpu_h100_bf16_config"]
+olmoe_7b_peft_config = olmoe_7b_peft_1gpu_h100_bf16_config
+# fmt: on

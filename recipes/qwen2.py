@@ -51,5 +51,69 @@ def _rows(key: str) -> tuple[Row, ...]:
 
 ROWS = tuple(row for key in MODELS for row in _rows(key))
 
+
+# ---- the recipe functions by every name they answer to (generated from the rows by scripts/dev/gen_recipe_names.py;
+# tests/unit/test_recipe_names.py checks it) ----
 RECIPES, _functions = register(ROWS, __name__)
-globals().update(_functions)
+# fmt: off
+qwen2_500m_pretrain_1gpu_h100_bf16_config = _functions["qwen2_500m_pretrain_1gpu_h100_bf16_config"]
+qwen2_500m_pretrain_config = qwen2_500m_pretrain_1gpu_h100_bf16_config
+qwen2_500m_sft_1gpu_h100_bf16_config = _functions["qwen2_500m_sft_1gpu_h100_bf16_config"]
+qwen2_500m_sft_config = qwen2_500m_sft_1gpu_h100_bf16_config
+qwen2_500m_peft_1gpu_h100_bf16_config = _functions["qwen2_500m_peft_1gpu_h100_bf16_config"]
+qwen2_500m_peft_config = qwen2_500m_peft_1gpu_h100_bf16_config
+qwen2_1p5b_pretrain_1gpu_h100_bf16_config = _functions["qwen2_1p5b_pretrain_1gpu_h100_bf16_config"]
+qwen2_1p5b_pretrain_config = qwen2_1p5b_pretrain_1gpu_h100_bf16_config
+qwen2_1p5b_sft_1gpu_h100_bf16_config = _functions["qwen2_1p5b_sft_1gpu_h100_bf16_config"]
+qwen2_1p5b_sft_config = qwen2_1p5b_sft_1gpu_h100_bf16_config
+qwen2_1p5b_peft_1gpu_h100_bf16_config = _functions["qwen2_1p5b_peft_1gpu_h100_bf16_config"]
+qwen2_1p5b_peft_config = qwen2_1p5b_peft_1gpu_h100_bf16_config
+qwen2_7b_pretrain_2gpu_h100_bf16_config = _functions["qwen2_7b_pretrain_2gpu_h100_bf16_config"]
+qwen2_7b_pretrain_config = qwen2_7b_pretrain_2gpu_h100_bf16_config
+qwen2_7b_sft_2gpu_h100_bf16_config = _functions["qwen2_7b_sft_2gpu_h100_bf16_config"]
+qwen2_7b_sft_config = qwen2_7b_sft_2gpu_h100_bf16_config
+qwen2_7b_peft_1gpu_h100_bf16_config = _functions["qwen2_7b_peft_1gpu_h100_bf16_config"]
+qwen2_7b_peft_config = qwen2_7b_peft_1gpu_h100_bf16_config
+qwen2_72b_pretrain_32gpu_h100_bf16_config = _functions["qwen2_72b_pretrain_32gpu_h100_bf16_config"]
+qwen2_72b_pretrain_config = qwen2_72b_pretrain_32gpu_h100_bf16_config
+qwen2_72b_sft_32gpu_h100_bf16_config = _functions["qwen2_72b_sft_32gpu_h100_bf16_config"]
+qwen2_72b_sft_config = qwen2_72b_sft_32gpu_h100_bf16_config
+qwen2_72b_peft_8gpu_h100_bf16_config = _functions["qwen2_72b_peft_8gpu_h100_bf16_config"]
+qwen2_72b_peft_config = qwen2_72b_peft_8gpu_h100_bf16_config
+qwen25_500m_pretrain_1gpu_h100_bf16_config = _functions["qwen25_500m_pretrain_1gpu_h100_bf16_config"]
+qwen25_500m_pretrain_config = qwen25_500m_pretrain_1gpu_h100_bf16_config
+qwen25_500m_sft_1gpu_h100_bf16_config = _functions["qwen25_500m_sft_1gpu_h100_bf16_config"]
+qwen25_500m_sft_config = qwen25_500m_sft_1gpu_h100_bf16_config
+qwen25_500m_peft_1gpu_h100_bf16_config = _functions["qwen25_500m_peft_1gpu_h100_bf16_config"]
+qwen25_500m_peft_config = qwen25_500m_peft_1gpu_h100_bf16_config
+qwen25_1p5b_pretrain_1gpu_h100_bf16_config = _functions["qwen25_1p5b_pretrain_1gpu_h100_bf16_config"]
+qwen25_1p5b_pretrain_config = qwen25_1p5b_pretrain_1gpu_h100_bf16_config
+qwen25_1p5b_sft_1gpu_h100_bf16_config = _functions["qwen25_1p5b_sft_1gpu_h100_bf16_config"]
+qwen25_1p5b_sft_config = qwen25_1p5b_sft_1gpu_h100_bf16_config
+qwen25_1p5b_peft_1gpu_h100_bf16_config = _functions["qwen25_1p5b_peft_1gpu_h100_bf16_config"]
+qwen25_1p5b_peft_config = qwen25_1p5b_peft_1gpu_h100_bf16_config
+qwen25_7b_pretrain_2gpu_h100_bf16_config = _functions["qwen25_7b_pretrain_2gpu_h100_bf16_config"]
+qwen25_7b_pretrain_config = qwen25_7b_pretrain_2gpu_h100_bf16_config
+qwen25_7b_sft_2gpu_h100_bf16_config = _functions["qwen25_7b_sft_2gpu_h100_bf16_config"]
+qwen25_7b_sft_config = qwen25_7b_sft_2gpu_h100_bf16_config
+qwen25_7b_peft_1gpu_h100_bf16_config = _functions["qwen25_7b_peft_1gpu_h100_bf16_config"]
+qwen25_7b_peft_config = qwen25_7b_peft_1gpu_h100_bf16_config
+qwen25_14b_pretrain_4gpu_h100_bf16_config = _functions["qwen25_14b_pretrain_4gpu_h100_bf16_config"]
+qwen25_14b_pretrain_config = qwen25_14b_pretrain_4gpu_h100_bf16_config
+qwen25_14b_sft_4gpu_h100_bf16_config = _functions["qwen25_14b_sft_4gpu_h100_bf16_config"]
+qwen25_14b_sft_config = qwen25_14b_sft_4gpu_h100_bf16_config
+qwen25_14b_peft_1gpu_h100_bf16_config = _functions["qwen25_14b_peft_1gpu_h100_bf16_config"]
+qwen25_14b_peft_config = qwen25_14b_peft_1gpu_h100_bf16_config
+qwen25_32b_pretrain_16gpu_h100_bf16_config = _functions["qwen25_32b_pretrain_16gpu_h100_bf16_config"]
+qwen25_32b_pretrain_config = qwen25_32b_pretrain_16gpu_h100_bf16_config
+qwen25_32b_sft_16gpu_h100_bf16_config = _functions["qwen25_32b_sft_16gpu_h100_bf16_config"]
+qwen25_32b_sft_config = qwen25_32b_sft_16gpu_h100_bf16_config
+qwen25_32b_peft_8gpu_h100_bf16_config = _functions["qwen25_32b_peft_8gpu_h100_bf16_config"]
+qwen25_32b_peft_config = qwen25_32b_peft_8gpu_h100_bf16_config
+qwen25_72b_pretrain_32gpu_h100_bf16_config = _functions["qwen25_72b_pretrain_32gpu_h100_bf16_config"]
+qwen25_72b_pretrain_config = qwen25_72b_pretrain_32gpu_h100_bf16_config
+qwen25_72b_sft_32gpu_h100_bf16_config = _functions["qwen25_72b_sft_32gpu_h100_bf16_config"]
+qwen25_72b_sft_config = qwen25_72b_sft_32gpu_h100_bf16_config
+qwen25_72b_peft_8gpu_h100_bf16_config = _functions["qwen25_72b_peft_8gpu_h100_bf16_config"]
+qwen25_72b_peft_config = qwen25_72b_peft_8gpu_h100_bf16_config
+# fmt: on

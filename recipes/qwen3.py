@@ -139,5 +139,52 @@ ROWS = (
     _row("qwen3_32b", "peft", 1, {}, model=FULL_RECOMPUTE),
 )
 
+
+# ---- the recipe functions by every name they answer to (generated from the rows by scripts/dev/gen_recipe_names.py;
+# tests/unit/test_recipe_names.py checks it) ----
 RECIPES, _functions = register(ROWS, __name__)
-globals().update(_functions)
+# fmt: off
+qwen3_600m_pretrain_1gpu_h100_bf16_config = _functions["qwen3_600m_pretrain_1gpu_h100_bf16_config"]
+qwen3_600m_pretrain_config = qwen3_600m_pretrain_1gpu_h100_bf16_config
+qwen3_1p7b_pretrain_1gpu_h100_bf16_config = _functions["qwen3_1p7b_pretrain_1gpu_h100_bf16_config"]
+qwen3_1p7b_pretrain_config = qwen3_1p7b_pretrain_1gpu_h100_bf16_config
+qwen3_4b_pretrain_2gpu_h100_bf16_config = _functions["qwen3_4b_pretrain_2gpu_h100_bf16_config"]
+qwen3_4b_pretrain_config = qwen3_4b_pretrain_2gpu_h100_bf16_config
+qwen3_8b_pretrain_4gpu_h100_bf16_config = _functions["qwen3_8b_pretrain_4gpu_h100_bf16_config"]
+qwen3_8b_pretrain_config = qwen3_8b_pretrain_4gpu_h100_bf16_config
+qwen3_8b_pretrain_16gpu_h100_bf16_config = _functions["qwen3_8b_pretrain_16gpu_h100_bf16_config"]
+qwen3_14b_pretrain_8gpu_h100_bf16_config = _functions["qwen3_14b_pretrain_8gpu_h100_bf16_config"]
+qwen3_14b_pretrain_config = qwen3_14b_pretrain_8gpu_h100_bf16_config
+qwen3_32b_pretrain_16gpu_h100_bf16_config = _functions["qwen3_32b_pretrain_16gpu_h100_bf16_config"]
+qwen3_32b_pretrain_config = qwen3_32b_pretrain_16gpu_h100_bf16_config
+qwen3_600m_sft_1gpu_h100_bf16_config = _functions["qwen3_600m_sft_1gpu_h100_bf16_config"]
+qwen3_600m_sft_config = qwen3_600m_sft_1gpu_h100_bf16_config
+qwen3_600m_sft_8gpu_h100_bf16_128k_config = _functions["qwen3_600m_sft_8gpu_h100_bf16_128k_config"]
+qwen3_600m_sft_128k_config = qwen3_600m_sft_8gpu_h100_bf16_128k_config
+qwen3_600m_sft_8gpu_h100_bf16_yarn_128k_config = _functions["qwen3_600m_sft_8gpu_h100_bf16_yarn_128k_config"]
+qwen3_600m_sft_yarn_128k_config = qwen3_600m_sft_8gpu_h100_bf16_yarn_128k_config
+qwen3_1p7b_sft_1gpu_h100_bf16_config = _functions["qwen3_1p7b_sft_1gpu_h100_bf16_config"]
+qwen3_1p7b_sft_config = qwen3_1p7b_sft_1gpu_h100_bf16_config
+qwen3_4b_sft_2gpu_h100_bf16_config = _functions["qwen3_4b_sft_2gpu_h100_bf16_config"]
+qwen3_4b_sft_config = qwen3_4b_sft_2gpu_h100_bf16_config
+qwen3_8b_sft_4gpu_h100_bf16_config = _functions["qwen3_8b_sft_4gpu_h100_bf16_config"]
+qwen3_8b_sft_config = qwen3_8b_sft_4gpu_h100_bf16_config
+qwen3_8b_sft_8gpu_h100_bf16_32k_config = _functions["qwen3_8b_sft_8gpu_h100_bf16_32k_config"]
+qwen3_8b_sft_32k_config = qwen3_8b_sft_8gpu_h100_bf16_32k_config
+qwen3_14b_sft_8gpu_h100_bf16_config = _functions["qwen3_14b_sft_8gpu_h100_bf16_config"]
+qwen3_14b_sft_config = qwen3_14b_sft_8gpu_h100_bf16_config
+qwen3_32b_sft_16gpu_h100_bf16_config = _functions["qwen3_32b_sft_16gpu_h100_bf16_config"]
+qwen3_32b_sft_config = qwen3_32b_sft_16gpu_h100_bf16_config
+qwen3_600m_peft_1gpu_h100_bf16_config = _functions["qwen3_600m_peft_1gpu_h100_bf16_config"]
+qwen3_600m_peft_config = qwen3_600m_peft_1gpu_h100_bf16_config
+qwen3_1p7b_peft_1gpu_h100_bf16_config = _functions["qwen3_1p7b_peft_1gpu_h100_bf16_config"]
+qwen3_1p7b_peft_config = qwen3_1p7b_peft_1gpu_h100_bf16_config
+qwen3_4b_peft_1gpu_h100_bf16_config = _functions["qwen3_4b_peft_1gpu_h100_bf16_config"]
+qwen3_4b_peft_config = qwen3_4b_peft_1gpu_h100_bf16_config
+qwen3_8b_peft_1gpu_h100_bf16_config = _functions["qwen3_8b_peft_1gpu_h100_bf16_config"]
+qwen3_8b_peft_config = qwen3_8b_peft_1gpu_h100_bf16_config
+qwen3_14b_peft_1gpu_h100_bf16_config = _functions["qwen3_14b_peft_1gpu_h100_bf16_config"]
+qwen3_14b_peft_config = qwen3_14b_peft_1gpu_h100_bf16_config
+qwen3_32b_peft_1gpu_h100_bf16_config = _functions["qwen3_32b_peft_1gpu_h100_bf16_config"]
+qwen3_32b_peft_config = qwen3_32b_peft_1gpu_h100_bf16_config
+# fmt: on

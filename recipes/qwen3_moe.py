@@ -116,5 +116,24 @@ ROWS = (
     ),
 )
 
+
+# ---- the recipe functions by every name they answer to (generated from the rows by scripts/dev/gen_recipe_names.py;
+# tests/unit/test_recipe_names.py checks it) ----
 RECIPES, _functions = register(ROWS, __name__)
-globals().update(_functions)
+# fmt: off
+qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config = _functions["qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config"]
+qwen3_30b_a3b_pretrain_config = qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config
+qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config = _functions["qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config"]
+qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_functional_config = _functions["qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_functional_config"]
+qwen3_30b_a3b_sft_8gpu_h100_bf16_config = _functions["qwen3_30b_a3b_sft_8gpu_h100_bf16_config"]
+qwen3_30b_a3b_sft_16gpu_h100_bf16_config = _functions["qwen3_30b_a3b_sft_16gpu_h100_bf16_config"]
+qwen3_30b_a3b_sft_config = qwen3_30b_a3b_sft_16gpu_h100_bf16_config
+qwen3_30b_a3b_peft_4gpu_h100_bf16_config = _functions["qwen3_30b_a3b_peft_4gpu_h100_bf16_config"]
+qwen3_30b_a3b_peft_config = qwen3_30b_a3b_peft_4gpu_h100_bf16_config
+qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config = _functions["qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config"]
+qwen3_235b_a22b_pretrain_config = qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config
+qwen3_235b_a22b_sft_64gpu_h100_bf16_config = _functions["qwen3_235b_a22b_sft_64gpu_h100_bf16_config"]
+qwen3_235b_a22b_sft_config = qwen3_235b_a22b_sft_64gpu_h100_bf16_config
+qwen3_235b_a22b_peft_16gpu_h100_bf16_config = _functions["qwen3_235b_a22b_peft_16gpu_h100_bf16_config"]
+qwen3_235b_a22b_peft_config = qwen3_235b_a22b_peft_16gpu_h100_bf16_config
+# fmt: on

@@ -23,16 +23,20 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bridge.checkpoint import foreign_fields
-from bridge.checkpoint.paths import MANIFEST_FILENAME, RUN_CONFIG_FILENAME
+from bridge.checkpoint.paths import (  # noqa: F401 - the train-state names are re-exported
+    LATEST_TRAIN_STATE_FILENAME,
+    MANIFEST_FILENAME,
+    RUN_CONFIG_FILENAME,
+    TRAIN_STATE_FILENAME,
+    read_train_state_file,
+    tracked_by_train_state,
+)
 
 BRIDGE = "bridge"
 MEGATRON_BRIDGE = "Megatron-Bridge"
 MEGATRON_LM = "Megatron-LM"
-TRAIN_STATE_FILENAME = "train_state.pt"  # Megatron-Bridge: iter_N/train_state.pt
-LATEST_TRAIN_STATE_FILENAME = "latest_train_state.pt"  # Megatron-Bridge's tracker, beside the iter_* folders
 CHECKPOINT_VERSION = 3.0  # what Megatron-LM and Megatron-Bridge record (checkpoint_version)
 
 logger = logging.getLogger("bridge.checkpoint")
@@ -93,18 +97,6 @@ def _run_config(folder: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _tensor_value(value: Any) -> Any:
-    return value.item() if hasattr(value, "item") else value
-
-
-def read_train_state_file(path: str | os.PathLike) -> dict:
-    """Megatron-Bridge's TrainState.state_dict() (step, consumed_train_samples, ...) as plain numbers."""
-    import torch
-
-    data = torch.load(str(path), map_location="cpu", weights_only=True)
-    return {k: _tensor_value(v) for k, v in data.items()}
-
-
 def describe(folder: str | os.PathLike, common: dict | None = None) -> ForeignCheckpoint | None:
     """The foreign checkpoint in `folder` (an iter_* directory), None when bridge wrote it."""
     folder = Path(folder)
@@ -148,19 +140,6 @@ def describe(folder: str | os.PathLike, common: dict | None = None) -> ForeignCh
         has_optimizer="optimizer" in common,
         has_scheduler="opt_param_scheduler" in common,
     )
-
-
-def tracked_by_train_state(root: str | os.PathLike) -> int | None:
-    """The iteration Megatron-Bridge's tracker (latest_train_state.pt) names, None without one."""
-    path = Path(root) / LATEST_TRAIN_STATE_FILENAME
-    if not path.is_file():
-        return None
-    try:
-        step = int(read_train_state_file(path)["step"])
-    except Exception:  # noqa: BLE001 - unreadable: as if there were none
-        return None
-    bridges = (Path(root) / f"iter_{step:07d}" / MANIFEST_FILENAME).is_file()
-    return None if bridges else step
 
 
 def metadata_problems(folder: str | os.PathLike) -> list[str]:

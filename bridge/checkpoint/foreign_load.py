@@ -17,7 +17,7 @@ import torch
 
 from bridge.checkpoint import compat, fsdp2_state, state
 from bridge.checkpoint.foreign import ForeignCheckpoint
-from bridge.checkpoint.save_state import model_keys, model_sharded_state_dict
+from bridge.checkpoint.save_state import load_part, model_keys, model_sharded_state_dict
 from bridge.errors import ConfigError
 from bridge.models.adapter_marks import has_adapters
 from bridge.parallel import ranks
@@ -70,8 +70,6 @@ def load_foreign(
     train state (iteration, consumed samples) plus "checkpoint_dir"."""
     from megatron.core import dist_checkpointing
 
-    from bridge.checkpoint.save_load import _load_part
-
     target = theirs.folder
     if fsdp2_state.is_fsdp2(model_chunks):
         raise ConfigError(
@@ -103,7 +101,7 @@ def load_foreign(
     loaded = dist_checkpointing.load(sd, str(target))
     with torch.no_grad():
         for chunk, key in zip(chunks, model_keys(len(chunks)), strict=True):
-            _load_part(chunk, loaded[key], part, strict)
+            load_part(chunk, loaded[key], part, strict)
         if with_optimizer:
             if lr_from_config:
                 state.use_current_lr(optimizer, loaded["optimizer"])

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from bridge.checkpoint.atomic import atomic_write_text
 from bridge.errors import ConfigError
@@ -32,6 +33,8 @@ METADATA_FILENAME = "metadata.json"  # written by dist_checkpointing when a save
 COMMON_FILENAME = "common.pt"
 MANIFEST_FILENAME = "manifest.json"  # bridge.checkpoint.manifest: written last, before the publish
 STAGING_SUFFIX = ".saving"
+TRAIN_STATE_FILENAME = "train_state.pt"  # Megatron-Bridge: iter_N/train_state.pt
+LATEST_TRAIN_STATE_FILENAME = "latest_train_state.pt"  # Megatron-Bridge's tracker, beside the iter_* folders
 REPLACED_SUFFIX = ".replaced"
 
 
@@ -55,8 +58,6 @@ def latest_iteration(root: str | os.PathLike) -> int | None:
     names is not one of bridge's (bridge's own roots follow the .txt alone)."""
     tracker = Path(root) / TRACKER_FILENAME
     if not tracker.is_file():  # Megatron-Bridge's own tracker, for a root it wrote
-        from bridge.checkpoint.foreign import tracked_by_train_state
-
         return tracked_by_train_state(root)
     text = tracker.read_text().strip()
     try:
@@ -225,3 +226,31 @@ def resolve_checkpoint(path: str | os.PathLike, iteration: int | None = None) ->
             f"checkpoint {target} is incomplete (no {METADATA_FILENAME}); pick another iteration"
         )
     return target, iteration
+
+
+# ---- Megatron-Bridge's trackers (read here so that latest_iteration answers for its roots too) ----
+
+
+def _tensor_value(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
+
+
+def read_train_state_file(path: str | os.PathLike) -> dict:
+    """Megatron-Bridge's TrainState.state_dict() (step, consumed_train_samples, ...) as plain numbers."""
+    import torch  # only where a Megatron-Bridge tracker is read: the module stays torch-free
+
+    data = torch.load(str(path), map_location="cpu", weights_only=True)
+    return {k: _tensor_value(v) for k, v in data.items()}
+
+
+def tracked_by_train_state(root: str | os.PathLike) -> int | None:
+    """The iteration Megatron-Bridge's tracker (latest_train_state.pt) names, None without one."""
+    path = Path(root) / LATEST_TRAIN_STATE_FILENAME
+    if not path.is_file():
+        return None
+    try:
+        step = int(read_train_state_file(path)["step"])
+    except Exception:  # noqa: BLE001 - unreadable: as if there were none
+        return None
+    bridges = (Path(root) / f"iter_{step:07d}" / MANIFEST_FILENAME).is_file()
+    return None if bridges else step

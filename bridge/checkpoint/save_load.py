@@ -24,6 +24,7 @@ from bridge.checkpoint import compat, foreign, fsdp2_state, manifest, state
 from bridge.checkpoint.async_writes import AsyncSaves, PendingWrite, async_save_kwargs
 from bridge.checkpoint.atomic import fsync_dir
 from bridge.checkpoint.disk_full import abandon_save
+from bridge.checkpoint.foreign_load import load_foreign
 from bridge.checkpoint.integrity import check_folder as _check_folder  # (tests import it from here)
 from bridge.checkpoint.paths import (
     RUN_CONFIG_FILENAME,
@@ -39,12 +40,13 @@ from bridge.checkpoint.paths import (
 from bridge.checkpoint.save_state import (  # noqa: F401 - MODEL_PARTS, model_sharded_state_dict: re-exported
     MODEL_PARTS,
     checkpoint_state_dict,
+    load_part,
     model_keys,
     model_sharded_state_dict,
     save_strategy,
 )
 from bridge.errors import ConfigError
-from bridge.models.adapter_marks import has_adapters, is_adapter_name
+from bridge.models.adapter_marks import has_adapters
 from bridge.parallel import ranks
 from bridge.parallel.wrappers import unwrap_all
 
@@ -339,8 +341,6 @@ def _load_one(
     except Exception as err:  # noqa: BLE001 - a pickle of any kind of garbage
         raise CheckpointDamaged(f"common.pt cannot be read ({type(err).__name__}: {err})") from err
     if "checkpoint_content" not in content and (theirs := foreign.describe(target, content)) is not None:
-        from bridge.checkpoint.foreign_load import load_foreign
-
         return load_foreign(theirs, model_chunks, optimizer, scheduler, strict, model_config, lr_from_config)
     has_optim = content.get("checkpoint_content", {}).get("optimizer", False)
     has_rng = content.get("checkpoint_content", {}).get("rng", False)
@@ -390,7 +390,7 @@ def _load_one(
 
     with torch.no_grad():  # the optimizer copies into views of the parameters
         for chunk, key in zip(chunks, model_keys(len(chunks)), strict=True):
-            _load_part(chunk, loaded[key], part, strict)
+            load_part(chunk, loaded[key], part, strict)
         if optimizer is not None:
             if lr_from_config:
                 state.use_current_lr(optimizer, loaded["optimizer"])
@@ -420,19 +420,6 @@ def _load_fsdp2(target: Path, content: dict, model_chunks, optimizer, scheduler,
     if rng:
         state.set_rng_state(loaded["rng_state"])
     return {**dict(content.get("train_state", {})), "checkpoint_dir": str(target)}
-
-
-def _load_part(chunk, tensors: dict, part: str, strict: bool) -> None:
-    """load_state_dict of one part: the other part's keys are expected to be missing, nothing else."""
-    if part == "all":
-        chunk.load_state_dict(tensors, strict=strict)
-        return
-    result = chunk.load_state_dict(tensors, strict=False)
-    wrong_missing = [k for k in result.missing_keys if is_adapter_name(chunk, k) == (part == "adapters")]
-    if strict and (wrong_missing or result.unexpected_keys):
-        raise ConfigError(
-            f"loading the {part} tensors: missing {wrong_missing[:5]}, unexpected {result.unexpected_keys[:5]}"
-        )
 
 
 def read_common(target: Path) -> dict:

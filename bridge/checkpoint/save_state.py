@@ -4,6 +4,7 @@ the base only), of the optimizer, scheduler, RNG and train state, and Megatron-C
 from __future__ import annotations
 
 from bridge.checkpoint import fsdp2_state, state
+from bridge.errors import ConfigError
 from bridge.models.adapter_marks import has_adapters, is_adapter_name
 from bridge.parallel.wrappers import unwrap_all
 
@@ -87,3 +88,16 @@ def checkpoint_state_dict(
         "manifest": True,  # a manifest.json comes with it: one that goes missing means damage
     }
     return sd, fsdp2
+
+
+def load_part(chunk, tensors: dict, part: str, strict: bool) -> None:
+    """load_state_dict of one part: the other part's keys are expected to be missing, nothing else."""
+    if part == "all":
+        chunk.load_state_dict(tensors, strict=strict)
+        return
+    result = chunk.load_state_dict(tensors, strict=False)
+    wrong_missing = [k for k in result.missing_keys if is_adapter_name(chunk, k) == (part == "adapters")]
+    if strict and (wrong_missing or result.unexpected_keys):
+        raise ConfigError(
+            f"loading the {part} tensors: missing {wrong_missing[:5]}, unexpected {result.unexpected_keys[:5]}"
+        )

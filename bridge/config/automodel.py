@@ -46,12 +46,11 @@ from typing import Any
 from bridge.config.tree import suggest
 from bridge.errors import ConfigError, config_error
 from bridge.parallel import schedules
+from bridge.parallel.sizes import FIELD_OF
 
+# AutoModel's <short>_size keys name the model-parallel sizes (bridge.parallel.sizes) it has.
 DISTRIBUTED_KEYS = {
-    "tp_size": "model.tensor_model_parallel_size",
-    "pp_size": "model.pipeline_model_parallel_size",
-    "cp_size": "model.context_parallel_size",
-    "ep_size": "model.expert_model_parallel_size",
+    **{f"{short}_size": f"model.{FIELD_OF[short]}" for short in ("tp", "pp", "cp", "ep")},
     "dp_size": "distributed.dp_size",
     "sequence_parallel": "model.sequence_parallel",
 }

@@ -2,8 +2,8 @@
 
 A recipe returns one; `--config-file` and dotted overrides change it (bridge.config.overrides);
 `resolve()` fills the fields that follow others (sequence length, NullTokenizer vocab);
-`validate(world_size)` checks every rule across sections (raising ConfigError) and returns the frozen
-RunPlan the run builds (bridge.config.run_plan); `to_yaml()` /
+`bridge.config.run_plan.build_plan(cfg, world_size)` checks every rule across sections (raising
+ConfigError) and returns the frozen RunPlan the run builds; `to_yaml()` /
 `from_yaml()` round-trip it without loss (run_config.yaml next to checkpoints).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bridge.config.sections import (
     CheckpointConfig,
@@ -30,11 +30,6 @@ from bridge.config.sections import (
 )
 from bridge.errors import ConfigError
 from bridge.models.gpt_provider import GPTModelProvider
-
-if TYPE_CHECKING:
-    from bridge.config.environment import Environment
-    from bridge.config.run_plan import RunPlan
-    from bridge.parallel.layout import ParallelLayout
 
 
 @dataclass
@@ -59,7 +54,7 @@ class ConfigContainer:
     def resolve(self) -> ConfigContainer:
         """Fill the fields whose None means "follow another field"; raise if an explicit one disagrees.
 
-        Called after every YAML merge and override (and by validate()), so the training loop reads one
+        Called after every YAML merge and override (and by build_plan), so the training loop reads one
         consistent value. Idempotent.
         """
         model_seq = self.model.seq_length
@@ -87,33 +82,6 @@ class ConfigContainer:
             elif self.model.vocab_size is None and self.tokenizer.vocab_size is not None:
                 self.model.vocab_size = self.tokenizer.vocab_size + 1
         return self
-
-    # ---- cross-section views -------------------------------------------------------------------
-
-    def layout(self, world_size: int) -> ParallelLayout:
-        """The parallel layout of this (resolved) config on `world_size` ranks (raises ConfigError on the
-        layout rules; `validate()` checks everything else too)."""
-        return self.model.layout(
-            world_size,
-            strategy=self.distributed.strategy,
-            dp_replicate_size=self.distributed.dp_replicate_size,
-            packed_sequence_size=self.dataset.packed_sequence_size or None,
-            gpus_per_node=self.distributed.gpus_per_node,
-        )
-
-    def validate(self, world_size: int, cuda: bool | None = None, env: Environment | None = None) -> RunPlan:
-        """Check every rule across sections for `world_size` ranks and return the run's plan.
-
-        `env`: the machine the run is for (bridge.config.environment.Environment); None: this machine,
-        with CUDA as `cuda` says (None: whether it has an NVIDIA driver, found without importing torch).
-        Raises ConfigError on the first violation; the plan's `warnings` (layout warnings first, then
-        settings the run ignores) are for callers to print or log. This container is not changed: the
-        plan holds a resolved copy.
-        """
-        from bridge.config.environment import Environment
-        from bridge.config.run_plan import build_plan
-
-        return build_plan(self, world_size, env if env is not None else Environment.detect(cuda))
 
     # ---- YAML ----------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """RunPlan: a ConfigContainer validated for one world size, holding every decision a run needs.
 
-`ConfigContainer.validate(world_size, cuda=...)` is the one place a run is checked; it returns a frozen
+`build_plan(config, world_size, cuda=...)` is the one place a run is checked; it returns a frozen
 `RunPlan`. `--dry-run` prints it, `pretrain(plan)` builds exactly it, and nothing downstream
 re-validates or re-derives: the layout, the run's model (precision and recompute applied), the
 precision that actually runs, the microbatch count, the samples each split must provide, the data and
@@ -245,8 +245,18 @@ def _memory(cfg: ConfigContainer, layout: ParallelLayout, precision: Precision) 
         return None  # a shape the memory model does not cover: the run does not depend on it
 
 
-def build_plan(config: ConfigContainer, world_size: int, env: Environment) -> RunPlan:
-    """Validate `config` for `world_size` ranks on the machine `env` describes and return the plan."""
+def build_plan(
+    config: ConfigContainer, world_size: int, cuda: bool | None = None, env: Environment | None = None
+) -> RunPlan:
+    """Check every rule across sections for `world_size` ranks and return the run's frozen plan.
+
+    `env`: the machine the run is for (bridge.config.environment.Environment); None: this machine,
+    with CUDA as `cuda` says (None: whether it has an NVIDIA driver, found without importing torch).
+    Raises ConfigError on the first violation; the plan's `warnings` (layout warnings first, then
+    settings the run ignores) are for callers to print or log. `config` is not changed: the plan holds
+    a resolved copy.
+    """
+    env = env if env is not None else Environment.detect(cuda)
     cfg = config.copy()
     cuda = env.cuda
     layout, warnings, settings = validate_config(cfg, world_size, env)

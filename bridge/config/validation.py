@@ -22,6 +22,7 @@ from bridge.config.checks.precision import check_fp8, check_precision
 from bridge.config.checks.rules import positive
 from bridge.config.checks.tokenizer import check_tokenizer
 from bridge.config.checks.train import check_evaluation, check_train
+from bridge.config.layout import run_layout
 from bridge.errors import config_error
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def validate_config(
         )
     cfg.resolve()
     cfg.model.finalize()
-    layout = cfg.layout(world_size)
+    layout = run_layout(cfg, world_size)
     warnings = list(layout.warnings)
     check_train(cfg, layout)
     check_evaluation(cfg)

@@ -357,7 +357,7 @@ class AutoBridge:
         assets = Path(megatron_path) / HF_ASSETS_DIR
         if (assets / "config.json").is_file():
             return cls.from_hf_pretrained(assets)
-        if (theirs := bridge_for_foreign(megatron_path)) is not None:  # Megatron-LM's / Megatron-Bridge's
+        if (theirs := bridge_for_foreign(megatron_path, cls.from_provider)) is not None:  # Megatron-LM's / Megatron-Bridge's
             return theirs
         run = _run_of(megatron_path)
         if run is not None and run.hf_architecture and run.model is not None:

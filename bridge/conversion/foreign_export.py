@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 from bridge.errors import ConfigError
@@ -30,8 +31,11 @@ def foreign_checkpoint_at(megatron_path: str | os.PathLike):
     return foreign.describe(folder) if folder is not None else None
 
 
-def bridge_for_foreign(megatron_path: str | os.PathLike) -> Any | None:
-    """An AutoBridge for the foreign checkpoint at `megatron_path` (None when it is not one); a
+def bridge_for_foreign(
+    megatron_path: str | os.PathLike, from_provider: Callable[[Any, str], Any]
+) -> Any | None:
+    """The bridge (`from_provider(provider, architecture)`: AutoBridge.from_provider, passed in by
+    AutoBridge itself) for the foreign checkpoint at `megatron_path` (None when it is not one); a
     ConfigError when it records no model fields or no supported architecture expresses them."""
     theirs = foreign_checkpoint_at(megatron_path)
     if theirs is None:
@@ -42,7 +46,6 @@ def bridge_for_foreign(megatron_path: str | os.PathLike) -> Any | None:
             "section, no saved args): pass the Hugging Face config folder of its model (--hf-config)"
         )
     from bridge.checkpoint.foreign_start import checkpoint_fields
-    from bridge.conversion.auto_bridge import AutoBridge
     from bridge.models.gpt_provider import GPTModelProvider
     from bridge.models.hf_architecture import supported_architectures
 
@@ -51,7 +54,7 @@ def bridge_for_foreign(megatron_path: str | os.PathLike) -> Any | None:
     expressing = []
     for architecture in supported_architectures():
         try:
-            bridge = AutoBridge.from_provider(provider, architecture)
+            bridge = from_provider(provider, architecture)
         except (ConfigError, TypeError, ValueError, KeyError):  # its rules cannot write or read this model
             continue
         expressing.append((len(bridge.hf_config), architecture, bridge))

@@ -25,8 +25,8 @@ from bridge.models.transformer_fields import (
 )
 
 if TYPE_CHECKING:
-    from bridge.models.gpt_provider import GPTModelProvider
     from bridge.models.layer_variant import LayerVariant
+    from bridge.models.provider_fields import GPTFields
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def _warn_untested_release() -> None:
     )
 
 
-def megatron_value(p: GPTModelProvider, name: str) -> Any:
+def megatron_value(p: GPTFields, name: str) -> Any:
     """The value TransformerConfig gets for field `name` (names mapped to dtypes/callables)."""
     value = getattr(p, name)
     kind = BY_NAME_FIELDS.get(name)
@@ -80,7 +80,7 @@ def megatron_value(p: GPTModelProvider, name: str) -> Any:
     return value
 
 
-def transformer_config(p: GPTModelProvider):
+def transformer_config(p: GPTFields):
     """Build megatron.core's TransformerConfig from the provider (raises ConfigError)."""
     import torch
     from megatron.core.transformer import TransformerConfig
@@ -110,7 +110,7 @@ def transformer_config(p: GPTModelProvider):
         asked = [s.field for s in SETTINGS if s.requested(getattr(p, s.field))]
         hint = (
             f" This model asks for GPU performance settings ({', '.join(asked)}): build the run's model "
-            "from the plan (cfg.validate(world_size).provider), which turns off the ones this machine "
+            "from the plan (build_plan(cfg, world_size).provider), which turns off the ones this machine "
             "cannot run and reports them."
             if asked
             else ""
@@ -124,14 +124,14 @@ def transformer_config(p: GPTModelProvider):
     return config
 
 
-def _set_yarn_attributes(p: GPTModelProvider, config) -> None:
+def _set_yarn_attributes(p: GPTFields, config) -> None:
     """GPTModel's YaRN (and its attention's cos / sin scaling) reads yarn_* attributes TransformerConfig
     does not declare (0.16.1, 0.19.2)."""
     for name in YARN_FIELDS:
         setattr(config, name, getattr(p, name))
 
 
-def _check_context_parallel_attention(p: GPTModelProvider, config, variant: LayerVariant) -> None:
+def _check_context_parallel_attention(p: GPTFields, config, variant: LayerVariant) -> None:
     """Refuse the attention variants that have no context-parallel path (the build would be wrong)."""
     from bridge.models.specs import local_core_attention, uses_te_spec
 
@@ -178,7 +178,7 @@ def _check_context_parallel_attention(p: GPTModelProvider, config, variant: Laye
 
 
 def build_stage(
-    p: GPTModelProvider, config, pre_process: bool | None, post_process: bool | None, vp_stage: int | None
+    p: GPTFields, config, pre_process: bool | None, post_process: bool | None, vp_stage: int | None
 ):
     """One GPTModel stage of this rank on `config`; pre/post default to this rank's pipeline position."""
     from megatron.core import parallel_state
@@ -225,7 +225,7 @@ def build_stage(
     return model
 
 
-def _apply_yarn(p: GPTModelProvider, model) -> None:
+def _apply_yarn(p: GPTFields, model) -> None:
     """GPTModel's RoPE with YaRN's inverse frequencies (its attention factor: the layer variant's)."""
     rope = getattr(model, "rotary_pos_emb", None)
     if p.yarn_rope_factor is None or rope is None:
@@ -257,7 +257,7 @@ def _mark_head_split_softmax_offsets(model) -> None:
             set_tensor_model_parallel_attributes(param, is_parallel=True, dim=0, stride=1)
 
 
-def _apply_rope_scaling_factors(p: GPTModelProvider, model) -> None:
+def _apply_rope_scaling_factors(p: GPTFields, model) -> None:
     # GPTModel passes only the factor; other llama3 frequency bounds are applied here.
     rope = getattr(model, "rotary_pos_emb", None)
     if not p.rope_scaling or rope is None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import functools
 import importlib.util
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from bridge.errors import ConfigError, config_error
+from bridge.errors import ConfigError
 from bridge.models.dtypes import DTYPES
+from bridge.models.provider_fields import model_error
 from bridge.models.transformer_fields import (
     BY_NAME_FIELDS,
     FIELD_CHOICES,
@@ -24,7 +25,7 @@ from bridge.models.transformer_fields import (
 )
 
 if TYPE_CHECKING:
-    from bridge.models.gpt_provider import GPTModelProvider
+    from bridge.models.provider_fields import GPTFields
 
 # Activations by name -> (module, attribute), imported only when a model is built.
 ACTIVATIONS = {
@@ -48,12 +49,7 @@ QK_LAYERNORM_SCOPES = ("head", "projection")
 POSITION_EMBEDDINGS = ("learned_absolute", "rope", "yarn", "none")
 
 
-def model_error(field: str, value: Any, rule: str, fix: str) -> ConfigError:
-    """A provider field's ConfigError: `model.<field> = <value>: <rule>. Fix: <fix>.`"""
-    return config_error(f"model.{field}", value, rule, fix)
-
-
-def check_fields(p: GPTModelProvider) -> None:
+def check_fields(p: GPTFields) -> None:
     """Every model-field rule, in the order finalize() has always raised them."""
     _check_unavailable_fields(p)
     _check_sizes(p)
@@ -69,7 +65,7 @@ def check_fields(p: GPTModelProvider) -> None:
         _check_experts(p)
 
 
-def _check_unavailable_fields(p: GPTModelProvider) -> None:
+def _check_unavailable_fields(p: GPTFields) -> None:
     # Fields of other supported releases: set only at their default on the installed one.
     for name in UNAVAILABLE_FIELDS:
         value = getattr(p, name)
@@ -77,7 +73,7 @@ def _check_unavailable_fields(p: GPTModelProvider) -> None:
             raise ConfigError(unavailable_field_error(name, value))
 
 
-def _check_sizes(p: GPTModelProvider) -> None:
+def _check_sizes(p: GPTFields) -> None:
     for name in ("num_layers", "hidden_size", "num_attention_heads", "seq_length"):
         if getattr(p, name) <= 0:
             raise model_error(name, getattr(p, name), "must be a positive integer", f"set model.{name}")
@@ -98,7 +94,7 @@ def _check_sizes(p: GPTModelProvider) -> None:
         )
 
 
-def _check_names(p: GPTModelProvider) -> None:
+def _check_names(p: GPTFields) -> None:
     # Fields given by name: Megatron-Core's enums and choices, dtypes, activations, position embeddings.
     for name, choices in FIELD_CHOICES.items():
         value = getattr(p, name)
@@ -117,7 +113,7 @@ def _check_names(p: GPTModelProvider) -> None:
             raise model_error(name, getattr(p, name), f"must be one of {list(known)}", "pick one of those")
 
 
-def _check_precision_and_vocab(p: GPTModelProvider) -> None:
+def _check_precision_and_vocab(p: GPTFields) -> None:
     if p.fp16 and p.bf16:
         raise model_error(
             "fp16", True, "fp16 and bf16 are both set", "set only one of model.fp16 / model.bf16"
@@ -135,7 +131,7 @@ def _check_precision_and_vocab(p: GPTModelProvider) -> None:
         _check_unpadded_vocab_splits(p)
 
 
-def _check_unpadded_vocab_splits(p: GPTModelProvider) -> None:
+def _check_unpadded_vocab_splits(p: GPTFields) -> None:
     # Without padding, each tensor-parallel rank holds vocab_size / TP rows of the embedding and output layer.
     tp = p.tensor_model_parallel_size
     if p.vocab_size % tp == 0:
@@ -152,7 +148,7 @@ def _check_unpadded_vocab_splits(p: GPTModelProvider) -> None:
     )
 
 
-def _check_rope_scaling(p: GPTModelProvider) -> None:
+def _check_rope_scaling(p: GPTFields) -> None:
     if p.position_embedding_type != "rope":
         raise model_error(
             "rope_scaling",
@@ -171,7 +167,7 @@ def _check_rope_scaling(p: GPTModelProvider) -> None:
         )
 
 
-def _check_experts(p: GPTModelProvider) -> None:
+def _check_experts(p: GPTFields) -> None:
     if p.num_moe_experts <= 0:
         raise model_error(
             "num_moe_experts", p.num_moe_experts, "must be positive", "use None for a dense model"
@@ -194,7 +190,7 @@ def _check_experts(p: GPTModelProvider) -> None:
         )
 
 
-def check_layer_variant(p: GPTModelProvider) -> None:
+def check_layer_variant(p: GPTFields) -> None:
     for name, known in (
         ("layernorm_placement", LAYERNORM_PLACEMENTS),
         ("qk_layernorm_scope", QK_LAYERNORM_SCOPES),
@@ -227,7 +223,7 @@ def check_layer_variant(p: GPTModelProvider) -> None:
     _check_yarn_rope(p)
 
 
-def _check_yarn_rope(p: GPTModelProvider) -> None:
+def _check_yarn_rope(p: GPTFields) -> None:
     if p.yarn_rope_factor is None:
         return
     if not p.yarn_rope_factor > 0 or not p.yarn_rope_attention_factor > 0:
@@ -256,14 +252,14 @@ def _check_yarn_rope(p: GPTModelProvider) -> None:
         )
 
 
-def _check_multipliers(p: GPTModelProvider) -> None:
+def _check_multipliers(p: GPTFields) -> None:
     for name in ("embedding_multiplier", "branch_output_multiplier", "logits_divisor"):
         value = getattr(p, name)
         if value is not None and not value > 0:
             raise model_error(name, value, "must be positive or None (off)", "use e.g. 12.0 or None")
 
 
-def _check_local_rotary_base(p: GPTModelProvider) -> None:
+def _check_local_rotary_base(p: GPTFields) -> None:
     value = p.local_rotary_base
     if value is None:
         return
@@ -286,7 +282,7 @@ def _check_local_rotary_base(p: GPTModelProvider) -> None:
         )
 
 
-def check_multi_latent_attention(p: GPTModelProvider) -> None:
+def check_multi_latent_attention(p: GPTFields) -> None:
     # Megatron-Core's MLA (MLATransformerConfig) carries its own RoPE: rope_type "rope" or "yarn" on
     # the qk_pos_emb_head_dim slice of each head; GPTModel builds no rotary embedding of its own.
     if p.position_embedding_type != "rope":
@@ -325,7 +321,7 @@ def has_mla_qk_norm_resolver() -> bool:
     return any((Path(loc) / "core" / "transformer" / "mla_qk_norm_config.py").is_file() for loc in locations)
 
 
-def check_mla_query_norm(p: GPTModelProvider) -> None:
+def check_mla_query_norm(p: GPTFields) -> None:
     # megatron-core 0.19.2's MLA resolves its q/kv norms (mla_qk_norm_config.QKNormConfigResolver):
     # with qk_layernorm and q_lora_rank None it builds linear_q_proj as a fused norm+linear, a norm on
     # the query input that DeepSeek-V2-Lite does not have (0.16.1 builds no q norm then).

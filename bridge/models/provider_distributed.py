@@ -11,16 +11,15 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from bridge.errors import ConfigError
+from bridge.models import provider_layout
 from bridge.models.provider_build import build_stage
 from bridge.models.provider_checks import model_error
-from bridge.models.provider_layout import LAYOUT_SIZE_FIELDS, parallel_sizes
+from bridge.models.provider_layout import parallel_sizes
+from bridge.parallel.sizes import FIELD_OF
 
 if TYPE_CHECKING:
-    from bridge.models.gpt_provider import GPTModelProvider
+    from bridge.models.provider_fields import GPTFields
     from bridge.parallel.layout import ParallelLayout
-
-# Layout name -> provider field, for errors that name what the user sets.
-_PROVIDER_FIELD = {short: name for name, short in LAYOUT_SIZE_FIELDS.items()}
 
 
 def _no_init(tensor):
@@ -28,7 +27,7 @@ def _no_init(tensor):
 
 
 def provide_distributed_model(
-    p: GPTModelProvider,
+    p: GPTFields,
     *,
     wrap_with_ddp: bool,
     ddp_config: Any,
@@ -60,7 +59,7 @@ def provide_distributed_model(
     )
 
 
-def _layout_sizes(p: GPTModelProvider, layout: ParallelLayout | None) -> dict[str, int | None]:
+def _layout_sizes(p: GPTFields, layout: ParallelLayout | None) -> dict[str, int | None]:
     """The sizes the groups must have: the provider's, which a given layout must agree with."""
     sizes = parallel_sizes(p)
     if layout is None:
@@ -70,15 +69,15 @@ def _layout_sizes(p: GPTModelProvider, layout: ParallelLayout | None) -> dict[st
             continue  # no virtual stages without pipeline stages (the layout refuses vpp with pp=1)
         if getattr(layout, short) != size:
             raise model_error(
-                _PROVIDER_FIELD[short],
+                FIELD_OF[short],
                 size,
                 f"the layout given to provide_distributed_model has {short}={getattr(layout, short)}",
-                "pass the layout derived from this provider (provider.layout(world_size), or the run plan's)",
+                "pass the layout derived from this provider (bridge.models.provider_layout.derive_layout(provider, world_size), or the run plan's)",
             )
     return sizes
 
 
-def _ensure_model_parallel_groups(p: GPTModelProvider, layout: ParallelLayout | None, seed: int) -> None:
+def _ensure_model_parallel_groups(p: GPTFields, layout: ParallelLayout | None, seed: int) -> None:
     # torch.distributed and the groups of this layout, when nobody made them yet (one process when not
     # under torchrun); the layout is derived here only when the caller did not pass its own.
     from megatron.core import parallel_state
@@ -88,7 +87,7 @@ def _ensure_model_parallel_groups(p: GPTModelProvider, layout: ParallelLayout | 
     from bridge.parallel import ranks, runtime
 
     runtime.initialize_distributed(
-        layout if layout is not None else p.layout(ranks.env_world_size()), seed=seed
+        layout if layout is not None else provider_layout.derive_layout(p, ranks.env_world_size()), seed=seed
     )
 
 
@@ -107,7 +106,7 @@ def check_parallel_state(parallel_state, wanted: dict[str, int | None]) -> None:
     for short, size in live.items():
         if size != wanted[short]:
             raise model_error(
-                _PROVIDER_FIELD[short],
+                FIELD_OF[short],
                 wanted[short],
                 f"the model-parallel groups of this process were initialized with {size}",
                 "build the model with the provider whose layout initialized the groups, or "
@@ -115,7 +114,7 @@ def check_parallel_state(parallel_state, wanted: dict[str, int | None]) -> None:
             )
 
 
-def _shared_config(p: GPTModelProvider, *, random_init: bool | None, meta_device: bool, wrap_with_ddp: bool):
+def _shared_config(p: GPTFields, *, random_init: bool | None, meta_device: bool, wrap_with_ddp: bool):
     # One TransformerConfig shared by all chunks, as Megatron-LM does: the training loop sets its
     # hooks (no_sync_func, finalize_model_grads_func, ...) once and every chunk sees them.
     config = p.transformer_config()
@@ -141,7 +140,7 @@ def _shared_config(p: GPTModelProvider, *, random_init: bool | None, meta_device
     return config
 
 
-def _build_chunks(p: GPTModelProvider, config, meta_device: bool) -> list:
+def _build_chunks(p: GPTFields, config, meta_device: bool) -> list:
     import torch
     from megatron.core import tensor_parallel
 
@@ -160,7 +159,7 @@ def _build_chunks(p: GPTModelProvider, config, meta_device: bool) -> list:
 
 
 def _wrap(
-    p: GPTModelProvider,
+    p: GPTFields,
     chunks: list,
     config,
     *,

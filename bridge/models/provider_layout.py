@@ -1,7 +1,7 @@
 """A provider's parallel sizes as a ParallelLayout: the one place the provider's size fields meet the layout.
 
 The sizes live as provider fields (what users and recipes set, by Megatron-Core's names) and as a
-validated ParallelLayout (what the runtime builds process groups from). `LAYOUT_SIZE_FIELDS` is the one
+validated ParallelLayout (what the runtime builds process groups from). `bridge.parallel.sizes.SIZE_FIELDS` is the one
 mapping between the two; `derive_layout` is the one derivation, called once per run (validation keeps its
 result on the RunPlan; provide_distributed_model takes it, or derives it when it initializes the groups).
 Pure Python.
@@ -12,30 +12,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bridge.parallel.layout import ModelShape, ParallelLayout
+from bridge.parallel.sizes import SIZE_FIELDS
 from bridge.parallel.stages import StageSplit
 
 if TYPE_CHECKING:
-    from bridge.models.gpt_provider import GPTModelProvider
-
-# Provider field -> ParallelLayout attribute, in the order the sizes are checked and reported.
-LAYOUT_SIZE_FIELDS = {
-    "tensor_model_parallel_size": "tp",
-    "pipeline_model_parallel_size": "pp",
-    "virtual_pipeline_model_parallel_size": "vpp",
-    "context_parallel_size": "cp",
-    "expert_model_parallel_size": "ep",
-    "expert_tensor_parallel_size": "etp",
-}
+    from bridge.models.provider_fields import GPTFields
 
 
-def parallel_sizes(p: GPTModelProvider) -> dict[str, int | None]:
+def parallel_sizes(p: GPTFields) -> dict[str, int | None]:
     """The provider's model-parallel sizes by layout name (tp, pp, vpp, cp, ep, etp), etp resolved."""
-    sizes = {short: getattr(p, name) for name, short in LAYOUT_SIZE_FIELDS.items()}
+    sizes = {short: getattr(p, name) for name, short in SIZE_FIELDS.items()}
     sizes["etp"] = p.effective_expert_tensor_parallel_size()
     return sizes
 
 
-def model_shape(p: GPTModelProvider) -> ModelShape:
+def model_shape(p: GPTFields) -> ModelShape:
     """The model facts the layout rules and the planner need."""
     return ModelShape(
         num_layers=p.num_layers,
@@ -65,7 +56,7 @@ def model_shape(p: GPTModelProvider) -> ModelShape:
     )
 
 
-def stage_split(p: GPTModelProvider) -> StageSplit:
+def stage_split(p: GPTFields) -> StageSplit:
     """The provider's pipeline split fields (Megatron-Core's names) as the layout's StageSplit."""
     return StageSplit(
         first_stage_layers=p.num_layers_in_first_pipeline_stage,
@@ -76,7 +67,7 @@ def stage_split(p: GPTModelProvider) -> StageSplit:
     )
 
 
-def _mla_shape(p: GPTModelProvider) -> dict:
+def _mla_shape(p: GPTFields) -> dict:
     if not p.multi_latent_attention:
         return {}
     names = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
@@ -84,7 +75,7 @@ def _mla_shape(p: GPTModelProvider) -> dict:
 
 
 def derive_layout(
-    p: GPTModelProvider,
+    p: GPTFields,
     world_size: int,
     strategy: str = "megatron",
     dp_replicate_size: int | None = None,

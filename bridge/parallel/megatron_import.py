@@ -23,9 +23,11 @@ def import_megatron() -> None:
         return
     import torch
 
-    from bridge.parallel.runtime import quiet_known_warnings
+    from bridge.parallel import quiet_warnings
 
-    quiet_known_warnings()  # some of Megatron-Core's warnings fire on import
+    quiet_warnings.install(
+        cpu=not torch.cuda.is_available()
+    )  # some of Megatron-Core's warnings fire on import
     real = torch.compile
 
     def deferred_compile(model=None, **kwargs):

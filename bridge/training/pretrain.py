@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from bridge.checkpoint.async_writes import AsyncSaves
 from bridge.config.container import ConfigContainer
-from bridge.config.run_plan import RunPlan
+from bridge.config.run_plan import RunPlan, build_plan
 from bridge.errors import ConfigError
 from bridge.training.state import TrainResult, TrainState
 
@@ -205,7 +205,7 @@ def plan_for_this_process(config: ConfigContainer) -> RunPlan:
     """Validate `config` for this launch (torchrun's world size, this machine's CUDA)."""
     from bridge.parallel import ranks
 
-    return config.validate(ranks.world_size(), cuda=cuda_available())
+    return build_plan(config, ranks.world_size(), cuda=cuda_available())
 
 
 def cuda_available() -> bool:
@@ -230,7 +230,7 @@ def _check_plan_matches_process(plan: RunPlan) -> None:
         raise ConfigError(
             f"the plan was made for world_size={plan.world_size} {'with' if plan.cuda else 'without'} CUDA, "
             f"but this process has world_size={world} {'with' if cuda else 'without'} CUDA. Fix: make the "
-            "plan in the launched process (config.validate(world_size, cuda=torch.cuda.is_available()))"
+            "plan in the launched process (build_plan(config, world_size, cuda=torch.cuda.is_available()))"
         )
 
 
@@ -387,12 +387,13 @@ def _resume_and_train(
     import torch
 
     from bridge.training.consolidated import consolidated_writer
+    from bridge.training.context import TrainingContext
     from bridge.training.data.loaders import build_datasets, build_iterator
     from bridge.training.data.tokenizer import build_tokenizer
     from bridge.training.flops import training_flops_per_token
     from bridge.training.forward_step import forward_step as default_forward_step
     from bridge.training.logging import MetricWriters, logger
-    from bridge.training.train import TrainingContext, train
+    from bridge.training.train import train
 
     cfg = plan.config
     is_rank_zero = torch.distributed.get_rank() == 0

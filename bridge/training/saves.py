@@ -17,7 +17,7 @@ from bridge.training.logging import logger
 from bridge.training.state import NonFiniteLossError
 
 if TYPE_CHECKING:
-    from bridge.training.train import TrainingContext
+    from bridge.training.context import TrainingContext
 
 
 def log_rank() -> int:

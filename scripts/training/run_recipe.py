@@ -19,6 +19,8 @@ import os
 import sys
 from pathlib import Path
 
+from bridge.config.run_plan import build_plan
+
 # Runnable as `python scripts/training/run_recipe.py` (and under torchrun) without installing the package.
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(_REPO_ROOT) not in sys.path:
@@ -127,9 +129,9 @@ def run(argv: list[str] | None = None) -> int:
 
             pending = missing_inputs(cfg)
         plan = (
-            cfg.validate(world_size, cuda=cuda)
+            build_plan(cfg, world_size, cuda=cuda)
             if not pending
-            else with_stand_ins(cfg).validate(world_size, cuda=cuda)
+            else build_plan(with_stand_ins(cfg), world_size, cuda=cuda)
         )
         if finetuning and not pending:  # what finetune() checks before it starts, in the same words
             from bridge.config.finetune_rules import check_finetune_start

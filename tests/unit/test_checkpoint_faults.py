@@ -15,6 +15,7 @@ import pytest
 
 from bridge.checkpoint import lock as lock_mod
 from bridge.checkpoint import manifest, paths, preflight
+from bridge.config.run_plan import build_plan
 from bridge.errors import ConfigError
 
 
@@ -147,7 +148,7 @@ def _plan(*overrides):
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "functional/workers"))
     from train_common import tiny_config
 
-    return tiny_config(*overrides).validate(1, cuda=False)
+    return build_plan(tiny_config(*overrides), 1, cuda=False)
 
 
 def test_unwritable_save_dir_is_one_error_before_training(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 
 from bridge.config.compose import compose
 from bridge.config.overrides import override_keys
+from bridge.config.run_plan import build_plan
 from bridge.errors import ConfigError
 from recipes import get_recipe
 
@@ -30,7 +31,7 @@ def test_layers_per_stage_counts_the_command_lines_num_layers(tmp_path):
     # the case: 4 layers on the command line, 1 layer per stage, pp=2 -> 2 virtual stages
     cfg, _ = compose(recipe(), config_file=path, overrides=["model.num_layers=4"])
     assert cfg.model.num_layers == 4 and cfg.model.virtual_pipeline_model_parallel_size == 2
-    plan = cfg.validate(2, cuda=True)
+    plan = build_plan(cfg, 2, cuda=True)
     assert plan.layout.vpp == 2 and cfg.distributed.pp_schedule == "interleaved_1f1b"
     # without the override: the recipe's 16 layers
     cfg, _ = compose(recipe(), config_file=path)

@@ -10,7 +10,9 @@ import pytest
 
 from bridge.config.compose import compose
 from bridge.config.container import ConfigContainer
+from bridge.config.layout import run_layout
 from bridge.config.overrides import apply_overrides
+from bridge.config.run_plan import build_plan
 from bridge.errors import ConfigError
 from bridge.models.gpt_provider import GPTModelProvider
 
@@ -148,8 +150,8 @@ def test_config_file_errors(tmp_path):
 
 def test_valid_config_gives_layout_and_no_warnings():
     cfg = apply_overrides(tiny(), ["model.tensor_model_parallel_size=2", "model.sequence_parallel=True"])
-    assert cfg.validate(4, cuda=True).warnings == ()
-    assert cfg.layout(4).describe() == "TP=2 PP=1 CP=1 EP=1 ETP=1 DP=2 EDP=4 world=4"
+    assert build_plan(cfg, 4, cuda=True).warnings == ()
+    assert run_layout(cfg, 4).describe() == "TP=2 PP=1 CP=1 EP=1 ETP=1 DP=2 EDP=4 world=4"
 
 
 @pytest.mark.parametrize(
@@ -311,7 +313,7 @@ def test_valid_config_gives_layout_and_no_warnings():
 def test_validation_rules(overrides, world, expected):
     cfg = apply_overrides(tiny(), overrides)
     with pytest.raises(ConfigError, match=expected) as err:
-        cfg.validate(world, cuda=True)
+        build_plan(cfg, world, cuda=True)
     assert "Fix:" in str(err.value)
 
 
@@ -330,12 +332,12 @@ def test_existing_paths_pass(tmp_path):
             "checkpoint.save_interval=5",
         ],
     )
-    assert cfg.validate(1, cuda=True).warnings == ()
+    assert build_plan(cfg, 1, cuda=True).warnings == ()
 
 
 def test_warnings_for_settings_the_strategy_ignores():
     cfg = apply_overrides(tiny(), ["distributed.strategy=fsdp2", "mixed_precision.loss_scale=128.0"])
-    warnings = cfg.validate(2, cuda=True).warnings  # fsdp2 needs CUDA
+    warnings = build_plan(cfg, 2, cuda=True).warnings  # fsdp2 needs CUDA
     assert any(
         "optimizer.use_distributed_optimizer=true has no effect with strategy fsdp2" in w for w in warnings
     )
@@ -347,12 +349,12 @@ def test_warnings_for_settings_the_strategy_ignores():
 
 def test_layout_warnings_are_returned():
     cfg = apply_overrides(tiny(num_layers=8), ["model.pipeline_model_parallel_size=4"])
-    assert any("pp" in w.lower() and "interleav" in w.lower() for w in cfg.validate(4).warnings)
+    assert any("pp" in w.lower() and "interleav" in w.lower() for w in build_plan(cfg, 4).warnings)
 
 
 def test_world_size_must_be_positive():
     with pytest.raises(ConfigError, match="world_size = 0"):
-        tiny().validate(0)
+        build_plan(tiny(), 0)
 
 
 def test_config_layer_imports_no_torch():
@@ -395,7 +397,7 @@ def test_save_consolidated_rules(overrides, message):
 
     cfg = apply_overrides(llama32_1b_pretrain_config(), overrides)
     with pytest.raises(ConfigError, match=message):
-        cfg.validate(8, cuda=True)
+        build_plan(cfg, 8, cuda=True)
 
 
 def test_hf_architecture_alone_names_the_export_architecture():
@@ -403,12 +405,12 @@ def test_hf_architecture_alone_names_the_export_architecture():
     from recipes.llama import llama32_1b_pretrain_config
 
     cfg = apply_overrides(llama32_1b_pretrain_config(), ["checkpoint.hf_architecture=LlamaForCausalLM"])
-    cfg.validate(8, cuda=True)
+    build_plan(cfg, 8, cuda=True)
     cfg = apply_overrides(llama32_1b_pretrain_config(), ["checkpoint.hf_architecture=Qwen3ForCausalLM"])
     with pytest.raises(
         ConfigError, match=r"checkpoint.hf_architecture = 'Qwen3ForCausalLM': cannot express.*qk_layernorm"
     ):
-        cfg.validate(8, cuda=True)
+        build_plan(cfg, 8, cuda=True)
 
 
 def test_save_consolidated_with_an_architecture_validates():
@@ -423,7 +425,7 @@ def test_save_consolidated_with_an_architecture_validates():
             "checkpoint.hf_architecture=LlamaForCausalLM",
         ],
     )
-    cfg.validate(8, cuda=True)
+    build_plan(cfg, 8, cuda=True)
 
 
 @pytest.mark.parametrize(
@@ -447,7 +449,7 @@ def test_packing_pad_multiple_rules(tmp_path, overrides, world, expected):
     data.write_text('{"input": "a", "output": "b"}\n')
     cfg = apply_overrides(tiny(), ["dataset.kind=sft", f"dataset.data_paths=[{data}]", *overrides])
     with pytest.raises(ConfigError, match=expected):
-        cfg.validate(world, cuda=True)
+        build_plan(cfg, world, cuda=True)
 
 
 def test_packed_rows_with_context_parallelism_validate_and_plan_the_padding(tmp_path):
@@ -458,4 +460,4 @@ def test_packed_rows_with_context_parallelism_validate_and_plan_the_padding(tmp_
         ["dataset.kind=sft", f"dataset.data_paths=[{data}]", "dataset.packed_sequence_size=32",
          "model.context_parallel_size=2"],
     )  # fmt: skip
-    assert cfg.validate(2, cuda=True).data.pad_seq_to_mult == 4  # null means 2*cp
+    assert build_plan(cfg, 2, cuda=True).data.pad_seq_to_mult == 4  # null means 2*cp

@@ -7,6 +7,8 @@ import textwrap
 import pytest
 
 from bridge.config.container import ConfigContainer
+from bridge.config.layout import run_layout
+from bridge.config.run_plan import build_plan
 from bridge.config.yaml_io import merge_yaml
 from bridge.errors import ConfigError
 from bridge.models.gpt_provider import GPTModelProvider
@@ -70,8 +72,8 @@ def test_seed_structure_maps_onto_fields():
         "1f1b",
     )
     assert cfg.train.micro_batch_size == 2
-    assert cfg.validate(8, cuda=True).warnings == ()
-    assert cfg.layout(8).describe() == "TP=2 PP=2 CP=1 EP=1 ETP=1 DP=2 EDP=4 world=8"
+    assert build_plan(cfg, 8, cuda=True).warnings == ()
+    assert run_layout(cfg, 8).describe() == "TP=2 PP=2 CP=1 EP=1 ETP=1 DP=2 EDP=4 world=8"
 
 
 def test_seed_tp_pp_example_interleaved_needs_virtual_stages():
@@ -94,7 +96,7 @@ def test_seed_tp_pp_example_interleaved_needs_virtual_stages():
     with pytest.raises(
         ConfigError, match=r"interleaving needs virtual pipeline stages.*virtual_pipeline_model_parallel_size"
     ):
-        cfg.validate(32)
+        build_plan(cfg, 32)
 
 
 def test_layers_per_stage_gives_virtual_pipeline_size():
@@ -106,16 +108,16 @@ def test_layers_per_stage_gives_virtual_pipeline_size():
         """
     )
     assert cfg.model.virtual_pipeline_model_parallel_size == 2  # 8 layers / (2 stages * 2 layers)
-    assert cfg.validate(2, cuda=True).warnings == ()
+    assert build_plan(cfg, 2, cuda=True).warnings == ()
     with pytest.raises(ConfigError, match=r"layers_per_stage=3: model.num_layers=8 must split"):
         merge("distributed: {pp_size: 2, pipeline: {layers_per_stage: 3}}")
 
 
 def test_dp_size_is_checked_against_the_derived_value():
     cfg, _ = merge("distributed: {tp_size: 2, dp_size: 4}")
-    assert cfg.validate(8, cuda=True).warnings == ()
+    assert build_plan(cfg, 8, cuda=True).warnings == ()
     with pytest.raises(ConfigError, match=r"distributed.dp_size = 4: .* = 4 / \(2 \* 1 \* 1\) = 2"):
-        cfg.validate(4)
+        build_plan(cfg, 4)
 
 
 def test_hsdp_and_step_scheduler_and_packing():
@@ -134,7 +136,7 @@ def test_hsdp_and_step_scheduler_and_packing():
         128,
     )
     # The mapping is right, and HSDP is an fsdp2 layout (PyTorch FSDP2): dp_replicate 2 x dp_shard 4.
-    assert cfg.layout(8).dense_mesh_shape == (1, 2, 4, 1, 1)
+    assert run_layout(cfg, 8).dense_mesh_shape == (1, 2, 4, 1, 1)
 
 
 def test_same_size_given_both_ways_must_agree():
@@ -201,7 +203,7 @@ def test_scale_grads_in_schedule_maps_onto_its_field_with_any_strategy():
     assert warnings == []
     assert (cfg.distributed.pp_schedule, cfg.distributed.scale_grads_in_schedule) == ("gpipe", True)
     assert cfg.train.micro_batch_size == 2
-    plan = cfg.validate(4, cuda=True)  # pp 2 x dp 2, global 64 / (2 x 2) = 16 micro batches
+    plan = build_plan(cfg, 4, cuda=True)  # pp 2 x dp 2, global 64 / (2 x 2) = 16 micro batches
     assert (plan.pipeline.engine, plan.pipeline.torch_class, plan.pipeline.scale_grads_in_schedule) == (
         "torch",
         "ScheduleGPipe",
@@ -225,13 +227,13 @@ def test_fsdp2_only_keys_warn_with_fsdp2_and_fail_otherwise():
 def test_defer_fsdp_grad_sync_is_a_field_of_fsdp2():
     cfg, warnings = merge("distributed: {strategy: fsdp2, tp_size: 1, defer_fsdp_grad_sync: false}")
     assert (cfg.distributed.defer_fsdp_grad_sync, warnings) == (False, [])
-    cfg.validate(4, cuda=False)
+    build_plan(cfg, 4, cuda=False)
     cfg, _ = merge("distributed: {tp_size: 1, defer_fsdp_grad_sync: false}")
     with pytest.raises(
         ConfigError,
         match=r"distributed.defer_fsdp_grad_sync = False: an FSDP2 setting, and strategy is 'megatron'",
     ):
-        cfg.validate(4, cuda=False)
+        build_plan(cfg, 4, cuda=False)
 
 
 def test_moe_sub_config_rules():
@@ -265,7 +267,7 @@ def test_moe_reshard_after_forward_needs_expert_parallelism():
     with pytest.raises(
         ConfigError, match=r"distributed.moe_reshard_after_forward = True: applies to the MoE mesh"
     ):
-        cfg.validate(4, cuda=False)
+        build_plan(cfg, 4, cuda=False)
 
 
 def test_model_save_format_safetensors_is_understood():

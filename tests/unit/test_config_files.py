@@ -14,6 +14,7 @@ import pytest
 
 from bridge.config.container import ConfigContainer
 from bridge.config.overrides import apply_overrides
+from bridge.config.run_plan import build_plan
 from bridge.errors import ConfigError
 from bridge.models.gpt_provider import GPTModelProvider
 
@@ -33,7 +34,7 @@ def tiny() -> ConfigContainer:
 
 
 def validate(*overrides: str):
-    return apply_overrides(tiny(), list(overrides)).validate(1, cuda=False)
+    return build_plan(apply_overrides(tiny(), list(overrides)), 1, cuda=False)
 
 
 def one_line(err: pytest.ExceptionInfo) -> str:

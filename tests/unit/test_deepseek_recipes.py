@@ -14,6 +14,7 @@ import pytest
 
 from bridge.config.compose import compose
 from bridge.config.environment import Environment
+from bridge.config.run_plan import build_plan
 from bridge.errors import ConfigError
 from bridge.models.provider_checks import has_mla_qk_norm_resolver
 from recipes import RECIPES, get_recipe, recipe_info
@@ -103,9 +104,9 @@ def test_pretraining_recipe_validates_on_its_gpu_count_with_published_values(nam
     cfg = get_recipe(name)()
     if "v2_lite" in name and V2_LITE_REFUSED:
         with pytest.raises(ConfigError, match="QKNormConfigResolver"):
-            cfg.validate(recipe_info(name).default_world_size, cuda=True)
+            build_plan(cfg, recipe_info(name).default_world_size, cuda=True)
         return
-    plan = cfg.validate(recipe_info(name).default_world_size, cuda=True)
+    plan = build_plan(cfg, recipe_info(name).default_world_size, cuda=True)
     m, c = plan.config.model, plan.config
     assert (m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.expert_model_parallel_size) == (
         tp,
@@ -149,9 +150,9 @@ def test_finetuning_recipe_validates_on_its_gpu_count(name, tmp_path):
     cfg, _ = compose(get_recipe(name)(), overrides=start)
     if V2_LITE_REFUSED:
         with pytest.raises(ConfigError, match="QKNormConfigResolver"):
-            cfg.validate(recipe_info(name).default_world_size, cuda=True)
+            build_plan(cfg, recipe_info(name).default_world_size, cuda=True)
         return
-    plan = cfg.validate(recipe_info(name).default_world_size, cuda=True)
+    plan = build_plan(cfg, recipe_info(name).default_world_size, cuda=True)
     assert plan.config.model.expert_model_parallel_size == ep
     peft = plan.config.peft
     assert (None if peft.scheme is None else peft.target_modules) == targets
@@ -193,9 +194,9 @@ def test_moonlight_recipe_plans_megatron_bridges_values_on_its_gpu_count(name):
         cfg = with_stand_ins(cfg)
     if V2_LITE_REFUSED:  # no query compression either (q_lora_rank None): refused as DeepSeek-V2-Lite
         with pytest.raises(ConfigError, match="QKNormConfigResolver"):
-            cfg.validate(gpus, env=H100)
+            build_plan(cfg, gpus, env=H100)
         return
-    plan = cfg.validate(gpus, env=H100)
+    plan = build_plan(cfg, gpus, env=H100)
     m, c = plan.config.model, plan.config
     lay = (m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.context_parallel_size)
     assert (*lay, m.expert_model_parallel_size, m.sequence_parallel) == layout
@@ -235,9 +236,9 @@ def test_moonlight_hybrid_ep_dispatcher_needs_deep_ep():
         "flex",
         "hybridep",
     )
-    states = {s.field: s for s in cfg.validate(16, env=H100).performance}
+    states = {s.field: s for s in build_plan(cfg, 16, env=H100).performance}
     assert not states["moe_token_dispatcher_type"].active
     assert "deep_ep" in states["moe_token_dispatcher_type"].reason
     with_deep_ep = dataclasses.replace(H100, packages={**H100.packages, "deep_ep": "1.2.1"})
-    states = {s.field: s for s in cfg.validate(16, env=with_deep_ep).performance}
+    states = {s.field: s for s in build_plan(cfg, 16, env=with_deep_ep).performance}
     assert states["moe_token_dispatcher_type"].active

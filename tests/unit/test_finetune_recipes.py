@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from bridge.config.run_plan import build_plan
 from bridge.errors import ConfigError
 from recipes import RECIPES, get_recipe, recipe_info
 
@@ -58,7 +59,7 @@ def test_finetuning_recipe_has_published_values_and_validates(name, start):
 
     tp, ep, sp, seq, gbs, iters, lr, peft = PUBLISHED[name]
     cfg, _ = compose(get_recipe(name)(), overrides=start)
-    plan = cfg.validate(recipe_info(name).default_world_size, cuda=True)
+    plan = build_plan(cfg, recipe_info(name).default_world_size, cuda=True)
     m, c = plan.config.model, plan.config
     assert (m.tensor_model_parallel_size, m.expert_model_parallel_size, m.sequence_parallel) == (tp, ep, sp)
     assert (m.seq_length, c.dataset.packed_sequence_size, c.train.micro_batch_size) == (seq, seq, 1)
@@ -95,4 +96,4 @@ def test_moe_expert_targets_are_refused(start):
     with pytest.raises(
         ConfigError, match=r"peft.target_modules = .*linear_fc1 of a mixture-of-experts model"
     ):
-        cfg.validate(4, cuda=True)
+        build_plan(cfg, 4, cuda=True)

@@ -21,11 +21,12 @@ SCRIPT = textwrap.dedent(
     import dataclasses, functools, warnings
     import torch
     from bridge.models.gpt_provider import GPTModelProvider
+    from bridge.models.provider_layout import derive_layout
     from bridge.parallel import runtime
 
     provider = GPTModelProvider(num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=256,
                                 seq_length=32, ffn_hidden_size=128, num_moe_experts=4, moe_ffn_hidden_size=32)
-    runtime.initialize_distributed(provider.layout(1))  # every group, the expert TP group too, has 1 rank
+    runtime.initialize_distributed(derive_layout(provider, 1))  # every group, the expert TP group too, has 1 rank
     from megatron.core.tensor_parallel.layers import ColumnParallelLinear
     from bridge.models import specs
 

@@ -8,6 +8,7 @@ import pytest
 
 from bridge.errors import ConfigError
 from bridge.models import PRESETS, GPTModelProvider, preset
+from bridge.models.provider_layout import derive_layout
 
 
 def tiny(**overrides) -> GPTModelProvider:
@@ -41,7 +42,8 @@ def test_import_build_override_validate_serialise_imports_neither_torch_nor_mega
         "from bridge.models import preset\n"
         "p = m.GPTModelProvider()\n"
         "q = preset('qwen3_30b_a3b'); q.tensor_model_parallel_size = 2; q.sequence_parallel = True\n"
-        "q.finalize(); q.padded_vocab_size(); q.layout(8)\n"
+        "q.finalize(); q.padded_vocab_size()\n"
+        "from bridge.models.provider_layout import derive_layout; derive_layout(q, 8)\n"
         "from omegaconf import OmegaConf\n"
         "OmegaConf.to_yaml(OmegaConf.structured(q))\n"
         "bad = [n for n in ('torch', 'megatron', 'megatron.core') if n in sys.modules]\n"
@@ -138,16 +140,16 @@ def test_model_shape_and_layout():
     p.tensor_model_parallel_size = 2
     p.sequence_parallel = True
     p.expert_model_parallel_size = 8
-    layout = p.layout(8)
+    layout = derive_layout(p, 8)
     assert (layout.tp, layout.ep, layout.etp, layout.dp, layout.edp) == (2, 8, 1, 4, 1)
     # ETP None is Megatron-Core's "same as TP".
     p.expert_tensor_parallel_size = None
     p.expert_model_parallel_size = 4
-    assert p.layout(8).etp == 2
+    assert derive_layout(p, 8).etp == 2
     # Layout rules come from bridge.parallel.layout: MoE with TP>1 needs sequence parallelism.
     p.sequence_parallel = False
     with pytest.raises(ConfigError, match="sequence_parallel"):
-        p.layout(8)
+        derive_layout(p, 8)
 
 
 def test_ffn_hidden_size_none_follows_transformer_config_rule():

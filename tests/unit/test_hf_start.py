@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bridge.config.compose import compose
+from bridge.config.run_plan import build_plan
 from bridge.errors import ConfigError
 from recipes import get_recipe
 from tests.finetune_fixtures import make_tiny_llama, write_chat_jsonl
@@ -36,7 +37,7 @@ def test_model_section_follows_config_json_and_recipe_keeps_training_choices(hf)
     # the recipe's and the command line's training choices stay
     assert (m.seq_length, m.tensor_model_parallel_size) == (4096, 2)
     assert cfg.tokenizer.tokenizer_model == str(hf_dir)  # null follows the folder
-    plan = cfg.validate(2, cuda=False)
+    plan = build_plan(cfg, 2, cuda=False)
     assert plan.provider.hidden_size == 64
 
 
@@ -46,7 +47,7 @@ def test_an_override_that_contradicts_the_weights_is_refused(hf):
     with pytest.raises(
         ConfigError, match=r"model.num_query_groups = 4: .*config.json gives num_query_groups=2"
     ):
-        cfg.validate(1, cuda=False)
+        build_plan(cfg, 1, cuda=False)
 
 
 def test_finetune_needs_a_starting_point():
@@ -74,7 +75,7 @@ def test_a_partly_dense_moe_folder_starts_a_finetune(tmp_path):
     ]  # fmt: skip
     cfg = compose(get_recipe("qwen3_30b_a3b_sft_config")(), overrides=overrides)[0]
     assert list(cfg.model.moe_layer_freq) == [1, 0]  # layer 0 MoE, layer 1 dense (convert_models)
-    plan = cfg.validate(1, cuda=False)
+    plan = build_plan(cfg, 1, cuda=False)
     assert list(plan.provider.moe_layer_freq) == [1, 0]
     from bridge.config.container import ConfigContainer
 

@@ -2,6 +2,8 @@
 
 import pytest
 
+from bridge.models.provider_layout import derive_layout
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
@@ -30,7 +32,7 @@ def parallel_groups():
 
     if runtime.is_initialized():
         runtime.destroy_distributed()
-    runtime.initialize_distributed(tiny().layout(1))
+    runtime.initialize_distributed(derive_layout(tiny(), 1))
     yield
     runtime.destroy_distributed()
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 import transformers
 
+from bridge.config.run_plan import build_plan
 from bridge.models import preset
 from bridge.parallel.param_count import adapter_parameters, count_parameters
 from tests.unit.test_presets import PUBLISHED
@@ -50,7 +51,7 @@ def test_a_peft_plan_counts_gradients_and_optimizer_state_for_the_adapters_only(
     peft_cfg = with_stand_ins(get_recipe("llama3_8b_peft_config")())
     full = apply_overrides(peft_cfg.copy(), ["peft.scheme=null"])
     world = recipe_info("llama3_8b_peft_config").default_world_size
-    lora, every = (cfg.validate(world, env=H100).memory for cfg in (peft_cfg, full))
+    lora, every = (build_plan(cfg, world, env=H100).memory for cfg in (peft_cfg, full))
     shape = preset("llama3_8b").model_shape()
     trains = adapter_parameters(shape, peft_cfg.peft.target_modules, peft_cfg.peft.dim)
     assert 0 < trains < count_parameters(shape).total / 100

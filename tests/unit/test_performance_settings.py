@@ -13,6 +13,7 @@ import pytest
 from bridge.config import performance
 from bridge.config.compose import compose
 from bridge.config.environment import Environment
+from bridge.config.run_plan import build_plan
 from bridge.errors import ConfigError
 from recipes import get_recipe
 from recipes import performance as recipe_settings
@@ -31,7 +32,7 @@ A100_TE = Environment(
 
 def plan(recipe: str, world: int, env: Environment, *overrides: str):
     cfg, _ = compose(get_recipe(recipe)(), overrides=list(overrides))
-    return cfg.validate(world, env=env)
+    return build_plan(cfg, world, env=env)
 
 
 def states(p) -> dict[str, performance.SettingState]:
@@ -46,7 +47,7 @@ def test_on_cpu_every_setting_is_off_and_the_model_is_the_preset_one():
     for setting in performance.SETTINGS:
         if setting.requested(getattr(bare_cfg.model, setting.field)):
             setattr(bare_cfg.model, setting.field, setting.off)
-    bare = bare_cfg.validate(128, env=CPU).provider
+    bare = build_plan(bare_cfg, 128, env=CPU).provider
     assert dataclasses.asdict(p.provider) == dataclasses.asdict(bare)
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from bridge.config.container import ConfigContainer
 from bridge.config.overrides import apply_overrides
+from bridge.config.run_plan import build_plan
 from bridge.errors import ConfigError
 from bridge.models.gpt_provider import GPTModelProvider
 from bridge.parallel import schedules
@@ -93,7 +94,7 @@ def test_names_aliases_and_microbatch_rules():
     ],
 )  # fmt: skip
 def test_accepted_schedules_and_the_plan_they_make(overrides, world, engine, torch_class, stages):
-    plan = tiny(*overrides).validate(world, cuda=False)
+    plan = build_plan(tiny(*overrides), world, cuda=False)
     p = plan.pipeline
     assert (p.engine, p.torch_class, p.stages_per_rank) == (engine, torch_class, stages)
     assert p.schedule in schedules.NAMES and plan.config.distributed.pp_schedule in (None, p.schedule)
@@ -139,7 +140,7 @@ def test_accepted_schedules_and_the_plan_they_make(overrides, world, engine, tor
 )  # fmt: skip
 def test_refused_before_launch(overrides, world, expected):
     with pytest.raises(ConfigError, match=expected) as err:
-        tiny(*overrides).validate(world, cuda=False)
+        build_plan(tiny(*overrides), world, cuda=False)
     assert "Fix:" in str(err.value)
 
 
@@ -150,34 +151,38 @@ def test_zero_bubble_refuses_gradient_accumulation_fusion_where_it_runs():
     gpu = Environment(cuda=True, device_name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0),
                       packages={"transformer_engine": "2.8.0", "fused_weight_gradient_mlp_cuda": "0.1"})  # fmt: skip
     with pytest.raises(ConfigError, match=r"model.gradient_accumulation_fusion = True: .*added twice"):
-        tiny(*overrides).validate(2, env=gpu)
+        build_plan(tiny(*overrides), 2, env=gpu)
     # on CPU the fusion does not run (the plan reports it inactive): the schedule is fine
-    plan = tiny(*overrides).validate(2, cuda=False)
+    plan = build_plan(tiny(*overrides), 2, cuda=False)
     assert not plan.provider.gradient_accumulation_fusion and plan.pipeline.schedule == "zero_bubble"
 
 
 def test_settings_without_effect_are_warnings():
-    w = tiny("distributed.pp_schedule=gpipe", "distributed.scale_grads_in_schedule=true").validate(1).warnings
+    w = build_plan(
+        tiny("distributed.pp_schedule=gpipe", "distributed.scale_grads_in_schedule=true"), 1
+    ).warnings
     assert "distributed.pp_schedule=gpipe has no effect with pipeline size 1." in w
     assert "distributed.scale_grads_in_schedule=true has no effect with pipeline size 1." in w
-    w = tiny(*pp(2, schedule="1f1b"), "distributed.scale_grads_in_schedule=true").validate(2).warnings
+    w = build_plan(tiny(*pp(2, schedule="1f1b"), "distributed.scale_grads_in_schedule=true"), 2).warnings
     assert any("Megatron-Core's schedules divide each micro batch's loss" in x for x in w)
-    plan = tiny(*pp(2, schedule="gpipe"), "distributed.scale_grads_in_schedule=true").validate(2, cuda=True)
+    plan = build_plan(
+        tiny(*pp(2, schedule="gpipe"), "distributed.scale_grads_in_schedule=true"), 2, cuda=True
+    )
     assert plan.pipeline.scale_grads_in_schedule is True and plan.warnings == ()
     # gpipe on pp > 2: its own bubble note instead of the layout's "set vpp" advice (gpipe refuses vpp)
-    (w,) = tiny(*pp(4, schedule="gpipe")).validate(4, cuda=True).warnings
+    (w,) = build_plan(tiny(*pp(4, schedule="gpipe")), 4, cuda=True).warnings
     assert w.startswith(
         "pp_schedule gpipe on pp=4: 15.8% of each step is pipeline bubble ((p-1)/(m+p-1) with m=16)"
     )
     assert any(
-        "without interleaving has large pipeline bubbles" in x for x in tiny(*pp(4)).validate(4).warnings
+        "without interleaving has large pipeline bubbles" in x for x in build_plan(tiny(*pp(4)), 4).warnings
     )
 
 
 def test_memory_estimate_follows_the_schedule():
     # 16 micro batches on pp=4: gpipe holds all 16 in flight on the first stage, 1f1b 4
-    one = tiny(*pp(4, schedule="1f1b")).validate(4, cuda=True).memory
-    fill_drain = tiny(*pp(4, schedule="gpipe")).validate(4, cuda=True).memory
+    one = build_plan(tiny(*pp(4, schedule="1f1b")), 4, cuda=True).memory
+    fill_drain = build_plan(tiny(*pp(4, schedule="gpipe")), 4, cuda=True).memory
     assert fill_drain.activations > 3 * one.activations
     assert (fill_drain.params, fill_drain.grads, fill_drain.optimizer) == (
         one.params,

@@ -8,6 +8,8 @@ import pytest
 
 from bridge.cli.plan import main as plan_main
 from bridge.config import apply_overrides
+from bridge.config.layout import run_layout
+from bridge.config.run_plan import build_plan
 from recipes import get_recipe
 
 CASES = [
@@ -37,8 +39,8 @@ def test_overrides_apply_and_validate(recipe, gpus, extra):
     _, js = _plan(*args, "--json")
     planned = json.loads(js)
     cfg = apply_overrides(get_recipe(recipe)(), out.split())
-    cfg.validate(gpus)  # raises ConfigError on any cross-section rule
-    layout = cfg.layout(gpus)
+    build_plan(cfg, gpus)  # raises ConfigError on any cross-section rule
+    layout = run_layout(cfg, gpus)
     got = {
         "tensor_model_parallel_size": layout.tp, "pipeline_model_parallel_size": layout.pp,
         "virtual_pipeline_model_parallel_size": layout.vpp, "context_parallel_size": layout.cp,

@@ -13,6 +13,7 @@ import pytest
 from bridge.cli.plan import build_parser
 from bridge.cli.plan import main as plan_main
 from bridge.config import apply_overrides
+from bridge.config.run_plan import build_plan
 from bridge.errors import ConfigError
 from bridge.parallel.layout import ModelShape, ParallelLayout
 from bridge.parallel.memory import TrainingSetup, estimate_memory, gathered_params, stage_memory
@@ -278,7 +279,7 @@ def _validated(recipe: str, gpus: int, *flags: str):
     assert code == 0, err
     overrides = out.split()
     cfg = apply_overrides(get_recipe(recipe)(), overrides)
-    return overrides, cfg.validate(gpus, cuda=True)
+    return overrides, build_plan(cfg, gpus, cuda=True)
 
 
 @pytest.mark.parametrize(

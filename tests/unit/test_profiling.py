@@ -9,6 +9,7 @@ import re
 import pytest
 
 from bridge.config.container import ConfigContainer
+from bridge.config.run_plan import build_plan
 from bridge.errors import ConfigError
 from bridge.models.gpt_provider import GPTModelProvider
 
@@ -27,12 +28,12 @@ def _cfg(**profiling) -> ConfigContainer:
 
 def _refused(cfg: ConfigContainer, world_size: int = 1, cuda: bool = True) -> str:
     with pytest.raises(ConfigError) as e:
-        cfg.validate(world_size, cuda=cuda)
+        build_plan(cfg, world_size, cuda=cuda)
     return str(e.value)
 
 
 def test_off_by_default_and_nothing_planned():
-    plan = _cfg().validate(1, cuda=True)
+    plan = build_plan(_cfg(), 1, cuda=True)
     assert plan.profiling is None
     assert not any(line.startswith("profiling:") for line in plan.summary_lines())
 
@@ -99,28 +100,30 @@ def test_output_dir_that_is_a_file(tmp_path):
 
 
 def test_cuda_only_tools_are_warnings_on_cpu():
-    plan = _cfg(use_nsys_profiler=True, record_memory_history=True).validate(1, cuda=False)
+    plan = build_plan(_cfg(use_nsys_profiler=True, record_memory_history=True), 1, cuda=False)
     nsys = [w for w in plan.warnings if w.startswith("profiling.use_nsys_profiler=true is inactive")]
     memory = [w for w in plan.warnings if w.startswith("profiling.record_memory_history=true is inactive")]
     assert len(nsys) == 1 and "NVTX ranges need CUDA" in nsys[0]
     assert len(memory) == 1 and "needs CUDA" in memory[0]
     assert plan.profiling is None  # nothing runs on this device
     # the same config with CUDA: no warning, both run
-    plan = _cfg(use_nsys_profiler=True, record_memory_history=True).validate(1, cuda=True)
+    plan = build_plan(_cfg(use_nsys_profiler=True, record_memory_history=True), 1, cuda=True)
     assert not [w for w in plan.warnings if w.startswith("profiling.")]
     assert plan.profiling.nsys and plan.profiling.memory_history and not plan.profiling.pytorch
 
 
 def test_pytorch_profiler_with_memory_history_on_cpu_keeps_the_profiler():
-    plan = _cfg(use_pytorch_profiler=True, record_memory_history=True).validate(1, cuda=False)
+    plan = build_plan(_cfg(use_pytorch_profiler=True, record_memory_history=True), 1, cuda=False)
     assert plan.profiling.pytorch and not plan.profiling.memory_history and not plan.profiling.cuda
     assert sum("record_memory_history=true is inactive" in w for w in plan.warnings) == 1
 
 
 def test_settings_without_a_profiler_and_a_window_after_the_run():
-    plan = _cfg(record_shapes=True, output_dir="/tmp/x").validate(1, cuda=True)
+    plan = build_plan(_cfg(record_shapes=True, output_dir="/tmp/x"), 1, cuda=True)
     assert sum("has no effect: no profiler is on" in w for w in plan.warnings) == 2
-    plan = _cfg(use_pytorch_profiler=True, profile_step_start=30, profile_step_end=32).validate(1, cuda=True)
+    plan = build_plan(
+        _cfg(use_pytorch_profiler=True, profile_step_start=30, profile_step_end=32), 1, cuda=True
+    )
     assert any(
         "profile_step_start=30 is after the last iteration (train.train_iters=20)" in w for w in plan.warnings
     )
@@ -129,11 +132,11 @@ def test_settings_without_a_profiler_and_a_window_after_the_run():
 def test_output_dir_follows_tensorboard_then_cwd(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = _cfg(use_pytorch_profiler=True)
-    assert cfg.validate(1, cuda=False).profiling.output_dir == str(tmp_path / "profiles")
+    assert build_plan(cfg, 1, cuda=False).profiling.output_dir == str(tmp_path / "profiles")
     cfg.logger.tensorboard_dir = "tb"
-    assert cfg.validate(1, cuda=False).profiling.output_dir == str(tmp_path / "tb")
+    assert build_plan(cfg, 1, cuda=False).profiling.output_dir == str(tmp_path / "tb")
     cfg.profiling.output_dir = str(tmp_path / "traces")
-    plan = cfg.validate(1, cuda=False)
+    plan = build_plan(cfg, 1, cuda=False)
     assert plan.profiling.output_dir == str(tmp_path / "traces")
     line = next(x for x in plan.summary_lines() if x.startswith("profiling:"))
     assert line == f"profiling: pytorch profiler at iterations 10-11 on ranks [0] -> {tmp_path / 'traces'}"
@@ -142,14 +145,14 @@ def test_output_dir_follows_tensorboard_then_cwd(tmp_path, monkeypatch):
 def test_summary_line_of_nsys_and_memory_history():
     cfg = _cfg(use_nsys_profiler=True, record_memory_history=True, profile_ranks=[0, 2], profile_step_start=3)
     cfg.profiling.profile_step_end = 5
-    plan = cfg.validate(4, cuda=True)
+    plan = build_plan(cfg, 4, cuda=True)
     assert plan.profiling.describe() == (
         "profiling: nsys capture range + NVTX + CUDA memory history -> snapshot.pickle at iterations 3-4 on "
         "ranks [0, 2]"
     )
     assert plan.profiling.snapshot_path(2) == "snapshot_rank2.pickle"  # several ranks: one file each
     assert (
-        _cfg(record_memory_history=True).validate(1, cuda=True).profiling.snapshot_path(0)
+        build_plan(_cfg(record_memory_history=True), 1, cuda=True).profiling.snapshot_path(0)
         == "snapshot.pickle"
     )
 
@@ -173,7 +176,7 @@ def test_overrides_and_yaml_round_trip():
 def test_only_listed_ranks_get_a_profiler():
     from bridge.training.profiling import StepProfiler
 
-    plan = _cfg(use_pytorch_profiler=True, profile_ranks=[0, 3]).validate(4, cuda=False).profiling
+    plan = build_plan(_cfg(use_pytorch_profiler=True, profile_ranks=[0, 3]), 4, cuda=False).profiling
     assert [r for r in range(4) if StepProfiler.for_rank(plan, r) is not None] == [0, 3]
     assert StepProfiler.for_rank(None, 0) is None  # profiling off: no object, nothing to call
 
@@ -211,7 +214,7 @@ def test_step_profiler_writes_a_trace_of_the_window(tmp_path, window, iterations
 
     cfg = _cfg(use_pytorch_profiler=True, profile_step_start=window[0], profile_step_end=window[1])
     cfg.profiling.output_dir = str(tmp_path)
-    profiler = StepProfiler.for_rank(cfg.validate(1, cuda=False).profiling, 0)
+    profiler = StepProfiler.for_rank(build_plan(cfg, 1, cuda=False).profiling, 0)
     _run_steps(profiler, iterations)
     files, steps = _trace_steps(tmp_path)
     assert len(files) == 1 and re.fullmatch(r"rank0\.\d+\.pt\.trace\.json", files[0]), files

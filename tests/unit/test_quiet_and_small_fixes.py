@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bridge.config.compose import compose
+from bridge.config.run_plan import build_plan
 from bridge.conversion.hf_adapter import adapter_config
 from bridge.parallel import quiet_warnings, runtime
 from recipes import get_recipe
@@ -48,7 +49,7 @@ def test_the_recipes_cpu_and_ddp_values_are_detail_warnings():
         get_recipe("llama32_1b_pretrain_config")(),
         overrides=["distributed.strategy=fsdp2", "optimizer.use_distributed_optimizer=False"],
     )
-    plan = cfg.validate(2, cuda=False)
+    plan = build_plan(cfg, 2, cuda=False)
     details = plan.detail_warnings
     assert any("bf16_mixed needs CUDA; training in fp32 on CPU" in w for w in details)
     assert any(w.startswith("dataset.num_workers=") for w in details)
@@ -59,7 +60,7 @@ def test_the_recipes_cpu_and_ddp_values_are_detail_warnings():
         get_recipe("llama32_1b_pretrain_config")(),
         overrides=["distributed.strategy=fsdp2", "optimizer.use_distributed_optimizer=True"],
     )
-    plan = cfg.validate(2, cuda=False)
+    plan = build_plan(cfg, 2, cuda=False)
     shown = [w for w in plan.warnings if w not in plan.detail_warnings]
     assert any("use_distributed_optimizer=true has no effect with strategy fsdp2" in w for w in shown)
 

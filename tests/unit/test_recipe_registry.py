@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bridge.config.environment import Environment
+from bridge.config.run_plan import build_plan
 from bridge.errors import ConfigError
 from bridge.models.provider_checks import has_mla_qk_norm_resolver
 from recipes import ALIASES, RECIPES, get_recipe, recipe_info
@@ -69,9 +70,9 @@ def test_every_recipe_dry_runs_on_its_published_gpu_count():
             cfg = with_stand_ins(cfg)
         if name.startswith(NO_QUERY_COMPRESSION) and has_mla_qk_norm_resolver():  # refused
             with pytest.raises(ConfigError, match="QKNormConfigResolver"):
-                cfg.validate(info.default_world_size, env=env)
+                build_plan(cfg, info.default_world_size, env=env)
             continue
-        plan = cfg.validate(info.default_world_size, env=env)
+        plan = build_plan(cfg, info.default_world_size, env=env)
         assert plan.layout.world_size == info.default_world_size >= plan.layout.min_gpus, name
         row = info.row
         if row is None:  # a hand-written recipe (no table row): its own tests check its values
@@ -97,7 +98,7 @@ def test_mxfp8_is_refused_on_h100_as_its_note_says():
     name = "llama3_8b_pretrain_2gpu_h100_fp8mx_config"
     assert "Blackwell" in recipe_info(name).description
     with pytest.raises(ConfigError, match="mixed_precision.precision"):
-        get_recipe(name)().validate(2, env=H100)
+        build_plan(get_recipe(name)(), 2, env=H100)
 
 
 @pytest.mark.parametrize(
@@ -208,12 +209,12 @@ def test_full_recompute_rows_agree_with_activation_checkpointing():
 
     base = get_recipe("qwen3_30b_a3b_pretrain_config")
     cfg, _ = compose(base(), overrides=["distributed.activation_checkpointing=true"])
-    assert cfg.validate(8, env=H100).layout.describe() == "TP=4 PP=2 CP=1 EP=4 ETP=1 DP=1 EDP=1 world=8"
+    assert build_plan(cfg, 8, env=H100).layout.describe() == "TP=4 PP=2 CP=1 EP=4 ETP=1 DP=1 EDP=1 world=8"
     cfg, _ = compose(
         base(), overrides=["distributed.activation_checkpointing=true", "model.recompute_method=block"]
     )
     with pytest.raises(ConfigError, match="already chooses what to recompute"):
-        cfg.validate(8, env=H100)
+        build_plan(cfg, 8, env=H100)
 
 
 @pytest.mark.parametrize(
@@ -229,6 +230,6 @@ def test_largest_models_count_embedding_and_loss_as_pipeline_layers(name, gpus, 
     cfg = get_recipe(name)()
     if recipe_info(name).entry == "finetune":
         cfg = with_stand_ins(cfg)
-    plan = cfg.validate(gpus, env=H100)
+    plan = build_plan(cfg, gpus, env=H100)
     assert plan.pipeline.stage_layers == stage_layers
     assert "E+L in split" in recipe_info(name).description

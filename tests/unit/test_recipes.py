@@ -8,6 +8,8 @@ import pytest
 
 from bridge.config.compose import compose
 from bridge.config.container import ConfigContainer
+from bridge.config.layout import run_layout
+from bridge.config.run_plan import build_plan
 from bridge.errors import ConfigError
 from recipes import ALIASES, RECIPES, get_recipe, list_recipes, recipe_info
 
@@ -58,7 +60,7 @@ def test_recipe_validates_at_its_default_world_size_with_published_values(name):
     cfg = get_recipe(name)()
     assert isinstance(cfg, ConfigContainer)
     world = recipe_info(name).default_world_size
-    plan = cfg.validate(world, cuda=True)
+    plan = build_plan(cfg, world, cuda=True)
     assert plan.warnings == ()
     layout = plan.layout
     assert world >= layout.min_gpus
@@ -117,7 +119,7 @@ def test_moe_recipes_use_expert_parallelism():
 
 def test_70b_uses_interleaved_multi_node_layout():
     cfg = get_recipe("llama31_70b_pretrain_config")()
-    layout = cfg.layout(64)
+    layout = run_layout(cfg, 64)
     assert layout.min_gpus == 32 and layout.gpus_per_node == 8 and layout.interleaved
     assert layout.describe() == "TP=4 PP=4 CP=2 EP=1 ETP=1 DP=2 EDP=16 world=64"
 
@@ -140,7 +142,7 @@ def test_recipe_keyword_arguments(tmp_path):
         min_lr=1e-5,
         lr_warmup_iters=10,
     )
-    plan = cfg.validate(8, cuda=True)
+    plan = build_plan(cfg, 8, cuda=True)
     assert plan.warnings == ()
     assert plan.layout.describe() == "TP=2 PP=2 CP=1 EP=1 ETP=1 DP=2 EDP=4 world=8"
     assert plan.config.dataset.seq_length == 4096 and cfg.dataset.kind == "indexed"
@@ -174,5 +176,5 @@ def test_seeds_verification_overrides_validate_on_four_ranks():
         "logger.log_interval=1",
     ]
     cfg, _ = compose(get_recipe("llama32_1b_pretrain_config")(), overrides=overrides)
-    assert cfg.validate(4, cuda=True).warnings == ()
-    assert cfg.layout(4).describe() == "TP=2 PP=2 CP=1 EP=1 ETP=1 DP=1 EDP=2 world=4"
+    assert build_plan(cfg, 4, cuda=True).warnings == ()
+    assert run_layout(cfg, 4).describe() == "TP=2 PP=2 CP=1 EP=1 ETP=1 DP=1 EDP=2 world=4"

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gc
 
+from bridge.config.run_plan import build_plan
+
 
 def test_pretrain_releases_its_model_and_optimizer():
     from megatron.core.distributed import DistributedDataParallel
@@ -19,7 +21,7 @@ def test_pretrain_releases_its_model_and_optimizer():
     if runtime.is_initialized():
         runtime.destroy_distributed()
     try:
-        result = pretrain(tiny_config("train.train_iters=2", "dataset.kind=mock").validate(1, cuda=False))
+        result = pretrain(build_plan(tiny_config("train.train_iters=2", "dataset.kind=mock"), 1, cuda=False))
         assert result.losses  # it trained
         del result
         release_model_parallel_groups()  # the next layout's turn, as a test launch does between runs

@@ -13,6 +13,7 @@ import pytest
 from bridge.checkpoint import disk_full, manifest, paths, same_state
 from bridge.config.checks.checkpoint import resume_plan
 from bridge.config.container import ConfigContainer
+from bridge.config.run_plan import build_plan
 from bridge.errors import ConfigError
 from bridge.models.gpt_provider import GPTModelProvider
 
@@ -31,7 +32,7 @@ def _config(save, *, lr: float = 3e-4, hidden: int = 64, iters: int = 10) -> Con
 
 def _saved_by(cfg: ConfigContainer, root, it: int, *, track: bool = True) -> None:
     """A complete checkpoint of iteration `it` whose run_config.yaml is `cfg`'s (as a run saves it)."""
-    resolved = cfg.validate(1, cuda=False).config  # what pretrain writes: the plan's resolved config
+    resolved = build_plan(cfg, 1, cuda=False).config  # what pretrain writes: the plan's resolved config
     folder = paths.checkpoint_dir(root, it)
     folder.mkdir(parents=True)
     (folder / "metadata.json").write_text("{}")
@@ -49,7 +50,7 @@ def test_a_rerun_of_the_same_config_resumes_its_own_checkpoints(tmp_path):
     # the same command again, and one that only trains longer and logs differently
     again = _config(save, iters=20)
     again.logger.log_interval = 1
-    plan = again.validate(1, cuda=False)
+    plan = build_plan(again, 1, cuda=False)
     assert (plan.resume.source, plan.resume.load, plan.resume.iteration) == ("checkpoint.save", str(save), 4)
     assert not plan.resume.finished
     assert any(line.startswith(f"checkpoint: resume from {save}") for line in plan.summary_lines())
@@ -58,7 +59,7 @@ def test_a_rerun_of_the_same_config_resumes_its_own_checkpoints(tmp_path):
 def test_a_finished_run_rerun_is_planned_as_finished(tmp_path):
     save = tmp_path / "ck"
     _saved_by(_config(save, iters=4), save, 4)
-    plan = _config(save, iters=4).validate(1, cuda=False)
+    plan = build_plan(_config(save, iters=4), 1, cuda=False)
     assert plan.resume.finished and "the run is finished" in plan.resume.describe()
 
 
@@ -69,17 +70,17 @@ def test_checkpoints_of_another_config_are_refused_before_training(tmp_path, cha
     _saved_by(_config(save), save, 4)
     other = _config(save, lr=1e-3) if change == "lr" else _config(save, hidden=128)
     with pytest.raises(ConfigError) as err:
-        other.validate(1, cuda=False)
+        build_plan(other, 1, cuda=False)
     msg = str(err.value)
     assert msg.startswith(f"checkpoint.save = {str(save)!r}: holds checkpoints (iterations 2, 4)")
     assert ("optimizer.lr: 0.0003 -> 0.001" if change == "lr" else "model.hidden_size: 64 -> 128") in msg
     assert f"checkpoint.load={save}" in msg and "checkpoint.overwrite=true" in msg
     # the explicit ways out: load them, or replace them
     other.checkpoint.overwrite = True
-    assert other.validate(1, cuda=False).resume.source == "overwrite"
+    assert build_plan(other, 1, cuda=False).resume.source == "overwrite"
     other.checkpoint.overwrite = False
     other.checkpoint.load = str(save)
-    assert other.validate(1, cuda=False).resume.source == "checkpoint.load"
+    assert build_plan(other, 1, cuda=False).resume.source == "checkpoint.load"
 
 
 def test_a_checkpoint_without_run_config_is_not_taken_for_this_run(tmp_path):
@@ -88,7 +89,7 @@ def test_a_checkpoint_without_run_config_is_not_taken_for_this_run(tmp_path):
     (paths.checkpoint_dir(save, 2) / paths.RUN_CONFIG_FILENAME).unlink()
     manifest.write_manifest(paths.checkpoint_dir(save, 2), {"iteration": 2})
     with pytest.raises(ConfigError, match="has no run_config.yaml"):
-        _config(save).validate(1, cuda=False)
+        build_plan(_config(save), 1, cuda=False)
 
 
 def test_a_garbage_tracker_falls_back_to_the_newest_complete_checkpoint(tmp_path):

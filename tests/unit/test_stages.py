@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from bridge.errors import ConfigError
+from bridge.models.provider_layout import derive_layout
 from bridge.parallel.layout import ModelShape, ParallelLayout
 from bridge.parallel.stages import StageSplit, describe, layer_ids, parse_layout, stage_layers
 
@@ -109,7 +110,7 @@ def test_deepseek_v3_61_layers_on_16_stages():
     p.pipeline_model_parallel_size, p.tensor_model_parallel_size = 16, 2
     p.expert_model_parallel_size, p.sequence_parallel = 64, True
     p.pipeline_model_parallel_layout = "Et*4|(t*4|)*14tL"
-    layout = p.layout(1024)
+    layout = derive_layout(p, 1024)
     assert describe(layout.chunk_layers()) == "+".join(["4"] * 15 + ["1"])
     assert layout.stage_layer_ids(15) == (60,)
 
@@ -194,10 +195,10 @@ def test_provider_fields_reach_the_layout():
 
     p = GPTModelProvider(num_layers=5, hidden_size=8, num_attention_heads=2, pipeline_model_parallel_size=2)
     p.num_layers_in_last_pipeline_stage = 1
-    assert p.layout(2).chunk_layers() == ((4,), (1,))
+    assert derive_layout(p, 2).chunk_layers() == ((4,), (1,))
     p.num_layers_in_last_pipeline_stage = None
     with pytest.raises(ConfigError, match="uneven stages"):
-        p.layout(2)
+        derive_layout(p, 2)
 
 
 def test_uneven_stage_shares_add_up_and_the_heaviest_stage_is_estimated():

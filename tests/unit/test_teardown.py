@@ -7,6 +7,8 @@ import os
 
 import torch
 
+from bridge.models.provider_layout import derive_layout
+
 
 def _gloo_threads() -> int:
     task = f"/proc/{os.getpid()}/task"
@@ -24,7 +26,7 @@ def test_released_groups_free_their_threads_and_the_default_group_stays():
 
     if runtime.is_initialized():
         runtime.destroy_distributed()
-    layout = tiny().layout(1)
+    layout = derive_layout(tiny(), 1)
     runtime.initialize_distributed(layout)
     try:
         default_threads = None

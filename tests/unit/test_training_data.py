@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from bridge.config.checks.data import blend_paths, parse_split
-from bridge.config.run_plan import DataPlan
+from bridge.config.run_plan import DataPlan, build_plan
 from bridge.config.sections import TokenizerConfig
 from bridge.errors import ConfigError
 from bridge.training.data.jsonl import JsonlDataset
@@ -126,9 +126,9 @@ def test_sample_counts_follow_megatrons_formula():
     cfg.train.train_iters, cfg.train.global_batch_size, cfg.scheduler.lr_warmup_iters = 10, 8, 0
     cfg.validation.eval_interval, cfg.validation.eval_iters = 5, 2
     # train: iters x gbs; valid: (iters // interval + 1) evaluations x eval_iters x gbs; test: eval_iters x gbs
-    assert cfg.validate(1, cuda=False).data.sample_counts == (80, 3 * 2 * 8, 16)
+    assert build_plan(cfg, 1, cuda=False).data.sample_counts == (80, 3 * 2 * 8, 16)
     cfg.validation.eval_interval = 0
-    assert cfg.validate(1, cuda=False).data.sample_counts == (80, 0, 0)
+    assert build_plan(cfg, 1, cuda=False).data.sample_counts == (80, 0, 0)
 
 
 def test_tokenizer_checks(tmp_path):

@@ -14,6 +14,7 @@ from bridge.checkpoint.paths import (
 )
 from bridge.checkpoint.paths import remove_old_checkpoints as _remove_old_checkpoints
 from bridge.checkpoint.paths import write_tracker as _write_tracker
+from bridge.config.run_plan import build_plan
 from bridge.config.sections import LoggerConfig
 from bridge.errors import ConfigError
 from bridge.training.flops import training_flops_per_token
@@ -137,12 +138,12 @@ def test_missing_logging_packages_are_decided_by_the_plan(monkeypatch):
     cfg.train.train_iters, cfg.train.global_batch_size, cfg.scheduler.lr_warmup_iters = 4, 2, 0
     cfg.validation.eval_interval, cfg.logger.tensorboard_dir = 0, "/tmp/tb"
     without("tensorboard")  # recipes set a tensorboard_dir by default: a warning, not a failure
-    plan = cfg.validate(1, cuda=True)
+    plan = build_plan(cfg, 1, cuda=True)
     assert sum("tensorboard package is not installed" in w for w in plan.warnings) == 1
     cfg.logger.wandb_project = "p"
     without("wandb")  # an explicit W&B request without wandb is an error before launch
     with pytest.raises(ConfigError, match="logger.wandb_project = 'p': W&B logging needs the wandb package"):
-        cfg.validate(1, cuda=True)
+        build_plan(cfg, 1, cuda=True)
 
 
 # ---- MFU: the peak table with real CUDA device names, the arithmetic, the log line ----------------

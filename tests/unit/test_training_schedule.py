@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from bridge.config.container import ConfigContainer
+from bridge.config.run_plan import build_plan
 from bridge.config.sections import MixedPrecisionConfig, OptimizerConfig, SchedulerConfig, TrainingConfig
 from bridge.errors import ConfigError
 from bridge.models.gpt_provider import GPTModelProvider
@@ -27,7 +28,7 @@ def plan_for(opt_cfg=None, sched_cfg=None, train_iters=10, global_batch_size=8, 
         mixed_precision=MixedPrecisionConfig(precision=precision),
     )
     cfg.validation.eval_interval = 0
-    return cfg.validate(1, cuda=cuda)
+    return build_plan(cfg, 1, cuda=cuda)
 
 
 def scheduler(opt, opt_cfg, sched_cfg, train_iters, global_batch_size):

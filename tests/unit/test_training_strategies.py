@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from bridge.config.run_plan import build_plan
 from bridge.config.sections import DistributedConfig
 from bridge.errors import ConfigError
 from bridge.training.strategies import ddp_config_for
@@ -28,7 +29,7 @@ def _plan(strategy: str, cuda: bool):
     cfg.optimizer.use_distributed_optimizer = strategy in ("megatron", "megatron_fsdp")
     for knob in ("overlap_grad_reduce", "overlap_param_gather"):
         setattr(cfg.distributed, knob, strategy == "megatron")
-    return cfg.validate(2, cuda=cuda)
+    return build_plan(cfg, 2, cuda=cuda)
 
 
 @pytest.mark.parametrize("strategy", ["megatron_fsdp"])

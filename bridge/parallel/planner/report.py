@@ -4,16 +4,9 @@ from __future__ import annotations
 
 from bridge.parallel.layout import ParallelLayout
 from bridge.parallel.planner.request import USABLE_FRACTION, Plan
+from bridge.parallel.sizes import SIZE_FIELDS
 
-_LAYOUT_KEYS = (
-    ("tensor_model_parallel_size", "tp"),
-    ("pipeline_model_parallel_size", "pp"),
-    ("virtual_pipeline_model_parallel_size", "vpp"),
-    ("context_parallel_size", "cp"),
-    ("expert_model_parallel_size", "ep"),
-    ("expert_tensor_parallel_size", "etp"),
-    ("sequence_parallel", "sequence_parallel"),
-)
+_LAYOUT_KEYS = (*SIZE_FIELDS.items(), ("sequence_parallel", "sequence_parallel"))
 
 
 def _layout_fields(layout: ParallelLayout | None) -> dict:

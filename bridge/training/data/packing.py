@@ -20,7 +20,7 @@ from bisect import bisect_left, insort
 import numpy as np
 import torch
 
-from bridge.training.data.sft import EpochOrder, TokenizedSamples
+from bridge.training.data.samples import EpochOrder, TokenizedSamples
 
 
 def pack_lengths(lengths: np.ndarray, capacity: int, seed: int = 0) -> list[list[int]]:

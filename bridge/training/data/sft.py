@@ -23,6 +23,8 @@ import torch
 
 from bridge.config.run_plan import DataPlan
 from bridge.errors import ConfigError
+from bridge.training.data.packing import PackedDataset
+from bridge.training.data.samples import EpochOrder, TokenizedSamples
 from bridge.training.data.splits import split_ranges
 from bridge.training.data.tokenizer import NullTokenizer
 
@@ -337,26 +339,6 @@ def tokenize_chat(
 # ------------------------------------------------------------------------------------- split samples
 
 
-@dataclass
-class TokenizedSamples:
-    """A split's samples, ragged: sample i is ids[offsets[i]:offsets[i+1]] with its loss mask alike."""
-
-    ids: np.ndarray  # int64
-    mask: np.ndarray  # uint8, 1 where the token is trained on (as a label)
-    offsets: np.ndarray  # int64, [n + 1]
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-    def sample(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        begin, end = self.offsets[i], self.offsets[i + 1]
-        return self.ids[begin:end], self.mask[begin:end]
-
-
 def fit_samples(
     pairs: list[tuple[list[int], np.ndarray]], limit: int, truncation: str
 ) -> tuple[TokenizedSamples, int, int]:
@@ -381,22 +363,6 @@ def fit_samples(
     ids_flat = np.concatenate(kept_ids) if kept_ids else empty
     mask_flat = np.concatenate(kept_mask) if kept_mask else empty.astype(np.uint8)
     return TokenizedSamples(ids_flat, mask_flat, offsets), too_long, no_loss
-
-
-class EpochOrder:
-    """Index -> item: epoch e visits all n items once, in a permutation seeded by (seed, e)."""
-
-    def __init__(self, n: int, seed: int):
-        self.n, self.seed = int(n), int(seed)
-        self._epoch = -1
-        self._perm: np.ndarray | None = None
-
-    def __call__(self, idx: int) -> int:
-        epoch, pos = divmod(int(idx), self.n)
-        if epoch != self._epoch:
-            self._perm = np.random.default_rng([self.seed, epoch]).permutation(self.n)
-            self._epoch = epoch
-        return int(self._perm[pos])
 
 
 def pad_id(tokenizer) -> int:
@@ -484,8 +450,6 @@ def build_sft_datasets(data: DataPlan, tokenizer) -> list[torch.utils.data.Datas
             continue
         samples = split_samples(records[begin:end], data, tokenizer, name)
         if data.packed_sequence_size:
-            from bridge.training.data.packing import PackedDataset
-
             dataset = PackedDataset(
                 samples, size, data.packed_sequence_size, data.seed, pad_id(tokenizer), data.pad_seq_to_mult
             )

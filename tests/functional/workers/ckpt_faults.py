@@ -13,6 +13,9 @@ from pathlib import Path
 
 from train_common import emit, rank, reset_parallel_state, run_model_chunks, tiny_config
 
+from bridge.config.layout import run_layout
+from bridge.config.run_plan import build_plan
+
 DROPOUT = ["model.hidden_dropout=0.1", "model.attention_dropout=0.1", "train.train_iters=6"]
 
 
@@ -132,7 +135,7 @@ def main(workdir: str) -> None:
     lr = run(
         f"checkpoint.load={w}/a", "checkpoint.ckpt_step=3", "optimizer.lr=0.01", "optimizer.min_lr=0.001"
     )
-    cfg = tiny_config(*DROPOUT).validate(2, cuda=False)
+    cfg = build_plan(tiny_config(*DROPOUT), 2, cuda=False)
     emit(
         "lr",
         {
@@ -184,7 +187,7 @@ def load_model_only(root: Path, fallback: bool) -> str:
     cfg = tiny_config(*DROPOUT)
     from bridge.parallel import runtime
 
-    runtime.initialize_distributed(cfg.layout(2), seed=cfg.rng.seed)
+    runtime.initialize_distributed(run_layout(cfg, 2), seed=cfg.rng.seed)
     chunks = run_model_chunks(cfg, 2)
     warnings = []
     try:

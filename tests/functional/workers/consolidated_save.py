@@ -12,6 +12,8 @@ from pathlib import Path
 
 from train_common import emit, reset_parallel_state, tiny_config
 
+from bridge.config.layout import run_layout
+
 STRATEGIES = {
     "fsdp2": ["distributed.strategy=fsdp2", "optimizer.use_distributed_optimizer=False"],
     "megatron": [],
@@ -36,7 +38,7 @@ def main(workdir: str) -> None:
     from bridge.training import train as train_module
 
     w = Path(workdir)
-    runtime.initialize_distributed(tiny_config().layout(2), seed=1234)
+    runtime.initialize_distributed(run_layout(tiny_config(), 2), seed=1234)
     reset_parallel_state()
     ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
     models: dict = {}

@@ -19,6 +19,8 @@ from train_common import (
     write_learnable_indexed_data,
 )
 
+from bridge.config.layout import run_layout
+
 ITERS = 3
 
 
@@ -103,7 +105,7 @@ def main(mode: str, workdir: str) -> None:
         from bridge.parallel import runtime
 
         cfg = tiny_config(*common(workdir))
-        runtime.initialize_distributed(cfg.layout(1), seed=cfg.rng.seed)
+        runtime.initialize_distributed(run_layout(cfg, 1), seed=cfg.rng.seed)
         write_learnable_indexed_data(f"{workdir}/data/count")
         chunks = run_model_chunks(cfg, 1)
         save_checkpoint(f"{workdir}/init", 0, chunks, save_rng=False)

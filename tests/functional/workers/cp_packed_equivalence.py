@@ -14,6 +14,9 @@ import os
 import sys
 from pathlib import Path
 
+from bridge.config.layout import run_layout
+from bridge.config.run_plan import build_plan
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repo root, for tests.finetune_fixtures
 
 from train_common import emit, reset_parallel_state  # noqa: E402
@@ -82,9 +85,9 @@ def main(modes: list[str], workdir: str) -> None:
     world = int(os.environ["WORLD_SIZE"])
     for mode in modes:
         cfg = config(workdir, *MODES[mode])
-        runtime.initialize_distributed(cfg.layout(world), seed=cfg.rng.seed)
+        runtime.initialize_distributed(run_layout(cfg, world), seed=cfg.rng.seed)
         reset_parallel_state()
-        result = finetune(cfg.validate(world, cuda=torch.cuda.is_available()))
+        result = finetune(build_plan(cfg, world, cuda=torch.cuda.is_available()))
         emit("run", {"run": mode, "losses": result.losses, "grad_norms": result.grad_norms})
         reset_parallel_state()
 

@@ -13,6 +13,7 @@ import runtime_common as rc
 import torch
 from train_common import write_line
 
+from bridge.models.provider_layout import derive_layout
 from bridge.parallel import runtime
 
 SEED = 1234
@@ -80,7 +81,7 @@ def check_shape_exchange(batch_p2p_comm: bool) -> None:
 def main() -> None:
     provider = rc.gpt_provider(pp=2)
     provider.virtual_pipeline_model_parallel_size = 2
-    runtime.initialize_distributed(provider.layout(2), seed=SEED)
+    runtime.initialize_distributed(derive_layout(provider, 2), seed=SEED)
     chunks = provider.provide_distributed_model(wrap_with_ddp=False)
     rc.check(len(chunks) == 2, f"two virtual stages per rank, got {len(chunks)}")
     data = rc.batches(MICROBATCHES)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from train_common import emit, reset_parallel_state, tiny_config, write_learnable_indexed_data
 
+from bridge.config.layout import run_layout
+
 
 def main(workdir: str, mode: str) -> None:
     import torch
@@ -36,7 +38,7 @@ def main(workdir: str, mode: str) -> None:
         "optimizer.clip_grad=0.5",
     ]
     world = int(os.environ["WORLD_SIZE"])
-    runtime.initialize_distributed(tiny_config(*fsdp2).layout(world), seed=1234)
+    runtime.initialize_distributed(run_layout(tiny_config(*fsdp2), world), seed=1234)
     if mode == "world4":
         if torch.distributed.get_rank() == 0:
             write_learnable_indexed_data(data)

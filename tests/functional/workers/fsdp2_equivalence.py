@@ -18,6 +18,8 @@ import sys
 
 from train_common import emit, reset_parallel_state, tiny_config, write_learnable_indexed_data
 
+from bridge.config.layout import run_layout
+from bridge.config.run_plan import build_plan
 from bridge.config.yaml_io import merge_yaml
 
 # NeMo AutoModel's `distributed:` section as the seeds write it (strategy fsdp2, HSDP 2 x 2 on 4 ranks)
@@ -85,7 +87,7 @@ def main(workdir: str, suite_names: list[str]) -> None:
         "optimizer.clip_grad=0.5",  # small enough that clipping acts on some steps
     ]
     cfg = tiny_config(*common)
-    runtime.initialize_distributed(cfg.layout(4), seed=cfg.rng.seed)
+    runtime.initialize_distributed(run_layout(cfg, 4), seed=cfg.rng.seed)
     if torch.distributed.get_rank() == 0:
         write_learnable_indexed_data(data)
     torch.distributed.barrier()
@@ -136,7 +138,7 @@ def main(workdir: str, suite_names: list[str]) -> None:
         cfg = tiny_config(*common, *extra)
         if name == "fsdp2_automodel_yaml_hsdp":
             cfg, _ = merge_yaml(cfg, SEED_YAML, source="seed.yaml")
-        plan = cfg.validate(4, cuda=torch.cuda.is_available())
+        plan = build_plan(cfg, 4, cuda=torch.cuda.is_available())
         with counting_reduce_scatters() as calls:
             result = pretrain(plan)
         record = {"run": name, "losses": result.losses, "grad_norms": result.grad_norms}

@@ -25,6 +25,8 @@ import sys
 
 from train_common import emit, reset_parallel_state, tiny_config
 
+from bridge.config.run_plan import build_plan
+
 SNAPSHOTS: list[dict] = []
 REFUSED = {  # world 2, pp 2: refused by validation, with the measured reason (docs/parallelism.md)
     "v_schedule": ["model.virtual_pipeline_model_parallel_size=2", "distributed.pp_schedule=v_schedule"],
@@ -219,7 +221,7 @@ def main(workdir: str, suite: str) -> None:
     # The weights every run starts from: what a PP=2 x VPP=2 run builds from the seed (saved once, resharded
     # on load), so the seeded_* runs (fsdp2 reads no torch_dist checkpoint) start from them too.
     seeded = ["checkpoint.pretrained_checkpoint=null"]
-    init = tiny_config(*common, *pp(2, 2, "dfs"), *seeded).validate(world, cuda=torch.cuda.is_available())
+    init = build_plan(tiny_config(*common, *pp(2, 2, "dfs"), *seeded), world, cuda=torch.cuda.is_available())
     runtime.initialize_distributed(init.layout, seed=init.config.rng.seed)
     chunks = init.provider.provide_distributed_model(wrap_with_ddp=False, seed=init.config.rng.seed)
     save_checkpoint(f"{workdir}/init", 0, chunks, save_rng=False)
@@ -261,7 +263,7 @@ def main(workdir: str, suite: str) -> None:
         f"model.num_layers={UNEVEN_LAYERS}",
         f"checkpoint.pretrained_checkpoint={workdir}/init_uneven",
     ]
-    init = tiny_config(*uneven_common, *seeded).validate(world, cuda=torch.cuda.is_available())
+    init = build_plan(tiny_config(*uneven_common, *seeded), world, cuda=torch.cuda.is_available())
     runtime.initialize_distributed(init.layout, seed=init.config.rng.seed)
     chunks = init.provider.provide_distributed_model(wrap_with_ddp=False, seed=init.config.rng.seed)
     save_checkpoint(f"{workdir}/init_uneven", 0, chunks, save_rng=False)
@@ -274,7 +276,7 @@ def main(workdir: str, suite: str) -> None:
     ref_norms: list[dict] = []
     for name, run_common, extra in runs:
         SNAPSHOTS.clear()
-        plan = tiny_config(*run_common, *extra).validate(world, cuda=torch.cuda.is_available())
+        plan = build_plan(tiny_config(*run_common, *extra), world, cuda=torch.cuda.is_available())
         result = pretrain(plan)
         gathered = [_gather(s) for s in SNAPSHOTS]
         record = {

@@ -17,6 +17,7 @@ import json
 import torch
 
 from bridge.models import GPTModelProvider
+from bridge.models.provider_layout import derive_layout
 from bridge.parallel.memory import GB, TrainingSetup, stage_memory
 from bridge.parallel.param_count import params_per_rank
 
@@ -56,7 +57,7 @@ def check(name: str, fields: dict) -> dict:
     provider = GPTModelProvider(**COMMON, **fields)
     chunks = provider.provide_distributed_model(wrap_with_ddp=True, ddp_config={"grad_reduce_in_fp32": True})
     shape = provider.model_shape()
-    layout = provider.layout(torch.distributed.get_world_size())
+    layout = derive_layout(provider, torch.distributed.get_world_size())
     stage = parallel_state.get_pipeline_model_parallel_rank()
 
     named = [(n, p) for chunk in chunks for n, p in chunk.named_parameters()]

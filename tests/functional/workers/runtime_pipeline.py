@@ -15,6 +15,7 @@ import runtime_common as rc
 import torch
 
 from bridge.errors import ConfigError
+from bridge.models.provider_layout import derive_layout
 from bridge.parallel import runtime
 
 SEED = 1234
@@ -37,7 +38,7 @@ def main() -> None:
 
     # Phase 1: the PP=1 reference (DP=2 replicas see the same batch, so DDP's average is the same gradient).
     provider = rc.gpt_provider(tp=2, sp=True)
-    runtime.initialize_distributed(provider.layout(4), seed=SEED)
+    runtime.initialize_distributed(derive_layout(provider, 4), seed=SEED)
     model = rc.build_model(provider, wrap_ddp=True)
     rc.attach_grad_finalization([model])
     ref_losses = rc.run_schedule([model], data)
@@ -50,8 +51,10 @@ def main() -> None:
 
     # Phase 2: TP=2 x PP=2 with sequence parallelism, same weights.
     provider = rc.gpt_provider(tp=2, pp=2, sp=True)
-    runtime.initialize_distributed(provider.layout(4), seed=SEED)
-    runtime.initialize_distributed(provider.layout(4), seed=SEED)  # idempotent: no new groups, no second line
+    runtime.initialize_distributed(derive_layout(provider, 4), seed=SEED)
+    runtime.initialize_distributed(
+        derive_layout(provider, 4), seed=SEED
+    )  # idempotent: no new groups, no second line
     try:
         runtime.initialize_distributed(rc.layout(4, tp=4), seed=SEED)
         raise AssertionError("other process-group sizes while initialized must raise")

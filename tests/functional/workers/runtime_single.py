@@ -9,6 +9,7 @@ import runtime_common as rc
 import torch
 
 from bridge.errors import ConfigError
+from bridge.models.provider_layout import derive_layout
 from bridge.parallel import ranks, runtime
 from bridge.parallel.layout import ParallelLayout
 
@@ -55,7 +56,7 @@ def main() -> None:
     )
     rc.check(not torch.distributed.is_initialized(), "no process group after a refused layout")
 
-    one = rc.gpt_provider().layout(1)
+    one = derive_layout(rc.gpt_provider(), 1)
     runtime.initialize_distributed(one, seed=11)
     rc.check(
         runtime.is_initialized() and torch.distributed.get_world_size() == 1, "initialized, world of one"

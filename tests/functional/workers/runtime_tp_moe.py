@@ -13,6 +13,7 @@ import math
 import runtime_common as rc
 import torch
 
+from bridge.models.provider_layout import derive_layout
 from bridge.parallel import runtime
 
 SEED = 4321
@@ -29,12 +30,12 @@ def check_tp_logits() -> None:
     batch = rc.batches(1)[0]
 
     tp1 = rc.gpt_provider(tp=1)
-    runtime.initialize_distributed(tp1.layout(2), seed=SEED)
+    runtime.initialize_distributed(derive_layout(tp1, 2), seed=SEED)
     reference = logits(rc.build_model(tp1), batch)
     runtime.destroy_distributed()
 
     tp2 = rc.gpt_provider(tp=2)
-    runtime.initialize_distributed(tp2.layout(2), seed=SEED)
+    runtime.initialize_distributed(derive_layout(tp2, 2), seed=SEED)
     shard = logits(rc.build_model(tp2), batch)
     rc.check(shard.shape[-1] == rc.VOCAB // 2, f"vocab-parallel logits, got {tuple(shard.shape)}")
     full = gather_from_tensor_model_parallel_region(shard)
@@ -51,7 +52,7 @@ def check_moe_step() -> None:
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
     provider = rc.gpt_provider(ep=2, num_moe_experts=4)
-    runtime.initialize_distributed(provider.layout(2), seed=SEED)
+    runtime.initialize_distributed(derive_layout(provider, 2), seed=SEED)
     model = rc.build_model(provider, wrap_ddp=True, distributed_optimizer=True)
     rc.attach_grad_finalization([model])
     optimizer = get_megatron_optimizer(

@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+from bridge.config.run_plan import build_plan
+
 TINY_MODEL = [
     "model.num_layers=4",
     "model.hidden_size=64",
@@ -44,8 +46,10 @@ def run_model_chunks(cfg, world_size: int) -> list:
 
     from bridge.config.overrides import apply_overrides
 
-    plan = apply_overrides(cfg.copy(), ["checkpoint.pretrained_checkpoint=null"]).validate(
-        world_size, cuda=torch.cuda.is_available()
+    plan = build_plan(
+        apply_overrides(cfg.copy(), ["checkpoint.pretrained_checkpoint=null"]),
+        world_size,
+        cuda=torch.cuda.is_available(),
     )
     return plan.provider.provide_distributed_model(wrap_with_ddp=False)
 

@@ -17,6 +17,8 @@ from train_common import (
     write_learnable_indexed_data,
 )
 
+from bridge.config.layout import run_layout
+
 
 def main(workdir: str) -> None:
     import torch
@@ -40,7 +42,7 @@ def main(workdir: str) -> None:
     cfg = tiny_config(*common)
     from bridge.parallel import runtime
 
-    runtime.initialize_distributed(cfg.layout(4), seed=cfg.rng.seed)
+    runtime.initialize_distributed(run_layout(cfg, 4), seed=cfg.rng.seed)
     if torch.distributed.get_rank() == 0:
         write_learnable_indexed_data(data)
     torch.distributed.barrier()
