@@ -133,7 +133,8 @@ def device_name() -> str:
 def bridge_worker(args: argparse.Namespace) -> dict:
     from bridge.config import performance
     from bridge.models.specs import uses_te_spec
-    from bridge.training.pretrain import plan_for_this_process, pretrain
+    from bridge.training.pretrain import pretrain
+    from bridge.training.process_plan import plan_for_this_process
 
     plan = plan_for_this_process(run_config(args))
     result = pretrain(plan)

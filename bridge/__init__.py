@@ -3,6 +3,8 @@
 `import bridge` stays light (no torch, no megatron.core): the names below load on first use.
 """
 
+import importlib
+
 from bridge.errors import ConfigError
 
 __version__ = "0.1.0"
@@ -21,7 +23,6 @@ def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'bridge' has no attribute {name!r}")
-    import importlib
 
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

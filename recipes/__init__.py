@@ -12,6 +12,7 @@ its canonical name (Megatron-Bridge's, e.g. llama3_8b_pretrain_2gpu_h100_bf16_co
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import pkgutil
 from collections.abc import Callable
@@ -49,8 +50,6 @@ def recipe_info(name: str) -> RecipeInfo:
     """The recipe called `name` (canonical or alias; raises ConfigError with close matches if unknown)."""
     info = RECIPES.get(ALIASES.get(name, name))
     if info is None:
-        import difflib
-
         close = difflib.get_close_matches(name, [*RECIPES, *ALIASES], n=3)
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise ConfigError(f"--recipe {name!r}: no such recipe. Fix: {hint}see --list-recipes.")

@@ -8,8 +8,11 @@ refuses until the inputs are given (bridge.config validation, bridge.config.fine
 
 from __future__ import annotations
 
+import atexit
 import copy
 import os
+import shutil
+import tempfile
 
 from bridge.config.container import ConfigContainer
 from bridge.config.finetune_rules import SFT_KINDS
@@ -18,10 +21,6 @@ from bridge.config.finetune_rules import SFT_KINDS
 def _empty_checkpoint() -> str:
     """An empty torch_dist-shaped folder (tracker at iteration 0), removed at exit: what a PEFT plan names
     as its frozen weights until the user gives them (planning reads the tracker, never weights)."""
-    import atexit
-    import shutil
-    import tempfile
-
     path = tempfile.mkdtemp(prefix="pending_pretrained_checkpoint_")
     with open(os.path.join(path, "latest_checkpointed_iteration.txt"), "w") as f:
         f.write("0")

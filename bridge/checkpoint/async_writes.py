@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bridge.checkpoint.disk_full import abandon_save
+
 logger = logging.getLogger(__name__)
 
 
@@ -93,7 +95,6 @@ class AsyncSaves:
             done = self._calls().maybe_finalize_async_calls(blocking=blocking)
         except BaseException as err:  # a writer failed on some rank: CheckpointException on all
             self.pending = None
-            from bridge.checkpoint.disk_full import abandon_save
 
             abandon_save(pending.root, pending.staging, pending.iteration, err)
             raise

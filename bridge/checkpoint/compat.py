@@ -16,6 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from bridge.checkpoint.paths import RUN_CONFIG_FILENAME
 from bridge.errors import ConfigError
 from bridge.parallel import ranks
@@ -37,7 +39,6 @@ def saved_model_section(target: Path) -> dict | None:
     path = Path(target) / RUN_CONFIG_FILENAME
     if not path.is_file():
         return None
-    import yaml
 
     try:
         data = yaml.safe_load(path.read_text())

@@ -13,6 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
+from bridge.checkpoint.paths import checkpoint_dir, complete_iterations
 from bridge.errors import ConfigError
 
 # below this much free space right after a failed write, the disk is taken as full
@@ -95,8 +96,6 @@ def disk_full_error(
 def abandon_save(root: Path, staging: Path, iteration: int, err: BaseException) -> None:
     """A save that failed on this rank with `err`: remove its staging folder (nothing was published),
     and raise the one disk-full error instead of `err` when the disk filled up."""
-    from bridge.checkpoint.paths import checkpoint_dir, complete_iterations
-
     done = complete_iterations(root)
     need = folder_bytes(checkpoint_dir(root, done[-1])) if done else None
     written = folder_bytes(staging) if staging.is_dir() else 0

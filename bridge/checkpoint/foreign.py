@@ -24,6 +24,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from bridge.checkpoint import foreign_fields
 from bridge.checkpoint.paths import (  # noqa: F401 - the train-state names are re-exported
     LATEST_TRAIN_STATE_FILENAME,
@@ -33,6 +35,7 @@ from bridge.checkpoint.paths import (  # noqa: F401 - the train-state names are 
     read_train_state_file,
     tracked_by_train_state,
 )
+from bridge.parallel import ranks
 
 BRIDGE = "bridge"
 MEGATRON_BRIDGE = "Megatron-Bridge"
@@ -88,8 +91,6 @@ def layout_of(folder: str | os.PathLike, common: dict | None = None) -> str:
 
 
 def _run_config(folder: Path) -> dict:
-    import yaml
-
     try:
         data = yaml.safe_load((folder / RUN_CONFIG_FILENAME).read_text())
     except (OSError, yaml.YAMLError):
@@ -180,8 +181,6 @@ _WARNED: set[str] = set()
 
 def warn_no_manifest(folder: Path, layout: str) -> None:
     """Once per folder and process (rank 0): such a checkpoint is checked by Megatron-Core's metadata only."""
-    from bridge.parallel import ranks
-
     key = str(Path(folder).resolve())
     if key in _WARNED:
         return

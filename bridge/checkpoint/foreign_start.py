@@ -15,9 +15,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from bridge.checkpoint import foreign
 from bridge.checkpoint.foreign import ForeignCheckpoint
 from bridge.checkpoint.paths import MANIFEST_FILENAME, METADATA_FILENAME, checkpoint_candidates, is_hf_folder
 from bridge.errors import ConfigError, config_error
+from bridge.parallel import ranks
 
 logger = logging.getLogger("bridge.config")
 
@@ -41,8 +43,6 @@ def start_folder(path: str | None, iteration: int | None = None) -> Path | None:
 def foreign_start(checkpoint: Any) -> ForeignCheckpoint | None:
     """The Megatron-LM / Megatron-Bridge checkpoint the run starts from, if any: checkpoint.load when it
     holds a checkpoint (then a pretrained start is not used), else checkpoint.pretrained_checkpoint."""
-    from bridge.checkpoint import foreign
-
     folder = start_folder(checkpoint.load, checkpoint.ckpt_step)
     if folder is None and not _holds_checkpoint(checkpoint.load, checkpoint.ckpt_step):
         folder = start_folder(checkpoint.pretrained_checkpoint)
@@ -78,8 +78,6 @@ def model_with_checkpoint_fields(model: Any, theirs: ForeignCheckpoint) -> Any:
     fields = checkpoint_fields(model, theirs)
     changed = [f"{k}: {getattr(model, k)!r} -> {v!r}" for k, v in fields.items() if getattr(model, k) != v]
     if changed:
-        from bridge.parallel import ranks
-
         if ranks.is_rank_zero():
             logger.info(
                 "model fields from %s checkpoint %s (%s) replace the recipe's: %s",

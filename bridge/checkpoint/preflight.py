@@ -19,12 +19,11 @@ from bridge.checkpoint.lock import DirLock
 from bridge.checkpoint.paths import clean_leftovers
 from bridge.checkpoint.writer_processes import install_writer_reaper
 from bridge.errors import ConfigError
+from bridge.parallel.param_count import count_parameters
 
 
 def checkpoint_bytes(plan) -> tuple[int, str]:
     """Estimated size of one checkpoint of this run (all ranks together), and how it was estimated."""
-    from bridge.parallel.param_count import count_parameters
-
     n = count_parameters(plan.provider.model_shape()).total
     cfg = plan.config
     weight = 4 if plan.precision.name == "fp32" else 2

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
-from bridge.checkpoint import compat, foreign, fsdp2_state, manifest, state
+from bridge.checkpoint import compat, foreign, fsdp2_state, manifest, state, writer_processes
 from bridge.checkpoint.async_writes import AsyncSaves, PendingWrite, async_save_kwargs
 from bridge.checkpoint.atomic import fsync_dir
 from bridge.checkpoint.disk_full import abandon_save
@@ -105,8 +106,6 @@ def save_checkpoint(
     the checkpoint is (or will be) published as. `optimizer_format` (state.OPTIMIZER_FORMATS): how the
     distributed optimizer's state is laid out, `fully_reshardable` to resume under any TP / PP / DP.
     """
-    from bridge.checkpoint import writer_processes
-
     if async_saves is not None:
         async_saves.wait()  # one write in flight at a time, published in order
     # forked writers and the spawned results-queue server die with this rank and ignore stop signals
@@ -228,8 +227,6 @@ class CheckpointDamaged(ConfigError):
 
 
 def _gather(value: Any) -> list:
-    import torch.distributed as dist
-
     if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
         return [value]
     parts: list = [None] * dist.get_world_size()

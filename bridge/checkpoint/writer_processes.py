@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import signal
 from collections.abc import Iterable
+from multiprocessing.managers import SyncManager
 
 from bridge.parallel.parent_death import die_with_parent
 
@@ -93,7 +94,6 @@ def install_results_queue() -> None:
     global _results_manager
     if _results_manager is not None:
         return
-    from multiprocessing.managers import SyncManager
 
     try:
         from megatron.core.dist_checkpointing.strategies import filesystem_async as fa

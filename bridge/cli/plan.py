@@ -21,6 +21,8 @@ from pathlib import Path
 
 from bridge.cli.user_error import report_user_error
 from bridge.errors import ConfigError
+from bridge.models.families import preset_factory, preset_families
+from bridge.models.hf_translation.sizing import model_shape
 from bridge.parallel.layout import ModelShape
 from bridge.parallel.memory import MEMORY_MODELS, OPTIMIZERS, PRECISIONS
 from bridge.parallel.planner import INTERCONNECTS, SIZE_FLAGS, STRATEGY_CHOICES, PlanRequest, plan
@@ -32,6 +34,7 @@ from bridge.parallel.planner.report import (
     plan_to_json,
 )
 from bridge.parallel.planner.systems import DEFAULT_SYSTEM, SYSTEMS
+from recipes import ALIASES, RECIPES, get_recipe
 
 DEFAULT_SEQ_LENGTH = 4096  # PlanRequest's sequence length when neither --seq-length nor the model says one
 
@@ -77,7 +80,6 @@ def shape_from_hf_config(cfg: dict, source: str = "config.json") -> ModelShape:
         "shared_expert_intermediate_size",
     ):
         _positive_int(cfg, key, source, required=False)
-    from bridge.models.hf_translation.sizing import model_shape
 
     return model_shape(cfg)
 
@@ -112,7 +114,6 @@ def resolve_model(name: str) -> tuple[ModelShape, dict]:
                 f"--model {name!r}: cannot read {path} ({err.strerror}). Fix: check the path."
             ) from None
         return shape_from_hf_config(cfg, str(path)), _hf_defaults(cfg)
-    from recipes import ALIASES, RECIPES, get_recipe  # lazily: bridge never imports recipes at module level
 
     if name in RECIPES or name in ALIASES:
         cfg = get_recipe(name)()
@@ -122,7 +123,6 @@ def resolve_model(name: str) -> tuple[ModelShape, dict]:
             "micro_batch_size": getattr(cfg.train, "micro_batch_size", None),
         }
         return cfg.model.model_shape(), defaults
-    from bridge.models.families import preset_factory, preset_families
 
     factory = preset_factory(name)
     if factory is not None:

@@ -3,6 +3,8 @@
 Light to import: omegaconf / hydra load only when overrides or YAML are used.
 """
 
+import importlib
+
 from bridge.config.container import ConfigContainer
 from bridge.config.sections import (
     CheckpointConfig,
@@ -45,6 +47,5 @@ def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'bridge.config' has no attribute {name!r}")
-    import importlib
 
     return getattr(importlib.import_module(module), name)

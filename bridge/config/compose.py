@@ -13,13 +13,17 @@ Validation for a world size is a separate step (ConfigContainer.validate).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from bridge.checkpoint.foreign_start import check_fields_kept, foreign_start, model_with_checkpoint_fields
+from bridge.checkpoint.paths import is_hf_folder
 from bridge.config.overrides import apply_overrides, override_keys
 from bridge.config.yaml_io import merge_yaml_deferred
 from bridge.errors import ConfigError
+from bridge.models.hf_architecture import model_from_hf
 
 T = TypeVar("T")
 
@@ -36,13 +40,8 @@ def compose(
     override contradicting it is an error (bridge.checkpoint.foreign_start)."""
     cfg, warnings = _compose_once(base, config_file, overrides)
     checkpoint = getattr(cfg, "checkpoint", None)
-    from bridge.checkpoint.paths import is_hf_folder
 
     if checkpoint is not None and is_hf_folder(checkpoint.pretrained_checkpoint):
-        import copy
-
-        from bridge.models.hf_architecture import model_from_hf
-
         filled = copy.deepcopy(base)
         filled.model = model_from_hf(filled.model, checkpoint.pretrained_checkpoint)
         cfg, warnings = _compose_once(filled, config_file, overrides)
@@ -57,12 +56,9 @@ def _from_foreign_checkpoint(
     """A Megatron-LM / Megatron-Bridge checkpoint start: the model section is filled from it
     (bridge.checkpoint.foreign_start), then the file and overrides are applied again; they may not
     contradict it."""
-    from bridge.checkpoint.foreign_start import check_fields_kept, foreign_start, model_with_checkpoint_fields
-
     theirs = foreign_start(cfg.checkpoint)
     if theirs is None or not theirs.model_fields:
         return cfg, warnings
-    import copy
 
     filled = copy.deepcopy(base)
     filled.model = model_with_checkpoint_fields(filled.model, theirs)

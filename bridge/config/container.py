@@ -13,6 +13,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from bridge.checkpoint.paths import is_hf_folder
 from bridge.config.sections import (
     CheckpointConfig,
     DatasetConfig,
@@ -71,8 +72,6 @@ class ConfigContainer:
             and self.tokenizer.tokenizer_model is None
             and self.checkpoint.pretrained_checkpoint
         ):
-            from bridge.checkpoint.paths import is_hf_folder
-
             if is_hf_folder(self.checkpoint.pretrained_checkpoint):  # None follows the Hugging Face start
                 self.tokenizer.tokenizer_model = self.checkpoint.pretrained_checkpoint
         if self.tokenizer.tokenizer_type == "NullTokenizer":

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from bridge.checkpoint.paths import is_hf_folder
 from bridge.config import sections as S
 from bridge.errors import config_error
+from bridge.models.hf_architecture import architecture_fields
 
 if TYPE_CHECKING:
     from bridge.config.container import ConfigContainer
@@ -189,7 +190,6 @@ def check_hf_start(cfg: ConfigContainer) -> None:
     path = cfg.checkpoint.pretrained_checkpoint
     if not is_hf_folder(path):
         return
-    from bridge.models.hf_architecture import architecture_fields
 
     for name, want in architecture_fields(path).items():
         have = getattr(cfg.model, name)

@@ -24,6 +24,11 @@ from bridge.config.performance import SettingState
 from bridge.config.profiling import ProfilingPlan, profiling_plan
 from bridge.config.sections import FP8_PRECISIONS, PRECISION_DTYPES
 from bridge.config.validation import validate_config
+from bridge.models.dtypes import torch_dtype
+from bridge.parallel import schedules
+from bridge.parallel.memory import TrainingSetup, estimate_memory
+from bridge.parallel.param_count import adapter_parameters
+from bridge.parallel.stages import describe
 
 if TYPE_CHECKING:
     from bridge.config.container import ConfigContainer
@@ -53,8 +58,6 @@ class Precision:
 
     @property
     def torch_dtype(self):
-        from bridge.models.dtypes import torch_dtype
-
         return torch_dtype(self.name)
 
 
@@ -117,9 +120,6 @@ class PipelinePlan:
 
 def pipeline_plan(cfg: ConfigContainer, layout: ParallelLayout, num_microbatches: int) -> PipelinePlan:
     """The validated config's pipeline decision."""
-    from bridge.parallel import schedules
-    from bridge.parallel.stages import describe
-
     vpp = layout.vpp if layout.interleaved else None
     stages = vpp or 1
     if layout.pp == 1:
@@ -215,8 +215,6 @@ def _run_provider(
 
 def _adapter_parameters(cfg: ConfigContainer, layout: ParallelLayout) -> int | None:
     """With PEFT only the adapters train (their gradients and optimizer state are what the run holds)."""
-    from bridge.parallel.param_count import adapter_parameters
-
     peft = cfg.peft
     if not peft.scheme:
         return None
@@ -224,8 +222,6 @@ def _adapter_parameters(cfg: ConfigContainer, layout: ParallelLayout) -> int | N
 
 
 def _memory(cfg: ConfigContainer, layout: ParallelLayout, precision: Precision) -> MemoryEstimate | None:
-    from bridge.parallel.memory import TrainingSetup, estimate_memory
-
     recompute = (
         "full" if cfg.distributed.activation_checkpointing or cfg.model.recompute_granularity else "none"
     )

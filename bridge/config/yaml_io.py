@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from bridge.config import tree
+from bridge.config.automodel import automodel_keys, translate_automodel, translate_automodel_deferred
 from bridge.errors import ConfigError
 
 T = TypeVar("T")
@@ -52,8 +53,6 @@ def from_yaml(cls: type[T], text: str, source: str = "YAML") -> T:
 
 def merge_yaml(cfg: T, text: str, source: str = "config file") -> tuple[T, list[str]]:
     """`cfg` with a partial YAML merged on top (own shape or AutoModel form). Returns (tree, warnings)."""
-    from bridge.config.automodel import automodel_keys, translate_automodel
-
     data = load_yaml_text(text, source)
     data, warnings = translate_automodel(data, cfg, source)
     node = tree.structured(cfg)
@@ -65,8 +64,6 @@ def merge_yaml(cfg: T, text: str, source: str = "config file") -> tuple[T, list[
 def merge_yaml_deferred(cfg: T, text: str, source: str = "config file") -> tuple[T, list[str], Any]:
     """As merge_yaml, with the AutoModel values derived from other fields left for later: returns (tree,
     warnings, bridge.config.automodel.DerivedSettings), applied once the command line is merged too."""
-    from bridge.config.automodel import automodel_keys, translate_automodel_deferred
-
     data = load_yaml_text(text, source)
     data, warnings, derived = translate_automodel_deferred(data, cfg, source)
     node = tree.structured(cfg)

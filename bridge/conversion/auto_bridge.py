@@ -23,14 +23,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bridge.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
 from bridge.checkpoint.atomic import atomic_dir, check_target_dir
-from bridge.checkpoint.paths import HF_ASSETS_DIR  # import_ckpt writes it, export_ckpt reads it
+from bridge.checkpoint.paths import (
+    HF_ASSETS_DIR,  # import_ckpt writes it, export_ckpt reads it
+    is_hf_folder,
+)
 from bridge.conversion import registry
 from bridge.conversion.foreign_export import bridge_for_foreign
 from bridge.conversion.fsdp2_refusal import refuse_fsdp2_checkpoint
-from bridge.conversion.hf_io import DTYPES, HFCheckpoint
+from bridge.conversion.hf_adapter import save_hf_adapter
+from bridge.conversion.hf_io import DTYPES, HFCheckpoint, OutTensor, ShardedWriter
+from bridge.conversion.peft_merge import merged_local_tensor
 from bridge.conversion.progress import progress_bar
 from bridge.conversion.saved_run import read_saved_run
+from bridge.conversion.stacked_experts import open_checkpoint, stacked_exporter, written_name
+from bridge.conversion.weight_exporter import Exporter
+from bridge.conversion.weight_loader import load_hf_weights
 from bridge.errors import ConfigError
 from bridge.models.dtypes import DTYPES as TRAINING_DTYPES
 from bridge.models.gpt_provider import GPTModelProvider
@@ -41,6 +50,8 @@ from bridge.models.hf_translation import write as hf_write
 from bridge.parallel import ranks
 from bridge.parallel.megatron_import import import_megatron
 from bridge.parallel.runtime import quiet_known_warnings
+from bridge.peft import apply_peft
+from bridge.peft.apply import has_adapters
 
 quiet_known_warnings()  # before conversion first imports Megatron-Core (some of its warnings fire on import)
 
@@ -173,9 +184,6 @@ class AutoBridge:
 
         A NaN / Inf in a weight is a ConfigError naming the tensor and file unless allow_non_finite.
         """
-        from bridge.conversion.stacked_experts import open_checkpoint
-        from bridge.conversion.weight_loader import load_hf_weights
-
         ckpt = open_checkpoint(self._weights_path(hf_path), self.family)
         load_hf_weights(
             _as_list(model),
@@ -219,8 +227,6 @@ class AutoBridge:
     ) -> None:
         """Rank 0's part of save_hf_pretrained: `exporter`'s tensors (a weight_exporter.Exporter) as
         safetensors shards, with the assets, published atomically at `target`."""
-        from bridge.conversion.hf_io import OutTensor, ShardedWriter
-
         tensors = [OutTensor(n, s, d) for n, s, d in exporter.hf_tensors()]
         assignment = {n: f for n, (f, _) in self._source_tensors().items()} or None
         max_bytes = max_shard_size if max_shard_size is not None else 5 * 1024**3
@@ -246,8 +252,6 @@ class AutoBridge:
 
         Gathered across TP / PP; every rank calls it, rank 0 writes (atomically, as save_hf_pretrained).
         """
-        from bridge.conversion.hf_adapter import save_hf_adapter
-
         base = str(self.hf_path) if self.hf_path is not None else None
         save_hf_adapter(_as_list(model), path, self.family, self._vocab_size(), base_model=base)
 
@@ -266,8 +270,6 @@ class AutoBridge:
         provider_fields (e.g. tensor_model_parallel_size=2) set the layout the conversion runs with;
         the checkpoint itself loads under any layout.
         """
-        from bridge.checkpoint import save_checkpoint
-
         bridge = cls.from_hf_pretrained(hf_path)
         target = check_target_dir(megatron_path, "megatron_path")
         provider = bridge.to_megatron_provider(load_weights=True, allow_non_finite=allow_non_finite)
@@ -295,8 +297,6 @@ class AutoBridge:
         checkpoint.pretrained_checkpoint, from the run_config.yaml saved with it): merged weights by
         default, or with `adapter_only` a Hugging Face PEFT adapter folder.
         """
-        from bridge.checkpoint import load_checkpoint, resolve_checkpoint
-
         target = check_target_dir(hf_path, "hf_path")
         folder, _ = resolve_checkpoint(
             megatron_path
@@ -315,11 +315,6 @@ class AutoBridge:
             setattr(provider, name, value)
         base = run.pretrained_checkpoint if peft is not None else None
         if peft is not None:
-            import functools
-
-            from bridge.checkpoint.paths import is_hf_folder
-            from bridge.peft import apply_peft
-
             if not base or not os.path.exists(base):
                 raise ConfigError(
                     f"checkpoint {folder} holds PEFT adapters whose base (checkpoint.pretrained_checkpoint="
@@ -357,15 +352,15 @@ class AutoBridge:
         assets = Path(megatron_path) / HF_ASSETS_DIR
         if (assets / "config.json").is_file():
             return cls.from_hf_pretrained(assets)
-        if (theirs := bridge_for_foreign(megatron_path, cls.from_provider)) is not None:  # Megatron-LM's / Megatron-Bridge's
+        if (
+            theirs := bridge_for_foreign(megatron_path, cls.from_provider)
+        ) is not None:  # Megatron-LM's / Megatron-Bridge's
             return theirs
         run = _run_of(megatron_path)
         if run is not None and run.hf_architecture and run.model is not None:
             return cls.from_provider(run.model, run.hf_architecture)
         start = run.pretrained_checkpoint if run is not None else None
         if start is not None:
-            from bridge.checkpoint.paths import is_hf_folder
-
             if is_hf_folder(start):
                 return cls.from_hf_pretrained(start)
             if (Path(start) / HF_ASSETS_DIR / "config.json").is_file():
@@ -382,9 +377,6 @@ class AutoBridge:
         return int(_config_get(self.hf_config, "vocab_size"))
 
     def _exporter(self, chunks: list, merge_adapters: bool = False, local_tensor: Any = None):
-        from bridge.conversion.stacked_experts import stacked_exporter, written_name
-        from bridge.conversion.weight_exporter import Exporter
-
         source = {n: DTYPES[d] for n, (_, d) in self._source_tensors().items()}
         default = DTYPES[TRAINING_DTYPES[hf_common.hf_dtype_name(self.hf_config)].safetensors]
 
@@ -395,11 +387,7 @@ class AutoBridge:
         if _has_dtensor_params(chunks):  # strategy fsdp2: each holder gathers its data-parallel shards
             local_tensor = _full_tensor
         if merge_adapters:
-            from bridge.peft.apply import has_adapters
-
             if has_adapters(chunks):
-                from bridge.conversion.peft_merge import merged_local_tensor
-
                 local_tensor = merged_local_tensor(chunks)
         if given is not None:  # the caller's source of each parameter's tensor (a streaming export)
             local_tensor = given
@@ -444,8 +432,6 @@ class AutoBridge:
 
 def _run_of(megatron_path: str | os.PathLike):
     """The run config saved with the checkpoint at `megatron_path` (None: not a training run's)."""
-    from bridge.checkpoint import resolve_checkpoint
-
     try:
         folder, _ = resolve_checkpoint(megatron_path)
     except ConfigError:

@@ -16,7 +16,11 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from bridge.checkpoint import foreign
+from bridge.checkpoint.foreign_start import checkpoint_fields, start_folder
 from bridge.errors import ConfigError
+from bridge.models.gpt_provider import GPTModelProvider
+from bridge.models.hf_architecture import supported_architectures
 
 logger = logging.getLogger("bridge.conversion")
 
@@ -24,9 +28,6 @@ logger = logging.getLogger("bridge.conversion")
 def foreign_checkpoint_at(megatron_path: str | os.PathLike):
     """The foreign checkpoint (bridge.checkpoint.foreign.ForeignCheckpoint) a root or iter_* folder holds
     first, None for bridge's own checkpoints and anything else."""
-    from bridge.checkpoint import foreign
-    from bridge.checkpoint.foreign_start import start_folder
-
     folder = start_folder(str(megatron_path))
     return foreign.describe(folder) if folder is not None else None
 
@@ -45,10 +46,6 @@ def bridge_for_foreign(
             f"{theirs.layout} checkpoint {theirs.folder} records no model fields (no run_config.yaml model "
             "section, no saved args): pass the Hugging Face config folder of its model (--hf-config)"
         )
-    from bridge.checkpoint.foreign_start import checkpoint_fields
-    from bridge.models.gpt_provider import GPTModelProvider
-    from bridge.models.hf_architecture import supported_architectures
-
     base = GPTModelProvider()
     provider = dataclasses.replace(base, **checkpoint_fields(base, theirs))
     expressing = []

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from bridge.checkpoint.atomic import atomic_dir, check_target_dir
 from bridge.conversion.mappings import Mapping, make_mapping
 from bridge.conversion.model_params import LocalParam, canonical_name, current_ranks, model_dims
 from bridge.conversion.registry import Family, Rule
@@ -176,8 +177,6 @@ def save_hf_adapter(
     """Write the adapters as an HF PEFT folder at `path` (atomically: a hidden folder renamed when
     complete). Every rank calls it; rank 0 writes."""
     from safetensors.torch import save_file
-
-    from bridge.checkpoint.atomic import atomic_dir, check_target_dir
 
     target = check_target_dir(path, "path")  # every rank: all raise together
     settings = adapter_settings(chunks)

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import torch
 
-from bridge.conversion.hf_io import TensorInfo
+from bridge.conversion.hf_io import HFCheckpoint, TensorInfo
 from bridge.conversion.mappings import StackedView
 from bridge.errors import ConfigError
 
@@ -193,8 +193,6 @@ class StackedExporter:
 
 def open_checkpoint(folder, family):
     """The HF checkpoint at `folder` as `family`'s mapping rows name its tensors."""
-    from bridge.conversion.hf_io import HFCheckpoint
-
     ckpt = HFCheckpoint(folder)
     return StackedCheckpoint(ckpt, family.stacked_experts) if family.stacked_experts else ckpt
 

@@ -21,13 +21,17 @@ from typing import Any
 
 import torch
 
+from bridge.checkpoint import resolve_checkpoint, save_checkpoint
 from bridge.checkpoint.atomic import atomic_dir, check_target_dir
 from bridge.checkpoint.paths import HF_ASSETS_DIR
+from bridge.checkpoint.save_load import model_sharded_state_dict, read_common, verified_for_model
 from bridge.conversion.auto_bridge import AutoBridge
 from bridge.conversion.fsdp2_refusal import refuse_fsdp2_checkpoint
 from bridge.conversion.hf_io import HFCheckpoint
 from bridge.conversion.model_params import LocalParam, local_params
 from bridge.conversion.saved_run import read_saved_run
+from bridge.conversion.stacked_experts import open_checkpoint
+from bridge.conversion.weight_loader import check_all_used, check_tensors, copy_pieces, non_finite
 from bridge.errors import ConfigError
 from bridge.parallel import ranks
 
@@ -111,7 +115,6 @@ class HFTensorSource:
         # The last parameter is kept: the halves of a fused gated-MLP weight come one after the other.
         if self._cached is not None and self._cached[0] is lp:
             return self._cached[1]
-        from bridge.conversion.weight_loader import copy_pieces, non_finite
 
         self._cached = None
         out = torch.empty(lp.param.shape, dtype=lp.param.dtype)
@@ -203,10 +206,6 @@ def stream_import(
     hf_path: str | os.PathLike, megatron_path: str | os.PathLike, allow_non_finite: bool = False
 ) -> None:
     """HF folder -> torch_dist checkpoint (iteration 0), as AutoBridge.import_ckpt, one tensor in RAM."""
-    from bridge.checkpoint import save_checkpoint
-    from bridge.conversion.stacked_experts import open_checkpoint
-    from bridge.conversion.weight_loader import check_all_used, check_tensors
-
     _single_process("import")
     bridge = AutoBridge.from_hf_pretrained(hf_path)
     target = check_target_dir(megatron_path, "megatron_path")
@@ -261,8 +260,6 @@ class CheckpointTensorReader:
     each ShardedTensor of the parameter is read with torch DCP and a one-chunk load plan."""
 
     def __init__(self, folder: Path, chunks: list):
-        from bridge.checkpoint.save_load import model_sharded_state_dict
-
         self.folder = folder
         self.entries: dict[int, Any] = {}  # id(parameter) -> its ShardedTensor / ShardedTensorFactory
         for sd in model_sharded_state_dict(chunks, "all").values():
@@ -308,8 +305,6 @@ class CheckpointTensorReader:
 
 
 def _refuse_unsupported(folder: Path) -> None:
-    from bridge.checkpoint.save_load import read_common
-
     content = read_common(folder).get("checkpoint_content", {})
     run = read_saved_run(folder)
     if content.get("adapters_only") or (run is not None and run.peft.scheme is not None):
@@ -330,9 +325,6 @@ def stream_export(
 
     `bridge`: the HF config to export with (default AutoBridge.from_megatron_checkpoint(megatron_path)).
     """
-    from bridge.checkpoint import resolve_checkpoint
-    from bridge.checkpoint.save_load import verified_for_model
-
     _single_process("export")
     target = check_target_dir(hf_path, "hf_path")
     folder, _ = resolve_checkpoint(megatron_path)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from bridge.conversion.hf_io import DTYPE_NAMES, DTYPES
 from bridge.conversion.model_params import OUTPUT, LocalParam, local_params
@@ -34,8 +35,6 @@ class Unit:
 
 
 def _dist():
-    import torch.distributed as dist
-
     return dist if dist.is_available() and dist.is_initialized() else None
 
 

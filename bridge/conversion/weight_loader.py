@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
+import torch.distributed as dist
 
 from bridge.conversion.hf_io import HFCheckpoint
 from bridge.conversion.model_params import EMBEDDING, OUTPUT, LocalParam, local_params
@@ -22,6 +23,7 @@ from bridge.conversion.registry import Family
 from bridge.errors import ConfigError
 from bridge.parallel import ranks
 from bridge.parallel.runtime import quiet_known_warnings
+from bridge.parallel.wrappers import unwrap
 
 quiet_known_warnings()  # before conversion first imports Megatron-Core (some of its warnings fire on import)
 
@@ -30,7 +32,6 @@ def _gather_objects(obj):
     rank, world = ranks.rank_world()
     if world == 1:
         return [obj]
-    import torch.distributed as dist
 
     out = [None] * world
     dist.all_gather_object(out, obj)
@@ -156,7 +157,6 @@ def non_finite(t: torch.Tensor, hf_name: str, ckpt: HFCheckpoint) -> str | None:
 
 def _tied_lm_head(chunks, family: Family) -> set[str]:
     # Some tied checkpoints still carry lm_head (equal to the embedding): accepted, not loaded.
-    from bridge.parallel.wrappers import unwrap
 
     model = unwrap(chunks[0])
     if not getattr(model, "share_embeddings_and_output_weights", False):

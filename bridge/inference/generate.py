@@ -36,6 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from bridge.errors import config_error
 from bridge.parallel.wrappers import unwrap_all
@@ -218,7 +219,6 @@ def _last_logits(chunks: list, tokens: torch.Tensor, positions: torch.Tensor, co
 
 def _share_token(token: int, device: torch.device) -> int:
     """The last stage's choice on every rank: pipeline group from its last stage, then TP group from TP rank 0."""
-    import torch.distributed as dist
     from megatron.core import parallel_state
 
     value = torch.tensor([token], dtype=torch.long, device=device)
@@ -241,7 +241,6 @@ def _shared_seed(seed: int | None, device: torch.device) -> int:
     """`seed`, or (None) one drawn on rank 0 and broadcast, so every rank's generator starts the same."""
     if seed is not None:
         return int(seed)
-    import torch.distributed as dist
 
     value = torch.tensor([random.SystemRandom().randrange(2**63)], dtype=torch.long, device=device)
     if dist.is_initialized() and dist.get_world_size() > 1:

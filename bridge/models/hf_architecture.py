@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 from functools import lru_cache
+from pathlib import Path
 
 from bridge.models.gpt_provider import GPTModelProvider
+from bridge.models.hf_translation import common, read, registry, write
 
 
 @lru_cache(maxsize=8)
 def _fields(path: str) -> tuple[tuple[str, object], ...]:
     # what AutoBridge.from_hf_pretrained reads, without importing torch (the dry run stays light)
-    from pathlib import Path
-
-    from bridge.models.hf_translation import common, read, registry, write
 
     config = common.read_config_json(Path(path) / "config.json")
     merged = registry.with_class_defaults(config)
@@ -70,20 +69,14 @@ def model_from_hf(model: GPTModelProvider, path: str) -> GPTModelProvider:
 
 def check_supported(architecture: str) -> None:
     """ConfigError, listing the supported architectures, unless `architecture` is one of them."""
-    from bridge.models.hf_translation import registry
-
     registry.hf_family_for([architecture])
 
 
 def check_expressible(model: GPTModelProvider, architecture: str) -> None:
     """ConfigError unless the (supported) `architecture` can write `model` as its config.json."""
-    from bridge.models.hf_translation import registry, write
-
     write.hf_config_dict(model, registry.hf_family_for([architecture]), architecture)
 
 
 def supported_architectures() -> list[str]:
     """The Hugging Face architecture names a folder or config.json can have."""
-    from bridge.models.hf_translation import registry
-
     return registry.supported_architectures()

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from bridge.errors import ConfigError
 from bridge.models.dtypes import torch_dtype
+from bridge.models.performance_settings import SETTINGS
 from bridge.models.provider_checks import ACTIVATIONS, model_error
+from bridge.models.specs import gpt_block_spec, local_core_attention, uses_te_spec
 from bridge.models.transformer_fields import (
     AVAILABLE_FIELDS,
     BY_NAME_FIELDS,
@@ -105,8 +107,6 @@ def transformer_config(p: GPTFields):
     try:
         config = config_class(**kwargs)
     except (ValueError, AssertionError, NotImplementedError) as err:
-        from bridge.models.performance_settings import SETTINGS
-
         asked = [s.field for s in SETTINGS if s.requested(getattr(p, s.field))]
         hint = (
             f" This model asks for GPU performance settings ({', '.join(asked)}): build the run's model "
@@ -133,8 +133,6 @@ def _set_yarn_attributes(p: GPTFields, config) -> None:
 
 def _check_context_parallel_attention(p: GPTFields, config, variant: LayerVariant) -> None:
     """Refuse the attention variants that have no context-parallel path (the build would be wrong)."""
-    from bridge.models.specs import local_core_attention, uses_te_spec
-
     if p.context_parallel_size > 1 and variant.attn_logit_softcapping is not None:
         raise model_error(
             "context_parallel_size",
@@ -183,8 +181,6 @@ def build_stage(
     """One GPTModel stage of this rank on `config`; pre/post default to this rank's pipeline position."""
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
-
-    from bridge.models.specs import gpt_block_spec
 
     variant = p.layer_variant()
     _check_context_parallel_attention(p, config, variant)

@@ -15,6 +15,7 @@ from bridge.models import provider_layout
 from bridge.models.provider_build import build_stage
 from bridge.models.provider_checks import model_error
 from bridge.models.provider_layout import parallel_sizes
+from bridge.parallel import ranks, runtime
 from bridge.parallel.sizes import FIELD_OF
 
 if TYPE_CHECKING:
@@ -84,7 +85,6 @@ def _ensure_model_parallel_groups(p: GPTFields, layout: ParallelLayout | None, s
 
     if parallel_state.model_parallel_is_initialized():
         return
-    from bridge.parallel import ranks, runtime
 
     runtime.initialize_distributed(
         layout if layout is not None else provider_layout.derive_layout(p, ranks.env_world_size()), seed=seed

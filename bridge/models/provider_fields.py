@@ -9,12 +9,15 @@ Megatron-Core builds (provider_build, provider_distributed) read a GPTFields.
 
 from __future__ import annotations
 
+import difflib
 import functools
 from dataclasses import dataclass, fields
 from typing import Any
 
 from bridge.errors import ConfigError, config_error
+from bridge.models.layer_variant import LayerVariant
 from bridge.models.transformer_fields import AVAILABLE_FIELDS, TransformerFields
+from bridge.parallel.param_count import padded_vocab_size
 
 # Where the provider's default deliberately differs from TransformerConfig's (tested).
 DEFAULTS_DIFFERING_FROM_MCORE = {
@@ -126,8 +129,6 @@ class GPTFields(TransformerFields):
     def __setattr__(self, name: str, value: Any) -> None:
         # A typo (provider.num_layer = 4) must fail, not create a new attribute nobody reads.
         if not name.startswith("_") and name not in _field_names(type(self)):
-            import difflib
-
             close = difflib.get_close_matches(name, _field_names(type(self)), n=3)
             kind = type(self).__name__
             hint = f"did you mean {', '.join(close)}?" if close else f"see {kind}'s fields"
@@ -138,8 +139,6 @@ class GPTFields(TransformerFields):
 
     def layer_variant(self):
         """The layer variant bridge's spec builds for this model (pure data)."""
-        from bridge.models.layer_variant import LayerVariant
-
         return LayerVariant(
             layernorm_placement=self.layernorm_placement,
             qk_layernorm_scope=self.qk_layernorm_scope,
@@ -176,7 +175,6 @@ class GPTFields(TransformerFields):
             )
         if not self.should_pad_vocab:
             return self.vocab_size
-        from bridge.parallel.param_count import padded_vocab_size
 
         return padded_vocab_size(
             self.vocab_size, self.tensor_model_parallel_size, self.make_vocab_size_divisible_by

@@ -33,6 +33,9 @@ import functools
 import importlib.util
 import logging
 
+from bridge.errors import ConfigError
+from bridge.models.variant_spec import with_layer_variant
+
 logger = logging.getLogger(__name__)
 
 # attention_backend names for which the local spec uses SDPAttention.
@@ -84,8 +87,6 @@ def gpt_block_spec(config, vp_stage: int | None = None, variant=None):
     block = _with_sequence_parallel_norms(block)
     block = _with_expert_linears(block)
     if variant is not None and not variant.is_default:
-        from bridge.models.variant_spec import with_layer_variant
-
         block = with_layer_variant(block, variant)
         if variant.explicit_attention:
             return block  # its core attention is bridge's explicit one, whatever the backend
@@ -120,8 +121,6 @@ def local_core_attention(config):
         # MultiLatentAttention builds its core attention with k_channels / v_channels, which
         # DotProductAttention does not take (0.16.1, 0.19.2): SDPAttention whatever the backend.
         if reason is not None:
-            from bridge.errors import ConfigError
-
             raise ConfigError(
                 f"{reason}; multi-latent attention on the local spec runs only through sdpa attention "
                 "(Megatron-Core's DotProductAttention has no separate value head size). Fix: drop that "

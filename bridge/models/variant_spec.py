@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from bridge.models.post_norm import row_parallel_linear_with_post_norm
+
 
 def _submodules(spec):
     if isinstance(spec, functools.partial):
@@ -35,7 +37,6 @@ def with_layer_variant(block, variant):
     from megatron.core.transformer.identity_op import IdentityOp
 
     from bridge.models.local_rope_attention import LocalRopeSelfAttention
-    from bridge.models.post_norm import row_parallel_linear_with_post_norm
     from bridge.models.qk_norm import KeyProjectionRMSNorm, QueryProjectionRMSNorm
     from bridge.models.softcap_attention import SoftcapAttention
     from bridge.models.softmax_score_router import SoftmaxScoreRouter

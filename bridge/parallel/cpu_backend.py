@@ -44,6 +44,7 @@ import contextlib
 import functools
 import logging
 import threading
+from importlib.metadata import version
 from typing import Any
 
 from bridge.parallel.cpu_device_mode import push_device_mode
@@ -58,8 +59,6 @@ class CpuBackendError(RuntimeError):
 def _require(owner: Any, *names: str, patch: str) -> None:
     missing = [name for name in names if not hasattr(owner, name)]
     if missing:
-        from importlib.metadata import version
-
         where = getattr(owner, "__module__", None) if isinstance(owner, type) else None
         prefix = f"{where}.{owner.__qualname__}" if where else getattr(owner, "__name__", repr(owner))
         raise CpuBackendError(

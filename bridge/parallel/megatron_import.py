@@ -15,6 +15,8 @@ from __future__ import annotations
 import functools
 import sys
 
+from bridge.parallel import quiet_warnings
+
 
 def import_megatron() -> None:
     """Import the Megatron-Core modules bridge builds models with (a no-op once megatron.core is
@@ -22,8 +24,6 @@ def import_megatron() -> None:
     if "megatron.core" in sys.modules:
         return
     import torch
-
-    from bridge.parallel import quiet_warnings
 
     quiet_warnings.install(
         cpu=not torch.cuda.is_available()

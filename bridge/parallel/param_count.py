@@ -15,6 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bridge.errors import ConfigError
 from bridge.parallel.layout import ModelShape, ParallelLayout
 from bridge.parallel.stages import layer_ids, stage_layers
 
@@ -58,8 +59,6 @@ class ParamCount:
 
 
 def _require(shape: ModelShape, *names: str) -> None:
-    from bridge.errors import ConfigError
-
     missing = [n for n in names if getattr(shape, n) is None]
     if missing:
         raise ConfigError(

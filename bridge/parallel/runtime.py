@@ -8,13 +8,17 @@ device per local rank. Without: gloo and the CPU backend (bridge.parallel.cpu_ba
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
+import random
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bridge.errors import ConfigError
+from bridge.parallel import cpu_backend, quiet_warnings
+from bridge.parallel.megatron_import import import_megatron
 from bridge.parallel.ranks import env_world_size, rank
 from bridge.parallel.teardown import release_model_parallel_groups
 
@@ -56,8 +60,6 @@ def quiet_known_warnings() -> None:
     """Hide the third-party warnings listed in bridge.parallel.quiet_warnings (CPU-only ones without
     CUDA). Call before Megatron-Core is imported: some of them fire at import time. Idempotent."""
     import torch
-
-    from bridge.parallel import quiet_warnings
 
     quiet_warnings.install(cpu=not torch.cuda.is_available())
 
@@ -105,8 +107,6 @@ def initialize_distributed(layout: ParallelLayout, *, seed: int = 1234, timeout_
         _check_same(layout, seed)
         return
 
-    import datetime
-
     import torch
     import torch.distributed as dist
 
@@ -134,15 +134,12 @@ def initialize_distributed(layout: ParallelLayout, *, seed: int = 1234, timeout_
         _make_visible(logging.getLogger("bridge"))
 
     quiet_known_warnings()  # before cpu_backend.install() and parallel_state import Megatron-Core
-    from bridge.parallel.megatron_import import import_megatron
 
     import_megatron()  # torch.compile deferred to first use: inductor's compiler is not imported per rank
     use_cuda = torch.cuda.is_available()
     if use_cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     else:
-        from bridge.parallel import cpu_backend
-
         cpu_backend.install()
 
     if not dist.is_initialized():
@@ -233,8 +230,6 @@ def _seed_everything(seed: int) -> None:
     Each pipeline stage gets seed + 100 * pp_rank, as Megatron-LM and Megatron-Bridge do: with one
     seed, every stage would draw the same initial weights for its layers.
     """
-    import random
-
     import numpy as np
     import torch
     from megatron.core import parallel_state

@@ -17,6 +17,8 @@ from __future__ import annotations
 import gc
 import sys
 
+from bridge.parallel import mesh
+
 # Megatron-Core classes whose forward is an lru_cache keyed by `self` (module path, class name)
 _CACHED_FORWARDS = (
     ("megatron.core.models.common.embeddings.rotary_pos_embedding", "RotaryEmbedding"),
@@ -46,8 +48,6 @@ def release_model_parallel_groups() -> None:
         return
     import torch.distributed as dist
     from megatron.core import parallel_state
-
-    from bridge.parallel import mesh
 
     parallel_state.destroy_model_parallel()
     if not (dist.is_available() and dist.is_initialized()):

@@ -12,6 +12,8 @@ folder: bridge.conversion.hf_adapter) belong to conversion. `import bridge.peft`
 below load on first use.
 """
 
+import importlib
+
 from bridge.peft.names import is_adapter_param
 
 _LAZY = {
@@ -31,7 +33,6 @@ def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'bridge.peft' has no attribute {name!r}")
-    import importlib
 
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

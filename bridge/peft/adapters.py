@@ -34,6 +34,7 @@ rank's shard kept; B is zero; DoRA's m is ||W + s B A||_row = ||W||_row.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -328,7 +329,6 @@ class ParallelAdapter(nn.Module):
 def _swiglu_factory(sharded_tensor: Any, sharded_offsets: tuple, metadata: dict) -> Any:
     # Each rank holds [its gate rows; its up rows], as linear_fc1 does: the checkpoint stores gate and
     # up halves separately so that another TP size reads them back right (Megatron-Core's MLP does this).
-    import inspect
 
     from megatron.core import parallel_state
     from megatron.core.transformer.mlp import apply_swiglu_sharded_factory

@@ -1,3 +1,5 @@
+import importlib
+
 """Training on Megatron-Core: `pretrain(config, forward_step_func=None)` and `finetune(...)`.
 
 Imported lazily so `import bridge.training` stays free of torch and megatron.core.
@@ -8,8 +10,6 @@ __all__ = ["finetune", "pretrain"]
 
 def __getattr__(name: str):
     if name in __all__:
-        import importlib
-
         module = importlib.import_module("bridge.training.pretrain")
 
         # Importing the submodule bound `bridge.training.pretrain` to the module: rebind the functions.

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bridge.checkpoint.paths import CONSOLIDATED_DIR
+from bridge.config.consolidated import consolidated_source
 
 
 def consolidated_writer(cfg, provider, model: list) -> Callable[[Path], None] | None:
@@ -20,7 +21,6 @@ def consolidated_writer(cfg, provider, model: list) -> Callable[[Path], None] | 
     config.json is bridge.config.consolidated's, which validation already accepted."""
     if not cfg.checkpoint.save_consolidated:
         return None
-    from bridge.config.consolidated import consolidated_source
     from bridge.conversion.auto_bridge import AutoBridge
 
     source = consolidated_source(cfg)

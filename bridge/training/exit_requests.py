@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 
 import torch
@@ -22,9 +24,6 @@ class ExitRequests:
     the rank then saves and exits like for any stop instead of training on without its launcher."""
 
     def __init__(self, train_cfg):
-        import signal
-        import threading
-
         self.received: str | None = None
         self.started = time.monotonic()
         self.duration_s = (train_cfg.exit_duration_in_mins or 0) * 60.0
@@ -41,16 +40,12 @@ class ExitRequests:
             self.received = "SIGTERM"  # torchrun is already gone
 
     def _handle(self, signum, frame):
-        import signal
-
         name = signal.Signals(signum).name
         if self.received == name and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.received = name
 
     def restore(self) -> None:
-        import signal
-
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         if self._previous:
@@ -60,7 +55,6 @@ class ExitRequests:
     def poll(self) -> str | None:
         """The reason to stop now (the same on every rank), or None."""
         device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
-        import signal
 
         code = float(signal.Signals[self.received].value) if self.received else 0.0
         late = 1.0 if self.duration_s and time.monotonic() - self.started >= self.duration_s else 0.0
@@ -74,8 +68,6 @@ class ExitRequests:
 
 
 def signal_number(value) -> int:
-    import signal
-
     text = str(value).strip().upper()
     if text.isdigit():
         return int(text)

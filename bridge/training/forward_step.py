@@ -22,6 +22,7 @@ chunks r and 2*cp-1-r of every segment (`split_packed_batch_for_cp`).
 
 from __future__ import annotations
 
+import inspect
 from functools import partial
 
 import torch
@@ -66,8 +67,6 @@ def split_batch_for_cp(batch: dict, cp_group) -> dict:
     through Megatron-Core's get_batch_on_this_cp_rank. 0.16.1: (batch, cp_group); 0.19.2 added a required
     is_hybrid_cp (False: no cu_seqlens, so its per-sequence zigzag, the same split) and needs cp_group
     (it reads the group's size and rank from torch.distributed, which without it means the world)."""
-    import inspect
-
     from megatron.core.utils import get_batch_on_this_cp_rank
 
     if "is_hybrid_cp" in inspect.signature(get_batch_on_this_cp_rank).parameters:

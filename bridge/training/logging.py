@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 import sys
 from dataclasses import dataclass, field
 
@@ -95,8 +96,6 @@ def throughput_unit() -> str:
 
 
 def format_validation_line(iteration: int, losses: dict[str, float]) -> str:
-    import math
-
     body = " | ".join(
         f"{k} value: {v:.6E} | {k} PPL: {math.exp(min(20.0, v)):.6E}" for k, v in losses.items()
     )

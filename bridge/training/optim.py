@@ -10,6 +10,7 @@ import math
 
 from bridge.config.run_plan import Precision, SchedulePlan
 from bridge.config.sections import MixedPrecisionConfig, OptimizerConfig, SchedulerConfig
+from bridge.parallel.mesh import build_meshes
 
 
 def megatron_optimizer_config(
@@ -141,8 +142,6 @@ class Fsdp2Optimizer:
     def grad_norm(self) -> float:
         import torch
         from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
-
-        from bridge.parallel.mesh import build_meshes
 
         replica = build_meshes(self.layout).dense["dp_replicate"].get_local_rank()
         device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 
 import bridge.checkpoint as checkpoint
+from bridge.checkpoint import manifest, paths
 from bridge.checkpoint.same_state import holds_same_state
 from bridge.training.logging import logger
 from bridge.training.state import NonFiniteLossError
@@ -27,8 +28,6 @@ def log_rank() -> int:
 def last_finite_checkpoint(save_dir: str | None) -> tuple[int, str, dict] | None:
     """The newest complete checkpoint in `save_dir` whose weights were finite when it was saved
     (from its manifest summary; a checkpoint without one counts as finite)."""
-    from bridge.checkpoint import manifest, paths
-
     if not save_dir:
         return None
     for it in reversed(paths.complete_iterations(save_dir)):

@@ -20,9 +20,13 @@ does the rest of Megatron-Core's finalize_model_grads (sequence-parallel norm gr
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from bridge.parallel.mesh import build_meshes
+from bridge.parallel.wrappers import unwrap
 
 
 @dataclass
@@ -149,8 +153,6 @@ def _no_forward_buffer_sync() -> dict[str, bool]:
     frequencies, are computed identically on every rank). torch 2.13 deprecates `broadcast_buffers` for
     `forward_sync_buffers` (which still syncs them once at construction: harmless, they are equal);
     older releases only know `broadcast_buffers`."""
-    import inspect
-
     import torch
 
     params = inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters
@@ -187,8 +189,6 @@ def fully_shard_chunks(
     import torch
     from megatron.core.transformer.transformer_layer import TransformerLayer
     from torch.distributed.fsdp import fully_shard
-
-    from bridge.parallel.mesh import build_meshes
 
     meshes = build_meshes(layout)
     mesh = meshes.fsdp_mesh()
@@ -252,8 +252,6 @@ def _allreduce_tied_embedding_grads(model: list) -> None:
     local shards line up."""
     import torch
     from megatron.core import parallel_state as ps
-
-    from bridge.parallel.wrappers import unwrap
 
     if ps.get_pipeline_model_parallel_world_size() == 1 or not ps.is_rank_in_embedding_group(
         ignore_virtual=True

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import math
+import resource
 import time
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from bridge.training.logging import (
     format_validation_line,
     logger,
 )
+from bridge.training.profiling import StepProfiler
 from bridge.training.saves import finish_pending, log_rank, non_finite_message, save, sync_params_for
 from bridge.training.state import NonFiniteLossError, TrainResult
 
@@ -112,7 +114,6 @@ def evaluate(ctx: TrainingContext) -> float:
 def _memory_note() -> str:
     if torch.cuda.is_available():
         return f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB"
-    import resource
 
     return f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB (max RSS)"
 
@@ -128,8 +129,6 @@ def train(ctx: TrainingContext) -> TrainResult:
     exits = ExitRequests(cfg.train)
     profiler = None
     if ctx.plan.profiling is not None:  # nothing at all when profiling is off
-        from bridge.training.profiling import StepProfiler
-
         profiler = StepProfiler.for_rank(ctx.plan.profiling, torch.distributed.get_rank())
     try:
         return _loop(ctx, result, exits, start_iteration, start_iteration, profiler)

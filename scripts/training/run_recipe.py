@@ -149,9 +149,12 @@ def run(argv: list[str] | None = None) -> int:
     if is_rank_zero():
         for line in warnings:  # the plan's own warnings are logged once by pretrain()
             print(f"warning: {line}", file=sys.stderr)
-    from bridge.training.pretrain import finetune, plan_for_this_process, pretrain
+    from bridge.training.process_plan import plan_for_this_process
 
-    (finetune if finetuning else pretrain)(plan_for_this_process(cfg))
+    plan = plan_for_this_process(cfg)  # a refused config is said before torch is imported
+    from bridge.training.pretrain import finetune, pretrain
+
+    (finetune if finetuning else pretrain)(plan)
     return 0
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bridge.parallel.layout import ParallelLayout
-from bridge.training.pretrain import optimizer_reshards
+from bridge.training.resume import optimizer_reshards
 
 
 def line(world: int, **sizes: int) -> str:

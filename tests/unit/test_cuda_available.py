@@ -1,5 +1,5 @@
 """A run's plan asks torch whether CUDA is there only where a GPU driver is loaded: on a CPU machine a
-refused config is said before torch is imported (bridge.training.pretrain.cuda_available)."""
+refused config is said before torch is imported (bridge.training.process_plan.cuda_available)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.functional.launch import REPO_ROOT
 PROBE = textwrap.dedent(
     """
     import importlib, sys
-    module = importlib.import_module("bridge.training.pretrain")
+    module = importlib.import_module("bridge.training.process_plan")
     module._GPU_DRIVER_PATHS = ({paths})
     got = module.cuda_available()
     print(got, "torch" in sys.modules)

@@ -194,7 +194,7 @@ def test_a_bridge_checkpoint_without_its_manifest_is_damaged(tmp_path):
 
 
 def test_a_resume_names_the_values_it_leaves_unused():
-    from bridge.training.pretrain import ignored_on_resume
+    from bridge.training.resume import ignored_on_resume
 
     cfg = _config(None, lr=1e-3, iters=5)
     kept = SimpleNamespace(max_lr=3e-4, min_lr=cfg.optimizer.min_lr)

@@ -7,8 +7,10 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from bridge.checkpoint.paths import RUN_CONFIG_FILENAME, checkpoint_dir, complete_iterations, tracked_or_none
 from bridge.config import sections as S
 from bridge.config.checks.rules import one_of, positive
+from bridge.config.consolidated import consolidated_source
 from bridge.errors import config_error
 
 if TYPE_CHECKING:
@@ -35,12 +37,9 @@ def check_checkpoint(cfg: ConfigContainer) -> None:
                 "writes a Hugging Face copy inside each saved checkpoint, but checkpoint.save is not set",
                 "set checkpoint.save=/path/to/dir, or checkpoint.save_consolidated=false",
             )
-        from bridge.config.consolidated import consolidated_source
 
         consolidated_source(cfg)  # a ConfigError when the copy's architecture is unknown
     elif c.hf_architecture:  # the architecture the run's checkpoints export as (convert_checkpoint.py)
-        from bridge.config.consolidated import consolidated_source
-
         consolidated_source(cfg)
     if c.save and os.path.exists(c.save) and not os.path.isdir(c.save):
         raise config_error(
@@ -169,7 +168,6 @@ def _differences(saved: Any, current: Any, prefix: str = "") -> list[str]:
 
 
 def _saved_differences(cfg: ConfigContainer, folder: str) -> list[str]:
-    from bridge.checkpoint.paths import RUN_CONFIG_FILENAME
     from bridge.config.yaml_io import load_yaml_text, to_container_dict
 
     path = os.path.join(folder, RUN_CONFIG_FILENAME)
@@ -190,8 +188,6 @@ def resume_plan(cfg: ConfigContainer) -> ResumePlan:
     checkpoints: resume from them if the newest one's run_config.yaml is this config (up to
     RESUME_FREE_FIELDS), as Megatron-Bridge's recipes do by setting load = save; with
     checkpoint.overwrite start from scratch and replace them; else a ConfigError before anything runs."""
-    from bridge.checkpoint.paths import checkpoint_dir, complete_iterations, tracked_or_none
-
     c = cfg.checkpoint
     iters = cfg.train.train_iters
     if c.load:

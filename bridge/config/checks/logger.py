@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from typing import TYPE_CHECKING
 
@@ -14,8 +15,6 @@ if TYPE_CHECKING:
 
 
 def check_logger(cfg: ConfigContainer) -> list[str]:
-    import importlib.util
-
     lg = cfg.logger
     positive("logger.log_interval", lg.log_interval)
     if not lg.wandb_project:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import TYPE_CHECKING
 
 from bridge.config.checks.data import split_weights
@@ -25,8 +26,6 @@ def check_train(cfg: ConfigContainer, layout: ParallelLayout) -> None:
             "train.exit_duration_in_mins", t.exit_duration_in_mins, "must be > 0 or null", "give minutes"
         )
     if t.exit_signal is not None:
-        import signal
-
         text = str(t.exit_signal).strip().upper()
         name = text if text.isdigit() or text.startswith("SIG") else "SIG" + text
         valid = (

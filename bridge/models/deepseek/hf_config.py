@@ -33,6 +33,7 @@ import re
 from typing import Any
 
 from bridge.errors import ConfigError
+from bridge.models import transformer_fields  # read at call time: tests swap the release's fields
 from bridge.models.hf_translation.common import BASE_DEFAULTS, get, refuse
 
 logger = logging.getLogger(__name__)
@@ -358,15 +359,11 @@ def _warn_mtp(cfg: Any) -> None:
 def translate(cfg: Any, base: dict[str, Any]) -> dict[str, Any]:
     """The DeepSeek provider fields: `base` (the generic dtype / size fields) with MLA, RoPE and MoE
     (the translator's `translate` hook: it replaces the generic RoPE and expert translation)."""
-    from bridge.models.transformer_fields import MLA_FIELDS
-
-    if not MLA_FIELDS:
-        from bridge.models.transformer_fields import INSTALLED_RELEASE
-
+    if not transformer_fields.MLA_FIELDS:
         raise _refuse(
             "model_type",
             _get(cfg, "model_type"),
-            f"multi-latent attention needs MLATransformerConfig fields megatron-core {INSTALLED_RELEASE} lacks",
+            f"multi-latent attention needs MLATransformerConfig fields megatron-core {transformer_fields.INSTALLED_RELEASE} lacks",
             "install megatron-core 0.16.1 or 0.19.2",
         )
     _check_plain(cfg)

@@ -4,6 +4,7 @@ reading a config.json file."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +51,6 @@ def hf_dtype_name(cfg: Any) -> str:
 
 def read_config_json(path: str | Path) -> dict[str, Any]:
     """config.json as a dict, or a ConfigError naming the file and what is wrong with it."""
-    import json
-
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")

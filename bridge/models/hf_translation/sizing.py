@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from bridge.models.gpt_provider import GPTModelProvider
 from bridge.models.hf_translation.common import BASE_DEFAULTS, get
 from bridge.models.hf_translation.read import provider_fields
 from bridge.models.hf_translation.registry import HfFamily, hf_families
@@ -48,6 +49,4 @@ def sizing_provider_fields(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def model_shape(cfg: dict[str, Any]) -> ModelShape:
     """The ModelShape of config.json `cfg` (no seq_length: a config's context is not a training length)."""
-    from bridge.models.gpt_provider import GPTModelProvider
-
     return replace(GPTModelProvider(**sizing_provider_fields(cfg)).model_shape(), seq_length=None)

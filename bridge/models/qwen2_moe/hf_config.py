@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bridge.models import transformer_fields  # read at call time: tests swap the release's fields
 from bridge.models.hf_translation.common import BASE_DEFAULTS, MOE_DEFAULTS, get, refuse
 
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -52,15 +53,14 @@ def provider_fields(cfg: Any) -> dict[str, Any]:
             "Qwen2-MoE builds a shared expert in every MoE layer, so it must be a positive size",
             "use the published config.json",
         )
-    from bridge.models.transformer_fields import AVAILABLE_FIELDS, INSTALLED_RELEASE
 
     for name in ("moe_shared_expert_intermediate_size", "moe_shared_expert_gate"):
-        if name not in AVAILABLE_FIELDS:
+        if name not in transformer_fields.AVAILABLE_FIELDS:
             raise refuse(
                 "shared_expert_intermediate_size",
                 size,
                 f"the gated shared expert needs TransformerConfig.{name}, which megatron-core "
-                f"{INSTALLED_RELEASE} does not have",
+                f"{transformer_fields.INSTALLED_RELEASE} does not have",
                 "install a megatron-core release with it (0.16.1 and 0.19.2 have both)",
             )
     return dict(moe_shared_expert_intermediate_size=int(size), moe_shared_expert_gate=True)

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import torch
+
 from bridge.config.run_plan import DataPlan
+from bridge.training.data.indexed import build_indexed_datasets
+from bridge.training.data.jsonl import build_jsonl_datasets
 from bridge.training.data.mock import MockDataset
 from bridge.training.data.sample import DocumentMasking
 from bridge.training.data.samplers import DataParallelSampler
+from bridge.training.data.sft import build_sft_datasets
 
 
 def build_datasets(data: DataPlan, tokenizer) -> list:
@@ -25,14 +30,9 @@ def build_datasets(data: DataPlan, tokenizer) -> list:
             for i, n in enumerate(data.sample_counts)
         ]
     if data.kind == "indexed":
-        from bridge.training.data.indexed import build_indexed_datasets
-
         return build_indexed_datasets(data, tokenizer)
     if data.kind in ("sft", "chat"):
-        from bridge.training.data.sft import build_sft_datasets
-
         return build_sft_datasets(data, tokenizer)
-    from bridge.training.data.jsonl import build_jsonl_datasets  # the plan allows mock, indexed, jsonl
 
     return build_jsonl_datasets(data, tokenizer, masking)
 
@@ -41,8 +41,6 @@ def build_iterator(
     dataset, consumed_samples: int, micro_batch_size: int, dp_rank: int, dp_size: int, num_workers: int = 0
 ) -> Iterator[dict] | None:
     """Batches of micro_batch_size samples for this data-parallel rank, starting after consumed_samples."""
-    import torch
-
     if dataset is None:
         return None
     sampler = DataParallelSampler(len(dataset), consumed_samples, micro_batch_size, dp_rank, dp_size)

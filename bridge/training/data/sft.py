@@ -23,10 +23,12 @@ import torch
 
 from bridge.config.run_plan import DataPlan
 from bridge.errors import ConfigError
+from bridge.parallel.ranks import is_rank_zero
 from bridge.training.data.packing import PackedDataset
 from bridge.training.data.samples import EpochOrder, TokenizedSamples
 from bridge.training.data.splits import split_ranges
 from bridge.training.data.tokenizer import NullTokenizer
+from bridge.training.logging import logger
 
 ROLES = ("system", "user", "assistant", "tool")
 SPLIT_NAMES = ("train", "valid", "test")
@@ -404,9 +406,6 @@ class SFTDataset(torch.utils.data.Dataset):
 
 def _log(level: int, message: str) -> None:
     """On rank 0 only: every rank builds the same datasets."""
-    from bridge.parallel.ranks import is_rank_zero
-    from bridge.training.logging import logger
-
     if is_rank_zero():
         logger.log(level, message)
 
