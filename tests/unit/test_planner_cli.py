@@ -106,7 +106,7 @@ def test_a_default_global_batch_is_rounded_but_a_given_one_is_kept():
 
 def test_all_sizes_fixed_and_not_fitting_reports_derived_sizes():
     fixed = ("--tp", "2", "--ep", "8", "--etp", "1", "--pp", "1", "--cp", "1")
-    code, out, _ = _run("--model", "qwen3_30b_a3b_pretrain_config", "--gpus", "8", *fixed, "--json")
+    code, out, _ = _run("--model", "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config", "--gpus", "8", *fixed, "--json")
     data = json.loads(out)
     assert code == 1 and data["fits"] is False
     assert data["memory_gb"]["total"] > data["usable_memory_gb"]

@@ -17,7 +17,7 @@ CASES = [
     ("llama31_8b_pretrain_config", 16, []),
     ("llama31_70b_pretrain_config", 64, []),
     ("llama31_70b_pretrain_config", 64, ["--interconnect", "ethernet"]),
-    ("qwen3_30b_a3b_pretrain_config", 16, []),
+    ("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config", 16, []),
     ("mixtral_8x7b_pretrain_config", 64, ["--seq-length", "32768"]),
 ]
 
