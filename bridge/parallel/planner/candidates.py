@@ -9,7 +9,8 @@ from bridge.parallel import schedules
 from bridge.parallel.layout import ModelShape, ParallelLayout
 from bridge.parallel.memory import TrainingSetup
 from bridge.parallel.planner.request import LONG_SEQUENCE, PlanRequest, planned_global_batch
-from bridge.parallel.planner.stages import sizing_shape, stage_split
+from bridge.parallel.planner.stages import choose_split
+from bridge.parallel.stages import parse_layout
 
 
 def _divisors(n: int, limit: int | None = None) -> list[int]:
@@ -142,26 +143,22 @@ def candidate_layout(
 ) -> tuple[ParallelLayout, TrainingSetup]:
     """The validated layout for these sizes and strategy, and `setup` with the global batch it trains with.
 
-    Where pp does not divide the layers the layout is checked (and its memory sized) as pp stages of the
-    heaviest uneven stage's layers (bridge.parallel.planner.stages); `layout.model` is that shape."""
+    The pipeline split is the recipe's (req.split) or the lightest Megatron-Core accepts
+    (bridge.parallel.planner.stages.choose_split); the layout holds the real model and that split, so
+    ParallelLayout checks it with the run's own rule code (bridge.parallel.stages) and the memory
+    estimate covers every stage."""
     world = req.gpus
     dp = world // (tp * pp * cp) if world % (tp * pp * cp) == 0 else 1
     setup = replace(setup, global_batch_size=planned_global_batch(req, dp))
-    split = stage_split(req.model.num_layers, pp)
-    shape = req.model if split is None else sizing_shape(req.model, split)
+    shape = req.model
     if "vpp" in req.fixed:
-        vpp = req.fixed["vpp"]
+        vpp = req.fixed["vpp"] if req.fixed["vpp"] > 1 else None  # --vpp 1: no virtual stages
     elif vpp == "choose":
-        vpp = _choose_vpp(shape, pp, setup, dp) if split is None or split.even else None
-    if split is not None and not split.even and vpp is not None:
-        ends = (split.first, split.last) + ((split.middle,) if pp > 2 else ())
-        if any(n % vpp for n in ends):
-            raise config_error(
-                "vpp",
-                vpp,
-                f"must divide the layers of every uneven stage ({split.describe()})",
-                "leave vpp unset, or choose pp so the stages divide into vpp chunks",
-            )
+        vpp = _vpp_of_layout(req, pp)
+        if vpp == "choose":
+            even = shape.num_layers % pp == 0
+            vpp = _choose_vpp(shape, pp, setup, dp) if even else None
+    fields, _ = choose_split(shape.num_layers, pp, vpp, req.split)
     layout = ParallelLayout(
         world_size=world,
         tp=tp,
@@ -170,11 +167,12 @@ def candidate_layout(
         cp=cp,
         ep=ep,
         etp=etp,
-        sequence_parallel=tp > 1 and strategy != "megatron_fsdp",  # Megatron-FSDP refuses SP
+        sequence_parallel=tp > 1 and strategy != "megatron_fsdp" and req.sequence_parallel is not False,
         strategy=strategy,
         dp_replicate_size=req.dp_replicate_size if strategy == "fsdp2" else None,
         gpus_per_node=req.gpus_per_node,
         model=shape,
+        split=fields,
     )
     gbs = setup.global_batch_size
     if gbs is not None and gbs % (setup.micro_batch_size * layout.dp):
@@ -185,3 +183,11 @@ def candidate_layout(
             "change the global batch or the layout",
         )
     return layout, setup
+
+
+def _vpp_of_layout(req: PlanRequest, pp: int) -> int | None | str:
+    """A recipe's pipeline layout string fixes the virtual stages (its stages / pp); else "choose"."""
+    if req.split is None or req.split.layout is None:
+        return "choose"
+    stages = len(parse_layout(req.split.layout))
+    return stages // pp if stages % pp == 0 and stages // pp > 1 else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bridge.parallel.layout import ParallelLayout
 from bridge.parallel.planner.request import USABLE_FRACTION, Plan
+from bridge.parallel.planner.stages import field_values
 
 _LAYOUT_KEYS = (
     ("tensor_model_parallel_size", "tp"),
@@ -56,8 +57,15 @@ def plan_to_json(p: Plan) -> dict:
     out["gpu"] = req.system.name
     out["estimate"] = _estimate_json(p.estimate) if p.estimate else None
     if p.split is not None and not p.split.even:
-        out["num_layers_in_first_pipeline_stage"] = p.split.first
-        out["num_layers_in_last_pipeline_stage"] = p.split.last
+        out.update({name.removeprefix("model."): v for name, v in field_values(p.split.fields).items()})
+        out["stage_layers"] = (
+            [p.split.first, p.split.middle, p.split.last]
+            if p.split.pp > 2
+            else [
+                p.split.first,
+                p.split.last,
+            ]
+        )
     if not p.fits:
         out["advice"] = list(p.advice)
         if p.closest is not None:
@@ -140,7 +148,9 @@ def plan_overrides(p: Plan, explicit: dict[str, object] | None = None) -> list[s
     ]
     if p.request.pp_schedule is not None:
         out.append(f"distributed.pp_schedule={p.request.pp_schedule}")
-    if p.recompute == "full":
+    if p.request.recompute is not None:
+        pass  # the recipe's own recomputation settings stay as they are
+    elif p.recompute == "full":
         out += [
             "model.recompute_granularity=full",
             "model.recompute_method=uniform",
@@ -169,13 +179,10 @@ def plan_overrides(p: Plan, explicit: dict[str, object] | None = None) -> list[s
 
 
 def _uneven_overrides(p: Plan) -> list[str]:
-    """Megatron-Core's uneven stage fields, when the plan's pipeline does not divide the layers."""
-    if p.split is None or p.split.even:
+    """Megatron-Core's split fields the planner chose (a recipe's own split is the recipe's already)."""
+    if p.split is None or p.split.even or p.request.split is not None:
         return []
-    return [
-        f"model.num_layers_in_first_pipeline_stage={p.split.first}",
-        f"model.num_layers_in_last_pipeline_stage={p.split.last}",
-    ]
+    return [f"{name}={value}" for name, value in field_values(p.split.fields).items()]
 
 
 def _estimate_lines(p: Plan) -> list[str]:
