@@ -92,7 +92,8 @@ def _hf_defaults(cfg: dict) -> dict:
 
 
 def resolve_model(name: str) -> tuple[ModelShape, dict]:
-    """(shape, defaults) for --model; defaults are a recipe's seq_length / batch sizes."""
+    """(shape, defaults) for --model; defaults are PlanRequest fields: a recipe's settings
+    (bridge.config.planning.planner_settings), a config.json's short context window."""
     path = Path(name)
     if path.is_dir():
         path = path / "config.json"
@@ -115,13 +116,12 @@ def resolve_model(name: str) -> tuple[ModelShape, dict]:
     from recipes import ALIASES, RECIPES, get_recipe  # lazily: bridge never imports recipes at module level
 
     if name in RECIPES or name in ALIASES:
+        from bridge.config.planning import planner_settings
+
         cfg = get_recipe(name)()
-        defaults = {
-            "seq_length": getattr(cfg.model, "seq_length", None),
-            "global_batch_size": getattr(cfg.train, "global_batch_size", None),
-            "micro_batch_size": getattr(cfg.train, "micro_batch_size", None),
-        }
-        return cfg.model.model_shape(), defaults
+        # everything the dry run plans the recipe with on a GPU: batch shape, precision, optimizer,
+        # recomputation, PEFT, sequence parallelism, pipeline schedule and split
+        return cfg.model.model_shape(), planner_settings(cfg, cuda=True)
     from bridge.models.families import preset_factory, preset_families
 
     factory = preset_factory(name)
@@ -178,13 +178,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--global-batch-size", type=int, default=None, help="default: the recipe's")
     ap.add_argument("--micro-batch-size", type=int, default=None, help="default: the recipe's, else 1")
-    ap.add_argument("--precision", choices=PRECISIONS, default=None, help="default: bf16")
-    ap.add_argument("--optimizer", choices=OPTIMIZERS, default=None, help="default: adam")
+    ap.add_argument("--precision", choices=PRECISIONS, default=None, help="default: a recipe's, else bf16")
+    ap.add_argument("--optimizer", choices=OPTIMIZERS, default=None, help="default: a recipe's, else adam")
     ap.add_argument(
         "--memory-model",
         choices=MEMORY_MODELS,
         default="megatron",
         help="seed: 2+2+4 bytes per parameter; megatron: mixed precision + distributed optimizer",
+    )
+    ap.add_argument(
+        "--recompute",
+        choices=("none", "full"),
+        default=None,
+        help="activation recomputation (default: a recipe's; else none, full only where nothing fits without)",
     )
     # no argparse `choices`: PlanRequest refuses a bad value as one ConfigError line naming the rule
     ap.add_argument(
@@ -228,8 +234,17 @@ def main(argv: list[str] | None = None) -> int:
             "micro_batch_size": args.micro_batch_size,
             "precision": args.precision,
             "optimizer": args.optimizer,
+            "recompute": args.recompute,
         }
         gpu = SYSTEMS[args.gpu]
+        # the command line wins over the recipe's settings; what neither says the planner chooses
+        recipe = {
+            key: defaults[key]
+            for key in ("split", "sequence_parallel", "trainable_params", "pp_schedule")
+            if defaults.get(key) is not None
+        }
+        if args.pp_schedule is not None:
+            recipe["pp_schedule"] = args.pp_schedule
         req = PlanRequest(
             model=shape,
             gpus=args.gpus,
@@ -241,14 +256,15 @@ def main(argv: list[str] | None = None) -> int:
             global_batch_size=_given(args.global_batch_size, defaults.get("global_batch_size")),
             round_global_batch=args.global_batch_size is None,  # a recipe's default may be rounded
             micro_batch_size=_given(args.micro_batch_size, defaults.get("micro_batch_size") or 1),
-            precision=args.precision or "bf16",
-            optimizer=args.optimizer or "adam",
+            precision=args.precision or defaults.get("precision") or "bf16",
+            optimizer=args.optimizer or defaults.get("optimizer") or "adam",
+            recompute=args.recompute or defaults.get("recompute"),
             memory_model=args.memory_model,
             fixed={f: getattr(args, f) for f in SIZE_FLAGS if getattr(args, f) is not None},
-            pp_schedule=args.pp_schedule,
             strategy=args.strategy,
             dp_replicate_size=args.dp_replicate_size,
             gpu=args.gpu,
+            **recipe,
         )
         result = plan(req)
     except ConfigError as err:

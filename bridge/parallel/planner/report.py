@@ -148,7 +148,8 @@ def plan_overrides(p: Plan, explicit: dict[str, object] | None = None) -> list[s
     ]
     if p.request.pp_schedule is not None:
         out.append(f"distributed.pp_schedule={p.request.pp_schedule}")
-    if p.request.recompute is not None:
+    explicit = explicit or {}
+    if p.request.recompute is not None and explicit.get("recompute") is None:
         pass  # the recipe's own recomputation settings stay as they are
     elif p.recompute == "full":
         out += [
@@ -225,7 +226,12 @@ def format_table(p: Plan, model_name: str, overrides: list[str]) -> str:
         f"bridge plan: {model_name} on {req.gpus} GPUs ({req.gpus_per_node} per node, {req.link}), "
         f"{req.gpu_memory_gb:g} GB each",
         f"  seq {req.seq}, micro batch {req.micro_batch_size}, global batch {p.global_batch_size or '-'}, "
-        f"{req.precision}, {req.optimizer}",
+        f"{req.precision}, {req.optimizer}"
+        + (
+            ""
+            if req.trainable_params is None
+            else f", PEFT: {req.trainable_params / 1e6:.1f}M adapter parameters train"
+        ),
         f"parameters: {_b(p.params.total)} total, {_b(p.params.active)} active per token",
         "",
     ]
