@@ -42,7 +42,6 @@ def planner_settings(cfg: ConfigContainer, cuda: bool = True) -> dict[str, Any]:
 
     m, d = cfg.model, cfg.distributed
     shape = m.model_shape()
-    split = stage_split(m)
     return dict(
         seq_length=m.seq_length,
         global_batch_size=cfg.train.global_batch_size,
@@ -53,6 +52,7 @@ def planner_settings(cfg: ConfigContainer, cuda: bool = True) -> dict[str, Any]:
         pp_schedule=d.pp_schedule,
         # a recipe at tp > 1 chose sequence parallelism; at tp = 1 it has no say (SP needs tp > 1)
         sequence_parallel=bool(m.sequence_parallel) if m.tensor_model_parallel_size > 1 else None,
-        split=split if split.given else None,
+        # the recipe's split, even when it is the even one: the dry run of the recipe tries no other
+        split=stage_split(m),
         trainable_params=trainable_parameters(cfg, shape),
     )

@@ -46,7 +46,8 @@ class PlanRequest:
     dp_replicate_size: int | None = None  # fsdp2 only: HSDP replicas (sharded within each)
     gpu: str = DEFAULT_SYSTEM  # the GPU system the speed estimate uses (bridge.parallel.planner.systems)
     # A recipe's settings (bridge.config.planning.recipe_request_fields), None: the planner chooses.
-    # split: Megatron-Core's pipeline split fields (the only split tried); sequence_parallel: with tp > 1;
+    # split: Megatron-Core's pipeline split fields, the only split tried (SplitFields(): the even split only;
+    # None: bridge.parallel.planner.stages.split_options); sequence_parallel: with tp > 1;
     # recompute: "none" | "full" (the only one tried); trainable_params: PEFT's adapters (only they
     # get gradients and optimizer state)
     split: SplitFields | None = None
