@@ -60,6 +60,20 @@ class Environment:
         return cls(cuda=False)
 
     @classmethod
+    def for_system(cls, name: str) -> Environment:
+        """A GPU of the named system (bridge.parallel.planner.systems: h100, h200, b200, gb200), with the
+        optional packages installed here: what `run_recipe.py --dry-run --gpu NAME` plans for."""
+        from bridge.parallel.planner.systems import system
+
+        gpu = system(name)  # one ConfigError for an unknown name
+        return cls(
+            cuda=True,
+            device_name=gpu.device_name,
+            compute_capability=gpu.compute_capability,
+            packages=_packages(),
+        )
+
+    @classmethod
     def detect(cls, cuda: bool | None = None) -> Environment:
         """This machine. `cuda` None: whether an NVIDIA driver is present."""
         if cuda is None:
