@@ -140,6 +140,10 @@ def _advice(req: PlanRequest, active: int) -> list[str]:
             break
     else:
         out.append(f"more GPUs: not even {req.gpus * 64} GPUs fit with these settings")
+    if req.recompute == "none":  # the recipe's choice, kept: say whether recomputing would fit
+        found, _ = search(replace(req, recompute="full"), active, first_only=True)
+        if found:
+            out.append(f"full recomputation: --recompute full fits ({found[0].layout.describe()})")
     if req.micro_batch_size > 1:
         found, _ = search(replace(req, micro_batch_size=1), active, first_only=True)
         if found:
