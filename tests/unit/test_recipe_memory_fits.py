@@ -13,11 +13,14 @@ import pytest
 from bridge.config.environment import Environment
 from bridge.config.planning import system_memory_check
 from bridge.errors import ConfigError
+from bridge.models.provider_checks import has_mla_qk_norm_resolver
 from bridge.parallel.planner.request import USABLE_FRACTION
 from bridge.parallel.planner.systems import SYSTEMS
 from recipes import RECIPES, get_recipe
 from recipes.dry_run import missing_inputs, with_stand_ins
 
+# multi-latent attention without query compression: megatron-core 0.19.2 refuses it whatever the memory
+NO_QUERY_COMPRESSION = ("deepseek_v2_lite", "moonlight_16b")
 SYSTEM_IN_NAME = re.compile(r"_(\d+)gpu_(h100|h200|b200|gb200)_")
 # Megatron-Bridge names MXFP8 recipes for the H100, whose compute capability 9.0 MXFP8 does not run on
 # (bridge/config/checks/precision.py refuses it before launch, with the fix)
@@ -88,8 +91,11 @@ def test_every_recipe_with_a_published_system_fits_it():
         )
         for key, s in SYSTEMS.items()
     }  # fmt: skip
-    over, fits = {}, 0
+    over, fits, skipped = {}, 0, set()
     for name, gpus, gpu in _published():
+        if name.startswith(NO_QUERY_COMPRESSION) and has_mla_qk_norm_resolver():
+            skipped.add(name)  # refused by megatron-core 0.19's attention rules (test_recipe_registry.py)
+            continue
         cfg = get_recipe(name)()
         if missing_inputs(cfg):
             cfg = with_stand_ins(cfg)
@@ -109,7 +115,7 @@ def test_every_recipe_with_a_published_system_fits_it():
         states = mem.total - mem.activations
         full = cfg.model.recompute_granularity == "full" or cfg.distributed.activation_checkpointing
         over[name] = "states" if states > budget else "recomputed" if full else "activations"
-    assert over == OVER_MEMORY
+    assert over == {name: why for name, why in OVER_MEMORY.items() if name not in skipped}
     assert fits >= 90  # of the 144 published recipes
 
 
