@@ -214,6 +214,12 @@ def build_parser() -> argparse.ArgumentParser:
         "default: Megatron-Core's choice by vpp)",
     )
     ap.add_argument(
+        "--pipeline-layout",
+        default=None,
+        help="Megatron-Core's pipeline layout string (e.g. 'Et*4|(t*4|)*14tL'): the only stage split tried "
+        "(default: a recipe's split; else the planner's, docs/parallelism.md)",
+    )
+    ap.add_argument(
         "--compare",
         action="store_true",
         help="list the top layouts side by side with their estimates and why the first wins",
@@ -235,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             "precision": args.precision,
             "optimizer": args.optimizer,
             "recompute": args.recompute,
+            "pipeline_layout": args.pipeline_layout,
         }
         gpu = SYSTEMS[args.gpu]
         # the command line wins over the recipe's settings; what neither says the planner chooses
@@ -245,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
         }
         if args.pp_schedule is not None:
             recipe["pp_schedule"] = args.pp_schedule
+        if args.pipeline_layout is not None:
+            from bridge.parallel.stages import StageSplit, parse_layout
+
+            parse_layout(args.pipeline_layout)  # one ConfigError for a malformed string
+            recipe["split"] = StageSplit(layout=args.pipeline_layout)
         req = PlanRequest(
             model=shape,
             gpus=args.gpus,

@@ -102,3 +102,68 @@ def test_plan_accepts_a_recipes_layout_exactly_when_the_dry_run_does_with_the_sa
     assert not disagree, "\n".join(disagree)
     # every recipe's own layout is accepted, and the variants include refusals
     assert accepted >= len(RECIPES) - 6 and refused > 0 and checked > accepted
+
+
+def _dry_run_with(name: str, world: int, **model) -> object:
+    cfg = get_recipe(name)()
+    for key, value in model.items():
+        setattr(cfg.model, key, value)  # = model.<key>=<value> overrides
+    return cfg.validate(world, env=H100)
+
+
+@pytest.mark.parametrize(
+    "preset,recipe,gpus,sizes",
+    [
+        # Megatron-Bridge's published Llama 3.1 405B and Qwen3 235B layouts (issue 43): pp x vpp does not
+        # divide the layers (126, 94); the embedding and the loss counted as layers make them even
+        ("llama31_405b", "llama31_405b_pretrain_config", 1024, dict(tp=8, pp=8, vpp=8, cp=2)),
+        ("qwen3_235b_a22b", "qwen3_235b_a22b_pretrain_config", 256, dict(tp=2, pp=8, vpp=4, ep=32)),
+    ],
+)
+def test_published_layouts_on_a_preset_are_the_recipes_dry_run(preset, recipe, gpus, sizes):
+    """The preset plans the split itself (account_for_embedding/loss_in_pipeline_split, the recipe's own),
+    and its estimate at the recipe's sequence and batch is the recipe's dry run with those sizes."""
+    cfg = get_recipe(recipe)()
+    # an H200: the 405B layout at the recipe's 8192 tokens needs 77.6 GB without recomputation, more than
+    # an H100's budget (the plan would recompute; the recipe does not)
+    argv = ["--model", preset, "--gpus", str(gpus), "--strategy", "megatron", "--gpu", "h200", "--json"]
+    argv += [
+        "--seq-length",
+        str(cfg.model.seq_length),
+        "--global-batch-size",
+        str(cfg.train.global_batch_size),
+    ]
+    argv += [x for k, n in sizes.items() for x in (f"--{k}", str(n))]
+    code, data, err = _plan(argv)
+    assert code == 0 and data["fits"], err
+    assert data["account_for_embedding_in_pipeline_split"] and data["account_for_loss_in_pipeline_split"]
+    names = dict(
+        tp="tensor_model", pp="pipeline_model", vpp="virtual_pipeline_model", cp="context", ep="expert_model"
+    )
+    model = {f"{names[k]}_parallel_size": n for k, n in sizes.items()}
+    plan = _dry_run_with(recipe, gpus, **model)
+    assert data["memory_gb"]["total"] == pytest.approx(plan.memory.total, abs=5e-4)
+    # each stage holds pp*vpp-th of the layers plus the embedding and the loss: first and last one fewer
+    slots = (cfg.model.num_layers + 2) // sizes["pp"]
+    assert data["stage_layers"] == [slots - 1, slots, slots - 1]
+
+
+def test_a_pipeline_layout_string_is_planned_as_the_recipe_that_gives_it():
+    """DeepSeek-V3's published layout string on the preset (--pipeline-layout) and the recipe's dry run."""
+    recipe = "deepseek_v3_pretrain_config"
+    cfg = get_recipe(recipe)()
+    layout = cfg.model.pipeline_model_parallel_layout
+    argv = ["--model", "deepseek_v3", "--gpus", "1024", "--tp", "2", "--pp", "16", "--ep", "64", "--vpp", "1"]
+    argv += ["--strategy", "megatron", "--recompute", "full", "--json"]
+    argv += [
+        "--seq-length",
+        str(cfg.model.seq_length),
+        "--global-batch-size",
+        str(cfg.train.global_batch_size),
+    ]
+    code, data, err = _plan([*argv, "--pipeline-layout", layout])
+    assert code == 0 and data["pipeline_model_parallel_layout"] == layout, err
+    assert data["memory_gb"]["total"] == pytest.approx(_dry_run_with(recipe, 1024).memory.total, abs=5e-4)
+    # a string the pipeline does not take is the run's own refusal, before any planning
+    code, data, err = _plan([*argv, "--pipeline-layout", "Et*4|(t*4|)*13tL"])
+    assert code == 2 and "has 15 stage(s), not a multiple of model.pipeline_model_parallel_size = 16" in err

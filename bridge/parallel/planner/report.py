@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 from bridge.parallel.layout import ParallelLayout
 from bridge.parallel.planner.request import USABLE_FRACTION, Plan
 from bridge.parallel.planner.stages import field_values
@@ -140,7 +142,7 @@ def plan_overrides(p: Plan, explicit: dict[str, object] | None = None) -> list[s
         f"model.tensor_model_parallel_size={lay.tp}",
         f"model.pipeline_model_parallel_size={lay.pp}",
         f"model.virtual_pipeline_model_parallel_size={'null' if lay.vpp is None else lay.vpp}",
-        *_uneven_overrides(p),
+        *_uneven_overrides(p, explicit or {}),
         f"model.context_parallel_size={lay.cp}",
         f"model.expert_model_parallel_size={lay.ep}",
         f"model.expert_tensor_parallel_size={lay.etp}",
@@ -179,8 +181,12 @@ def plan_overrides(p: Plan, explicit: dict[str, object] | None = None) -> list[s
     return out
 
 
-def _uneven_overrides(p: Plan) -> list[str]:
-    """Megatron-Core's split fields the planner chose (a recipe's own split is the recipe's already)."""
+def _uneven_overrides(p: Plan, explicit: dict[str, object]) -> list[str]:
+    """Megatron-Core's split fields the planner chose or the user gave (a recipe's own split is the recipe's
+    already)."""
+    if explicit.get("pipeline_layout") is not None:
+        # quoted: '|', '*' and parentheses are shell syntax
+        return [shlex.quote(f"model.pipeline_model_parallel_layout={explicit['pipeline_layout']}")]
     if p.split is None or p.split.even or p.request.split is not None:
         return []
     return [f"{name}={value}" for name, value in field_values(p.split.fields).items()]
