@@ -247,7 +247,13 @@ def main(argv: list[str] | None = None) -> int:
         # the command line wins over the recipe's settings; what neither says the planner chooses
         recipe = {
             key: defaults[key]
-            for key in ("split", "sequence_parallel", "trainable_params", "pp_schedule")
+            for key in (
+                "split",
+                "sequence_parallel",
+                "trainable_params",
+                "pp_schedule",
+                "distributed_optimizer",
+            )
             if defaults.get(key) is not None
         }
         if args.pp_schedule is not None:

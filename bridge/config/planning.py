@@ -1,7 +1,8 @@
 """What a recipe's config decides for memory and for `bridge plan`, read once for both. Pure data.
 
 The dry run's memory estimate (run_plan.RunPlan.memory) and `bridge plan --model <recipe>` take the
-recomputation, the trainable (PEFT) parameters, the precision that runs, the optimizer, the pipeline
+recomputation, the trainable (PEFT) parameters, the precision that runs, the optimizer (and whether it is
+distributed), the pipeline
 schedule, sequence parallelism and the pipeline split fields from here, so the plan of a recipe at the
 recipe's layout and data-parallel strategy (the sizes and --strategy the planner otherwise chooses) is
 the dry run's (tests/unit/test_plan_agrees_with_dry_run.py).
@@ -56,6 +57,7 @@ def planner_settings(cfg: ConfigContainer, cuda: bool = True) -> dict[str, Any]:
         # the recipe's split, even when it is the even one: the dry run of the recipe tries no other
         split=stage_split(m),
         trainable_params=trainable_parameters(cfg, shape),
+        distributed_optimizer=bool(cfg.optimizer.use_distributed_optimizer),
     )
 
 

@@ -226,6 +226,7 @@ def _memory(cfg: ConfigContainer, layout: ParallelLayout, precision: Precision) 
             recompute=planning.memory_recompute(cfg),  # the rule `bridge plan` reads a recipe with
             pp_schedule=cfg.distributed.pp_schedule,
             trainable_params=planning.trainable_parameters(cfg, layout.model),
+            distributed_optimizer=bool(cfg.optimizer.use_distributed_optimizer),
         )
         return estimate_memory(layout.model, layout, setup)  # the model shape the layout was checked with
     except (ValueError, TypeError, ZeroDivisionError):

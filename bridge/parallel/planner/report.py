@@ -138,6 +138,11 @@ def plan_overrides(p: Plan, explicit: dict[str, object] | None = None) -> list[s
     if lay.strategy in ("fsdp2", "ddp"):
         # validation warns that the distributed optimizer (Megatron-Core's ZeRO-1) does nothing there
         out.append("optimizer.use_distributed_optimizer=False")
+    elif lay.strategy == "megatron":
+        # the estimate's optimizer sharding (a recipe's setting, else the distributed optimizer): the run's
+        out.append(f"optimizer.use_distributed_optimizer={p.request.distributed_optimizer}")
+    else:  # megatron_fsdp shards through the distributed optimizer (validation requires it)
+        out.append("optimizer.use_distributed_optimizer=True")
     out += [
         f"model.tensor_model_parallel_size={lay.tp}",
         f"model.pipeline_model_parallel_size={lay.pp}",

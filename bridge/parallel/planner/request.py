@@ -54,6 +54,9 @@ class PlanRequest:
     sequence_parallel: bool | None = None
     recompute: str | None = None
     trainable_params: int | None = None
+    distributed_optimizer: bool = (
+        True  # strategy megatron: Megatron-Core's distributed optimizer (a recipe's)
+    )
 
     def __post_init__(self):
         if self.pp_schedule is not None:
@@ -169,6 +172,7 @@ class PlanRequest:
             recompute=recompute,
             pp_schedule=self.pp_schedule,
             trainable_params=self.trainable_params,
+            distributed_optimizer=self.distributed_optimizer,
         )
 
 
