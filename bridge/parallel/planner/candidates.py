@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bridge.errors import config_error
+from bridge.errors import ConfigError, config_error
 from bridge.parallel import schedules
 from bridge.parallel.layout import ModelShape, ParallelLayout
 from bridge.parallel.memory import TrainingSetup
@@ -60,14 +60,25 @@ def _cp_choices(seq: int, gpus: int) -> list[int]:
     return [c for c in powers if c >= cp0][:4] + sorted((c for c in powers if c < cp0), reverse=True)
 
 
-def _choose_vpp(shape: ModelShape, pp: int, setup: TrainingSetup, dp: int) -> int | None:
-    """vpp for pp stages: the schedule's (setup.pp_schedule), else interleaving when the micro batches allow.
-    A schedule that needs virtual stages and gets none raises ConfigError (the candidate is invalid)."""
+def _layers_per_stage(num_layers: int, pp: int) -> int:
+    """The layer slots of a stage that virtual stages split: num_layers / pp when pp divides them, else
+    with the embedding and the loss counted as layers when that divides (stages.split_options), else the
+    middle stages' ceil(num_layers / pp)."""
+    if num_layers % pp == 0:
+        return num_layers // pp
+    if (num_layers + 2) % pp == 0:
+        return (num_layers + 2) // pp
+    return -(-num_layers // pp)
+
+
+def _choose_vpp(shape: ModelShape, pp: int, setup: TrainingSetup, dp: int, per_stage: int) -> int | None:
+    """vpp for pp stages of `per_stage` layers: the schedule's (setup.pp_schedule), else interleaving when
+    the micro batches allow. A schedule that needs virtual stages and gets none raises ConfigError (the
+    candidate is invalid)."""
     schedule = setup.pp_schedule
     if pp == 1 or schedule in ("1f1b", "gpipe"):
         return None
     m = setup.num_microbatches(dp)
-    per_stage = shape.num_layers // pp
     options = [v for v in _divisors(per_stage) if v >= 2]
     if schedule is None or schedule == "interleaved_1f1b":
         # Megatron-Core's interleaved schedule needs the micro batches in groups of pp
@@ -156,8 +167,12 @@ def candidate_layout(
     elif vpp == "choose":
         vpp = _vpp_of_layout(req, pp)
         if vpp == "choose":
-            even = shape.num_layers % pp == 0
-            vpp = _choose_vpp(shape, pp, setup, dp) if even else None
+            vpp = _choose_vpp(shape, pp, setup, dp, _layers_per_stage(shape.num_layers, pp))
+            if vpp is not None and setup.pp_schedule is None:
+                try:  # interleaving where a split takes it (VPP with uneven stages too), else none
+                    choose_split(shape.num_layers, pp, vpp, req.split)
+                except ConfigError:
+                    vpp = None
     fields, _ = choose_split(shape.num_layers, pp, vpp, req.split)
     layout = ParallelLayout(
         world_size=world,
