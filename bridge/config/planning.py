@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
 
 def memory_recompute(cfg: ConfigContainer) -> str:
-    """The memory model's recomputation: full when any recomputation is set (the estimate has no
-    selective kind, so selective is sized as full: it keeps at least that much)."""
+    """The memory model's recomputation: full when any recomputation is set. The estimate has no selective
+    kind: a selective recipe's activations are sized as full recomputation's, a lower bound."""
     return "full" if cfg.distributed.activation_checkpointing or cfg.model.recompute_granularity else "none"
 
 
