@@ -2,10 +2,9 @@
 
 The dry run's memory estimate (run_plan.RunPlan.memory) and `bridge plan --model <recipe>` take the
 recomputation, the trainable (PEFT) parameters, the precision that runs, the optimizer (and whether it is
-distributed), the pipeline
-schedule, sequence parallelism and the pipeline split fields from here, so the plan of a recipe at the
-recipe's layout and data-parallel strategy (the sizes and --strategy the planner otherwise chooses) is
-the dry run's (tests/unit/test_plan_agrees_with_dry_run.py).
+distributed), the pipeline schedule, sequence parallelism and the pipeline split fields from here, so the
+plan of a recipe at the recipe's layout and data-parallel strategy (the sizes and --strategy the planner
+otherwise chooses) is the dry run's (tests/unit/test_plan_agrees_with_dry_run.py).
 """
 
 from __future__ import annotations
