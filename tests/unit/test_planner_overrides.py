@@ -8,8 +8,10 @@ import pytest
 
 from bridge.cli.plan import main as plan_main
 from bridge.config import apply_overrides
+from bridge.config.environment import Environment
 from recipes import get_recipe
 
+H100 = Environment(cuda=True, device_name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0))
 CASES = [
     ("llama32_1b_pretrain_config", 1, []),  # the recipe's 8K sequence: cp falls back to 1
     ("llama32_1b_pretrain_config", 3, []),  # and the recipe's global batch 512 is rounded to 510 (dp=3)
@@ -37,7 +39,9 @@ def test_overrides_apply_and_validate(recipe, gpus, extra):
     _, js = _plan(*args, "--json")
     planned = json.loads(js)
     cfg = apply_overrides(get_recipe(recipe)(), out.split())
-    cfg.validate(gpus)  # raises ConfigError on any cross-section rule
+    plan = cfg.validate(gpus, env=H100)  # raises ConfigError on any cross-section rule
+    # the dry run of the recipe with the plan's overrides estimates what the plan estimated (on a GPU)
+    assert plan.memory.total == pytest.approx(planned["memory_gb"]["total"], abs=5e-4)  # 3 decimals
     layout = cfg.layout(gpus)
     got = {
         "tensor_model_parallel_size": layout.tp, "pipeline_model_parallel_size": layout.pp,
