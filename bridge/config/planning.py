@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from bridge.config.sections import PRECISION_DTYPES
+from bridge.config.sections import FP8_PRECISIONS, PRECISION_DTYPES
 
 if TYPE_CHECKING:
     from bridge.config.container import ConfigContainer
@@ -36,6 +36,14 @@ def trainable_parameters(cfg: ConfigContainer, shape: ModelShape) -> int | None:
     return adapter_parameters(shape, peft.target_modules, peft.dim, magnitude=peft.scheme == "dora")
 
 
+def _precision(requested: str, cuda: bool) -> str:
+    """The planner's precision: what runs (fp32 on CPU), fp8 for the fp8 recipes (their GEMMs' peak; the
+    memory model keeps 2-byte weights for fp8 as for bf16, as the dry run's estimate)."""
+    if not cuda:
+        return "fp32"
+    return "fp8" if requested in FP8_PRECISIONS else PRECISION_DTYPES[requested]
+
+
 def planner_settings(cfg: ConfigContainer, cuda: bool = True) -> dict[str, Any]:
     """PlanRequest keyword arguments of a recipe's config (bridge.parallel.planner.request.PlanRequest):
     the values the dry run plans with on a GPU (`cuda`), or on CPU (fp32)."""
@@ -47,7 +55,7 @@ def planner_settings(cfg: ConfigContainer, cuda: bool = True) -> dict[str, Any]:
         seq_length=m.seq_length,
         global_batch_size=cfg.train.global_batch_size,
         micro_batch_size=cfg.train.micro_batch_size,
-        precision=PRECISION_DTYPES[cfg.mixed_precision.precision] if cuda else "fp32",
+        precision=_precision(cfg.mixed_precision.precision, cuda),
         optimizer=cfg.optimizer.optimizer,
         recompute=memory_recompute(cfg),
         pp_schedule=d.pp_schedule,
