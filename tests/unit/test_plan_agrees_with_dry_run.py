@@ -167,3 +167,18 @@ def test_a_pipeline_layout_string_is_planned_as_the_recipe_that_gives_it():
     # a string the pipeline does not take is the run's own refusal, before any planning
     code, data, err = _plan([*argv, "--pipeline-layout", "Et*4|(t*4|)*13tL"])
     assert code == 2 and "has 15 stage(s), not a multiple of model.pipeline_model_parallel_size = 16" in err
+
+
+def test_every_recipe_is_planned_at_its_published_gpu_count():
+    """Free sizes: every recipe gets a valid layout (fitting or the closest), its own split included (a layout
+    string decides which pp it takes: moonlight_16b_sft's 'Et*14|t*13L' on PP=2)."""
+    refused = []
+    for name, info in RECIPES.items():
+        code, _, err = _plan(["--model", name, "--gpus", str(info.default_world_size), "--json"])
+        if code not in (0, 1):
+            refused.append(f"{name}: {err}")
+    assert not refused, "\n".join(refused)
+    code, data, _ = _plan(["--model", "moonlight_16b_sft_8gpu_h100_bf16_config", "--gpus", "8", "--json"])
+    assert (
+        data["pipeline_model_parallel_size"] == 2 and data["pipeline_model_parallel_layout"] == "Et*14|t*13L"
+    )

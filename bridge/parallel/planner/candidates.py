@@ -108,7 +108,8 @@ def candidates(req: PlanRequest, active: int, uneven: bool = False):
     tps = sorted(tps, key=lambda t: (t < start, t))  # from the starting tp upwards, smaller only if forced
     # pp up to one layer per stage; stage_split makes the stages uneven where pp does not divide the layers
     pps = [fixed["pp"]] if "pp" in fixed else _divisors(gpus, shape.num_layers)
-    if not uneven:
+    if not uneven and not (req.split is not None and req.split.given):
+        # a recipe's own uneven split (a layout string, first/last counts) decides which pp it takes
         pps = [p for p in pps if shape.num_layers % p == 0]
     # cp only for long sequences (from LONG_SEQUENCE tokens up, more when memory needs it)
     cps = [fixed["cp"]] if "cp" in fixed else _cp_choices(req.seq, gpus)
