@@ -65,7 +65,7 @@ def _row(key: str, kind: str, gpus: int, layout: dict, *, alias: bool = True, **
     )
 
 
-Q8_PRETRAIN = _row("qwen3_8b", "pretrain", 4, dict(tp=4))
+Q8_PRETRAIN = _row("qwen3_8b", "pretrain", 4, dict(tp=4), alias=False)
 Q600M_SFT = _row("qwen3_600m", "sft", 1, {})
 Q8_SFT = _row("qwen3_8b", "sft", 4, dict(tp=4), run=QWEN3_8B_FINETUNE)
 
@@ -80,8 +80,7 @@ ROWS = (
         gpus=16,
         layout=dict(tp=1),
         run=BENCHMARK,
-        note="Megatron-Bridge's benchmark run, which its alias qwen3_8b_pretrain_config names; here the "
-        "alias keeps the 4-GPU recipe",
+        aliases=("qwen3_8b_pretrain_config",),  # Megatron-Bridge's alias names this benchmark run
     ),
     _row("qwen3_14b", "pretrain", 8, dict(tp=8)),
     _row("qwen3_32b", "pretrain", 16, dict(tp=8, pp=2), model=FULL_RECOMPUTE),
@@ -151,8 +150,8 @@ qwen3_1p7b_pretrain_config = qwen3_1p7b_pretrain_1gpu_h100_bf16_config
 qwen3_4b_pretrain_2gpu_h100_bf16_config = _functions["qwen3_4b_pretrain_2gpu_h100_bf16_config"]
 qwen3_4b_pretrain_config = qwen3_4b_pretrain_2gpu_h100_bf16_config
 qwen3_8b_pretrain_4gpu_h100_bf16_config = _functions["qwen3_8b_pretrain_4gpu_h100_bf16_config"]
-qwen3_8b_pretrain_config = qwen3_8b_pretrain_4gpu_h100_bf16_config
 qwen3_8b_pretrain_16gpu_h100_bf16_config = _functions["qwen3_8b_pretrain_16gpu_h100_bf16_config"]
+qwen3_8b_pretrain_config = qwen3_8b_pretrain_16gpu_h100_bf16_config
 qwen3_14b_pretrain_8gpu_h100_bf16_config = _functions["qwen3_14b_pretrain_8gpu_h100_bf16_config"]
 qwen3_14b_pretrain_config = qwen3_14b_pretrain_8gpu_h100_bf16_config
 qwen3_32b_pretrain_16gpu_h100_bf16_config = _functions["qwen3_32b_pretrain_16gpu_h100_bf16_config"]

@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bridge.cli.user_error import report_user_error
+from bridge.config.planning import planner_settings
 from bridge.errors import ConfigError
 from bridge.models.families import preset_factory, preset_families
 from bridge.models.hf_translation.sizing import model_shape
@@ -34,6 +35,7 @@ from bridge.parallel.planner.report import (
     plan_to_json,
 )
 from bridge.parallel.planner.systems import DEFAULT_SYSTEM, SYSTEMS
+from bridge.parallel.stages import StageSplit, parse_layout
 from recipes import ALIASES, RECIPES, get_recipe
 
 DEFAULT_SEQ_LENGTH = 4096  # PlanRequest's sequence length when neither --seq-length nor the model says one
@@ -94,7 +96,8 @@ def _hf_defaults(cfg: dict) -> dict:
 
 
 def resolve_model(name: str) -> tuple[ModelShape, dict]:
-    """(shape, defaults) for --model; defaults are a recipe's seq_length / batch sizes."""
+    """(shape, defaults) for --model; defaults are PlanRequest fields: a recipe's settings
+    (bridge.config.planning.planner_settings), a config.json's short context window."""
     path = Path(name)
     if path.is_dir():
         path = path / "config.json"
@@ -117,12 +120,9 @@ def resolve_model(name: str) -> tuple[ModelShape, dict]:
 
     if name in RECIPES or name in ALIASES:
         cfg = get_recipe(name)()
-        defaults = {
-            "seq_length": getattr(cfg.model, "seq_length", None),
-            "global_batch_size": getattr(cfg.train, "global_batch_size", None),
-            "micro_batch_size": getattr(cfg.train, "micro_batch_size", None),
-        }
-        return cfg.model.model_shape(), defaults
+        # everything the dry run plans the recipe with on a GPU: batch shape, precision, optimizer,
+        # recomputation, PEFT, sequence parallelism, pipeline schedule and split
+        return cfg.model.model_shape(), planner_settings(cfg, cuda=True)
 
     factory = preset_factory(name)
     if factory is not None:
@@ -178,13 +178,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--global-batch-size", type=int, default=None, help="default: the recipe's")
     ap.add_argument("--micro-batch-size", type=int, default=None, help="default: the recipe's, else 1")
-    ap.add_argument("--precision", choices=PRECISIONS, default=None, help="default: bf16")
-    ap.add_argument("--optimizer", choices=OPTIMIZERS, default=None, help="default: adam")
+    ap.add_argument("--precision", choices=PRECISIONS, default=None, help="default: a recipe's, else bf16")
+    ap.add_argument("--optimizer", choices=OPTIMIZERS, default=None, help="default: a recipe's, else adam")
     ap.add_argument(
         "--memory-model",
         choices=MEMORY_MODELS,
         default="megatron",
         help="seed: 2+2+4 bytes per parameter; megatron: mixed precision + distributed optimizer",
+    )
+    ap.add_argument(
+        "--recompute",
+        choices=("none", "full"),
+        default=None,
+        help="activation recomputation (default: a recipe's; else none, full only where nothing fits without)",
     )
     # no argparse `choices`: PlanRequest refuses a bad value as one ConfigError line naming the rule
     ap.add_argument(
@@ -208,6 +214,12 @@ def build_parser() -> argparse.ArgumentParser:
         "default: Megatron-Core's choice by vpp)",
     )
     ap.add_argument(
+        "--pipeline-layout",
+        default=None,
+        help="Megatron-Core's pipeline layout string (e.g. 'Et*4|(t*4|)*14tL'): the only stage split tried "
+        "(default: a recipe's split; else the planner's, docs/parallelism.md)",
+    )
+    ap.add_argument(
         "--compare",
         action="store_true",
         help="list the top layouts side by side with their estimates and why the first wins",
@@ -228,8 +240,27 @@ def main(argv: list[str] | None = None) -> int:
             "micro_batch_size": args.micro_batch_size,
             "precision": args.precision,
             "optimizer": args.optimizer,
+            "recompute": args.recompute,
+            "pipeline_layout": args.pipeline_layout,
         }
         gpu = SYSTEMS[args.gpu]
+        # the command line wins over the recipe's settings; what neither says the planner chooses
+        recipe = {
+            key: defaults[key]
+            for key in (
+                "split",
+                "sequence_parallel",
+                "trainable_params",
+                "pp_schedule",
+                "distributed_optimizer",
+            )
+            if defaults.get(key) is not None
+        }
+        if args.pp_schedule is not None:
+            recipe["pp_schedule"] = args.pp_schedule
+        if args.pipeline_layout is not None:
+            parse_layout(args.pipeline_layout)  # one ConfigError for a malformed string
+            recipe["split"] = StageSplit(layout=args.pipeline_layout)
         req = PlanRequest(
             model=shape,
             gpus=args.gpus,
@@ -241,14 +272,15 @@ def main(argv: list[str] | None = None) -> int:
             global_batch_size=_given(args.global_batch_size, defaults.get("global_batch_size")),
             round_global_batch=args.global_batch_size is None,  # a recipe's default may be rounded
             micro_batch_size=_given(args.micro_batch_size, defaults.get("micro_batch_size") or 1),
-            precision=args.precision or "bf16",
-            optimizer=args.optimizer or "adam",
+            precision=args.precision or defaults.get("precision") or "bf16",
+            optimizer=args.optimizer or defaults.get("optimizer") or "adam",
+            recompute=args.recompute or defaults.get("recompute"),
             memory_model=args.memory_model,
             fixed={f: getattr(args, f) for f in SIZE_FLAGS if getattr(args, f) is not None},
-            pp_schedule=args.pp_schedule,
             strategy=args.strategy,
             dp_replicate_size=args.dp_replicate_size,
             gpu=args.gpu,
+            **recipe,
         )
         result = plan(req)
     except ConfigError as err:

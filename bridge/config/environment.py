@@ -16,6 +16,8 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
+from bridge.parallel.planner.systems import system
+
 # Optional packages the performance settings need: import name -> distribution names to read a version from.
 OPTIONAL_PACKAGES = {
     "transformer_engine": ("transformer-engine", "transformer_engine", "transformer-engine-cu12"),
@@ -58,6 +60,18 @@ class Environment:
     @classmethod
     def cpu(cls) -> Environment:
         return cls(cuda=False)
+
+    @classmethod
+    def for_system(cls, name: str) -> Environment:
+        """A GPU of the named system (bridge.parallel.planner.systems: h100, h200, b200, gb200), with the
+        optional packages installed here: what `run_recipe.py --dry-run --gpu NAME` plans for."""
+        gpu = system(name)  # one ConfigError for an unknown name
+        return cls(
+            cuda=True,
+            device_name=gpu.device_name,
+            compute_capability=gpu.compute_capability,
+            packages=_packages(),
+        )
 
     @classmethod
     def detect(cls, cuda: bool | None = None) -> Environment:

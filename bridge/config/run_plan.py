@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bridge.config import finetune_rules, performance
+from bridge.config import finetune_rules, performance, planning
 from bridge.config.checks.checkpoint import ResumePlan, resume_plan
 from bridge.config.checks.data import blend_paths, parse_split
 from bridge.config.checks.distributed import unused_ddp_settings_warning
@@ -27,7 +27,6 @@ from bridge.config.validation import validate_config
 from bridge.models.dtypes import torch_dtype
 from bridge.parallel import schedules
 from bridge.parallel.memory import TrainingSetup, estimate_memory
-from bridge.parallel.param_count import adapter_parameters
 from bridge.parallel.stages import describe
 
 if TYPE_CHECKING:
@@ -213,18 +212,7 @@ def _run_provider(
     return dataclasses.replace(cfg.model, **changes)
 
 
-def _adapter_parameters(cfg: ConfigContainer, layout: ParallelLayout) -> int | None:
-    """With PEFT only the adapters train (their gradients and optimizer state are what the run holds)."""
-    peft = cfg.peft
-    if not peft.scheme:
-        return None
-    return adapter_parameters(layout.model, peft.target_modules, peft.dim, magnitude=peft.scheme == "dora")
-
-
 def _memory(cfg: ConfigContainer, layout: ParallelLayout, precision: Precision) -> MemoryEstimate | None:
-    recompute = (
-        "full" if cfg.distributed.activation_checkpointing or cfg.model.recompute_granularity else "none"
-    )
     try:
         setup = TrainingSetup(
             seq_length=cfg.model.seq_length,
@@ -232,9 +220,10 @@ def _memory(cfg: ConfigContainer, layout: ParallelLayout, precision: Precision) 
             global_batch_size=cfg.train.global_batch_size,
             precision=precision.name,
             optimizer=cfg.optimizer.optimizer,
-            recompute=recompute,
+            recompute=planning.memory_recompute(cfg),  # the rule `bridge plan` reads a recipe with
             pp_schedule=cfg.distributed.pp_schedule,
-            trainable_params=_adapter_parameters(cfg, layout),
+            trainable_params=planning.trainable_parameters(cfg, layout.model),
+            distributed_optimizer=bool(cfg.optimizer.use_distributed_optimizer),
         )
         return estimate_memory(layout.model, layout, setup)  # the model shape the layout was checked with
     except (ValueError, TypeError, ZeroDivisionError):

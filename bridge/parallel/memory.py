@@ -32,7 +32,8 @@ slices of its stage), w the compute width (2 for bf16/fp16/fp8, 4 for fp32), m =
 moment times the moments (8 Adam, 4 SGD) and M = 4 bytes of fp32 master weights (0 for fp32 training):
 
 - megatron (Megatron-Core DDP + distributed optimizer): params P*w, grads P*4 (fp32 grad buffer),
-  optimizer (M + m) * (P_d / (dp*cp) + P_e / edp).
+  optimizer (M + m) * (P_d / (dp*cp) + P_e / edp); without the distributed optimizer
+  (TrainingSetup.distributed_optimizer False) (M + m) * P.
 - fsdp2 (PyTorch fully_shard per TransformerLayer + root, bridge/training/strategies.py): the sharded
   parameters are fp32 (FSDP2 keeps fp32 shards; the MixedPrecisionPolicy casts to the compute dtype at the
   all-gather), gradients are reduced and kept in fp32, Adam's moments fp32, no separate master copy:
@@ -89,6 +90,9 @@ class TrainingSetup:
     # ones have no gradient buffer and no optimizer state in Megatron-Core's DDP, the distributed
     # optimizer and FSDP2 alike.
     trainable_params: int | None = None
+    # strategy megatron: Megatron-Core's distributed optimizer shards the optimizer state over dp*cp (edp for
+    # experts); False (optimizer.use_distributed_optimizer=false): every rank holds its slice's whole state
+    distributed_optimizer: bool = True
 
     def __post_init__(self):
         for name in ("seq_length", "micro_batch_size"):
@@ -299,8 +303,9 @@ def stage_memory(
     elif strategy == "megatron_fsdp":
         params, grads, opt = sharded * width, sharded * 4, sharded * (master + moments)
         gathered = gathered_params(shape, layout, stage) * width
-    else:  # megatron: only the optimizer state is sharded; ddp: _shards is (1, 1)
-        params, grads, opt = rank.total * width, rank.total * 4, sharded * (master + moments)
+    else:  # megatron: only the optimizer state is sharded (distributed optimizer); ddp: _shards is (1, 1)
+        held = sharded if setup.distributed_optimizer else rank.total
+        params, grads, opt = rank.total * width, rank.total * 4, held * (master + moments)
     if setup.trainable_params is not None:
         trains = min(1.0, setup.trainable_params / count_parameters(shape).total)
         grads, opt = grads * trains, opt * trains

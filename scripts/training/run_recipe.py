@@ -28,6 +28,7 @@ if str(_REPO_ROOT) not in sys.path:
 
 from bridge.cli.user_error import EXIT_USER_ERROR, report_user_error  # noqa: E402
 from bridge.errors import ConfigError  # noqa: E402
+from bridge.parallel.planner.systems import SYSTEMS  # noqa: E402
 from bridge.parallel.ranks import env_world_size  # noqa: E402
 
 EXIT_INVALID = EXIT_USER_ERROR
@@ -63,6 +64,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=("cuda", "cpu"),
         default=None,
         help="dry run: plan for this device (default: cuda when an NVIDIA driver is present)",
+    )
+    parser.add_argument(
+        "--gpu",
+        choices=tuple(SYSTEMS),
+        default=None,
+        help="dry run: plan for this GPU system (implies cuda) and check the memory per rank against it, "
+        "as `bridge plan --gpu` does",
     )
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="the run's detail lines too (= logger.verbose=true)"
@@ -123,16 +131,30 @@ def run(argv: list[str] | None = None) -> int:
 
     if args.dry_run:
         cuda = None if args.device is None else args.device == "cuda"
+        env = None
+        if args.gpu is not None:
+            if args.device == "cpu":
+                raise ConfigError(
+                    f"--gpu {args.gpu} plans for a GPU and --device cpu for the CPU. Fix: drop one of them."
+                )
+            from bridge.config.environment import Environment
+
+            env = Environment.for_system(args.gpu)
         pending: list[str] = []
         if finetuning:  # inputs still to give are warnings: the plan stands mock data in for them
             from recipes.dry_run import missing_inputs, with_stand_ins
 
             pending = missing_inputs(cfg)
         plan = (
-            build_plan(cfg, world_size, cuda=cuda)
+            build_plan(cfg, world_size, cuda=cuda, env=env)
             if not pending
-            else build_plan(with_stand_ins(cfg), world_size, cuda=cuda)
+            else build_plan(with_stand_ins(cfg), world_size, cuda=cuda, env=env)
         )
+        memory_line = []
+        if args.gpu is not None:
+            from bridge.config.system_check import system_memory_check
+
+            memory_line = [system_memory_check(plan, args.gpu)]
         if finetuning and not pending:  # what finetune() checks before it starts, in the same words
             from bridge.config.finetune_rules import check_finetune_start
 
@@ -140,12 +162,15 @@ def run(argv: list[str] | None = None) -> int:
         warnings = [*warnings, *(f"still needed: {line}" for line in pending)]
         print((cfg if pending else plan.config).to_yaml(), end="")
         print("# plan (comments: this output loads back with --config-file)")
-        for line in [*(f"warning: {w}" for w in warnings), *plan.summary_lines()]:
+        for line in [*(f"warning: {w}" for w in warnings), *plan.summary_lines(), *memory_line]:
             print(f"# {line}")
         return 0
 
-    if args.device is not None:
-        raise ConfigError("--device is for dry runs: a run uses the device it is launched on. Fix: drop it.")
+    for flag, value in (("--device", args.device), ("--gpu", args.gpu)):
+        if value is not None:
+            raise ConfigError(
+                f"{flag} is for dry runs: a run uses the device it is launched on. Fix: drop it."
+            )
     if is_rank_zero():
         for line in warnings:  # the plan's own warnings are logged once by pretrain()
             print(f"warning: {line}", file=sys.stderr)

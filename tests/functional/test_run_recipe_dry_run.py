@@ -83,7 +83,11 @@ def test_invalid_input_exits_2_with_message_and_no_traceback():
 
 def test_world_size_defaults_to_env_and_list_recipes():
     proc = run_script(
-        str(SCRIPT), "--recipe", "qwen3_30b_a3b_pretrain_config", "--dry-run", env={"WORLD_SIZE": "16"}
+        str(SCRIPT),
+        "--recipe",
+        "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config",
+        "--dry-run",
+        env={"WORLD_SIZE": "16"},
     )
     assert proc.returncode == 0, proc.stderr
     assert "\n# layout: TP=4 PP=2 CP=1 EP=4 ETP=1 DP=2 EDP=2 world=16\n" in proc.stdout
@@ -217,7 +221,7 @@ def test_moe_seed_on_fsdp2_plans_ep_with_checkpoints(capsys, tmp_path):
     code = script.main(
         [
             "--recipe",
-            "qwen3_30b_a3b_pretrain_config",
+            "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config",
             "--dry-run",
             "--world-size",
             "8",
@@ -232,7 +236,7 @@ def test_moe_seed_on_fsdp2_plans_ep_with_checkpoints(capsys, tmp_path):
     code = script.main(
         [
             "--recipe",
-            "qwen3_30b_a3b_pretrain_config",
+            "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config",
             "--dry-run",
             "--world-size",
             "8",

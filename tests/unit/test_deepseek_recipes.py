@@ -31,7 +31,7 @@ PRETRAIN = {
         "Et*4|(t*4|)*14tL",
         PP16,
         (4096, 4096, 1, 1_000_000),
-        None,
+        "full",  # not Megatron-Bridge's None: without it a rank needs ~90.6 GB (test_recipe_memory_fits.py)
     ),
     "kimi_k2_pretrain_config": (
         2,

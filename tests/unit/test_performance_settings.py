@@ -90,18 +90,18 @@ def test_cuda_without_transformer_engine_keeps_the_kernels_that_need_none():
 
 
 def test_moe_kernels_need_their_packages_and_expert_parallelism():
-    s = states(plan("qwen3_30b_a3b_pretrain_config", 64, H100_TE))
+    s = states(plan("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config", 64, H100_TE))
     assert s["moe_grouped_gemm"].active and s["moe_permute_fusion"].active
     assert not s["moe_token_dispatcher_type"].active and "DeepEP" in s["moe_token_dispatcher_type"].reason
-    p = plan("qwen3_30b_a3b_pretrain_config", 64, H100_TE)
+    p = plan("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config", 64, H100_TE)
     assert p.provider.moe_token_dispatcher_type == "alltoall"  # Megatron-Bridge's fallback
 
     with_deep_ep = dataclasses.replace(H100_TE, packages={**H100_TE.packages, "deep_ep": "1.1.0"})
-    p = plan("qwen3_30b_a3b_pretrain_config", 64, with_deep_ep)
+    p = plan("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config", 64, with_deep_ep)
     assert states(p)["moe_token_dispatcher_type"].active and p.provider.moe_token_dispatcher_type == "flex"
 
     old_te = dataclasses.replace(H100_TE, packages={"transformer_engine": "2.0.0"})
-    s = states(plan("qwen3_30b_a3b_pretrain_config", 64, old_te))
+    s = states(plan("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config", 64, old_te))
     assert not s["moe_permute_fusion"].active and ">= 2.1" in s["moe_permute_fusion"].reason
 
 

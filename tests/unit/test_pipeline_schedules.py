@@ -226,8 +226,9 @@ def test_planner_plans_for_a_requested_schedule():
 def test_planner_cli_overrides_carry_the_schedule(capsys):
     from bridge.cli.plan import main
 
+    # --recompute full: the recipe recomputes nothing, and looped_bfs holds every micro batch's activations
     code = main(["--model", "llama31_8b_pretrain_config", "--gpus", "16", "--global-batch-size", "32", "--pp", "4",
-                 "--pp-schedule", "looped_bfs", "--overrides"])  # fmt: skip
+                 "--pp-schedule", "looped_bfs", "--recompute", "full", "--overrides"])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0 and "distributed.pp_schedule=looped_bfs" in out
     assert "model.virtual_pipeline_model_parallel_size=2" in out

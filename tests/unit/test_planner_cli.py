@@ -106,7 +106,9 @@ def test_a_default_global_batch_is_rounded_but_a_given_one_is_kept():
 
 def test_all_sizes_fixed_and_not_fitting_reports_derived_sizes():
     fixed = ("--tp", "2", "--ep", "8", "--etp", "1", "--pp", "1", "--cp", "1")
-    code, out, _ = _run("--model", "qwen3_30b_a3b_pretrain_config", "--gpus", "8", *fixed, "--json")
+    code, out, _ = _run(
+        "--model", "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config", "--gpus", "8", *fixed, "--json"
+    )
     data = json.loads(out)
     assert code == 1 and data["fits"] is False
     assert data["memory_gb"]["total"] > data["usable_memory_gb"]
@@ -133,7 +135,17 @@ def test_all_sizes_fixed_and_not_fitting_reports_derived_sizes():
 
 
 def test_unsharded_70b_fp16_on_one_gpu_prints_the_estimate_and_does_not_fit():
-    args = ("--model", "llama31_70b_pretrain_config", "--gpus", "1", "--memory-model", "seed")
+    # --recompute full: the recipe recomputes nothing, and a recipe's settings are what the plan keeps
+    args = (
+        "--model",
+        "llama31_70b_pretrain_config",
+        "--gpus",
+        "1",
+        "--memory-model",
+        "seed",
+        "--recompute",
+        "full",
+    )
     code, out, err = _run(*args, "--precision", "fp16")
     assert code == 1, err
     assert "does not fit" in out and "TP=1 PP=1 CP=1 EP=1 ETP=1 DP=1" in out
@@ -148,8 +160,8 @@ def test_unsharded_70b_fp16_on_one_gpu_prints_the_estimate_and_does_not_fit():
     assert printed["grads"] == pytest.approx(2 * n / 1e9, abs=0.005)
     assert printed["optimizer"] == pytest.approx(4 * n / 1e9, abs=0.005)
     assert (n * 8 / 1e9) == pytest.approx(564.4, abs=0.1)  # 70.55B parameters
-    # ... plus activations of one 8192-token micro batch (the recipe's), with full recomputation (the
-    # lowest-memory candidate, printed as recompute=full): each layer's input (h values, 2 bytes), one
+    # ... plus activations of one 8192-token micro batch (the recipe's), with full recomputation
+    # (--recompute full, printed as recompute=full): each layer's input (h values, 2 bytes), one
     # layer recomputed (norms 4h + q,k,v,out 2q+2kv + gated MLP 3f) and the logits (2 + 4 bytes)
     assert "recompute=full" in out
     tokens, h, layers = 8192, s.hidden_size, s.num_layers

@@ -8,10 +8,12 @@ import pytest
 
 from bridge.cli.plan import main as plan_main
 from bridge.config import apply_overrides
+from bridge.config.environment import Environment
 from bridge.config.layout import run_layout
 from bridge.config.run_plan import build_plan
 from recipes import get_recipe
 
+H100 = Environment(cuda=True, device_name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0))
 CASES = [
     ("llama32_1b_pretrain_config", 1, []),  # the recipe's 8K sequence: cp falls back to 1
     ("llama32_1b_pretrain_config", 3, []),  # and the recipe's global batch 512 is rounded to 510 (dp=3)
@@ -19,7 +21,7 @@ CASES = [
     ("llama31_8b_pretrain_config", 16, []),
     ("llama31_70b_pretrain_config", 64, []),
     ("llama31_70b_pretrain_config", 64, ["--interconnect", "ethernet"]),
-    ("qwen3_30b_a3b_pretrain_config", 16, []),
+    ("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config", 16, []),
     ("mixtral_8x7b_pretrain_config", 64, ["--seq-length", "32768"]),
 ]
 
@@ -39,7 +41,9 @@ def test_overrides_apply_and_validate(recipe, gpus, extra):
     _, js = _plan(*args, "--json")
     planned = json.loads(js)
     cfg = apply_overrides(get_recipe(recipe)(), out.split())
-    build_plan(cfg, gpus)  # raises ConfigError on any cross-section rule
+    plan = build_plan(cfg, gpus, env=H100)  # raises ConfigError on any cross-section rule
+    # the dry run of the recipe with the plan's overrides estimates what the plan estimated (on a GPU)
+    assert plan.memory.total == pytest.approx(planned["memory_gb"]["total"], abs=5e-4)  # 3 decimals
     layout = run_layout(cfg, gpus)
     got = {
         "tensor_model_parallel_size": layout.tp, "pipeline_model_parallel_size": layout.pp,

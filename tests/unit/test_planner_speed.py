@@ -15,7 +15,7 @@ from bridge.parallel.layout import ParallelLayout
 from bridge.parallel.memory import TrainingSetup
 from bridge.parallel.planner import PlanRequest, plan
 from bridge.parallel.planner.speed import estimate_step, model_flops_per_token
-from bridge.parallel.planner.stages import sizing_shape, stage_split
+from bridge.parallel.planner.stages import choose_split
 from bridge.parallel.planner.systems import SYSTEMS
 
 
@@ -27,9 +27,9 @@ def _shape(name: str):
 def _published(name, world, tp, pp, vpp, ep, gbs, seq, precision, cp=1):
     """The estimate of a published layout, exactly as it ran (no recompute, strategy megatron)."""
     shape = _shape(name)
-    split = stage_split(shape.num_layers, pp)
+    fields, split = choose_split(shape.num_layers, pp, vpp)
     layout = ParallelLayout(
-        world, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sequence_parallel=tp > 1, model=sizing_shape(shape, split)
+        world, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sequence_parallel=tp > 1, model=shape, split=fields
     )
     setup = TrainingSetup(seq, 1, gbs, precision)
     return estimate_step(shape, layout, setup, split, SYSTEMS["h100"], "infiniband")
@@ -136,7 +136,8 @@ def test_cli_json_estimate_compare_and_uneven_overrides():
     assert data["gpu"] == "h100" and data["pipeline_model_parallel_size"] >= 2
     assert len(data["compare"]) >= 2 and data["compare"][0]["estimate"] == est
     if data["pipeline_model_parallel_size"] == 2 or 61 % data["pipeline_model_parallel_size"]:
-        assert data["num_layers_in_first_pipeline_stage"] + data["num_layers_in_last_pipeline_stage"] <= 61
+        first, *middle, last = data["stage_layers"]
+        assert first + sum(middle) * (data["pipeline_model_parallel_size"] - 2) + last == 61
     code, table, _ = _run("--model", "deepseek_v3", "--gpus", "1024", "--compare")
     assert code == 0 and "why the first wins" in table and "tok/s/GPU" in table
     code, overrides, _ = _run(

@@ -287,7 +287,7 @@ def _validated(recipe: str, gpus: int, *flags: str):
     [
         ("llama31_8b_pretrain_config", 16, [], "fsdp2", None),
         ("llama31_8b_pretrain_config", 16, ["--strategy", "fsdp2", "--dp-replicate-size", "2"], "fsdp2", 2),
-        ("qwen3_30b_a3b_pretrain_config", 16, ["--seq-length", "4096"], "fsdp2", None),
+        ("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config", 16, ["--seq-length", "4096"], "fsdp2", None),
         ("llama32_1b_pretrain_config", 8, ["--strategy", "ddp"], "ddp", None),
         ("llama31_8b_pretrain_config", 8, ["--strategy", "megatron_fsdp"], "megatron_fsdp", None),
     ],

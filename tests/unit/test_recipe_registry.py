@@ -24,11 +24,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = json.loads((Path(__file__).parent / "data" / "megatron_bridge_recipes.json").read_text())
 # published recipes not in the registry yet, each with its reason in docs/recipes.md ("Not here yet")
 NOT_YET: set[str] = set()
-# aliases that keep bridge's earlier recipe where Megatron-Bridge's alias names its 100-iteration benchmark
-KEPT_ALIASES = {
-    "qwen3_8b_pretrain_config": "qwen3_8b_pretrain_4gpu_h100_bf16_config",
-    "qwen3_30b_a3b_pretrain_config": "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config",
-}
 # recipes Megatron-Bridge does not publish (no GPU count in their names): NeMo's Mixtral, DeepSeek-V2-Lite's
 # finetuning
 BRIDGE_ONLY = {"mixtral_8x7b_pretrain_config", "deepseek_v2_lite_sft_config", "deepseek_v2_lite_peft_config"}
@@ -53,7 +48,7 @@ def test_every_published_name_resolves_to_its_recipe():
         if canonical in NOT_YET:
             assert alias not in ALIASES
             continue
-        assert recipe_info(alias).name == KEPT_ALIASES.get(alias, canonical), alias
+        assert recipe_info(alias).name == canonical, alias
     # the registry's names beyond Megatron-Bridge's: bridge's own recipes only
     assert set(RECIPES) - published == BRIDGE_ONLY
     assert set(ALIASES) <= set(PUBLISHED["aliases"])
@@ -110,9 +105,9 @@ def test_mxfp8_is_refused_on_h100_as_its_note_says():
             dict(seq=65536, gbs=512, iters=1_168_251, warm=2000),
         ),
         ("llama3_8b_low_precision_pretrain_config", dict(seq=8192, gbs=768, lr=6e-4, min_lr=6e-6)),
-        ("qwen3_8b_pretrain_config", dict(seq=4096, gbs=32, mbs=2, iters=300_000, warm=500)),
+        ("qwen3_8b_pretrain_4gpu_h100_bf16_config", dict(seq=4096, gbs=32, mbs=2, iters=300_000, warm=500)),
         ("qwen3_8b_pretrain_16gpu_h100_bf16_config", dict(gbs=1024, mbs=1, iters=100, warm=40, decay=100)),
-        ("qwen3_30b_a3b_pretrain_config", dict(seq=4096, gbs=32, recompute="full")),
+        ("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config", dict(seq=4096, gbs=32, recompute="full")),
         ("gemma2_2b_pretrain_config", dict(seq=4096, gbs=32, mbs=2, iters=300_000, warm=500)),
         ("qwen3_8b_sft_config", dict(seq=2048, gbs=32, iters=100, beta2=0.95, warm=10)),
         ("qwen3_30b_a3b_sft_config", dict(iters=100, beta2=0.95, ep=16)),
@@ -207,7 +202,7 @@ def test_full_recompute_rows_agree_with_activation_checkpointing():
     from bridge.config.compose import compose
     from bridge.errors import ConfigError
 
-    base = get_recipe("qwen3_30b_a3b_pretrain_config")
+    base = get_recipe("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config")
     cfg, _ = compose(base(), overrides=["distributed.activation_checkpointing=true"])
     assert build_plan(cfg, 8, env=H100).layout.describe() == "TP=4 PP=2 CP=1 EP=4 ETP=1 DP=1 EDP=1 world=8"
     cfg, _ = compose(

@@ -19,8 +19,8 @@ PUBLISHED_LAYOUTS = {
     "llama32_3b_pretrain_config": (1, 1, None, 1, 1, False, 28, 3072, None, None),
     "llama31_8b_pretrain_config": (1, 1, None, 2, 1, False, 32, 4096, None, None),
     "llama31_70b_pretrain_config": (4, 4, 5, 2, 1, True, 80, 8192, None, None),
-    "qwen3_8b_pretrain_config": (4, 1, None, 1, 1, False, 36, 4096, None, None),
-    "qwen3_30b_a3b_pretrain_config": (4, 2, None, 1, 4, True, 48, 2048, 128, 8),
+    "qwen3_8b_pretrain_4gpu_h100_bf16_config": (4, 1, None, 1, 1, False, 36, 4096, None, None),
+    "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config": (4, 2, None, 1, 4, True, 48, 2048, 128, 8),
     "mixtral_8x7b_pretrain_config": (1, 4, 8, 1, 8, False, 32, 4096, 8, 2),
     "gemma2_2b_pretrain_config": (2, 1, None, 1, 1, False, 26, 2304, None, None),
     "gemma2_9b_pretrain_config": (8, 1, None, 1, 1, False, 42, 3584, None, None),
@@ -34,8 +34,8 @@ PUBLISHED_RUNS = {
         "gemma2_2b_pretrain_config",
         "gemma2_9b_pretrain_config",
         "gemma2_27b_pretrain_config",
-        "qwen3_8b_pretrain_config",
-        "qwen3_30b_a3b_pretrain_config",
+        "qwen3_8b_pretrain_4gpu_h100_bf16_config",
+        "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config",
     )
 }
 
@@ -111,7 +111,7 @@ def test_recipe_validates_at_its_default_world_size_with_published_values(name):
 
 
 def test_moe_recipes_use_expert_parallelism():
-    for name in ("qwen3_30b_a3b_pretrain_config", "mixtral_8x7b_pretrain_config"):
+    for name in ("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config", "mixtral_8x7b_pretrain_config"):
         cfg = get_recipe(name)()
         assert cfg.model.expert_model_parallel_size > 1
         assert cfg.model.num_moe_experts % cfg.model.expert_model_parallel_size == 0

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bridge.errors import config_error
+from bridge.errors import ConfigError, config_error
 from bridge.parallel import schedules
 from bridge.parallel.layout import ModelShape, ParallelLayout
 from bridge.parallel.memory import TrainingSetup
 from bridge.parallel.planner.request import LONG_SEQUENCE, PlanRequest, planned_global_batch
-from bridge.parallel.planner.stages import sizing_shape, stage_split
+from bridge.parallel.planner.stages import choose_split
+from bridge.parallel.stages import parse_layout
 
 
 def _divisors(n: int, limit: int | None = None) -> list[int]:
@@ -59,14 +60,25 @@ def _cp_choices(seq: int, gpus: int) -> list[int]:
     return [c for c in powers if c >= cp0][:4] + sorted((c for c in powers if c < cp0), reverse=True)
 
 
-def _choose_vpp(shape: ModelShape, pp: int, setup: TrainingSetup, dp: int) -> int | None:
-    """vpp for pp stages: the schedule's (setup.pp_schedule), else interleaving when the micro batches allow.
-    A schedule that needs virtual stages and gets none raises ConfigError (the candidate is invalid)."""
+def _layers_per_stage(num_layers: int, pp: int) -> int:
+    """The layer slots of a stage that virtual stages split: num_layers / pp when pp divides them, else
+    with the embedding and the loss counted as layers when that divides (stages.split_options), else the
+    middle stages' ceil(num_layers / pp)."""
+    if num_layers % pp == 0:
+        return num_layers // pp
+    if (num_layers + 2) % pp == 0:
+        return (num_layers + 2) // pp
+    return -(-num_layers // pp)
+
+
+def _choose_vpp(shape: ModelShape, pp: int, setup: TrainingSetup, dp: int, per_stage: int) -> int | None:
+    """vpp for pp stages of `per_stage` layers: the schedule's (setup.pp_schedule), else interleaving when
+    the micro batches allow. A schedule that needs virtual stages and gets none raises ConfigError (the
+    candidate is invalid)."""
     schedule = setup.pp_schedule
     if pp == 1 or schedule in ("1f1b", "gpipe"):
         return None
     m = setup.num_microbatches(dp)
-    per_stage = shape.num_layers // pp
     options = [v for v in _divisors(per_stage) if v >= 2]
     if schedule is None or schedule == "interleaved_1f1b":
         # Megatron-Core's interleaved schedule needs the micro batches in groups of pp
@@ -96,7 +108,8 @@ def candidates(req: PlanRequest, active: int, uneven: bool = False):
     tps = sorted(tps, key=lambda t: (t < start, t))  # from the starting tp upwards, smaller only if forced
     # pp up to one layer per stage; stage_split makes the stages uneven where pp does not divide the layers
     pps = [fixed["pp"]] if "pp" in fixed else _divisors(gpus, shape.num_layers)
-    if not uneven:
+    if not uneven and not (req.split is not None and req.split.given):
+        # a recipe's own uneven split (a layout string, first/last counts) decides which pp it takes
         pps = [p for p in pps if shape.num_layers % p == 0]
     # cp only for long sequences (from LONG_SEQUENCE tokens up, more when memory needs it)
     cps = [fixed["cp"]] if "cp" in fixed else _cp_choices(req.seq, gpus)
@@ -142,26 +155,26 @@ def candidate_layout(
 ) -> tuple[ParallelLayout, TrainingSetup]:
     """The validated layout for these sizes and strategy, and `setup` with the global batch it trains with.
 
-    Where pp does not divide the layers the layout is checked (and its memory sized) as pp stages of the
-    heaviest uneven stage's layers (bridge.parallel.planner.stages); `layout.model` is that shape."""
+    The pipeline split is the recipe's (req.split) or the lightest Megatron-Core accepts
+    (bridge.parallel.planner.stages.choose_split); the layout holds the real model and that split, so
+    ParallelLayout checks it with the run's own rule code (bridge.parallel.stages) and the memory
+    estimate covers every stage."""
     world = req.gpus
     dp = world // (tp * pp * cp) if world % (tp * pp * cp) == 0 else 1
     setup = replace(setup, global_batch_size=planned_global_batch(req, dp))
-    split = stage_split(req.model.num_layers, pp)
-    shape = req.model if split is None else sizing_shape(req.model, split)
+    shape = req.model
     if "vpp" in req.fixed:
-        vpp = req.fixed["vpp"]
+        vpp = req.fixed["vpp"] if req.fixed["vpp"] > 1 else None  # --vpp 1: no virtual stages
     elif vpp == "choose":
-        vpp = _choose_vpp(shape, pp, setup, dp) if split is None or split.even else None
-    if split is not None and not split.even and vpp is not None:
-        ends = (split.first, split.last) + ((split.middle,) if pp > 2 else ())
-        if any(n % vpp for n in ends):
-            raise config_error(
-                "vpp",
-                vpp,
-                f"must divide the layers of every uneven stage ({split.describe()})",
-                "leave vpp unset, or choose pp so the stages divide into vpp chunks",
-            )
+        vpp = _vpp_of_layout(req, pp)
+        if vpp == "choose":
+            vpp = _choose_vpp(shape, pp, setup, dp, _layers_per_stage(shape.num_layers, pp))
+            if vpp is not None and setup.pp_schedule is None:
+                try:  # interleaving where a split takes it (VPP with uneven stages too), else none
+                    choose_split(shape.num_layers, pp, vpp, req.split)
+                except ConfigError:
+                    vpp = None
+    fields, _ = choose_split(shape.num_layers, pp, vpp, req.split)
     layout = ParallelLayout(
         world_size=world,
         tp=tp,
@@ -170,11 +183,12 @@ def candidate_layout(
         cp=cp,
         ep=ep,
         etp=etp,
-        sequence_parallel=tp > 1 and strategy != "megatron_fsdp",  # Megatron-FSDP refuses SP
+        sequence_parallel=tp > 1 and strategy != "megatron_fsdp" and req.sequence_parallel is not False,
         strategy=strategy,
         dp_replicate_size=req.dp_replicate_size if strategy == "fsdp2" else None,
         gpus_per_node=req.gpus_per_node,
         model=shape,
+        split=fields,
     )
     gbs = setup.global_batch_size
     if gbs is not None and gbs % (setup.micro_batch_size * layout.dp):
@@ -185,3 +199,11 @@ def candidate_layout(
             "change the global batch or the layout",
         )
     return layout, setup
+
+
+def _vpp_of_layout(req: PlanRequest, pp: int) -> int | None | str:
+    """A recipe's pipeline layout string fixes the virtual stages (its stages / pp); else "choose"."""
+    if req.split is None or req.split.layout is None:
+        return "choose"
+    stages = len(parse_layout(req.split.layout))
+    return stages // pp if stages % pp == 0 and stages // pp > 1 else None

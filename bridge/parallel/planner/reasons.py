@@ -16,6 +16,7 @@ from bridge.parallel.planner.request import (
     planned_global_batch,
     wants_pipeline,
 )
+from bridge.parallel.planner.stages import describe_fields
 
 
 def _b(n: float) -> str:
@@ -121,8 +122,9 @@ def _pp_text(req: PlanRequest, count: ParamCount, choice: Choice) -> str:
 def _uneven_text(choice: Choice) -> str:
     split = choice.split
     return (
-        f"num_layers_in_first_pipeline_stage={split.first}, num_layers_in_last_pipeline_stage={split.last}: "
-        f"pp={split.pp} does not divide the layers, so Megatron-Core's uneven stages carry "
+        f"{describe_fields(split.fields)}: "
+        f"pp={split.pp}{'' if choice.layout.vpp is None else f' x vpp={choice.layout.vpp}'} does not divide the "
+        f"layers evenly, so Megatron-Core's uneven stages carry "
         f"{split.middle} layers on each middle stage; memory and speed are sized on the heaviest stage "
         f"({split.heaviest} layers)"
     )
@@ -171,6 +173,8 @@ def _sequence_parallel_text(req: PlanRequest, layout: ParallelLayout) -> str:
 
 
 def _recompute_text(req: PlanRequest, recompute: str) -> str:
+    if req.recompute is not None:
+        return f"activation recomputation: {recompute} (the recipe's)"
     if recompute == "none":
         return "activation recomputation: none (fits without)"
     if req.model.is_moe:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shlex
+
 from bridge.parallel.layout import ParallelLayout
 from bridge.parallel.planner.request import USABLE_FRACTION, Plan
+from bridge.parallel.planner.stages import field_values
 from bridge.parallel.sizes import SIZE_FIELDS
 
 _LAYOUT_KEYS = (*SIZE_FIELDS.items(), ("sequence_parallel", "sequence_parallel"))
@@ -49,8 +52,15 @@ def plan_to_json(p: Plan) -> dict:
     out["gpu"] = req.system.name
     out["estimate"] = _estimate_json(p.estimate) if p.estimate else None
     if p.split is not None and not p.split.even:
-        out["num_layers_in_first_pipeline_stage"] = p.split.first
-        out["num_layers_in_last_pipeline_stage"] = p.split.last
+        out.update({name.removeprefix("model."): v for name, v in field_values(p.split.fields).items()})
+        out["stage_layers"] = (
+            [p.split.first, p.split.middle, p.split.last]
+            if p.split.pp > 2
+            else [
+                p.split.first,
+                p.split.last,
+            ]
+        )
     if not p.fits:
         out["advice"] = list(p.advice)
         if p.closest is not None:
@@ -121,11 +131,16 @@ def plan_overrides(p: Plan, explicit: dict[str, object] | None = None) -> list[s
     if lay.strategy in ("fsdp2", "ddp"):
         # validation warns that the distributed optimizer (Megatron-Core's ZeRO-1) does nothing there
         out.append("optimizer.use_distributed_optimizer=False")
+    elif lay.strategy == "megatron":
+        # the estimate's optimizer sharding (a recipe's setting, else the distributed optimizer): the run's
+        out.append(f"optimizer.use_distributed_optimizer={p.request.distributed_optimizer}")
+    else:  # megatron_fsdp shards through the distributed optimizer (validation requires it)
+        out.append("optimizer.use_distributed_optimizer=True")
     out += [
         f"model.tensor_model_parallel_size={lay.tp}",
         f"model.pipeline_model_parallel_size={lay.pp}",
         f"model.virtual_pipeline_model_parallel_size={'null' if lay.vpp is None else lay.vpp}",
-        *_uneven_overrides(p),
+        *_uneven_overrides(p, explicit or {}),
         f"model.context_parallel_size={lay.cp}",
         f"model.expert_model_parallel_size={lay.ep}",
         f"model.expert_tensor_parallel_size={lay.etp}",
@@ -133,7 +148,10 @@ def plan_overrides(p: Plan, explicit: dict[str, object] | None = None) -> list[s
     ]
     if p.request.pp_schedule is not None:
         out.append(f"distributed.pp_schedule={p.request.pp_schedule}")
-    if p.recompute == "full":
+    explicit = explicit or {}
+    if p.request.recompute is not None and explicit.get("recompute") is None:
+        pass  # the recipe's own recomputation settings stay as they are
+    elif p.recompute == "full":
         out += [
             "model.recompute_granularity=full",
             "model.recompute_method=uniform",
@@ -161,14 +179,15 @@ def plan_overrides(p: Plan, explicit: dict[str, object] | None = None) -> list[s
     return out
 
 
-def _uneven_overrides(p: Plan) -> list[str]:
-    """Megatron-Core's uneven stage fields, when the plan's pipeline does not divide the layers."""
-    if p.split is None or p.split.even:
+def _uneven_overrides(p: Plan, explicit: dict[str, object]) -> list[str]:
+    """Megatron-Core's split fields the planner chose or the user gave (a recipe's own split is the recipe's
+    already)."""
+    if explicit.get("pipeline_layout") is not None:
+        # quoted: '|', '*' and parentheses are shell syntax
+        return [shlex.quote(f"model.pipeline_model_parallel_layout={explicit['pipeline_layout']}")]
+    if p.split is None or p.split.even or p.request.split is not None:
         return []
-    return [
-        f"model.num_layers_in_first_pipeline_stage={p.split.first}",
-        f"model.num_layers_in_last_pipeline_stage={p.split.last}",
-    ]
+    return [f"{name}={value}" for name, value in field_values(p.split.fields).items()]
 
 
 def _estimate_lines(p: Plan) -> list[str]:
@@ -211,7 +230,12 @@ def format_table(p: Plan, model_name: str, overrides: list[str]) -> str:
         f"bridge plan: {model_name} on {req.gpus} GPUs ({req.gpus_per_node} per node, {req.link}), "
         f"{req.gpu_memory_gb:g} GB each",
         f"  seq {req.seq}, micro batch {req.micro_batch_size}, global batch {p.global_batch_size or '-'}, "
-        f"{req.precision}, {req.optimizer}",
+        f"{req.precision}, {req.optimizer}"
+        + (
+            ""
+            if req.trainable_params is None
+            else f", PEFT: {req.trainable_params / 1e6:.1f}M adapter parameters train"
+        ),
         f"parameters: {_b(p.params.total)} total, {_b(p.params.active)} active per token",
         "",
     ]

@@ -10,7 +10,7 @@ from bridge.parallel.layout import STRATEGIES, ModelShape, ParallelLayout
 from bridge.parallel.memory import MEMORY_MODELS, MemoryEstimate, TrainingSetup
 from bridge.parallel.param_count import ParamCount
 from bridge.parallel.planner.speed import StepEstimate
-from bridge.parallel.planner.stages import StageSplit
+from bridge.parallel.planner.stages import SplitFields, StageSplit
 from bridge.parallel.planner.systems import DEFAULT_SYSTEM, GpuSystem, system
 
 INTERCONNECTS = ("nvlink", "infiniband", "ethernet")
@@ -45,6 +45,18 @@ class PlanRequest:
     strategy: str = "auto"  # auto | megatron | fsdp2 | megatron_fsdp | ddp (module docstring)
     dp_replicate_size: int | None = None  # fsdp2 only: HSDP replicas (sharded within each)
     gpu: str = DEFAULT_SYSTEM  # the GPU system the speed estimate uses (bridge.parallel.planner.systems)
+    # A recipe's settings (bridge.config.planning.recipe_request_fields), None: the planner chooses.
+    # split: Megatron-Core's pipeline split fields, the only split tried (SplitFields(): the even split only;
+    # None: bridge.parallel.planner.stages.split_options); sequence_parallel: with tp > 1;
+    # recompute: "none" | "full" (the only one tried); trainable_params: PEFT's adapters (only they
+    # get gradients and optimizer state)
+    split: SplitFields | None = None
+    sequence_parallel: bool | None = None
+    recompute: str | None = None
+    trainable_params: int | None = None
+    distributed_optimizer: bool = (
+        True  # strategy megatron: Megatron-Core's distributed optimizer (a recipe's)
+    )
 
     def __post_init__(self):
         if self.pp_schedule is not None:
@@ -100,6 +112,8 @@ class PlanRequest:
                 raise ConfigError(f"fixed size {name!r}: unknown. Fix: use one of {', '.join(SIZE_FLAGS)}.")
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise config_error(f"--{name}", value, "must be a positive integer", "give an integer >= 1")
+        if self.recompute is not None and self.recompute not in ("none", "full"):
+            raise config_error("recompute", self.recompute, "must be none or full", "pick one of those")
         self.setup(recompute="none")  # validates seq/batch/precision/optimizer
         self._check_strategy()
 
@@ -140,6 +154,11 @@ class PlanRequest:
         return "nvlink" if self.gpus <= self.gpus_per_node else "infiniband"
 
     @property
+    def recompute_options(self) -> tuple[str, ...]:
+        """Recomputation to try, in order: the recipe's, else none and (when that does not fit) full."""
+        return (self.recompute,) if self.recompute is not None else ("none", "full")
+
+    @property
     def seq(self) -> int:
         return self.seq_length or self.model.seq_length or 4096
 
@@ -152,6 +171,8 @@ class PlanRequest:
             optimizer=self.optimizer,
             recompute=recompute,
             pp_schedule=self.pp_schedule,
+            trainable_params=self.trainable_params,
+            distributed_optimizer=self.distributed_optimizer,
         )
 
 

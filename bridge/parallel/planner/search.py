@@ -52,7 +52,7 @@ from bridge.parallel.planner.request import (
 )
 from bridge.parallel.planner.seeds import rank
 from bridge.parallel.planner.speed import estimate_step
-from bridge.parallel.planner.stages import stage_split
+from bridge.parallel.planner.stages import layout_split
 
 MAX_PARAMETERS = 1e15  # a thousand times the largest published models: a shape beyond it is a typo
 
@@ -68,7 +68,7 @@ def search(req: PlanRequest, active: int, total: int | None = None, *, first_onl
     budget = req.gpu_memory_gb * USABLE_FRACTION
     closest = None
     fitting: list[Choice] = []
-    setups = {r: req.setup(r) for r in ("none", "full")}
+    setups = {r: req.setup(r) for r in req.recompute_options}
     strategies = strategies_to_try(req)
     total = count_parameters(req.model).total if total is None else total
     seen = set()
@@ -93,7 +93,7 @@ def _evaluate(req, sizes, setups, strategies, budget, fitting: list[Choice], clo
 
     The first strategy that accepts the sizes is used (auto's decision tree); recomputation only when
     the layout does not fit without it (it only slows a layout that fits)."""
-    for recompute in ("none", "full"):
+    for recompute in req.recompute_options:
         built = _first_valid(req, sizes, setups[recompute], strategies)
         if built is None:
             return closest
@@ -102,7 +102,7 @@ def _evaluate(req, sizes, setups, strategies, budget, fitting: list[Choice], clo
         if closest is None or mem.total < closest[2].total:
             closest = (layout, recompute, mem)
         if mem.total <= budget:
-            split = stage_split(req.model.num_layers, layout.pp)
+            split = layout_split(layout)
             est = estimate_step(req.model, layout, setup, split, req.system, req.link)
             fitting.append(Choice(layout, recompute, mem, split, est))
             return closest
@@ -122,7 +122,11 @@ def _first_valid(
 
 
 def _advice(req: PlanRequest, active: int) -> list[str]:
-    out = ["full activation recomputation was tried and is not enough on its own"]
+    out = [
+        "full activation recomputation was tried and is not enough on its own"
+        if req.recompute is None
+        else f"recomputation as the recipe sets it ({req.recompute})"
+    ]
     for factor in (2, 4, 8, 16, 32, 64):
         gpus = req.gpus * factor
         bigger = replace(req, gpus=gpus)
@@ -136,6 +140,10 @@ def _advice(req: PlanRequest, active: int) -> list[str]:
             break
     else:
         out.append(f"more GPUs: not even {req.gpus * 64} GPUs fit with these settings")
+    if req.recompute == "none":  # the recipe's choice, kept: say whether recomputing would fit
+        found, _ = search(replace(req, recompute="full"), active, first_only=True)
+        if found:
+            out.append(f"full recomputation: --recompute full fits ({found[0].layout.describe()})")
     if req.micro_batch_size > 1:
         found, _ = search(replace(req, micro_batch_size=1), active, first_only=True)
         if found:

@@ -25,6 +25,8 @@ class GpuSystem:
     nvlink_bandwidth: float  # bytes/s per GPU and direction inside the NVLink domain
     network_bandwidth: float  # bytes/s per GPU and direction between NVLink domains (its NIC)
     gpus_per_node: int  # the NVLink domain
+    device_name: str = ""  # what CUDA calls the device (the dry run's --gpu plans for it)
+    compute_capability: tuple[int, int] | None = None
 
 
 def _peaks(bf16: float, fp8: float, tf32: float) -> dict[str, float]:
@@ -34,13 +36,29 @@ def _peaks(bf16: float, fp8: float, tf32: float) -> dict[str, float]:
 
 SYSTEMS: dict[str, GpuSystem] = {
     # DGX H100: 8 GPUs on NVLink 4 (900 GB/s both directions), one ConnectX-7 (400 Gb/s) per GPU
-    "h100": GpuSystem("h100", _peaks(989e12, 1979e12, 494e12), 80.0, 3.35e12, 450e9, 50e9, 8),
+    "h100": GpuSystem(
+        "h100",
+        _peaks(989e12, 1979e12, 494e12),
+        80.0,
+        3.35e12,
+        450e9,
+        50e9,
+        8,
+        "NVIDIA H100 80GB HBM3",
+        (9, 0),
+    ),
     # HGX H200: the H100's compute with 141 GB of faster HBM3e
-    "h200": GpuSystem("h200", _peaks(989e12, 1979e12, 494e12), 141.0, 4.8e12, 450e9, 50e9, 8),
+    "h200": GpuSystem(
+        "h200", _peaks(989e12, 1979e12, 494e12), 141.0, 4.8e12, 450e9, 50e9, 8, "NVIDIA H200", (9, 0)
+    ),
     # DGX B200: 8 GPUs on NVLink 5 (1.8 TB/s both directions), 180 GB each
-    "b200": GpuSystem("b200", _peaks(2250e12, 4500e12, 1100e12), 180.0, 8.0e12, 900e9, 50e9, 8),
+    "b200": GpuSystem(
+        "b200", _peaks(2250e12, 4500e12, 1100e12), 180.0, 8.0e12, 900e9, 50e9, 8, "NVIDIA B200", (10, 0)
+    ),
     # GB200 NVL72: 72 GPUs in one NVLink domain
-    "gb200": GpuSystem("gb200", _peaks(2500e12, 5000e12, 1250e12), 186.0, 8.0e12, 900e9, 50e9, 72),
+    "gb200": GpuSystem(
+        "gb200", _peaks(2500e12, 5000e12, 1250e12), 186.0, 8.0e12, 900e9, 50e9, 72, "NVIDIA GB200", (10, 0)
+    ),
 }
 DEFAULT_SYSTEM = "h100"
 

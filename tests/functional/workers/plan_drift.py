@@ -29,8 +29,8 @@ PRETRAIN_RECIPES = [
     "llama32_3b_pretrain_config",
     "llama31_8b_pretrain_config",
     "llama31_70b_pretrain_config",
-    "qwen3_8b_pretrain_config",
-    "qwen3_30b_a3b_pretrain_config",
+    "qwen3_8b_pretrain_4gpu_h100_bf16_config",
+    "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config",
     "mixtral_8x7b_pretrain_config",
     "gemma2_2b_pretrain_config",
     "gemma2_9b_pretrain_config",
@@ -113,7 +113,10 @@ REFUSED_CASES = (
     "tensor_parallel_2_on_1",
 )
 ON_EVERY_RECIPE = ("as_recipe", *REFUSED_CASES)
-ACCEPTED_CASES_ON = ("llama32_1b_pretrain_config", "qwen3_30b_a3b_pretrain_config")  # dense, MoE
+ACCEPTED_CASES_ON = (
+    "llama32_1b_pretrain_config",
+    "qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config",
+)  # dense, MoE
 
 
 def _is_moe(recipe: str) -> bool:
