@@ -22,7 +22,7 @@ def readme_first_command() -> list[str]:
     section = text.split("## On a fresh machine", 1)[1]
     block = section.split("```bash", 1)[1].split("```", 1)[0]
     command = next(part for part in block.split("&&") if "torchrun" in part)
-    words = shlex.split(command)
+    words = shlex.split(command.replace("\\\n", " "))  # the README breaks it into lines with `\`
     # OMP_NUM_THREADS=1 is what torchrun sets anyway; given, torchrun prints no 4-line banner about it
     assert words[:3] == ["OMP_NUM_THREADS=1", "torchrun", "--nproc_per_node=2"], words[:3]
     return words[3:]
