@@ -17,6 +17,7 @@ from bridge.config.sections import (
     CheckpointConfig,
     DatasetConfig,
     DistributedConfig,
+    DPOConfig,
     LoggerConfig,
     MixedPrecisionConfig,
     OptimizerConfig,
@@ -53,6 +54,7 @@ class ConfigContainer:
     rng: RNGConfig = field(default_factory=RNGConfig)
     peft: PeftConfig = field(default_factory=PeftConfig)  # scheme None: full-parameter training
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)  # off unless a profiler is on
+    dpo: DPOConfig = field(default_factory=DPOConfig)  # read with dataset.kind=preference
 
     # ---- fields that follow others -------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from bridge.config.checks.data import blend_paths, parse_split
 from bridge.config.checks.distributed import unused_ddp_settings_warning
 from bridge.config.checks.optimizer import scheduler_iters
 from bridge.config.environment import Environment
+from bridge.config.preference_rules import DPOPlan, check_preference, dpo_plan
 from bridge.config.performance import SettingState
 from bridge.config.profiling import ProfilingPlan, profiling_plan
 from bridge.config.sections import FP8_PRECISIONS, PRECISION_DTYPES
@@ -162,6 +163,8 @@ class RunPlan:
     # where the run starts: checkpoint.load, a re-run resuming checkpoint.save, or scratch (None: as
     # checkpoint.load says; bridge/config/checks/checkpoint.py)
     resume: ResumePlan | None = None
+    # dataset.kind=preference: the DPO / IPO loss and its reference model (bridge/config/preference_rules.py)
+    dpo: DPOPlan | None = None
 
     @property
     def cuda(self) -> bool:
@@ -299,6 +302,8 @@ def build_plan(config: ConfigContainer, world_size: int, env: Environment) -> Ru
         total_samples=max(train_samples, 1),
     )
     num_microbatches = t.global_batch_size // (t.micro_batch_size * layout.dp)
+    pipeline = pipeline_plan(cfg, layout, num_microbatches)
+    check_preference(cfg, layout, pipeline.engine)
     return RunPlan(
         config=cfg,
         world_size=world_size,
@@ -308,7 +313,7 @@ def build_plan(config: ConfigContainer, world_size: int, env: Environment) -> Ru
         provider=_run_provider(cfg, precision, settings),
         precision=precision,
         num_microbatches=num_microbatches,
-        pipeline=pipeline_plan(cfg, layout, num_microbatches),
+        pipeline=pipeline,
         data=data,
         schedule=schedule,
         memory=_memory(cfg, layout, precision),
@@ -316,4 +321,5 @@ def build_plan(config: ConfigContainer, world_size: int, env: Environment) -> Ru
         profiling=profiling_plan(cfg, cuda),
         detail_warnings=tuple(details),
         resume=resume_plan(cfg),
+        dpo=dpo_plan(cfg),
     )

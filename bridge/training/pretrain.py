@@ -12,6 +12,7 @@ backend from bridge.parallel): the plan says which. Nothing here re-validates th
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -430,6 +431,18 @@ def _resume_and_train(
     writers = MetricWriters(cfg.logger if is_log_rank else None)  # TensorBoard / W&B on the logging rank
     from bridge.training.pipelining import build_runner
 
+    reference = None
+    if plan.dpo is not None:
+        from bridge.training.preference import ReferencePass, dpo_forward_step
+
+        if state.iteration and plan.dpo.reference == "frozen_copy":  # the rules refuse checkpoint.load
+            raise ConfigError(
+                "dpo.reference = 'frozen_copy': this run resumed at iteration "
+                f"{state.iteration}, whose weights are no longer the reference's; start it again without "
+                "the saved checkpoints (a fresh checkpoint.save), or train LoRA (peft.scheme=lora)"
+            )
+        reference = ReferencePass.build(plan, model)  # before the first step: the starting weights
+        default_forward_step = functools.partial(dpo_forward_step, plan.dpo)
     forward_step_func = forward_step_func or default_forward_step
     ctx = TrainingContext(
         plan=plan,
@@ -448,6 +461,7 @@ def _resume_and_train(
         pipeline_runner=build_runner(plan, model, forward_step_func),  # None: Megatron-Core's schedules
         consolidated=consolidated_writer(cfg, plan.provider, model),
         async_saves=AsyncSaves() if cfg.checkpoint.async_save else None,
+        reference=reference,
     )
     try:
         return train(ctx)

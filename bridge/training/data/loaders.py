@@ -32,6 +32,10 @@ def build_datasets(data: DataPlan, tokenizer) -> list:
         from bridge.training.data.sft import build_sft_datasets
 
         return build_sft_datasets(data, tokenizer)
+    if data.kind == "preference":
+        from bridge.training.data.preference import build_preference_datasets
+
+        return build_preference_datasets(data, tokenizer)
     from bridge.training.data.jsonl import build_jsonl_datasets  # the plan allows mock, indexed, jsonl
 
     return build_jsonl_datasets(data, tokenizer, masking)
