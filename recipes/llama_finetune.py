@@ -1,4 +1,4 @@
-"""Llama 3 / 3.1 / 3.2 finetuning recipes, full SFT and LoRA: Megatron-Bridge's H100 table
+"""Llama 3 / 3.1 / 3.2 finetuning recipes, full SFT, LoRA and DPO: Megatron-Bridge's H100 table
 (recipes/llama/h100/llama3.py), one row per published recipe, composed by recipes.composition.
 
 All train 4096-token packed rows, global batch 8, 1000 iterations (the finetuning base)."""
@@ -19,6 +19,9 @@ MODELS = {
     "llama31_70b": ("Llama 3.1 70B", presets.llama31_70b),
     "llama31_405b": ("Llama 3.1 405B", presets.llama31_405b),
 }
+
+
+DPO_RUN = {"data_kind": "preference", "packed": False, "lr": 1e-6}
 
 
 def _row(key: str, kind: str, gpus: int, layout: dict, run: dict | None = None, **more) -> Row:
@@ -51,6 +54,11 @@ ROWS = (
     _row("llama31_8b", "peft", 1, {}, peft=dict(dim=8, alpha=16.0)),
     _row("llama3_70b", "peft", 8, dict(tp=8), peft=dict(dim=16, alpha=32.0)),
     _row("llama31_70b", "peft", 8, dict(tp=8), peft=dict(dim=16, alpha=32.0)),
+    # DPO on {"prompt", "chosen", "rejected"} pairs (a pair per micro batch, rows unpacked): TRL's
+    # DPOConfig defaults (lr 1e-6, beta 0.1: the dpo section's), Megatron-Bridge publishing no DPO recipe
+    _row("llama32_1b", "dpo", 1, {}, DPO_RUN),
+    _row("llama3_8b", "dpo", 2, dict(tp=2), DPO_RUN),
+    _row("llama31_8b", "dpo", 2, dict(tp=2), DPO_RUN),
     # 405B: 2048-token rows, the embedding and the loss counted as pipeline layers (126 + 2 over 16 / 64 stages)
     _row(
         "llama31_405b",

@@ -3,7 +3,9 @@ which reference model. Called by bridge.config.validation and bridge.config.run_
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -15,6 +17,8 @@ if TYPE_CHECKING:
     from bridge.parallel.layout import ParallelLayout
 
 PREFERENCE_FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+FIELDS = ("prompt", "chosen", "rejected")
+HINT = 'each record is {"prompt": "<prompt>", "chosen": "<preferred answer>", "rejected": "<other answer>"}'
 
 
 @dataclass(frozen=True)
@@ -29,14 +33,22 @@ class DPOPlan:
     reference: str
 
 
-def check_preference(cfg: ConfigContainer, layout: ParallelLayout, pipeline_engine: str | None = None) -> None:
+def check_preference(
+    cfg: ConfigContainer, layout: ParallelLayout, pipeline_engine: str | None = None
+) -> None:
     """Every rule of a preference run, before launch (nothing when dataset.kind is not preference)."""
     d, p = cfg.dataset, cfg.dpo
     if d.kind != "preference":
         return
     if p.loss_type not in S.DPO_LOSS_TYPES:
-        raise config_error("dpo.loss_type", p.loss_type, f"must be one of {', '.join(S.DPO_LOSS_TYPES)}", "pick one")
-    if isinstance(p.beta, bool) or not isinstance(p.beta, (int, float)) or not (p.beta > 0 and math.isfinite(p.beta)):
+        raise config_error(
+            "dpo.loss_type", p.loss_type, f"must be one of {', '.join(S.DPO_LOSS_TYPES)}", "pick one"
+        )
+    if (
+        isinstance(p.beta, bool)
+        or not isinstance(p.beta, (int, float))
+        or not (p.beta > 0 and math.isfinite(p.beta))
+    ):
         raise config_error("dpo.beta", p.beta, "must be a finite number > 0", "e.g. dpo.beta=0.1")
     if not 0.0 <= p.label_smoothing < 0.5:
         raise config_error(
@@ -51,7 +63,10 @@ def check_preference(cfg: ConfigContainer, layout: ParallelLayout, pipeline_engi
         )
     if p.reference not in S.DPO_REFERENCES:
         raise config_error(
-            "dpo.reference", p.reference, f"must be one of {', '.join(S.DPO_REFERENCES)}", "e.g. dpo.reference=auto"
+            "dpo.reference",
+            p.reference,
+            f"must be one of {', '.join(S.DPO_REFERENCES)}",
+            "e.g. dpo.reference=auto",
         )
     if p.reference == "adapters_off" and cfg.peft.scheme is None:
         raise config_error(
@@ -126,3 +141,62 @@ def dpo_plan(cfg: ConfigContainer) -> DPOPlan | None:
         label_smoothing=float(p.label_smoothing),
         reference=reference_kind(cfg),
     )
+
+
+def parse_preference(obj) -> tuple[str, str, str] | str:
+    """The record's (prompt, chosen, rejected), or what is wrong with it (a sentence)."""
+    if not isinstance(obj, dict):
+        return f"is {type(obj).__name__} {obj!r:.40}, not a JSON object; {HINT}"
+    out = []
+    for key in FIELDS:
+        value = obj.get(key)
+        if value is None:
+            return f"has no {key!r} (keys: {sorted(obj)}); {HINT}"
+        if not isinstance(value, str):
+            return f"{key!r} is {type(value).__name__} {value!r:.40}, not a string; {HINT}"
+        out.append(value)
+    return out[0], out[1], out[2]
+
+
+def check_preference_files(cfg: ConfigContainer) -> None:
+    """Before launch, every record of the JSON Lines / JSON preference files (Parquet files are checked
+    when the run reads them): the first bad one is one error naming the file and line."""
+    if cfg.dataset.kind != "preference":
+        return
+    from bridge.config.checks.data import blend_paths
+
+    paths, _ = blend_paths(cfg.dataset.data_paths) if cfg.dataset.data_paths else ([], None)
+    for path in paths:
+        if not path.endswith((".jsonl", ".json")) or not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        if text.lstrip().startswith("["):
+            try:
+                rows = list(enumerate(json.loads(text), 1))
+            except json.JSONDecodeError as err:
+                raise _bad_record(f"{path}:{err.lineno}", f"is malformed JSON ({err.msg})") from None
+            where = "row"
+        else:
+            rows, where = [], "line"
+            for lineno, line in enumerate(text.splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append((lineno, json.loads(line)))
+                except json.JSONDecodeError as err:
+                    raise _bad_record(f"{path}:{lineno}", f"is malformed JSON ({err.msg})") from None
+        if not rows:
+            raise config_error(
+                "dataset.data_paths", path, "holds no records", "give preference records in it"
+            )
+        for n, obj in rows:
+            problem = parse_preference(obj)
+            if isinstance(problem, str):
+                raise _bad_record(f"{path}: {where} {n}" if where == "row" else f"{path}:{n}", problem)
+
+
+def _bad_record(where: str, what: str):
+    from bridge.errors import ConfigError
+
+    return ConfigError(f"dataset.data_paths: {where} {what}; fix the record or remove it from the file")

@@ -20,8 +20,8 @@ from bridge.config.checks.data import blend_paths, parse_split
 from bridge.config.checks.distributed import unused_ddp_settings_warning
 from bridge.config.checks.optimizer import scheduler_iters
 from bridge.config.environment import Environment
-from bridge.config.preference_rules import DPOPlan, check_preference, dpo_plan
 from bridge.config.performance import SettingState
+from bridge.config.preference_rules import DPOPlan, check_preference, check_preference_files, dpo_plan
 from bridge.config.profiling import ProfilingPlan, profiling_plan
 from bridge.config.sections import FP8_PRECISIONS, PRECISION_DTYPES
 from bridge.config.validation import validate_config
@@ -304,6 +304,7 @@ def build_plan(config: ConfigContainer, world_size: int, env: Environment) -> Ru
     num_microbatches = t.global_batch_size // (t.micro_batch_size * layout.dp)
     pipeline = pipeline_plan(cfg, layout, num_microbatches)
     check_preference(cfg, layout, pipeline.engine)
+    check_preference_files(cfg)  # last: what the run would read
     return RunPlan(
         config=cfg,
         world_size=world_size,

@@ -68,7 +68,9 @@ def preference_losses(
     return losses, rewards[:, 0], rewards[:, 1]
 
 
-def dpo_loss_func(plan: DPOPlan, loss_mask: torch.Tensor, reference: torch.Tensor, output_tensor: torch.Tensor):
+def dpo_loss_func(
+    plan: DPOPlan, loss_mask: torch.Tensor, reference: torch.Tensor, output_tensor: torch.Tensor
+):
     """Megatron-Core's three-value loss over the micro batch's pairs: (loss sum, pair count, report)."""
     policy = answer_logps(output_tensor, loss_mask, average=plan.loss_type == "ipo")
     losses, chosen, rejected = preference_losses(policy, reference, plan)

@@ -15,6 +15,7 @@ import os
 import numpy as np
 import torch
 
+from bridge.config.preference_rules import parse_preference
 from bridge.config.run_plan import DataPlan
 from bridge.errors import ConfigError
 from bridge.training.data.sft import (
@@ -30,32 +31,18 @@ from bridge.training.data.sft import (
 )
 from bridge.training.data.splits import split_ranges
 
-FIELDS = ("prompt", "chosen", "rejected")
-HINT = 'each record is {"prompt": "<prompt>", "chosen": "<preferred answer>", "rejected": "<other answer>"}'
-
-
-def parse_preference(obj) -> tuple[str, str, str] | str:
-    """The record's (prompt, chosen, rejected), or what is wrong with it (a sentence)."""
-    if not isinstance(obj, dict):
-        return f"is {type(obj).__name__} {obj!r:.40}, not a JSON object; {HINT}"
-    out = []
-    for key in FIELDS:
-        value = obj.get(key)
-        if value is None:
-            return f"has no {key!r} (keys: {sorted(obj)}); {HINT}"
-        if not isinstance(value, str):
-            return f"{key!r} is {type(value).__name__} {value!r:.40}, not a string; {HINT}"
-        out.append(value)
-    return out[0], out[1], out[2]
-
 
 def read_preference_records(paths, cache_dir: str | None = None) -> list[Record]:
     """Every record of the files in order; a bad one is one ConfigError naming the file and row."""
     records: list[Record] = []
     for path in map(str, paths):
         if not os.path.isfile(path) or os.path.getsize(path) == 0:
-            raise _empty(path) if os.path.isfile(path) else ConfigError(
-                f"dataset.data_paths entry {path!r} is not a file: give .jsonl, .json or .parquet"
+            raise (
+                _empty(path)
+                if os.path.isfile(path)
+                else ConfigError(
+                    f"dataset.data_paths entry {path!r} is not a file: give .jsonl, .json or .parquet"
+                )
             )
         builder = "parquet" if path.endswith(".parquet") else "json"
         try:

@@ -78,7 +78,12 @@ def dpo_config(workdir: str, loss_type: str = "sigmoid", lora: bool = False, *ex
     more = []
     if lora:
         targets = ",".join(t.split(".")[-1] for t in LORA_TARGETS)
-        more = [f"peft.target_modules=[{targets}]", f"peft.dim={LORA_DIM}", "peft.alpha=8.0", "peft.dropout=0.0"]
+        more = [
+            f"peft.target_modules=[{targets}]",
+            f"peft.dim={LORA_DIM}",
+            "peft.alpha=8.0",
+            "peft.dropout=0.0",
+        ]
     recipe = llama32_1b_peft_config if lora else llama32_1b_sft_config
     cfg, _ = compose(recipe(), overrides=[*dpo_overrides(workdir, loss_type), *more, *extra])
     return cfg
@@ -125,7 +130,9 @@ def answer_logps(model, tokens, labels, mask, average: bool):
     return logps / mask.sum(-1) if average else logps
 
 
-def run_reference(workdir: str, name: str, batches: list[dict], loss_type: str, lora_init: dict | None = None):
+def run_reference(
+    workdir: str, name: str, batches: list[dict], loss_type: str, lora_init: dict | None = None
+):
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -177,7 +184,10 @@ def run_reference(workdir: str, name: str, batches: list[dict], loss_type: str, 
             "rewards/accuracies": float((chosen > rejected).float().mean()),
         }
         losses[it], grad_norms[it], lrs[it] = float(loss), float(norm), lr_at(it * GLOBAL_BATCH)
-    emit("run", {"run": name, "losses": losses, "grad_norms": grad_norms, "learning_rates": lrs, "metrics": metrics})
+    emit(
+        "run",
+        {"run": name, "losses": losses, "grad_norms": grad_norms, "learning_rates": lrs, "metrics": metrics},
+    )
 
 
 def main(mode: str, workdir: str) -> None:
