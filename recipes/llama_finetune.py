@@ -6,7 +6,7 @@ All train 4096-token packed rows, global batch 8, 1000 iterations (the finetunin
 from __future__ import annotations
 
 from bridge.models.llama import presets
-from recipes.composition import Row, register
+from recipes.composition import Row, register, variant
 from recipes.performance import LLAMA, LLAMA_70B
 from recipes.runs import EMBEDDING_AND_LOSS_IN_SPLIT
 
@@ -55,10 +55,16 @@ ROWS = (
     _row("llama3_70b", "peft", 8, dict(tp=8), peft=dict(dim=16, alpha=32.0)),
     _row("llama31_70b", "peft", 8, dict(tp=8), peft=dict(dim=16, alpha=32.0)),
     # DPO on {"prompt", "chosen", "rejected"} pairs (a pair per micro batch, rows unpacked): TRL's
-    # DPOConfig defaults (lr 1e-6, beta 0.1: the dpo section's), Megatron-Bridge publishing no DPO recipe
-    _row("llama32_1b", "dpo", 1, {}, DPO_RUN),
-    _row("llama3_8b", "dpo", 2, dict(tp=2), DPO_RUN),
-    _row("llama31_8b", "dpo", 2, dict(tp=2), DPO_RUN),
+    # DPOConfig defaults (lr 1e-6, beta 0.1: the dpo section's); Megatron-Bridge publishes no DPO recipe,
+    # so the names are bridge's own, in its `<model>_<kind>_config` form
+    *(
+        variant(_row(key, "dpo", gpus, layout, DPO_RUN), f"{key}_dpo_config")
+        for key, gpus, layout in (
+            ("llama32_1b", 1, {}),
+            ("llama3_8b", 2, dict(tp=2)),
+            ("llama31_8b", 2, dict(tp=2)),
+        )
+    ),
     # 405B: 2048-token rows, the embedding and the loss counted as pipeline layers (126 + 2 over 16 / 64 stages)
     _row(
         "llama31_405b",
