@@ -14,11 +14,9 @@ norm (before clipping), the learning rate and (TP=1) DPO's reward metrics.
 from __future__ import annotations
 
 import copy
-import json
 import sys
 from pathlib import Path
 
-import numpy as np
 from train_common import emit, reset_parallel_state
 from training_parity_hf import (
     BETAS,
@@ -34,23 +32,12 @@ from training_parity_hf import (
     record_adapters,
 )
 
-from tests.finetune_fixtures import make_tiny_llama
+from tests.finetune_fixtures import _tiny, make_tiny_llama
 
 ITERS = 5
 PAIRS = 8  # = GLOBAL_BATCH: one step sees every pair
 BETA = 0.5
 LAYOUTS = {"tp2": ["model.tensor_model_parallel_size=2"], "pp2": ["model.pipeline_model_parallel_size=2"]}
-
-
-def write_preference_jsonl(path: Path, n: int, seed: int = 0) -> None:
-    from tests.finetune_fixtures import _tiny
-
-    rng = np.random.default_rng(seed)
-    rows = [
-        {"prompt": _tiny._sentence(rng), "chosen": _tiny._sentence(rng), "rejected": _tiny._sentence(rng)}
-        for _ in range(n)
-    ]
-    Path(path).write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 def dpo_overrides(workdir: str, loss_type: str) -> list[str]:
@@ -193,7 +180,7 @@ def run_reference(
 def main(mode: str, workdir: str) -> None:
     if mode == "ref":
         make_tiny_llama(Path(workdir) / "hf")
-        write_preference_jsonl(Path(workdir) / "pairs.jsonl", PAIRS, seed=3)
+        _tiny.write_preference_jsonl(Path(workdir) / "pairs.jsonl", PAIRS, seed=3)
         for loss_type in ("sigmoid", "ipo"):
             batches: list[dict] = []
             run_bridge(f"{loss_type}_tp1", dpo_config(workdir, loss_type), record=batches)
