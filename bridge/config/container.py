@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from bridge.config.sections import (
     CheckpointConfig,
     DatasetConfig,
+    DistillConfig,
     DistributedConfig,
     DPOConfig,
     LoggerConfig,
@@ -55,6 +56,7 @@ class ConfigContainer:
     peft: PeftConfig = field(default_factory=PeftConfig)  # scheme None: full-parameter training
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)  # off unless a profiler is on
     dpo: DPOConfig = field(default_factory=DPOConfig)  # read with dataset.kind=preference
+    distill: DistillConfig = field(default_factory=DistillConfig)  # on when distill.teacher is set
 
     # ---- fields that follow others -------------------------------------------------------------
 

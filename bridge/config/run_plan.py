@@ -19,6 +19,7 @@ from bridge.config.checks.checkpoint import ResumePlan, resume_plan
 from bridge.config.checks.data import blend_paths, parse_split
 from bridge.config.checks.distributed import unused_ddp_settings_warning
 from bridge.config.checks.optimizer import scheduler_iters
+from bridge.config.distill_rules import DistillPlan, distill_plan
 from bridge.config.environment import Environment
 from bridge.config.performance import SettingState
 from bridge.config.preference_rules import DPOPlan, check_preference, check_preference_files, dpo_plan
@@ -165,6 +166,8 @@ class RunPlan:
     resume: ResumePlan | None = None
     # dataset.kind=preference: the DPO / IPO loss and its reference model (bridge/config/preference_rules.py)
     dpo: DPOPlan | None = None
+    # distill.teacher set: the teacher and the KD loss's settings (bridge/config/distill_rules.py)
+    distill: DistillPlan | None = None
 
     @property
     def cuda(self) -> bool:
@@ -304,6 +307,8 @@ def build_plan(config: ConfigContainer, world_size: int, env: Environment) -> Ru
     num_microbatches = t.global_batch_size // (t.micro_batch_size * layout.dp)
     pipeline = pipeline_plan(cfg, layout, num_microbatches)
     check_preference(cfg, layout, pipeline.engine)
+    provider = _run_provider(cfg, precision, settings)
+    distill = distill_plan(cfg, provider, layout, world_size)
     check_preference_files(cfg)  # last: what the run would read
     return RunPlan(
         config=cfg,
@@ -311,7 +316,7 @@ def build_plan(config: ConfigContainer, world_size: int, env: Environment) -> Ru
         environment=env,
         performance=settings,
         layout=layout,
-        provider=_run_provider(cfg, precision, settings),
+        provider=provider,
         precision=precision,
         num_microbatches=num_microbatches,
         pipeline=pipeline,
@@ -323,4 +328,5 @@ def build_plan(config: ConfigContainer, world_size: int, env: Environment) -> Ru
         detail_warnings=tuple(details),
         resume=resume_plan(cfg),
         dpo=dpo_plan(cfg),
+        distill=distill,
     )

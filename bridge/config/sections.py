@@ -290,3 +290,18 @@ class DPOConfig:
     loss_type: str = "sigmoid"  # DPO_LOSS_TYPES
     label_smoothing: float = 0.0  # sigmoid only: conservative DPO's probability that a label is flipped
     reference: str = "auto"  # DPO_REFERENCES
+
+
+@dataclass
+class DistillConfig:
+    """Knowledge distillation (on when `teacher` is set): the student trains on the KL divergence of the
+    teacher's and its own next-token distributions. Names as Megatron-Bridge's ModelOptDistillConfig
+    (logit_kl_temperature, skip_lm_loss, kd_loss_scale); bridge.training.distill has the loss."""
+
+    teacher: str | None = None  # a Hugging Face folder (same tokenizer / vocabulary as the student)
+    logit_kl_temperature: float = 1.0  # both distributions are softmax(logits / T); the KL is scaled by T^2
+    skip_lm_loss: bool = True  # True: the KD loss alone; False: lm loss + kd_loss_scale * KD loss
+    # the KD loss's weight beside the lm loss (a fixed weight: ModelOpt instead rescales it every step to
+    # kd_loss_scale x the lm loss's magnitude)
+    kd_loss_scale: float = 1.0
+    top_k: int | None = None  # the KL over the teacher's k most likely tokens only (renormalised); None: all

@@ -8,7 +8,7 @@ the full vocabulary's log-softmax without gathering logits.
 
 Each step first runs the reference over the step's micro batches (forward only, Megatron-Core's schedule
 over the same layout), then the policy over the same micro batches with the reference's log-probs
-attached (`ReferencePass.attach`). The reference is the policy with its PEFT adapters switched off
+attached (bridge.training.frozen_pass). The reference is the policy with its PEFT adapters switched off
 (`adapters_off`: no second copy), or a frozen copy of the weights training started from (`frozen_copy`).
 
 Per pair, with r = beta * (log pi(y) - log ref(y)) the implicit rewards and z = r_chosen - r_rejected:
@@ -20,7 +20,6 @@ pairs with r_chosen > r_rejected) are logged beside it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -28,6 +27,7 @@ import torch
 
 from bridge.config.run_plan import DPOPlan
 from bridge.training import forward_step
+from bridge.training.frozen_pass import FrozenPass, frozen_chunks, frozen_report, unwrap
 
 ROWS = ("tokens", "labels", "loss_mask", "position_ids")
 OBJECTIVE = "dpo loss"
@@ -94,13 +94,12 @@ def dpo_forward_step(plan: DPOPlan, data_iterator, model):
     """The policy's forward step: the micro batch's 2m rows through the model, the DPO loss on them."""
     batch = _flatten_pairs(forward_step.get_batch(data_iterator))
     output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
-    return output, partial(dpo_loss_func, plan, batch["loss_mask"], batch["ref_logps"])
+    # the reference log-probs exist on the last stage only, where the loss runs
+    return output, partial(dpo_loss_func, plan, batch["loss_mask"], batch.get("ref_logps"))
 
 
 def _reference_loss_func(average: bool, loss_mask: torch.Tensor, output_tensor: torch.Tensor):
-    logps = answer_logps(output_tensor.detach(), loss_mask, average)
-    one = torch.ones((), dtype=torch.int, device=logps.device)
-    return output_tensor.sum() * 0.0, one, {"reference logps": logps}
+    return frozen_report(answer_logps(output_tensor.detach(), loss_mask, average), output_tensor)
 
 
 def reference_forward_step(average: bool, data_iterator, model):
@@ -109,85 +108,28 @@ def reference_forward_step(average: bool, data_iterator, model):
     return output, partial(_reference_loss_func, average, batch["loss_mask"])
 
 
-def _inner(module: torch.nn.Module) -> torch.nn.Module:
-    """The GPTModel inside the DDP / Float16Module wrappers."""
-    while hasattr(module, "module"):
-        module = module.module
-    return module
-
-
-class ReferencePass:
-    """The reference model's log-probs of a step's micro batches, attached to them for the policy."""
-
-    def __init__(self, plan, chunks: list | None):
-        self.plan = plan  # the RunPlan
-        self.chunks = chunks  # frozen_copy: the copy's chunks; adapters_off: None (the policy's own)
-
-    @classmethod
-    def build(cls, plan, policy: list) -> ReferencePass:
-        """frozen_copy: a second model on the same layout holding the policy's current weights (called
-        before the first step, so those are the weights training starts from), frozen and in eval mode."""
-        if plan.dpo.reference != "frozen_copy":
-            return cls(plan, None)
+def reference_pass(plan, policy: list) -> FrozenPass:
+    """The step's reference pass. frozen_copy: a second model on the same layout holding the policy's
+    current weights (built before the first step: the weights training starts from); adapters_off: the
+    policy itself with its adapters switched off."""
+    dpo = plan.dpo
+    chunks = None
+    if dpo.reference == "frozen_copy":
         import copy
 
-        provider = copy.deepcopy(plan.provider)
-        chunks = provider.provide_distributed_model(
-            wrap_with_ddp=False, seed=plan.config.rng.seed, random_init=False, layout=plan.layout
-        )
+        chunks = frozen_chunks(copy.deepcopy(plan.provider), plan)
         for ref, pol in zip(chunks, policy, strict=True):
-            _inner(ref).load_state_dict(_inner(pol).state_dict(), strict=True)
-            ref.requires_grad_(False)
-            ref.eval()
-        return cls(plan, chunks)
+            unwrap(ref).load_state_dict(unwrap(pol).state_dict(), strict=True)
+    from bridge.peft import adapters_disabled
 
-    def log_probs(self, ctx, batches: list[list[dict]]) -> list[torch.Tensor] | None:
-        """[m, 2] reference log-probs per micro batch (the last pipeline stage; None elsewhere)."""
-        from megatron.core import parallel_state
-        from megatron.core.pipeline_parallel import get_forward_backward_func
-
-        average = self.plan.dpo.loss_type == "ipo"
-        model = self.chunks if self.chunks is not None else ctx.model
-        was_training = [chunk.training for chunk in model]
-        for chunk in model:
-            chunk.eval()  # no dropout in the reference
-        try:
-            with torch.no_grad(), self._reference_weights(ctx):
-                out = get_forward_backward_func()(
-                    forward_step_func=partial(reference_forward_step, average),
-                    data_iterator=[iter(b) for b in batches],
-                    model=model,
-                    num_microbatches=ctx.num_microbatches,
-                    seq_length=ctx.seq_length,
-                    micro_batch_size=ctx.cfg.train.micro_batch_size * 2,
-                    decoder_seq_length=ctx.seq_length,
-                    forward_only=True,
-                )
-        finally:
-            for chunk, mode in zip(model, was_training, strict=True):
-                chunk.train(mode)
-        if not parallel_state.is_pipeline_last_stage(ignore_virtual=True):
-            return None
-        return [micro["reference logps"] for micro in out]
-
-    def _reference_weights(self, ctx):
-        import contextlib
-
-        if self.chunks is not None:
-            return contextlib.nullcontext()
-        from bridge.peft import adapters_disabled
-
-        return adapters_disabled(ctx.model)
-
-    def attach(self, ctx, iterators: list) -> list[Iterator[dict]]:
-        """The step's micro batches from `iterators` (one per model chunk), each with `ref_logps`."""
-        batches = [[next(it) for _ in range(ctx.num_microbatches)] for it in iterators]
-        logps = self.log_probs(ctx, batches)
-        for per_chunk in batches:
-            for i, batch in enumerate(per_chunk):
-                m = batch["tokens"].shape[0]
-                batch["ref_logps"] = logps[i].cpu() if logps is not None else torch.zeros(m, 2)
-        return [iter(b) for b in batches]
+    return FrozenPass(
+        chunks,
+        partial(reference_forward_step, dpo.loss_type == "ipo"),
+        key="ref_logps",
+        rows_per_sample=2,
+        weights=adapters_disabled if chunks is None else None,
+        metrics=metrics_of,
+    )
 
 
 def metrics_of(totals: dict[str, Any]) -> dict[str, float]:

@@ -431,9 +431,9 @@ def _resume_and_train(
     writers = MetricWriters(cfg.logger if is_log_rank else None)  # TensorBoard / W&B on the logging rank
     from bridge.training.pipelining import build_runner
 
-    reference = None
+    frozen_pass = None  # DPO's reference, distillation's teacher: run before each step's pass
     if plan.dpo is not None:
-        from bridge.training.preference import ReferencePass, dpo_forward_step
+        from bridge.training.preference import dpo_forward_step, reference_pass
 
         if state.iteration and plan.dpo.reference == "frozen_copy":  # the rules refuse checkpoint.load
             raise ConfigError(
@@ -441,8 +441,13 @@ def _resume_and_train(
                 f"{state.iteration}, whose weights are no longer the reference's; start it again without "
                 "the saved checkpoints (a fresh checkpoint.save), or train LoRA (peft.scheme=lora)"
             )
-        reference = ReferencePass.build(plan, model)  # before the first step: the starting weights
+        frozen_pass = reference_pass(plan, model)  # before the first step: the starting weights
         default_forward_step = functools.partial(dpo_forward_step, plan.dpo)
+    elif plan.distill is not None:
+        from bridge.training.distill import distill_forward_step, teacher_pass
+
+        frozen_pass = teacher_pass(plan)
+        default_forward_step = functools.partial(distill_forward_step, plan.distill, plan.provider.vocab_size)
     forward_step_func = forward_step_func or default_forward_step
     ctx = TrainingContext(
         plan=plan,
@@ -461,7 +466,7 @@ def _resume_and_train(
         pipeline_runner=build_runner(plan, model, forward_step_func),  # None: Megatron-Core's schedules
         consolidated=consolidated_writer(cfg, plan.provider, model),
         async_saves=AsyncSaves() if cfg.checkpoint.async_save else None,
-        reference=reference,
+        frozen_pass=frozen_pass,
     )
     try:
         return train(ctx)

@@ -54,8 +54,9 @@ class TrainingContext:
     async_saves: Any = None
     # seconds each save held the loop, by iteration (TrainResult.save_stalls)
     save_stalls: dict[int, float] = field(default_factory=dict)
-    # DPO (plan.dpo): bridge.training.preference.ReferencePass, run before each step's policy pass
-    reference: Any = None
+    # DPO's reference / distillation's teacher: a bridge.training.frozen_pass.FrozenPass run before each
+    # step's pass, or None
+    frozen_pass: Any = None
     # the last step's metrics beside the loss (DPO's rewards and accuracy), on the logging rank
     step_metrics: dict[str, float] = field(default_factory=dict)
 
@@ -78,17 +79,19 @@ class TrainingContext:
     @property
     def objective(self) -> str:
         """The name of the loss the run minimises (logs, TensorBoard)."""
-        return "dpo loss" if self.plan.dpo is not None else "lm loss"
+        if self.plan.dpo is not None:
+            return "dpo loss"
+        return "distill loss" if self.plan.distill is not None else "lm loss"
 
     @property
     def rows_per_sample(self) -> int:
         """Sequences per sample: a DPO sample is a (chosen, rejected) pair."""
-        return 2 if self.plan.dpo is not None else 1
+        return self.frozen_pass.rows_per_sample if self.frozen_pass is not None else 1
 
     def step_iterators(self, iterators: list) -> list:
-        """The iterators a step's pass reads: with DPO, the step's micro batches with the reference's
-        log-probs attached (the reference runs here, once per step)."""
-        return iterators if self.reference is None else self.reference.attach(self, iterators)
+        """The iterators a step's pass reads: with a frozen pass (DPO's reference, the teacher), the step's
+        micro batches with its results attached (it runs here, once per step)."""
+        return iterators if self.frozen_pass is None else self.frozen_pass.attach(self, iterators)
 
 
 def _reduce_losses(losses_reduced: list[dict]) -> dict[str, torch.Tensor]:
@@ -107,15 +110,17 @@ def _reduce_losses(losses_reduced: list[dict]) -> dict[str, torch.Tensor]:
     return totals
 
 
-OBJECTIVES = ("lm loss", "dpo loss")  # the loss a step minimises, by the name its loss function reports
+# the loss a step minimises, by the name its loss function reports (distillation reports lm loss too)
+OBJECTIVES = ("distill loss", "dpo loss", "lm loss")
 
 
 def _broadcast_loss(totals: dict[str, torch.Tensor]) -> float:
-    """The objective (lm loss, or dpo loss) from the logging rank to every rank, so all ranks take the
+    """The objective (OBJECTIVES: the first one reported) from the logging rank to every rank, so all ranks take the
     same decisions."""
     device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
     value = torch.zeros(1, dtype=torch.float64, device=device)
-    for key in (k for k in OBJECTIVES if k in totals):
+    key = next((k for k in OBJECTIVES if k in totals), None)
+    if key is not None:
         s, n = totals[key].tolist()
         value[0] = s / max(n, 1.0)
     torch.distributed.broadcast(value, src=log_rank())
@@ -150,10 +155,8 @@ def train_step(ctx: TrainingContext) -> tuple[float, float | None, bool]:
     losses_reduced = _forward_backward(ctx, ctx.step_iterators(ctx.train_iterators), forward_only=False)
     totals = _reduce_losses(losses_reduced)
     loss = _broadcast_loss(totals)
-    if ctx.reference is not None:
-        from bridge.training.preference import metrics_of
-
-        ctx.step_metrics = metrics_of(totals)
+    if ctx.frozen_pass is not None:
+        ctx.step_metrics = ctx.frozen_pass.metrics(totals)
     iteration = ctx.state.iteration + 1
     if not math.isfinite(loss):
         raise NonFiniteLossError(non_finite_message(ctx.objective, loss, iteration, ctx))
