@@ -9,9 +9,10 @@ distributions renormalised there (vocabulary padding rows never count). The step
 of kd over the loss mask (skip_lm_loss), or lm loss + kd_loss_scale x that mean.
 
 Tensor parallelism splits the vocabulary: each rank holds V / tp columns of both logits. The log-softmax's
-max and normaliser and the KL's sum are all-reduced over the tensor-parallel group (the student's through
-Megatron-Core's reduce_from_tensor_model_parallel_region, whose backward is the identity: the sum's
-gradient reaches every rank's columns), so the result equals the full vocabulary's. The teacher runs
+max and normaliser and the KL's sum are all-reduced over the tensor-parallel group, so the result equals
+the full vocabulary's. Backward: the KL's sum through Megatron-Core's reduce_from_tensor_model_parallel_region
+(identity: each rank's share of the sum gets the loss's gradient), the student's normaliser through an
+all-reduce both ways (every rank's columns use it, so its gradient sums over the ranks). The teacher runs
 first over the step's micro batches (bridge.training.frozen_pass), its logits attached to them.
 """
 
@@ -55,8 +56,6 @@ def kept_columns(teacher: torch.Tensor, vocab_size: int, top_k: int | None) -> t
 
 def _log_softmax(x: torch.Tensor, keep: torch.Tensor, grad: bool) -> torch.Tensor:
     """log softmax over the kept columns of all tensor-parallel ranks (-inf elsewhere)."""
-    from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region
-
     group, _ = _tp()
     x = x.masked_fill(~keep, float("-inf"))
     top = x.detach().max(dim=-1, keepdim=True).values
@@ -64,7 +63,7 @@ def _log_softmax(x: torch.Tensor, keep: torch.Tensor, grad: bool) -> torch.Tenso
         torch.distributed.all_reduce(top, op=torch.distributed.ReduceOp.MAX, group=group)
     sum_exp = (x - top).exp().sum(dim=-1, keepdim=True)
     if group.size() > 1:
-        sum_exp = reduce_from_tensor_model_parallel_region(sum_exp) if grad else _all_reduced(sum_exp, group)
+        sum_exp = _AllReduceSum.apply(sum_exp, group) if grad else _all_reduced(sum_exp, group)
     return x - top - sum_exp.log()
 
 
@@ -72,6 +71,23 @@ def _all_reduced(x: torch.Tensor, group) -> torch.Tensor:
     x = x.clone()
     torch.distributed.all_reduce(x, group=group)
     return x
+
+
+class _AllReduceSum(torch.autograd.Function):
+    """The sum over the group, forward and backward: every rank's columns use the one normaliser, so its
+    gradient is the sum of all ranks' (Megatron-Core's reduce_from_... region has an identity backward,
+    right only where each rank's result is used by that rank alone)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, group) -> torch.Tensor:
+        ctx.group = group
+        return _all_reduced(x, group)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        grad = grad.clone()
+        torch.distributed.all_reduce(grad, group=ctx.group)
+        return grad, None
 
 
 def kd_per_token(
