@@ -46,6 +46,11 @@ def missing_inputs(cfg: ConfigContainer) -> list[str]:
                 "tokenizer.tokenizer_model: the run needs a Hugging Face tokenizer folder (or a Hugging Face "
                 "checkpoint.pretrained_checkpoint, whose tokenizer it takes); this plan stands a NullTokenizer in"
             )
+    if cfg.distill.enabled and not cfg.distill.teacher:
+        needed.append(
+            "distill.teacher: the run needs the teacher's Hugging Face folder (the student's tokenizer); this "
+            "plan leaves the teacher out"
+        )
     c = cfg.checkpoint
     if not (c.pretrained_checkpoint or c.load):
         needed.append(
@@ -59,6 +64,8 @@ def with_stand_ins(cfg: ConfigContainer) -> ConfigContainer:
     """A copy of `cfg` whose missing data and tokenizer are mock data and a NullTokenizer, and whose missing
     PEFT starting checkpoint is an empty stand-in folder (for planning only)."""
     cfg = copy.deepcopy(cfg)
+    if cfg.distill.enabled and not cfg.distill.teacher:
+        cfg.distill.enabled = False
     if cfg.dataset.kind in FINETUNE_DATA_KINDS and not cfg.dataset.data_paths:
         cfg.dataset.kind = "mock"
         cfg.dataset.packed_sequence_size = 0

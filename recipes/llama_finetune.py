@@ -21,6 +21,7 @@ MODELS = {
 }
 
 
+DISTILL = {"distill.enabled": True}
 DPO_RUN = {"data_kind": "preference", "packed": False, "lr": 1e-6}
 
 
@@ -64,6 +65,15 @@ ROWS = (
             ("llama3_8b", 2, dict(tp=2)),
             ("llama31_8b", 2, dict(tp=2)),
         )
+    ),
+    # Distillation into the 1B / 8B students (Megatron-Bridge's example distils Llama 3.2 3B into 1B): the
+    # SFT base with rows unpacked, the KD loss alone at temperature 1 (ModelOptDistillConfig's defaults);
+    # the teacher is the run's distill.teacher
+    *(
+        variant(
+            _row(key, "distill", gpus, layout, {"packed": False}), f"{key}_distill_config", config=DISTILL
+        )
+        for key, gpus, layout in (("llama32_1b", 1, {}), ("llama31_8b", 2, dict(tp=2)))
     ),
     # 405B: 2048-token rows, the embedding and the loss counted as pipeline layers (126 + 2 over 16 / 64 stages)
     _row(

@@ -56,7 +56,7 @@ class ConfigContainer:
     peft: PeftConfig = field(default_factory=PeftConfig)  # scheme None: full-parameter training
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)  # off unless a profiler is on
     dpo: DPOConfig = field(default_factory=DPOConfig)  # read with dataset.kind=preference
-    distill: DistillConfig = field(default_factory=DistillConfig)  # on when distill.teacher is set
+    distill: DistillConfig = field(default_factory=DistillConfig)  # on with a distill.teacher
 
     # ---- fields that follow others -------------------------------------------------------------
 

@@ -33,6 +33,11 @@ def distill_plan(
     """The plan of a run with distill.teacher set (None otherwise); every rule raises one ConfigError."""
     d = cfg.distill
     if d.teacher is None:
+        if d.enabled:
+            raise config_error(
+                "distill.teacher", None, "distillation (distill.enabled=true, the distill recipes) needs a teacher",
+                "set distill.teacher=<Hugging Face folder with the student's tokenizer>",
+            )  # fmt: skip
         return None
     from bridge.checkpoint.paths import is_hf_folder
     from bridge.models.hf_architecture import model_from_hf

@@ -294,10 +294,12 @@ class DPOConfig:
 
 @dataclass
 class DistillConfig:
-    """Knowledge distillation (on when `teacher` is set): the student trains on the KL divergence of the
+    """Knowledge distillation (on with `enabled` or a `teacher`): the student trains on the KL divergence of the
     teacher's and its own next-token distributions. Names as Megatron-Bridge's ModelOptDistillConfig
     (logit_kl_temperature, skip_lm_loss, kd_loss_scale); bridge.training.distill has the loss."""
 
+    # the distill recipes set it (their runs need a teacher); setting distill.teacher turns it on too
+    enabled: bool = False
     teacher: str | None = None  # a Hugging Face folder (same tokenizer / vocabulary as the student)
     logit_kl_temperature: float = 1.0  # both distributions are softmax(logits / T); the KL is scaled by T^2
     skip_lm_loss: bool = True  # True: the KD loss alone; False: lm loss + kd_loss_scale * KD loss

@@ -38,6 +38,9 @@ BRIDGE_ONLY = {
     "llama32_1b_dpo_config",
     "llama3_8b_dpo_config",
     "llama31_8b_dpo_config",
+    # distillation (issue 48): Megatron-Bridge's is an example script, not a registered recipe
+    "llama32_1b_distill_config",
+    "llama31_8b_distill_config",
 }
 # the recipes Megatron-Bridge publishes with Adam eps 1e-5 (its others: 1e-8)
 PUBLISHED_EPS_1E5 = {"moonlight_16b_sft_8gpu_h100_bf16_8k_config", "moonlight_16b_peft_2gpu_h100_bf16_config"}
