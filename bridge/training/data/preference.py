@@ -135,16 +135,23 @@ def fit_pairs(pairs: list, seq_length: int, split: str) -> list:
 
 
 def build_preference_datasets(data: DataPlan, tokenizer) -> list[torch.utils.data.Dataset | None]:
-    """Train, valid and test datasets of preference pairs (None where a split is empty or not needed)."""
+    """Train, valid and test datasets of preference pairs (None where a split is empty or not needed); with
+    blend weights, each file a source mixed in its weight's proportion (bridge.training.data.blend)."""
     cache = os.path.join(data.cache_dir, "hf_datasets") if data.cache_dir else None
+
+    def dataset(records: list[Record], name: str, size: int) -> PreferenceDataset:
+        pairs = fit_pairs(tokenize_pairs(records, tokenizer), data.seq_length, name)
+        return PreferenceDataset(pairs, size, data.seq_length, data.seed, pad_id(tokenizer))
+
+    if data.weights:
+        from bridge.training.data.blend import build_blended
+
+        sources = [read_preference_records([path], cache) for path in data.paths]
+        return build_blended(data, sources, dataset, _log)
     records = read_preference_records(data.paths, cache)
     out: list[torch.utils.data.Dataset | None] = []
     for name, (begin, end), size in zip(
         SPLIT_NAMES, split_ranges(len(records), data.split), data.sample_counts, strict=True
     ):
-        if end <= begin or not size:
-            out.append(None)
-            continue
-        pairs = fit_pairs(tokenize_pairs(records[begin:end], tokenizer), data.seq_length, name)
-        out.append(PreferenceDataset(pairs, size, data.seq_length, data.seed, pad_id(tokenizer)))
+        out.append(dataset(records[begin:end], name, size) if end > begin and size else None)
     return out
