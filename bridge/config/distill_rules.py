@@ -28,7 +28,11 @@ class DistillPlan:
 
 
 def distill_plan(
-    cfg: ConfigContainer, provider: GPTModelProvider, layout: ParallelLayout, world_size: int
+    cfg: ConfigContainer,
+    provider: GPTModelProvider,
+    layout: ParallelLayout,
+    world_size: int,
+    pipeline_engine: str | None = None,
 ) -> DistillPlan | None:
     """The plan of a run with distill.teacher set (None otherwise); every rule raises one ConfigError."""
     d = cfg.distill
@@ -85,6 +89,12 @@ def distill_plan(
             "distributed.strategy", cfg.distributed.strategy,
             "the teacher pass runs on Megatron-Core's schedules with plain or DDP-wrapped chunks",
             "use distributed.strategy=megatron",
+        )  # fmt: skip
+    if pipeline_engine == "torch":
+        raise config_error(
+            "distributed.pp_schedule", cfg.distributed.pp_schedule,
+            "the teacher pass runs on Megatron-Core's pipeline schedules, not torch.distributed.pipelining's",
+            "use distributed.pp_schedule=1f1b (or interleaved_1f1b)",
         )  # fmt: skip
     try:  # the teacher sits on the student's layout: every layout rule holds for its shape too
         teacher.layout(

@@ -308,7 +308,7 @@ def build_plan(config: ConfigContainer, world_size: int, env: Environment) -> Ru
     pipeline = pipeline_plan(cfg, layout, num_microbatches)
     check_preference(cfg, layout, pipeline.engine)
     provider = _run_provider(cfg, precision, settings)
-    distill = distill_plan(cfg, provider, layout, world_size)
+    distill = distill_plan(cfg, provider, layout, world_size, pipeline.engine)
     check_preference_files(cfg)  # last: what the run would read
     return RunPlan(
         config=cfg,
