@@ -7,8 +7,8 @@ clipping and schedule).
 Two launches of one worker. 1 rank: full DPO (sigmoid) and IPO at TP=1, and DPO under LoRA whose
 reference is the base with the adapters switched off (peft's `disable_adapter()` on the reference side),
 each against the reference over exactly the micro batches bridge trained on. 2 ranks: full DPO at TP=2
-(the answers' log-probs through Megatron-Core's vocab-parallel cross entropy) and PP=2 (the reference
-pass through the pipeline schedule too), against the TP=1 reference.
+(the answers' log-probs through Megatron-Core's vocab-parallel cross entropy), PP=2 (the reference
+pass through the pipeline schedule too) and DP=2, against the TP=1 reference.
 
 Tolerances, fp32 throughout: the loss to 1e-5 relative (the issue's bound; the sums over <= 32 tokens of
 log-probs of magnitude ~6 and 5 AdamW steps at lr <= 3e-3 move the loss by ~1e-6 relative between two
@@ -37,6 +37,7 @@ CASES = {
     "lora_tp1": "peft_lora",
     "sigmoid_tp2": "torch_sigmoid",
     "sigmoid_pp2": "torch_sigmoid",
+    "sigmoid_dp2": "torch_sigmoid",
 }
 
 

@@ -7,7 +7,7 @@ the token mean over the step, torch.optim.AdamW as in training_parity_hf.
 
 `ref` (1 rank): the KD loss alone at T=2 (`kd`), and lm loss + 0.5 x KD over the teacher's top 8 tokens
 (`mixed_topk`), each at TP=1 against the reference. `layouts` (2 ranks): both at TP=2 (the vocabulary
-split over the ranks: the vocab-parallel KL must equal the full one) and `kd` at PP=2.
+split over the ranks: the vocab-parallel KL must equal the full one) and `kd` at PP=2 and DP=2.
 """
 
 from __future__ import annotations
@@ -137,6 +137,7 @@ def main(mode: str, workdir: str) -> None:
         for case in CASES:
             run_bridge(f"{case}_tp2", distill_config(workdir, case, *LAYOUTS["tp2"]))
         run_bridge("kd_pp2", distill_config(workdir, "kd", *LAYOUTS["pp2"]))
+        run_bridge("kd_dp2", distill_config(workdir, "kd"))  # each data-parallel rank's own teacher pass
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

@@ -7,7 +7,7 @@ case runs bridge at TP=1 recording every micro batch its policy pass trains on (
 bridge's data put them), then replays exactly those through the reference: the policy is the HF model
 being trained, the reference a frozen copy of the HF model it started from (peft's LoRA model with its
 adapters switched off for the LoRA case, started from bridge's initial A and B). `layouts` (2 ranks):
-the full DPO case at TP=2 and at PP=2, in sequence. Each run emits per iteration the loss, the grad
+the full DPO case at TP=2, PP=2 and DP=2, in sequence. Each run emits per iteration the loss, the grad
 norm (before clipping), the learning rate and (TP=1) DPO's reward metrics.
 """
 
@@ -37,7 +37,11 @@ from tests.finetune_fixtures import _tiny, make_tiny_llama
 ITERS = 5
 PAIRS = 8  # = GLOBAL_BATCH: one step sees every pair
 BETA = 0.5
-LAYOUTS = {"tp2": ["model.tensor_model_parallel_size=2"], "pp2": ["model.pipeline_model_parallel_size=2"]}
+LAYOUTS = {
+    "tp2": ["model.tensor_model_parallel_size=2"],
+    "pp2": ["model.pipeline_model_parallel_size=2"],
+    "dp2": [],  # each data-parallel rank runs the reference over its own micro batches
+}
 
 
 def dpo_overrides(workdir: str, loss_type: str) -> list[str]:
