@@ -18,7 +18,10 @@ if TYPE_CHECKING:
 
 PREFERENCE_FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 FIELDS = ("prompt", "chosen", "rejected")
-HINT = 'each record is {"prompt": "<prompt>", "chosen": "<preferred answer>", "rejected": "<other answer>"}'
+HINT = (
+    'each record is {"prompt": "<prompt>", "chosen": "<preferred answer>", "rejected": "<other answer>"}, or '
+    'in chat form {"prompt": [messages], "chosen": [assistant messages], "rejected": [assistant messages]}'
+)
 
 
 @dataclass(frozen=True)
@@ -143,8 +146,26 @@ def dpo_plan(cfg: ConfigContainer) -> DPOPlan | None:
     )
 
 
-def parse_preference(obj) -> tuple[str, str, str] | str:
-    """The record's (prompt, chosen, rejected), or what is wrong with it (a sentence)."""
+def _messages(value, key: str) -> list[dict] | str:
+    """A list of {"role", "content"} messages (Arrow's null keys dropped), or what is wrong."""
+    out = []
+    for j, m in enumerate(value, 1):
+        if not isinstance(m, dict):
+            return f"{key!r} message {j} is {type(m).__name__}, not an object; {HINT}"
+        m = {k: v for k, v in m.items() if v is not None}
+        if not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            return f"{key!r} message {j} needs string 'role' and 'content'; {HINT}"
+        out.append(m)
+    if not out:
+        return f"{key!r} is an empty list; {HINT}"
+    if key != "prompt" and any(m["role"] != "assistant" for m in out):
+        return f"{key!r} holds a message whose role is not 'assistant'; {HINT}"
+    return out
+
+
+def parse_preference(obj) -> tuple | str:
+    """The record's (prompt, chosen, rejected): three strings, or three message lists (chat form); or what
+    is wrong with it (a sentence)."""
     if not isinstance(obj, dict):
         return f"is {type(obj).__name__} {obj!r:.40}, not a JSON object; {HINT}"
     out = []
@@ -152,9 +173,17 @@ def parse_preference(obj) -> tuple[str, str, str] | str:
         value = obj.get(key)
         if value is None:
             return f"has no {key!r} (keys: {sorted(obj)}); {HINT}"
-        if not isinstance(value, str):
-            return f"{key!r} is {type(value).__name__} {value!r:.40}, not a string; {HINT}"
+        if isinstance(value, list):
+            value = _messages(value, key)
+            if isinstance(value, str):
+                return value
+        elif not isinstance(value, str):
+            return f"{key!r} is {type(value).__name__} {value!r:.40}, not a string or a message list; {HINT}"
         out.append(value)
+    if len({isinstance(v, list) for v in out}) > 1:
+        return (
+            f"mixes text and message lists; give all three as strings or all three as message lists; {HINT}"
+        )
     return out[0], out[1], out[2]
 
 

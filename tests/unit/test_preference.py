@@ -132,3 +132,38 @@ def test_a_zero_blend_weight_is_refused(tmp_path, hf):
     cfg, _ = compose(config(hf, data), overrides=[f"dataset.data_paths=['0',{data}]"])
     with pytest.raises(ConfigError, match=r"blend weights must be > 0"):
         cfg.validate(1, cuda=False)
+
+
+def test_chat_pairs_put_the_loss_on_the_assistant_turn_the_template_renders(tmp_path, hf):
+    from transformers import AutoTokenizer
+
+    prompt = [{"role": "system", "content": "be nice"}, {"role": "user", "content": "what is the sky"}]
+    row = {
+        "prompt": prompt,
+        "chosen": [{"role": "assistant", "content": "the sky is blue"}],
+        "rejected": [{"role": "assistant", "content": "a dog ran"}],
+    }
+    data = write_jsonl(tmp_path / "chat_pairs.jsonl", [row, row])
+    plan = config(hf, data).validate(1, cuda=False)
+    train, _, _ = build_datasets(plan.data, HFTokenizer(str(hf)))
+    item = train[0]
+    ref = AutoTokenizer.from_pretrained(hf)
+    head = ref.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+    head = list(head["input_ids"] if hasattr(head, "keys") else head)  # a BatchEncoding in recent releases
+    for r, key in enumerate(("chosen", "rejected")):
+        full = ref.apply_chat_template(prompt + row[key], tokenize=True)
+        full = list(full["input_ids"] if hasattr(full, "keys") else full)
+        assert full[: len(head)] == head
+        n = len(full) - 1
+        assert item["tokens"][r, :n].tolist() == full[:-1]
+        assert item["labels"][r][item["loss_mask"][r].bool()].tolist() == full[len(head) :]
+
+
+def test_a_chat_pair_with_a_user_turn_as_answer_is_one_error(tmp_path, hf):
+    row = {"prompt": [{"role": "user", "content": "hi"}], "chosen": [{"role": "user", "content": "x"}],
+           "rejected": [{"role": "assistant", "content": "y"}]}  # fmt: skip
+    data = write_jsonl(tmp_path / "bad.jsonl", [row])
+    with pytest.raises(
+        ConfigError, match=r"bad.jsonl:1 'chosen' holds a message whose role is not 'assistant'"
+    ):
+        config(hf, data).validate(1, cuda=False)

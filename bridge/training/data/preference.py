@@ -66,12 +66,46 @@ def read_preference_records(paths, cache_dir: str | None = None) -> list[Record]
 
 
 def tokenize_pairs(records: list[Record], tokenizer) -> list[tuple[list[int], int, list[int], list[int]]]:
-    """(prompt ids, -, chosen ids, rejected ids) per record: the answers end with eod."""
+    """(prompt ids, prompt length, chosen ids, rejected ids) per record: text answers end with eod; chat
+    records are rendered with the tokenizer's chat template (the answer: the render of prompt + answer past
+    the prompt's render with its generation prompt, as SFT's chat data)."""
+    chat = [i for i, r in enumerate(records) if isinstance(r.value[0], list)]
+    if chat:  # a file may mix both forms: each record by its own
+        out = [None] * len(records)
+        for i in chat:
+            out[i] = _tokenize_chat_pair(records[i], tokenizer)
+        text = [i for i in range(len(records)) if out[i] is None]
+        for i, pair in zip(text, _tokenize_text_pairs([records[i] for i in text], tokenizer), strict=True):
+            out[i] = pair
+        return out
+    return _tokenize_text_pairs(records, tokenizer)
+
+
+def _tokenize_text_pairs(
+    records: list[Record], tokenizer
+) -> list[tuple[list[int], int, list[int], list[int]]]:
+    if not records:
+        return []
     prompts = _tokenize_texts(tokenizer, [r.value[0] for r in records], records)
     chosen = _tokenize_texts(tokenizer, [r.value[1] for r in records], records)
     rejected = _tokenize_texts(tokenizer, [r.value[2] for r in records], records)
     eod = tokenizer.eod
     return [(p, len(p), [*c, eod], [*r, eod]) for p, c, r in zip(prompts, chosen, rejected, strict=True)]
+
+
+def _tokenize_chat_pair(record: Record, tokenizer) -> tuple[list[int], int, list[int], list[int]]:
+    from bridge.training.data.sft import _prefix_error, _render, require_chat_template
+
+    require_chat_template(tokenizer)
+    prompt, chosen, rejected = record.value
+    (head,) = _render(tokenizer, [prompt], [record], [0], gen=True)
+    answers = []
+    for answer in (chosen, rejected):
+        (full,) = _render(tokenizer, [prompt + answer], [record], [0], gen=False)
+        if full[: len(head)] != head:
+            raise _prefix_error(tokenizer, record, len(prompt))
+        answers.append(full[len(head) :])
+    return head, len(head), answers[0], answers[1]
 
 
 def _row(prompt: list[int], answer: list[int], s: int, pad: int) -> tuple[np.ndarray, ...]:
