@@ -199,6 +199,19 @@ class RunPlan:
             lines.append(self.resume.describe())
         if self.profiling is not None:
             lines.append(self.profiling.describe())
+        if self.dpo is not None:
+            d = self.dpo
+            lines.append(
+                f"objective: {'DPO' if d.loss_type == 'sigmoid' else 'IPO'} (beta {d.beta}, label smoothing "
+                f"{d.label_smoothing}), reference: {d.reference}; a micro batch is 2 x {cfg.train.micro_batch_size} rows"
+            )
+        if self.distill is not None:
+            k = self.distill
+            lines.append(
+                f"objective: distillation from {k.teacher_path} ({k.teacher.num_layers} layers, hidden "
+                f"{k.teacher.hidden_size}) on this layout, T={k.temperature}, top_k={k.top_k}, "
+                + ("KD loss only" if k.skip_lm_loss else f"lm loss + {k.kd_loss_scale} x KD loss")
+            )
         lines += [f"warning: {w}" for w in self.warnings]
         return lines
 

@@ -63,6 +63,10 @@ def test_the_teacher_is_planned_with_its_own_shape_on_the_students_layout(folder
     assert d.teacher.num_layers == 3 and plan.provider.num_layers == 2  # the teacher's own config.json
     assert d.teacher.tensor_model_parallel_size == 2  # the student's layout
     assert (d.temperature, d.skip_lm_loss, d.top_k) == (1.0, True, None)
+    assert any(
+        line.startswith(f"objective: distillation from {folders[1]} (3 layers")
+        for line in plan.summary_lines()
+    )
 
 
 def test_another_vocabulary_is_one_error(folders, tmp_path):

@@ -61,6 +61,10 @@ def test_a_pair_is_two_rows_with_the_loss_on_each_answer_and_eos(tmp_path, hf):
     data = write_jsonl(tmp_path / "pairs.jsonl", ROWS)
     plan = config(hf, data).validate(1, cuda=False)
     assert plan.dpo is not None and plan.dpo.reference == "frozen_copy" and plan.dpo.beta == 0.1
+    assert (
+        "objective: DPO (beta 0.1, label smoothing 0.0), reference: frozen_copy; a micro batch is 2 x 1 rows"
+        in (plan.summary_lines())
+    )
     train, _, _ = build_datasets(plan.data, HFTokenizer(str(hf)))
     ref = AutoTokenizer.from_pretrained(hf)
     seen = {}
