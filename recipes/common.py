@@ -57,7 +57,7 @@ class RecipeInfo:
     default_world_size: int  # the published layout's GPU count (at least its minimum)
     entry: str = "pretrain"  # the training entry run_recipe.py calls: pretrain | finetune
     family: str = ""  # the model family folder (bridge/models/<family>)
-    kind: str = "pretrain"  # pretrain | sft | peft
+    kind: str = "pretrain"  # pretrain | sft | peft | dpo | distill
     aliases: tuple[str, ...] = ()  # other names that resolve to this recipe
     factory: Callable[..., ConfigContainer] | None = None  # None: recipes.<module>.<name>
     row: Any = None  # the table row it was composed from (recipes.composition.Row)

@@ -18,7 +18,7 @@ from bridge.parallel.sizes import FIELD_OF
 from recipes.common import RecipeInfo, finetune_config, lora, pretrain_config
 from recipes.performance import apply
 
-KINDS = ("pretrain", "sft", "peft")
+KINDS = ("pretrain", "sft", "peft", "dpo", "distill")
 # the layout keywords every recipe function accepts, with the short names rows use
 # (no etp: Megatron-Bridge's recipes keep expert weights unsplit, the provider's default)
 LAYOUT_KEYWORDS = {
@@ -34,7 +34,9 @@ class Row:
 
     name: str  # Megatron-Bridge's canonical name, e.g. llama3_8b_pretrain_2gpu_h100_bf16_config
     family: str  # the model family folder (bridge/models/<family>)
-    kind: str  # pretrain | sft | peft
+    # pretrain | sft | peft | dpo (full-parameter DPO on preference data) | distill (a student trained on a
+    # teacher's logits); dpo and distill use the sft base
+    kind: str
     title: str  # the model as people name it, e.g. "Llama 3 8B"
     preset: Callable[[], GPTModelProvider]
     gpus: int  # the published GPU count: the dry-run test validates the recipe there
@@ -91,7 +93,13 @@ class Row:
     def describe(self) -> str:
         """One line: model, kind, layout, long sequences, precision, GPUs, note (--list-recipes)."""
         parts = [self.layout_text()]
-        what = {"pretrain": "pretraining", "sft": "full SFT", "peft": "LoRA"}[self.kind]
+        what = {
+            "pretrain": "pretraining",
+            "sft": "full SFT",
+            "peft": "LoRA",
+            "dpo": "DPO",
+            "distill": "distillation",
+        }[self.kind]
         gpus = f"{self.gpus} GPU" + ("s" if self.gpus > 1 else "")
         seq = self.run.get("seq_length")
         parts += [f"{seq // 1024}K tokens"] if seq and seq > 8192 else []

@@ -17,6 +17,8 @@ import tempfile
 from bridge.config.container import ConfigContainer
 from bridge.config.finetune_rules import SFT_KINDS
 
+FINETUNE_DATA_KINDS = (*SFT_KINDS, "preference")  # what a finetuning recipe reads from files
+
 
 def _empty_checkpoint() -> str:
     """An empty torch_dist-shaped folder (tracker at iteration 0), removed at exit: what a PEFT plan names
@@ -31,7 +33,7 @@ def _empty_checkpoint() -> str:
 def missing_inputs(cfg: ConfigContainer) -> list[str]:
     """What a finetuning run of `cfg` still needs, one line each (empty when nothing is missing)."""
     needed = []
-    if cfg.dataset.kind in SFT_KINDS and not cfg.dataset.data_paths:
+    if cfg.dataset.kind in FINETUNE_DATA_KINDS and not cfg.dataset.data_paths:
         needed.append(
             f"dataset.data_paths: the run needs {cfg.dataset.kind} data files (.jsonl / .json / .parquet; "
             "docs/finetuning.md); this plan stands mock data in for them"
@@ -43,6 +45,11 @@ def missing_inputs(cfg: ConfigContainer) -> list[str]:
                 "tokenizer.tokenizer_model: the run needs a Hugging Face tokenizer folder (or a Hugging Face "
                 "checkpoint.pretrained_checkpoint, whose tokenizer it takes); this plan stands a NullTokenizer in"
             )
+    if cfg.distill.enabled and not cfg.distill.teacher:
+        needed.append(
+            "distill.teacher: the run needs the teacher's Hugging Face folder (the student's tokenizer); this "
+            "plan leaves the teacher out"
+        )
     c = cfg.checkpoint
     if not (c.pretrained_checkpoint or c.load):
         needed.append(
@@ -56,7 +63,9 @@ def with_stand_ins(cfg: ConfigContainer) -> ConfigContainer:
     """A copy of `cfg` whose missing data and tokenizer are mock data and a NullTokenizer, and whose missing
     PEFT starting checkpoint is an empty stand-in folder (for planning only)."""
     cfg = copy.deepcopy(cfg)
-    if cfg.dataset.kind in SFT_KINDS and not cfg.dataset.data_paths:
+    if cfg.distill.enabled and not cfg.distill.teacher:
+        cfg.distill.enabled = False
+    if cfg.dataset.kind in FINETUNE_DATA_KINDS and not cfg.dataset.data_paths:
         cfg.dataset.kind = "mock"
         cfg.dataset.packed_sequence_size = 0
         cfg.dataset.pad_seq_to_mult = None

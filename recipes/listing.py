@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from recipes.common import RecipeInfo
 
-KIND_ORDER = ("pretrain", "sft", "peft")
+KIND_ORDER = ("pretrain", "sft", "peft", "dpo", "distill")
 
 
 def matching(infos: Iterable[RecipeInfo], text: str | None) -> list[RecipeInfo]:
@@ -22,7 +22,7 @@ def matching(infos: Iterable[RecipeInfo], text: str | None) -> list[RecipeInfo]:
 
 
 def grouped(infos: Iterable[RecipeInfo]) -> list[tuple[str, str, list[RecipeInfo]]]:
-    """(family, kind, recipes) groups: families in name order, kinds pretrain / sft / peft."""
+    """(family, kind, recipes) groups: families in name order, kinds pretrain / sft / peft / dpo / distill."""
     groups: dict[tuple[str, str], list[RecipeInfo]] = {}
     for info in infos:
         groups.setdefault((info.family, info.kind), []).append(info)

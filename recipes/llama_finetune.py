@@ -1,4 +1,4 @@
-"""Llama 3 / 3.1 / 3.2 finetuning recipes, full SFT and LoRA: Megatron-Bridge's H100 table
+"""Llama 3 / 3.1 / 3.2 finetuning recipes, full SFT, LoRA and DPO: Megatron-Bridge's H100 table
 (recipes/llama/h100/llama3.py), one row per published recipe, composed by recipes.composition.
 
 All train 4096-token packed rows, global batch 8, 1000 iterations (the finetuning base)."""
@@ -6,7 +6,7 @@ All train 4096-token packed rows, global batch 8, 1000 iterations (the finetunin
 from __future__ import annotations
 
 from bridge.models.llama import presets
-from recipes.composition import Row, register
+from recipes.composition import Row, register, variant
 from recipes.performance import LLAMA, LLAMA_70B
 from recipes.runs import EMBEDDING_AND_LOSS_IN_SPLIT
 
@@ -19,6 +19,10 @@ MODELS = {
     "llama31_70b": ("Llama 3.1 70B", presets.llama31_70b),
     "llama31_405b": ("Llama 3.1 405B", presets.llama31_405b),
 }
+
+
+DISTILL = {"distill.enabled": True}
+DPO_RUN = {"data_kind": "preference", "packed": False, "lr": 1e-6}
 
 
 def _row(key: str, kind: str, gpus: int, layout: dict, run: dict | None = None, **more) -> Row:
@@ -51,6 +55,26 @@ ROWS = (
     _row("llama31_8b", "peft", 1, {}, peft=dict(dim=8, alpha=16.0)),
     _row("llama3_70b", "peft", 8, dict(tp=8), peft=dict(dim=16, alpha=32.0)),
     _row("llama31_70b", "peft", 8, dict(tp=8), peft=dict(dim=16, alpha=32.0)),
+    # DPO on {"prompt", "chosen", "rejected"} pairs (a pair per micro batch, rows unpacked): TRL's
+    # DPOConfig defaults (lr 1e-6, beta 0.1: the dpo section's); Megatron-Bridge publishes no DPO recipe,
+    # so the names are bridge's own, in its `<model>_<kind>_config` form
+    *(
+        variant(_row(key, "dpo", gpus, layout, DPO_RUN), f"{key}_dpo_config")
+        for key, gpus, layout in (
+            ("llama32_1b", 1, {}),
+            ("llama3_8b", 2, dict(tp=2)),
+            ("llama31_8b", 2, dict(tp=2)),
+        )
+    ),
+    # Distillation into the 1B / 8B students (Megatron-Bridge's example distils Llama 3.2 3B into 1B): the
+    # SFT base with rows unpacked, the KD loss alone at temperature 1 (ModelOptDistillConfig's defaults);
+    # the teacher is the run's distill.teacher
+    *(
+        variant(
+            _row(key, "distill", gpus, layout, {"packed": False}), f"{key}_distill_config", config=DISTILL
+        )
+        for key, gpus, layout in (("llama32_1b", 1, {}), ("llama31_8b", 2, dict(tp=2)))
+    ),
     # 405B: 2048-token rows, the embedding and the loss counted as pipeline layers (126 + 2 over 16 / 64 stages)
     _row(
         "llama31_405b",
@@ -103,6 +127,11 @@ llama3_70b_peft_8gpu_h100_bf16_config = _functions["llama3_70b_peft_8gpu_h100_bf
 llama3_70b_peft_config = llama3_70b_peft_8gpu_h100_bf16_config
 llama31_70b_peft_8gpu_h100_bf16_config = _functions["llama31_70b_peft_8gpu_h100_bf16_config"]
 llama31_70b_peft_config = llama31_70b_peft_8gpu_h100_bf16_config
+llama32_1b_dpo_config = _functions["llama32_1b_dpo_config"]
+llama3_8b_dpo_config = _functions["llama3_8b_dpo_config"]
+llama31_8b_dpo_config = _functions["llama31_8b_dpo_config"]
+llama32_1b_distill_config = _functions["llama32_1b_distill_config"]
+llama31_8b_distill_config = _functions["llama31_8b_distill_config"]
 llama31_405b_sft_128gpu_h100_bf16_config = _functions["llama31_405b_sft_128gpu_h100_bf16_config"]
 llama31_405b_sft_config = llama31_405b_sft_128gpu_h100_bf16_config
 llama31_405b_peft_32gpu_h100_bf16_config = _functions["llama31_405b_peft_32gpu_h100_bf16_config"]

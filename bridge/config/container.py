@@ -17,7 +17,9 @@ from bridge.checkpoint.paths import is_hf_folder
 from bridge.config.sections import (
     CheckpointConfig,
     DatasetConfig,
+    DistillConfig,
     DistributedConfig,
+    DPOConfig,
     LoggerConfig,
     MixedPrecisionConfig,
     OptimizerConfig,
@@ -49,6 +51,8 @@ class ConfigContainer:
     rng: RNGConfig = field(default_factory=RNGConfig)
     peft: PeftConfig = field(default_factory=PeftConfig)  # scheme None: full-parameter training
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)  # off unless a profiler is on
+    dpo: DPOConfig = field(default_factory=DPOConfig)  # read with dataset.kind=preference
+    distill: DistillConfig = field(default_factory=DistillConfig)  # on with a distill.teacher
 
     # ---- fields that follow others -------------------------------------------------------------
 

@@ -32,7 +32,8 @@ def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
             "pads the samples of packed rows, and dataset.packed_sequence_size is 0 (no packing)",
             "set dataset.packed_sequence_size, or remove dataset.pad_seq_to_mult",
         )
-    if d.packed_sequence_size and d.kind not in SFT_KINDS:
+    # preference data: bridge.config.preference_rules says why its pairs are not packed
+    if d.packed_sequence_size and d.kind not in (*SFT_KINDS, "preference"):
         raise config_error(
             "dataset.packed_sequence_size",
             d.packed_sequence_size,

@@ -19,8 +19,10 @@ from bridge.config.checks.checkpoint import ResumePlan, resume_plan
 from bridge.config.checks.data import blend_paths, parse_split
 from bridge.config.checks.distributed import unused_ddp_settings_warning
 from bridge.config.checks.optimizer import scheduler_iters
+from bridge.config.distill_rules import DistillPlan, distill_plan
 from bridge.config.environment import Environment
 from bridge.config.performance import SettingState
+from bridge.config.preference_rules import DPOPlan, check_preference, check_preference_files, dpo_plan
 from bridge.config.profiling import ProfilingPlan, profiling_plan
 from bridge.config.sections import FP8_PRECISIONS, PRECISION_DTYPES
 from bridge.config.validation import validate_config
@@ -161,6 +163,10 @@ class RunPlan:
     # where the run starts: checkpoint.load, a re-run resuming checkpoint.save, or scratch (None: as
     # checkpoint.load says; bridge/config/checks/checkpoint.py)
     resume: ResumePlan | None = None
+    # dataset.kind=preference: the DPO / IPO loss and its reference model (bridge/config/preference_rules.py)
+    dpo: DPOPlan | None = None
+    # distill.teacher set: the teacher and the KD loss's settings (bridge/config/distill_rules.py)
+    distill: DistillPlan | None = None
 
     @property
     def cuda(self) -> bool:
@@ -192,6 +198,19 @@ class RunPlan:
             lines.append(self.resume.describe())
         if self.profiling is not None:
             lines.append(self.profiling.describe())
+        if self.dpo is not None:
+            d = self.dpo
+            lines.append(
+                f"objective: {'DPO' if d.loss_type == 'sigmoid' else 'IPO'} (beta {d.beta}, label smoothing "
+                f"{d.label_smoothing}), reference: {d.reference}; a micro batch is 2 x {cfg.train.micro_batch_size} rows"
+            )
+        if self.distill is not None:
+            k = self.distill
+            lines.append(
+                f"objective: distillation from {k.teacher_path} ({k.teacher.num_layers} layers, hidden "
+                f"{k.teacher.hidden_size}) on this layout, T={k.temperature}, top_k={k.top_k}, "
+                + ("KD loss only" if k.skip_lm_loss else f"lm loss + {k.kd_loss_scale} x KD loss")
+            )
         lines += [f"warning: {w}" for w in self.warnings]
         return lines
 
@@ -294,16 +313,21 @@ def build_plan(
         total_samples=max(train_samples, 1),
     )
     num_microbatches = t.global_batch_size // (t.micro_batch_size * layout.dp)
+    pipeline = pipeline_plan(cfg, layout, num_microbatches)
+    check_preference(cfg, layout, pipeline.engine)
+    provider = _run_provider(cfg, precision, settings)
+    distill = distill_plan(cfg, provider, layout, world_size, pipeline.engine)
+    check_preference_files(cfg)  # last: what the run would read
     return RunPlan(
         config=cfg,
         world_size=world_size,
         environment=env,
         performance=settings,
         layout=layout,
-        provider=_run_provider(cfg, precision, settings),
+        provider=provider,
         precision=precision,
         num_microbatches=num_microbatches,
-        pipeline=pipeline_plan(cfg, layout, num_microbatches),
+        pipeline=pipeline,
         data=data,
         schedule=schedule,
         memory=_memory(cfg, layout, precision),
@@ -311,4 +335,6 @@ def build_plan(
         profiling=profiling_plan(cfg, cuda),
         detail_warnings=tuple(details),
         resume=resume_plan(cfg),
+        dpo=dpo_plan(cfg),
+        distill=distill,
     )

@@ -20,7 +20,11 @@ from bridge.peft.settings import PEFT_SCHEMES, PEFT_TARGETS, PeftConfig  # noqa:
 # Accepted names, shared by validation and the docs.
 OPTIMIZERS = ("adam", "sgd")
 LR_DECAY_STYLES = ("cosine", "linear", "constant")
-DATASET_KINDS = ("mock", "indexed", "jsonl", "sft", "chat")
+DATASET_KINDS = ("mock", "indexed", "jsonl", "sft", "chat", "preference")
+# dpo.loss_type: the DPO paper's sigmoid loss, IPO's squared loss (bridge.training.preference)
+DPO_LOSS_TYPES = ("sigmoid", "ipo")
+# dpo.reference: auto = the base model with the adapters switched off under PEFT, else a frozen copy
+DPO_REFERENCES = ("auto", "adapters_off", "frozen_copy")
 # sft / chat: a sample longer than seq_length + 1 tokens is cut at its end (right) or left out (drop)
 TRUNCATIONS = ("right", "drop")
 TOKENIZER_TYPES = ("NullTokenizer", "HuggingFaceTokenizer")
@@ -113,7 +117,8 @@ class SchedulerConfig:
 @dataclass
 class DatasetConfig:
     # mock | indexed (Megatron .bin/.idx) | jsonl (text) | sft ({"input", "output"} records) |
-    # chat ({"messages": [...]} records rendered with the tokenizer's chat template)
+    # chat ({"messages": [...]} records rendered with the tokenizer's chat template) |
+    # preference ({"prompt", "chosen", "rejected"} records: DPO, the `dpo` section)
     kind: str = "mock"
     # Megatron blend as a list: ["p1", "p2"] or with weights ["0.3", "p1", "0.7", "p2"].
     # indexed: path prefixes (without .bin/.idx); jsonl: files; sft / chat: .jsonl / .json / .parquet files.
@@ -274,3 +279,31 @@ class ProfilingConfig:
     use_nsys_profiler: bool = False  # CUDA only: cudaProfilerStart/Stop around the window, NVTX per step
     # where the PyTorch profiler writes its trace: None = logger.tensorboard_dir, or <cwd>/profiles
     output_dir: str | None = None
+
+
+@dataclass
+class DPOConfig:
+    """Preference optimisation (dataset.kind=preference): DPO (Rafailov et al. 2023) or IPO (Azar et al.
+    2023) against a frozen reference model. Names as TRL's DPOConfig (beta, loss_type, label_smoothing)."""
+
+    beta: float = 0.1  # the KL penalty's strength (sigmoid) / the target margin's inverse (ipo: 1 / (2 beta))
+    loss_type: str = "sigmoid"  # DPO_LOSS_TYPES
+    label_smoothing: float = 0.0  # sigmoid only: conservative DPO's probability that a label is flipped
+    reference: str = "auto"  # DPO_REFERENCES
+
+
+@dataclass
+class DistillConfig:
+    """Knowledge distillation (on with `enabled` or a `teacher`): the student trains on the KL divergence of the
+    teacher's and its own next-token distributions. Names as Megatron-Bridge's ModelOptDistillConfig
+    (logit_kl_temperature, skip_lm_loss, kd_loss_scale); bridge.training.distill has the loss."""
+
+    # the distill recipes set it (their runs need a teacher); setting distill.teacher turns it on too
+    enabled: bool = False
+    teacher: str | None = None  # a Hugging Face folder (same tokenizer / vocabulary as the student)
+    logit_kl_temperature: float = 1.0  # both distributions are softmax(logits / T); the KL is scaled by T^2
+    skip_lm_loss: bool = True  # True: the KD loss alone; False: lm loss + kd_loss_scale * KD loss
+    # the KD loss's weight beside the lm loss (a fixed weight: ModelOpt instead rescales it every step to
+    # kd_loss_scale x the lm loss's magnitude)
+    kd_loss_scale: float = 1.0
+    top_k: int | None = None  # the KL over the teacher's k most likely tokens only (renormalised); None: all

@@ -24,6 +24,7 @@ _LAZY = {
     "has_adapters": "bridge.peft.apply",
     "init_dora_magnitudes": "bridge.peft.apply",
     "ParallelAdapter": "bridge.peft.adapters",
+    "adapters_disabled": "bridge.peft.adapters",
 }
 
 __all__ = ["is_adapter_param", *_LAZY]

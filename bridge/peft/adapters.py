@@ -33,9 +33,11 @@ rank's shard kept; B is zero; DoRA's m is ||W + s B A||_row = ||W||_row.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -348,7 +350,30 @@ class AdapterHook:
 
     def __init__(self, adapter: ParallelAdapter):
         self.adapter = adapter
+        self.enabled = True  # False: the base's output unchanged (bridge.peft.adapters_disabled)
 
     def __call__(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+        if not self.enabled:
+            return output
         x = args[0] if args else kwargs.get("input_", kwargs.get("input"))
         return self.adapter.adapt(module, x, output)
+
+
+@contextlib.contextmanager
+def adapters_disabled(chunks: list) -> Iterator[None]:
+    """Every adapter of the model chunks switched off inside the block: the frozen base model (DPO's
+    reference under PEFT, with no second copy of the weights)."""
+    hooks = [
+        hook
+        for chunk in chunks
+        for module in chunk.modules()
+        for hook in module._forward_hooks.values()
+        if isinstance(hook, AdapterHook)
+    ]
+    for hook in hooks:
+        hook.enabled = False
+    try:
+        yield
+    finally:
+        for hook in hooks:
+            hook.enabled = True

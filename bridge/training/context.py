@@ -37,6 +37,11 @@ class TrainingContext:
     async_saves: Any = None
     # seconds each save held the loop, by iteration (TrainResult.save_stalls)
     save_stalls: dict[int, float] = field(default_factory=dict)
+    # DPO's reference / distillation's teacher: a bridge.training.frozen_pass.FrozenPass run before each
+    # step's pass, or None
+    frozen_pass: Any = None
+    # the last step's metrics beside the loss (DPO's rewards and accuracy), on the logging rank
+    step_metrics: dict[str, float] = field(default_factory=dict)
 
     @property
     def cfg(self) -> ConfigContainer:
@@ -53,3 +58,20 @@ class TrainingContext:
     @property
     def precision(self) -> Precision:
         return self.plan.precision
+
+    @property
+    def objective(self) -> str:
+        """The name of the loss the run minimises (logs, TensorBoard)."""
+        if self.plan.dpo is not None:
+            return "dpo loss"
+        return "distill loss" if self.plan.distill is not None else "lm loss"
+
+    @property
+    def rows_per_sample(self) -> int:
+        """Sequences per sample: a DPO sample is a (chosen, rejected) pair."""
+        return self.frozen_pass.rows_per_sample if self.frozen_pass is not None else 1
+
+    def step_iterators(self, iterators: list) -> list:
+        """The iterators a step's pass reads: with a frozen pass (DPO's reference, the teacher), the step's
+        micro batches with its results attached (it runs here, once per step)."""
+        return iterators if self.frozen_pass is None else self.frozen_pass.attach(self, iterators)

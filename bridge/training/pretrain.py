@@ -35,6 +35,7 @@ from bridge.training.consolidated import consolidated_writer
 from bridge.training.context import TrainingContext
 from bridge.training.data.loaders import build_datasets, build_iterator
 from bridge.training.data.tokenizer import build_tokenizer
+from bridge.training.distill import distill_forward_step, teacher_pass
 from bridge.training.flops import training_flops_per_token
 from bridge.training.forward_step import forward_step as default_forward_step
 from bridge.training.hf_start import stream_hf_weights
@@ -42,6 +43,7 @@ from bridge.training.logging import MetricWriters, ensure_console_logging, logge
 from bridge.training.memory_check import check_memory_fits
 from bridge.training.optim import build_optimizer, build_scheduler
 from bridge.training.pipelining import build_runner
+from bridge.training.preference import dpo_forward_step, reference_pass
 from bridge.training.process_plan import plan_for_this_process
 from bridge.training.resume import loads_before_fully_shard, resume, resume_from
 from bridge.training.state import TrainResult
@@ -242,7 +244,21 @@ def _resume_and_train(
     is_log_rank = torch.distributed.get_rank() == torch.distributed.get_world_size() - 1
     writers = MetricWriters(cfg.logger if is_log_rank else None)  # TensorBoard / W&B on the logging rank
 
-    forward_step_func = forward_step_func or default_forward_step
+    frozen_pass = None  # DPO's reference, distillation's teacher: run before each step's pass
+    objective_step = default_forward_step
+    if plan.dpo is not None:
+        if state.iteration and plan.dpo.reference == "frozen_copy":  # the rules refuse checkpoint.load
+            raise ConfigError(
+                "dpo.reference = 'frozen_copy': this run resumed at iteration "
+                f"{state.iteration}, whose weights are no longer the reference's; start it again without "
+                "the saved checkpoints (a fresh checkpoint.save), or train LoRA (peft.scheme=lora)"
+            )
+        frozen_pass = reference_pass(plan, model)  # before the first step: the starting weights
+        objective_step = functools.partial(dpo_forward_step, plan.dpo)
+    elif plan.distill is not None:
+        frozen_pass = teacher_pass(plan)
+        objective_step = functools.partial(distill_forward_step, plan.distill, plan.provider.vocab_size)
+    forward_step_func = forward_step_func or objective_step
     ctx = TrainingContext(
         plan=plan,
         model=model,
@@ -260,6 +276,7 @@ def _resume_and_train(
         pipeline_runner=build_runner(plan, model, forward_step_func),  # None: Megatron-Core's schedules
         consolidated=consolidated_writer(cfg, plan.provider, model),
         async_saves=AsyncSaves() if cfg.checkpoint.async_save else None,
+        frozen_pass=frozen_pass,
     )
     try:
         return train(ctx)

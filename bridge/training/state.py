@@ -42,6 +42,9 @@ class TrainResult:
     # seconds each checkpoint save held the loop, by iteration (with checkpoint.async_save: until the
     # writer was forked; the write itself goes on beside the next steps)
     save_stalls: dict[int, float] = field(default_factory=dict)
+    # per iteration, the metrics logged beside the loss (DPO: rewards/chosen, rewards/rejected,
+    # rewards/margins, rewards/accuracies), on the last pipeline stage's ranks
+    metrics: dict[int, dict[str, float]] = field(default_factory=dict)
     exit_reason: str | None = None  # "received SIGTERM", "train.exit_duration_in_mins=... reached"
 
 

@@ -44,12 +44,18 @@ def _reduce_losses(losses_reduced: list[dict]) -> dict[str, torch.Tensor]:
     return totals
 
 
+# the loss a step minimises, by the name its loss function reports (distillation reports lm loss too)
+OBJECTIVES = ("distill loss", "dpo loss", "lm loss")
+
+
 def _broadcast_loss(totals: dict[str, torch.Tensor]) -> float:
-    """lm loss from the logging rank to every rank, so all ranks take the same decisions."""
+    """The objective (OBJECTIVES: the first one reported) from the logging rank to every rank, so all ranks take the
+    same decisions."""
     device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
     value = torch.zeros(1, dtype=torch.float64, device=device)
-    if "lm loss" in totals:
-        s, n = totals["lm loss"].tolist()
+    key = next((k for k in OBJECTIVES if k in totals), None)
+    if key is not None:
+        s, n = totals[key].tolist()
         value[0] = s / max(n, 1.0)
     torch.distributed.broadcast(value, src=log_rank())
     return float(value.item())
@@ -68,7 +74,7 @@ def _forward_backward(ctx: TrainingContext, iterators: list, forward_only: bool)
         model=ctx.model,
         num_microbatches=ctx.num_microbatches,
         seq_length=ctx.seq_length,
-        micro_batch_size=ctx.cfg.train.micro_batch_size,
+        micro_batch_size=ctx.cfg.train.micro_batch_size * ctx.rows_per_sample,
         decoder_seq_length=ctx.seq_length,
         forward_only=forward_only,
     )
@@ -80,11 +86,14 @@ def train_step(ctx: TrainingContext) -> tuple[float, float | None, bool]:
         for chunk in ctx.model:
             chunk.zero_grad_buffer()
     ctx.optimizer.zero_grad()
-    losses_reduced = _forward_backward(ctx, ctx.train_iterators, forward_only=False)
-    loss = _broadcast_loss(_reduce_losses(losses_reduced))
+    losses_reduced = _forward_backward(ctx, ctx.step_iterators(ctx.train_iterators), forward_only=False)
+    totals = _reduce_losses(losses_reduced)
+    loss = _broadcast_loss(totals)
+    if ctx.frozen_pass is not None:
+        ctx.step_metrics = ctx.frozen_pass.metrics(totals)
     iteration = ctx.state.iteration + 1
     if not math.isfinite(loss):
-        raise NonFiniteLossError(non_finite_message("lm loss", loss, iteration, ctx))
+        raise NonFiniteLossError(non_finite_message(ctx.objective, loss, iteration, ctx))
     update_successful, grad_norm, _ = ctx.optimizer.step()
     if update_successful:
         ctx.scheduler.step(increment=ctx.cfg.train.global_batch_size)
@@ -102,7 +111,8 @@ def evaluate(ctx: TrainingContext) -> float:
     sums: dict[str, torch.Tensor] = {}
     with torch.no_grad():
         for _ in range(ctx.cfg.validation.eval_iters):
-            totals = _reduce_losses(_forward_backward(ctx, ctx.valid_iterators, forward_only=True))
+            iterators = ctx.step_iterators(ctx.valid_iterators)
+            totals = _reduce_losses(_forward_backward(ctx, iterators, forward_only=True))
             for k, v in totals.items():
                 sums[k] = sums.get(k, 0) + v
             ctx.state.consumed_valid_samples += ctx.cfg.train.global_batch_size
@@ -228,6 +238,8 @@ def _run_iteration(
     lr = ctx.optimizer.param_groups[0]["lr"]
     result.losses[it], result.grad_norms[it], result.learning_rates[it] = loss, grad_norm, lr
     result.iteration_times[it] = elapsed
+    if ctx.step_metrics:
+        result.metrics[it] = dict(ctx.step_metrics)
     loop.window_loss, loop.window_n = loop.window_loss + loss, loop.window_n + 1
     loop.window_time += elapsed
     if loop.total_iters or it > 1 or ctx.cfg.train.train_iters == 1:  # the first step includes warm-up
@@ -253,7 +265,8 @@ def _log_iteration(
         elapsed_ms=per_iter * 1000.0,
         learning_rate=lr,
         global_batch_size=gbs,
-        losses={"lm loss": loop.window_loss / loop.window_n},
+        # the objective over the window; DPO's rewards and accuracy of the window's last step
+        losses={ctx.objective: loop.window_loss / loop.window_n, **ctx.step_metrics},
         grad_norm=grad_norm,
         loss_scale=float(ctx.optimizer.get_loss_scale().item()) if ctx.precision.fp16 else None,
         tokens_per_second=tokens_per_s if throughput else None,
@@ -266,7 +279,7 @@ def _log_iteration(
     if loop.is_log_rank:
         logger.info(format_iteration_line(stats))
         scalars = {
-            "lm loss": stats.losses["lm loss"],
+            **stats.losses,
             "learning-rate": lr,
             "iteration-time": per_iter,
             "tokens-per-second": tokens_per_s,
@@ -294,8 +307,8 @@ def _maybe_evaluate(ctx: TrainingContext, result: TrainResult, loop: _LoopState,
         gc.collect()
     result.validation_losses[it] = val
     if loop.is_log_rank:
-        logger.info(format_validation_line(it, {"lm loss": val}))
-        ctx.writers.write(it, {"validation lm loss": val})
+        logger.info(format_validation_line(it, {ctx.objective: val}))
+        ctx.writers.write(it, {f"validation {ctx.objective}": val})
 
 
 def _maybe_save(ctx: TrainingContext, result: TrainResult, loop: _LoopState, it: int, loss: float) -> None:

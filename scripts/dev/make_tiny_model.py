@@ -105,12 +105,23 @@ def write_chat_jsonl(path: Path, n: int, seed: int = 0, turns: int = 2) -> list[
     return rows
 
 
+def write_preference_jsonl(path: Path, n: int, seed: int = 0) -> list[dict]:
+    """`n` records {"prompt", "chosen", "rejected"} of random words (DPO's preference pairs)."""
+    rng = np.random.default_rng(seed)
+    rows = [
+        {"prompt": _sentence(rng), "chosen": _sentence(rng), "rejected": _sentence(rng)} for _ in range(n)
+    ]
+    Path(path).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="the Hugging Face folder to write")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--chat", nargs=2, metavar=("PATH", "N"), help="also write N chat records")
     parser.add_argument("--sft", nargs=2, metavar=("PATH", "N"), help="also write N sft records")
+    parser.add_argument("--preference", nargs=2, metavar=("PATH", "N"), help="also write N preference pairs")
     args = parser.parse_args(argv)
     from transformers.utils import logging as hf_logging
 
@@ -120,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         write_chat_jsonl(Path(args.chat[0]), int(args.chat[1]), seed=args.seed)
     if args.sft:
         write_sft_jsonl(Path(args.sft[0]), int(args.sft[1]), seed=args.seed)
+    if args.preference:
+        write_preference_jsonl(Path(args.preference[0]), int(args.preference[1]), seed=args.seed)
     return 0
 
 

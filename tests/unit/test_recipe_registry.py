@@ -26,7 +26,18 @@ PUBLISHED = json.loads((Path(__file__).parent / "data" / "megatron_bridge_recipe
 NOT_YET: set[str] = set()
 # recipes Megatron-Bridge does not publish (no GPU count in their names): NeMo's Mixtral, DeepSeek-V2-Lite's
 # finetuning
-BRIDGE_ONLY = {"mixtral_8x7b_pretrain_config", "deepseek_v2_lite_sft_config", "deepseek_v2_lite_peft_config"}
+BRIDGE_ONLY = {
+    "mixtral_8x7b_pretrain_config",
+    "deepseek_v2_lite_sft_config",
+    "deepseek_v2_lite_peft_config",
+    # DPO (issue 48): Megatron-Bridge publishes none
+    "llama32_1b_dpo_config",
+    "llama3_8b_dpo_config",
+    "llama31_8b_dpo_config",
+    # distillation (issue 48): Megatron-Bridge's is an example script, not a registered recipe
+    "llama32_1b_distill_config",
+    "llama31_8b_distill_config",
+}
 # the recipes Megatron-Bridge publishes with Adam eps 1e-5 (its others: 1e-8)
 PUBLISHED_EPS_1E5 = {"moonlight_16b_sft_8gpu_h100_bf16_8k_config", "moonlight_16b_peft_2gpu_h100_bf16_config"}
 # multi-latent attention without query compression: megatron-core 0.19.2 refuses it (test_deepseek_recipes.py)

@@ -10,6 +10,7 @@ from bridge.config.run_plan import DataPlan
 from bridge.training.data.indexed import build_indexed_datasets
 from bridge.training.data.jsonl import build_jsonl_datasets
 from bridge.training.data.mock import MockDataset
+from bridge.training.data.preference import build_preference_datasets
 from bridge.training.data.sample import DocumentMasking
 from bridge.training.data.samplers import DataParallelSampler
 from bridge.training.data.sft import build_sft_datasets
@@ -33,6 +34,8 @@ def build_datasets(data: DataPlan, tokenizer) -> list:
         return build_indexed_datasets(data, tokenizer)
     if data.kind in ("sft", "chat"):
         return build_sft_datasets(data, tokenizer)
+    if data.kind == "preference":
+        return build_preference_datasets(data, tokenizer)
 
     return build_jsonl_datasets(data, tokenizer, masking)
 

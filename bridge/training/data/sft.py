@@ -24,6 +24,7 @@ import torch
 from bridge.config.run_plan import DataPlan
 from bridge.errors import ConfigError
 from bridge.parallel.ranks import is_rank_zero
+from bridge.training.data.blend import build_blended
 from bridge.training.data.packing import PackedDataset
 from bridge.training.data.samples import EpochOrder, TokenizedSamples
 from bridge.training.data.splits import split_ranges
@@ -436,24 +437,29 @@ def split_samples(records: list[Record], data: DataPlan, tokenizer, split: str =
 
 def build_sft_datasets(data: DataPlan, tokenizer) -> list[torch.utils.data.Dataset | None]:
     """Train, valid and test datasets of sft / chat records (None where a split is empty or not needed);
-    packed rows when data.packed_sequence_size > 0."""
+    packed rows when data.packed_sequence_size > 0; with blend weights, each file a source mixed in its
+    weight's proportion (bridge.training.data.blend)."""
     if data.kind == "chat":
         require_chat_template(tokenizer)
     cache = os.path.join(data.cache_dir, "hf_datasets") if data.cache_dir else None
+
+    def dataset(records: list[Record], name: str, size: int) -> torch.utils.data.Dataset:
+        samples = split_samples(records, data, tokenizer, name)
+        if not data.packed_sequence_size:
+            return SFTDataset(samples, size, data.seq_length, data.seed, pad_id(tokenizer))
+
+        packed = PackedDataset(
+            samples, size, data.packed_sequence_size, data.seed, pad_id(tokenizer), data.pad_seq_to_mult
+        )
+        _log(logging.INFO, f"dataset ({name} split): {packed.describe()}")
+        return packed
+
+    if data.weights:
+        sources = [read_records([path], data.kind, cache) for path in data.paths]
+        return build_blended(data, sources, dataset, _log)
     records = read_records(data.paths, data.kind, cache)
     out: list[torch.utils.data.Dataset | None] = []
     ranges = split_ranges(len(records), data.split)
     for name, (begin, end), size in zip(SPLIT_NAMES, ranges, data.sample_counts, strict=True):
-        if end <= begin or not size:
-            out.append(None)
-            continue
-        samples = split_samples(records[begin:end], data, tokenizer, name)
-        if data.packed_sequence_size:
-            dataset = PackedDataset(
-                samples, size, data.packed_sequence_size, data.seed, pad_id(tokenizer), data.pad_seq_to_mult
-            )
-            _log(logging.INFO, f"dataset ({name} split): {dataset.describe()}")
-        else:
-            dataset = SFTDataset(samples, size, data.seq_length, data.seed, pad_id(tokenizer))
-        out.append(dataset)
+        out.append(dataset(records[begin:end], name, size) if end > begin and size else None)
     return out
