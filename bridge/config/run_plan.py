@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bridge.config import finetune_rules, performance
+from bridge.config.benchmarks import BenchmarkPlan, benchmark_plan
 from bridge.config.checks.checkpoint import ResumePlan, resume_plan
 from bridge.config.checks.data import blend_paths, parse_split
 from bridge.config.checks.distributed import unused_ddp_settings_warning
@@ -162,6 +163,8 @@ class RunPlan:
     # where the run starts: checkpoint.load, a re-run resuming checkpoint.save, or scratch (None: as
     # checkpoint.load says; bridge/config/checks/checkpoint.py)
     resume: ResumePlan | None = None
+    # lm-eval benchmarks during training (bridge/config/benchmarks.py); None: none
+    benchmarks: BenchmarkPlan | None = None
 
     @property
     def cuda(self) -> bool:
@@ -193,6 +196,8 @@ class RunPlan:
             lines.append(self.resume.describe())
         if self.profiling is not None:
             lines.append(self.profiling.describe())
+        if self.benchmarks is not None:
+            lines.append(self.benchmarks.describe())
         lines += [f"warning: {w}" for w in self.warnings]
         return lines
 
@@ -316,4 +321,5 @@ def build_plan(config: ConfigContainer, world_size: int, env: Environment) -> Ru
         profiling=profiling_plan(cfg, cuda),
         detail_warnings=tuple(details),
         resume=resume_plan(cfg),
+        benchmarks=benchmark_plan(cfg, layout),
     )

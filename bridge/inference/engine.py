@@ -12,7 +12,7 @@ broadcast over the model-parallel group from the driver; the forward runs throug
 schedule (one micro batch of the whole batch); the last stage reduces the logits to what the command asks,
 and broadcasts that over the pipeline group to the driver (every TP rank of the last stage holds the
 gathered logits, `runtime_gather_output=True`). Padded vocabulary rows are cut off before anything reads
-the logits.
+the logits. Sequence parallelism (a training layout) is fine: rows are padded to a multiple of TP.
 """
 
 from __future__ import annotations
@@ -61,13 +61,10 @@ class Engine:
                 "evaluation and serving run one model chunk per rank (no virtual pipeline stages)",
                 "build the model without virtual_pipeline_model_parallel_size",
             )
-        if model[0].config.sequence_parallel and parallel_state.get_tensor_model_parallel_world_size() > 1:
-            raise config_error(
-                "sequence_parallel",
-                True,
-                "batches of any length are run, which sequence parallelism cannot split over the TP ranks",
-                "build the model with sequence_parallel=False",
-            )
+        # sequence parallelism splits the sequence over the TP ranks: rows are padded to a multiple of TP
+        # (right padding, never read: see the module's docstring)
+        tp = parallel_state.get_tensor_model_parallel_world_size()
+        self._seq_multiple = tp if model[0].config.sequence_parallel and tp > 1 else 1
         if parallel_state.get_context_parallel_world_size() > 1:
             raise config_error(
                 "context_parallel_size",
@@ -130,6 +127,7 @@ class Engine:
         if not rows or any(len(r) == 0 for r in rows):
             raise ValueError("every row needs at least one token")
         s = max(len(r) for r in rows)
+        s = -(-s // self._seq_multiple) * self._seq_multiple
         tokens = torch.zeros(len(rows), s, dtype=torch.long)
         for i, r in enumerate(rows):
             tokens[i, : len(r)] = torch.as_tensor(list(r), dtype=torch.long)

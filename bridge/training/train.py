@@ -245,6 +245,7 @@ def _loop(
         if it % log_interval == 0:
             _log_iteration(ctx, loop, it, grad_norm, result.learning_rates[it])
         _maybe_evaluate(ctx, result, loop, it)
+        _maybe_benchmark(ctx, result, loop, it)
         _maybe_save(ctx, result, loop, it, loss)
         _maybe_collect_garbage(cfg, it)
         if _exit_interval_reached(cfg, loop, it) or _exit_requested(ctx, result, loop, exits, it, loss):
@@ -343,6 +344,22 @@ def _maybe_evaluate(ctx: TrainingContext, result: TrainResult, loop: _LoopState,
     if loop.is_log_rank:
         logger.info(format_validation_line(it, {"lm loss": val}))
         ctx.writers.write(it, {"validation lm loss": val})
+
+
+def _maybe_benchmark(ctx: TrainingContext, result: TrainResult, loop: _LoopState, it: int) -> None:
+    """Every benchmarks.interval iterations (validation.lm_eval_tasks), lm-eval's scores, logged beside
+    the validation loss."""
+    bench = ctx.plan.benchmarks
+    if bench is None or it % bench.interval != 0:
+        return
+    from bridge.training.benchmarks import format_benchmark_line, run_benchmarks
+
+    with sync_params_for(ctx):
+        scores = run_benchmarks(ctx.model, ctx.plan)
+    result.benchmark_scores[it] = scores
+    if loop.is_log_rank:
+        logger.info(format_benchmark_line(it, scores))
+        ctx.writers.write(it, {f"lm-eval/{k}": v for k, v in scores.items()})
 
 
 def _maybe_save(ctx: TrainingContext, result: TrainResult, loop: _LoopState, it: int, loss: float) -> None:

@@ -1,0 +1,110 @@
+"""Worker for tests/functional/test_eval_serve_parallel.py (2 gloo ranks).
+
+    eval_serve_parallel.py ROOT
+
+ROOT holds model/ (tests/lm_eval_fixtures.py's tiny text model) and tasks/ (its lm-eval tasks). One layout
+after another on the same 2 ranks: `bridge eval` (bridge/cli/eval.py's run) at TP=2 and at PP=2, rank 0
+writing ROOT/eval_<layout>.json (lm-eval's results with every sample); then `bridge serve`'s Server at
+TP=2 and at PP=2, rank 0 its HTTP side plus an `openai` client in threads (SERVE_PROMPTS concurrently,
+greedy; one streamed), writing ROOT/serve_<layout>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+warnings.filterwarnings("ignore")
+
+import torch.distributed as dist  # noqa: E402
+
+LAYOUTS = {"tp2": (2, 1), "pp2": (1, 2)}
+SERVE_PROMPTS = ["w5 w17 w42", "w9 w10 w11 w12", "w100 w3", "w33 w44 w55 w66 w77"]
+SERVE_TOKENS = 8
+
+
+def end_layout() -> None:
+    from bridge.parallel.teardown import release_model_parallel_groups
+
+    release_model_parallel_groups()
+
+
+def run_eval(root: Path, layout: str) -> None:
+    from bridge.cli.eval import parse_args, run
+    from tests.lm_eval_fixtures import TASKS
+
+    tp, pp = LAYOUTS[layout]
+    args = parse_args(
+        ["--hf-path", str(root / "model"), "--tp", str(tp), "--pp", str(pp), "--tasks", ",".join(TASKS),
+         "--include-path", str(root / "tasks"), "--batch-size", "4",
+         "--output-path", str(root / f"eval_{layout}.json"), "--log-samples"]
+    )  # fmt: skip
+    run(args)
+
+
+def run_serve(root: Path, layout: str) -> None:
+    import openai
+
+    from bridge.inference.engine import Engine
+    from bridge.inference.loading import load_model
+    from bridge.inference.serve import Server
+
+    tp, pp = LAYOUTS[layout]
+    loaded = load_model(hf_path=str(root / "model"), tp=tp, pp=pp)
+    engine = Engine(loaded.chunks, loaded.provider.vocab_size)
+    if not engine.is_driver:
+        engine.serve_forever()
+        return
+    server = Server(engine, loaded.tokenizer, "tiny", eos_token_ids=loaded.eos_token_ids).start()
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=120, max_retries=0)
+        answers: dict[str, str] = {}
+
+        def ask(prompt: str) -> None:
+            out = client.completions.create(
+                model="tiny", prompt=prompt, max_tokens=SERVE_TOKENS, temperature=0
+            )
+            answers[prompt] = out.choices[0].text
+
+        threads = [threading.Thread(target=ask, args=(p,)) for p in SERVE_PROMPTS]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        stream = client.completions.create(
+            model="tiny", prompt=SERVE_PROMPTS[0], max_tokens=SERVE_TOKENS, temperature=0, stream=True
+        )
+        streamed = "".join(c.choices[0].text for c in stream)
+        try:
+            client.completions.create(model="tiny", prompt="w5", max_tokens=-1)
+            bad = None
+        except openai.BadRequestError as err:
+            bad = err.status_code
+        (root / f"serve_{layout}.json").write_text(
+            json.dumps({"answers": answers, "streamed": streamed, "bad": bad})
+        )
+    finally:
+        server.close()  # releases rank 1 from serve_forever
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("root")
+    root = Path(p.parse_args().root)
+    dist.init_process_group("gloo")
+    for layout in LAYOUTS:
+        run_eval(root, layout)
+        end_layout()
+    for layout in LAYOUTS:
+        run_serve(root, layout)
+        end_layout()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
