@@ -36,7 +36,7 @@ def _scores(results: dict) -> dict[str, float]:
     out = {}
     for task, metrics in results["results"].items():
         for key, value in metrics.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and "stderr" not in key:
+            if isinstance(value, float) and "stderr" not in key:  # metrics (not sample_len, an int)
                 out[f"{task}/{key.split(',')[0]}"] = float(value)
     return out
 
