@@ -42,6 +42,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def check_args(args: argparse.Namespace) -> None:
+    if (args.hf_path is None) == (args.megatron_path is None):
+        raise config_error(
+            "--hf-path / --megatron-path",
+            "both given" if args.hf_path else "neither given",
+            "exactly one model source is needed",
+            "pass --hf-path HF_DIR (a Hugging Face folder) or --megatron-path CKPT_DIR (a bridge checkpoint)",
+        )
     if args.batch_size < 1:
         raise config_error("--batch-size", args.batch_size, "must be >= 1", "pass --batch-size 8")
     if args.limit is not None and args.limit <= 0:
@@ -57,10 +64,10 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def _task_manager(args: argparse.Namespace):
-    from lm_eval.tasks import TaskManager
+    from bridge.inference.lm_eval_backend import task_manager
 
-    manager = TaskManager(include_path=args.include_path)
     names = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    manager = task_manager(names, args.include_path)
     unknown = [t for t in names if t not in manager.all_tasks]
     if unknown or not names:
         raise config_error(

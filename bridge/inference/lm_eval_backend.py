@@ -1,6 +1,6 @@
 """lm-eval's model backend `bridge`: log-likelihoods and generation of a bridge model at any TP / PP.
 
-`lm_eval --model bridge --model_args hf_path=DIR[,tp=..,pp=..]` (one process) or `bridge eval` (any
+`lm_eval.simple_evaluate(model="bridge", model_args="hf_path=DIR")` (one process) or `bridge eval` (any
 layout, under torchrun) or `BridgeLM(engine, tokenizer)` over a model already built (training's
 benchmarks). The requests follow lm-eval's `hf` backend so the two give the same numbers on the same
 model: lm-eval's TemplateLM splits (context, continuation) pairs into tokens, inputs are the last
@@ -50,11 +50,11 @@ class BridgeLM(TemplateLM):
         **_ignored: Any,  # lm-eval passes device / max_batch_size, which the layout decides here
     ) -> None:
         super().__init__()
-        if engine is None:  # `lm_eval --model bridge`: one process builds the model itself
+        if engine is None:  # simple_evaluate(model="bridge", model_args=...): one process builds the model
             from bridge.inference.loading import check_layout, load_model
             from bridge.parallel.ranks import env_world_size
 
-            check_layout(int(tp), int(pp), env_world_size(), "lm_eval --model bridge")
+            check_layout(int(tp), int(pp), env_world_size(), "the lm-eval backend built from model_args")
             loaded = load_model(
                 hf_path=hf_path, megatron_path=megatron_path, hf_config=hf_config, tp=int(tp), pp=int(pp)
             )
@@ -211,3 +211,16 @@ class BridgeLM(TemplateLM):
             return any(t in text for t in terms)
 
         return stop
+
+
+def task_manager(names: list[str], include_path: str | None):
+    """lm-eval's TaskManager that knows `names`. Indexing lm-eval's ~15k built-in task files takes 40 s or
+    more on a small machine, so when every name is a task of `include_path` only that folder is indexed
+    (the tasks are the same either way: the include path takes precedence over the built-ins)."""
+    from lm_eval.tasks import TaskManager
+
+    if include_path is not None:
+        local = TaskManager(include_path=include_path, include_defaults=False)
+        if all(n in local.all_tasks for n in names):
+            return local
+    return TaskManager(include_path=include_path)

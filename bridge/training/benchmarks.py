@@ -25,10 +25,10 @@ def _tokenizer(path: str):
 
 
 @functools.cache
-def _task_manager(include_path: str | None):
-    from lm_eval.tasks import TaskManager
+def _task_manager(names: tuple[str, ...], include_path: str | None):
+    from bridge.inference.lm_eval_backend import task_manager
 
-    return TaskManager(include_path=include_path)
+    return task_manager(list(names), include_path)
 
 
 def _scores(results: dict) -> dict[str, float]:
@@ -55,7 +55,7 @@ def run_benchmarks(model_chunks: list, plan: Any) -> dict[str, float]:
     if engine.is_driver:
         try:
             lm = BridgeLM(engine, _tokenizer(bench.tokenizer_path), batch_size=bench.batch_size)
-            manager = _task_manager(bench.include_path)
+            manager = _task_manager(bench.tasks, bench.include_path)
             for task, limit in zip(bench.tasks, bench.limits, strict=True):
                 results = lm_eval.simple_evaluate(
                     model=lm,

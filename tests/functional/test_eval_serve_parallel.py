@@ -51,7 +51,7 @@ def test_eval_and_serve_at_tp2_and_pp2_equal_the_references(tmp_path):
     reference = lm_eval.simple_evaluate(
         model=HFLM(pretrained=str(tmp_path / "model"), device="cpu", dtype="float32", batch_size=4),
         tasks=list(TASKS),
-        task_manager=TaskManager(include_path=str(tmp_path / "tasks")),
+        task_manager=TaskManager(include_path=str(tmp_path / "tasks"), include_defaults=False),
         log_samples=True,
         bootstrap_iters=0,
     )

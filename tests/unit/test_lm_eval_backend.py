@@ -56,7 +56,7 @@ def _evaluate(model, root, limit=None):
     return lm_eval.simple_evaluate(
         model=model,
         tasks=list(TASKS),
-        task_manager=TaskManager(include_path=str(root / "tasks")),
+        task_manager=TaskManager(include_path=str(root / "tasks"), include_defaults=False),
         log_samples=True,
         limit=limit,
         bootstrap_iters=0,
@@ -74,12 +74,25 @@ def both(setup):
     return _evaluate(hf, setup), _evaluate(ours, setup)
 
 
-def test_registered_name():
+def test_registered_name_builds_from_model_args(setup, both):
+    import lm_eval
     from lm_eval.api.registry import get_model
+    from lm_eval.tasks import TaskManager
 
     from bridge.inference.lm_eval_backend import BridgeLM
+    from tests.lm_eval_fixtures import per_sample
 
     assert get_model("bridge") is BridgeLM
+    out = lm_eval.simple_evaluate(
+        model="bridge",
+        model_args=f"hf_path={setup / 'model'},batch_size=2",
+        tasks=["tiny_mc"],
+        task_manager=TaskManager(include_path=str(setup / "tasks"), include_defaults=False),
+        limit=4,
+        log_samples=True,
+        bootstrap_iters=0,
+    )
+    assert per_sample(out)["tiny_mc"] == per_sample(both[1])["tiny_mc"][:4]
 
 
 def _leaves(value):

@@ -83,7 +83,7 @@ def test_scores_during_training_equal_lm_evals_hf_backend(root):
     result = finetune(plan)
     assert sorted(result.benchmark_scores) == [2]  # every 2 iterations of 2
     hf = HFLM(pretrained=str(root / "hf"), device="cpu", dtype="float32", batch_size=4)
-    manager = TaskManager(include_path=str(root / "tasks"))
+    manager = TaskManager(include_path=str(root / "tasks"), include_defaults=False)
     expected = {}
     for task, limit in (("tiny_mc", 6), ("tiny_ppl", None)):
         out = lm_eval.simple_evaluate(
