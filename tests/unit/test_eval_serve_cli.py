@@ -34,10 +34,6 @@ def root(tmp_path_factory):
             "--hf-path / --megatron-path = 'neither given': exactly one model source",
         ),
         (
-            ["eval", "--tasks", "no_such_task"],
-            "--tasks = 'no_such_task': lm-eval knows no task ['no_such_task']",
-        ),
-        (
             ["eval", "--tasks", "tiny_mc", "--tp", "2"],
             "--tp x --pp = '2 x 1 = 2': must equal the number of processes (1)",
         ),
