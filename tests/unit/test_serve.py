@@ -171,6 +171,13 @@ def test_stop_strings_seed_and_top_p(client, model_dir):
     out = client.completions.create(model=NAME, prompt=prompt, max_tokens=10, temperature=0, stop=[words[k]])
     assert out.choices[0].finish_reason == "stop"
     assert out.choices[0].text == text[: text.index(words[k])]
+    # streamed: the same text (a word that could begin the stop string is held back until it cannot)
+    stream = client.completions.create(
+        model=NAME, prompt=prompt, max_tokens=10, temperature=0, stop=[words[k]], stream=True
+    )
+    chunks = list(stream)
+    assert "".join(c.choices[0].text for c in chunks) == out.choices[0].text
+    assert chunks[-1].choices[0].finish_reason == "stop"
     full = words
     sampled = [
         client.completions.create(
@@ -234,3 +241,12 @@ def test_a_client_leaving_mid_stream_frees_its_slot(server, model_dir):
             break
         time.sleep(0.05)
     assert health["cancelled"] == before + 1 and health["active"] == 0, health
+
+
+def test_held_back_is_the_longest_end_that_starts_a_stop_string():
+    from bridge.inference.serve.app import _held_back
+
+    assert _held_back("w5 w1", ["w17"]) == 2  # "w1" may become "w17"
+    assert _held_back("w5 w", ["w17", " w9"]) == 2  # " w" may become " w9"
+    assert _held_back("w5 w6", ["w17"]) == 0
+    assert _held_back("w5", []) == 0

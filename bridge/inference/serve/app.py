@@ -132,6 +132,11 @@ def _text(tokenizer: Any, ids: list[int], stops: list[str]) -> tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
+def _held_back(text: str, stops: list[str]) -> int:
+    """How many characters at the end of `text` could be the start of a stop string (not sent yet)."""
+    return max((k for s in stops for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+
+
 def create_app(served: ServeModel) -> FastAPI:
     app = FastAPI(title="bridge serve")
 
@@ -273,9 +278,11 @@ def create_app(served: ServeModel) -> FastAPI:
                 if kind == "error":
                     yield f"data: {json.dumps(_error_body(f'generation failed: {value}', None, 'generation_failed', 'server_error'))}\n\n"
                     return
-                text, _ = _text(served.tokenizer, _visible(job.row), stops)
+                text, stopped = _text(served.tokenizer, _visible(job.row), stops)
+                if kind == "token" and not stopped:  # a stop string may be starting: keep its part back
+                    text = text[: len(text) - _held_back(text, stops)]
                 delta = text[len(sent) :] if text.startswith(sent) else ""
-                if kind == "token" and delta:
+                if delta:
                     sent += delta
                     yield _chunk(ident, chat, delta, None, first)
                     first = False
