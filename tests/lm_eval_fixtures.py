@@ -91,3 +91,53 @@ def per_sample(results: dict) -> dict[str, list]:
     for task, samples in results["samples"].items():
         out[task] = [s["resps"] for s in sorted(samples, key=lambda s: s["doc_id"])]
     return out
+
+
+def write_training_inputs(root: Path) -> Path:
+    """root/hf (the text model), root/tasks, root/sft.jsonl: a finetuning run with benchmarks."""
+    from tests.finetune_fixtures import write_sft_jsonl
+
+    save_text_model(root / "hf")
+    write_tasks(root / "tasks")
+    write_sft_jsonl(root / "sft.jsonl", 16)
+    return root
+
+
+def training_config(root: Path, *extra: str):
+    """A tiny SFT run from root/hf with lr 1e-30 (the weights stay the folder's: see
+    tests/unit/test_training_benchmarks.py); `extra` overrides replace the base's of the same key."""
+    from bridge.config.compose import compose
+    from recipes import get_recipe
+
+    hf = root / "hf"
+    base = [
+        f"checkpoint.pretrained_checkpoint={hf}",
+        "tokenizer.tokenizer_type=HuggingFaceTokenizer",
+        f"tokenizer.tokenizer_model={hf}",
+        "dataset.kind=sft",
+        f"dataset.data_paths=[{root}/sft.jsonl]",
+        'dataset.split="1,0,0"',
+        f"dataset.cache_dir={root}/cache",
+        "model.seq_length=64",
+        "dataset.packed_sequence_size=64",
+        "model.tensor_model_parallel_size=1",
+        "model.sequence_parallel=False",
+        "mixed_precision.precision=fp32",
+        "train.train_iters=2",
+        "train.global_batch_size=2",
+        "train.micro_batch_size=1",
+        "scheduler.lr_warmup_iters=0",
+        "optimizer.lr=1e-30",
+        "optimizer.min_lr=1e-30",
+        "validation.eval_interval=0",
+        "validation.eval_iters=0",
+        "checkpoint.save=null",
+        "checkpoint.save_interval=0",
+        "logger.log_interval=1",
+        "logger.tensorboard_dir=null",
+        "dataset.num_workers=0",
+        f"validation.lm_eval_include_path={root}/tasks",
+    ]
+    given = {e.split("=")[0] for e in extra}  # an override in `extra` replaces the base's
+    overrides = [o for o in base if o.split("=")[0] not in given] + list(extra)
+    return compose(get_recipe("llama32_1b_sft_config")(), overrides=overrides)[0]

@@ -1,6 +1,7 @@
-"""`bridge eval` and `bridge serve` at TP=2 and PP=2 (one launch of 2 gloo ranks) against references no one
-here wrote: lm-eval's `hf` backend on the same HF model (per-sample log-likelihoods within 1e-5, fp32; the
-same generations and scores), and transformers' greedy generate for the server's answers."""
+"""`bridge eval` and `bridge serve` at TP=2 and PP=2, and benchmarks during a TP=2 + sequence-parallel
+training run (one launch of 2 gloo ranks) against references no one here wrote: lm-eval's `hf` backend on
+the same HF model (per-sample log-likelihoods within 1e-5, fp32; the same generations and scores), and
+transformers' greedy generate for the server's answers."""
 
 from __future__ import annotations
 
@@ -43,10 +44,11 @@ def test_eval_and_serve_at_tp2_and_pp2_equal_the_references(tmp_path):
     from lm_eval.tasks import TaskManager
     from transformers import AutoTokenizer
 
-    from tests.lm_eval_fixtures import TASKS, save_text_model, write_tasks
+    from tests.lm_eval_fixtures import TASKS, save_text_model, write_tasks, write_training_inputs
 
     hf_model = save_text_model(tmp_path / "model")
     write_tasks(tmp_path / "tasks")
+    write_training_inputs(tmp_path / "train")  # the same model (seed 0) and tasks, with SFT data
     out = assert_ok(torchrun(WORKER, 2, str(tmp_path), timeout=900))
     reference = lm_eval.simple_evaluate(
         model=HFLM(pretrained=str(tmp_path / "model"), device="cpu", dtype="float32", batch_size=4),
@@ -92,4 +94,15 @@ def test_eval_and_serve_at_tp2_and_pp2_equal_the_references(tmp_path):
             assert served["answers"][prompt] == expected, (layout, prompt)
         assert served["streamed"] == served["answers"][SERVE_PROMPTS[0]], layout
         assert served["bad"] == 400, layout
+    # benchmarks during the TP=2 + SP run: the reference's scores (perplexities: exp of fp32 sums, 1e-5 relative)
+    trained = json.loads((tmp_path / "train_tp2_sp.json").read_text())
+    expected = {
+        f"{task}/{key.split(',')[0]}": value
+        for task in ("tiny_mc", "tiny_ppl")
+        for key, value in reference["results"][task].items()
+        if isinstance(value, float) and "stderr" not in key
+    }
+    assert set(trained) == set(expected)
+    for key, value in expected.items():
+        assert math.isclose(trained[key], value, rel_tol=1e-5), (key, trained[key], value)
     assert "Traceback" not in out

@@ -21,52 +21,15 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    from tests.finetune_fixtures import write_sft_jsonl
-    from tests.lm_eval_fixtures import save_text_model, write_tasks
+    from tests.lm_eval_fixtures import write_training_inputs
 
-    root = tmp_path_factory.mktemp("train_bench")
-    save_text_model(root / "hf")
-    write_tasks(root / "tasks")
-    write_sft_jsonl(root / "sft.jsonl", 16)
-    return root
+    return write_training_inputs(tmp_path_factory.mktemp("train_bench"))
 
 
 def _config(root, *extra: str):
-    from bridge.config.compose import compose
-    from recipes import get_recipe
+    from tests.lm_eval_fixtures import training_config
 
-    hf = root / "hf"
-    base = [
-        f"checkpoint.pretrained_checkpoint={hf}",
-        "tokenizer.tokenizer_type=HuggingFaceTokenizer",
-        f"tokenizer.tokenizer_model={hf}",
-        "dataset.kind=sft",
-        f"dataset.data_paths=[{root}/sft.jsonl]",
-        'dataset.split="1,0,0"',
-        f"dataset.cache_dir={root}/cache",
-        "model.seq_length=64",
-        "dataset.packed_sequence_size=64",
-        "model.tensor_model_parallel_size=1",
-        "model.sequence_parallel=False",
-        "mixed_precision.precision=fp32",
-        "train.train_iters=2",
-        "train.global_batch_size=2",
-        "train.micro_batch_size=1",
-        "scheduler.lr_warmup_iters=0",
-        "optimizer.lr=1e-30",
-        "optimizer.min_lr=1e-30",
-        "validation.eval_interval=0",
-        "validation.eval_iters=0",
-        "checkpoint.save=null",
-        "checkpoint.save_interval=0",
-        "logger.log_interval=1",
-        "logger.tensorboard_dir=null",
-        "dataset.num_workers=0",
-        f"validation.lm_eval_include_path={root}/tasks",
-    ]
-    given = {e.split("=")[0] for e in extra}  # an override in `extra` replaces the base's
-    overrides = [o for o in base if o.split("=")[0] not in given] + list(extra)
-    return compose(get_recipe("llama32_1b_sft_config")(), overrides=overrides)[0]
+    return training_config(root, *extra)
 
 
 def test_scores_during_training_equal_lm_evals_hf_backend(root):

@@ -6,7 +6,9 @@ ROOT holds model/ (tests/lm_eval_fixtures.py's tiny text model) and tasks/ (its 
 after another on the same 2 ranks: `bridge eval` (bridge/cli/eval.py's run) at TP=2 and at PP=2, rank 0
 writing ROOT/eval_<layout>.json (lm-eval's results with every sample); then `bridge serve`'s Server at
 TP=2 and at PP=2, rank 0 its HTTP side plus an `openai` client in threads (SERVE_PROMPTS concurrently,
-greedy; one streamed), writing ROOT/serve_<layout>.json.
+greedy; one streamed), writing ROOT/serve_<layout>.json. Last, a finetuning run from ROOT/train (lr 1e-30:
+the weights stay the folder's) at TP=2 with sequence parallelism and validation.lm_eval_tasks, rank 0
+writing the scores of its one benchmark to ROOT/train_tp2_sp.json.
 """
 
 from __future__ import annotations
@@ -92,6 +94,28 @@ def run_serve(root: Path, layout: str) -> None:
         server.close()  # releases rank 1 from serve_forever
 
 
+def run_training(root: Path) -> None:
+    import torch
+
+    from bridge.parallel import runtime
+    from bridge.training import finetune
+    from tests.lm_eval_fixtures import training_config
+
+    cfg = training_config(
+        root / "train",
+        "model.tensor_model_parallel_size=2",
+        "model.sequence_parallel=True",
+        "train.train_iters=1",
+        "validation.lm_eval_tasks=[tiny_mc,tiny_ppl]",
+        "validation.lm_eval_interval=1",
+    )
+    world = dist.get_world_size()
+    runtime.initialize_distributed(cfg.layout(world), seed=cfg.rng.seed)
+    result = finetune(cfg.validate(world, cuda=torch.cuda.is_available()))
+    if dist.get_rank() == 0:
+        (root / "train_tp2_sp.json").write_text(json.dumps(result.benchmark_scores[1]))
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("root")
@@ -103,6 +127,8 @@ def main() -> None:
     for layout in LAYOUTS:
         run_serve(root, layout)
         end_layout()
+    run_training(root)
+    end_layout()
     dist.destroy_process_group()
 
 
