@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bridge.config import finetune_rules, performance, planning
+from bridge.config.benchmarks import BenchmarkPlan, benchmark_plan
 from bridge.config.checks.checkpoint import ResumePlan, resume_plan
 from bridge.config.checks.data import blend_paths, parse_split
 from bridge.config.checks.distributed import unused_ddp_settings_warning
@@ -167,6 +168,8 @@ class RunPlan:
     dpo: DPOPlan | None = None
     # distill.teacher set: the teacher and the KD loss's settings (bridge/config/distill_rules.py)
     distill: DistillPlan | None = None
+    # lm-eval benchmarks during training (bridge/config/benchmarks.py); None: none
+    benchmarks: BenchmarkPlan | None = None
 
     @property
     def cuda(self) -> bool:
@@ -211,6 +214,8 @@ class RunPlan:
                 f"{k.teacher.hidden_size}) on this layout, T={k.temperature}, top_k={k.top_k}, "
                 + ("KD loss only" if k.skip_lm_loss else f"lm loss + {k.kd_loss_scale} x KD loss")
             )
+        if self.benchmarks is not None:
+            lines.append(self.benchmarks.describe())
         lines += [f"warning: {w}" for w in self.warnings]
         return lines
 
@@ -337,4 +342,5 @@ def build_plan(
         resume=resume_plan(cfg),
         dpo=dpo_plan(cfg),
         distill=distill,
+        benchmarks=benchmark_plan(cfg, layout),
     )

@@ -80,6 +80,14 @@ class TrainingConfig:
 class ValidationConfig:
     eval_interval: int | None = 2000  # None or 0 = never evaluate
     eval_iters: int = 32
+    # lm-eval benchmarks during training (docs/evaluation.md): task names, each `name` or `name:limit`
+    # (documents of that task); run on the training ranks at the training layout, scores logged beside
+    # the validation loss. Empty: none.
+    lm_eval_tasks: list[str] = field(default_factory=list)
+    lm_eval_interval: int | None = None  # None: validation.eval_interval
+    lm_eval_limit: int | None = None  # documents per task without a `:limit` (None: all)
+    lm_eval_include_path: str | None = None  # a folder of extra task YAML files
+    lm_eval_batch_size: int = 8
 
 
 @dataclass

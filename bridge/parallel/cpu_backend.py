@@ -117,6 +117,14 @@ def install() -> bool:
     return True
 
 
+def on_this_thread() -> contextlib.AbstractContextManager:
+    """The device mode on a thread other than the one install() ran on (the mode is per thread): a
+    thread that runs model code (a server's generation loop) enters this. Nothing without the backend."""
+    if _mode is None:
+        return contextlib.nullcontext()
+    return _mode
+
+
 # -- 5, 6, 7: streams, events, synchronize, nvtx, current_device ---------------------------------
 
 

@@ -15,6 +15,7 @@ import torch
 
 from bridge.config.container import ConfigContainer
 from bridge.training import peak_flops
+from bridge.training.benchmarks import format_benchmark_line, run_benchmarks
 from bridge.training.context import TrainingContext
 from bridge.training.exit_requests import ExitRequests
 from bridge.training.logging import (
@@ -208,6 +209,7 @@ def _loop(
         if it % log_interval == 0:
             _log_iteration(ctx, loop, it, grad_norm, result.learning_rates[it])
         _maybe_evaluate(ctx, result, loop, it)
+        _maybe_benchmark(ctx, result, loop, it)
         _maybe_save(ctx, result, loop, it, loss)
         _maybe_collect_garbage(cfg, it)
         if _exit_interval_reached(cfg, loop, it) or _exit_requested(ctx, result, loop, exits, it, loss):
@@ -309,6 +311,21 @@ def _maybe_evaluate(ctx: TrainingContext, result: TrainResult, loop: _LoopState,
     if loop.is_log_rank:
         logger.info(format_validation_line(it, {ctx.objective: val}))
         ctx.writers.write(it, {f"validation {ctx.objective}": val})
+
+
+def _maybe_benchmark(ctx: TrainingContext, result: TrainResult, loop: _LoopState, it: int) -> None:
+    """Every benchmarks.interval iterations (validation.lm_eval_tasks), lm-eval's scores, logged beside
+    the validation loss."""
+    bench = ctx.plan.benchmarks
+    if bench is None or it % bench.interval != 0:
+        return
+
+    with sync_params_for(ctx):
+        scores = run_benchmarks(ctx.model, ctx.plan)
+    result.benchmark_scores[it] = scores
+    if loop.is_log_rank:
+        logger.info(format_benchmark_line(it, scores))
+        ctx.writers.write(it, {f"lm-eval/{k}": v for k, v in scores.items()})
 
 
 def _maybe_save(ctx: TrainingContext, result: TrainResult, loop: _LoopState, it: int, loss: float) -> None:
