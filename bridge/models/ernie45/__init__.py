@@ -1,4 +1,4 @@
-"""ernie45 family: provider presets (mapping.py, the HF mapping table, belongs to the conversion layer)."""
+"""ernie45 family: provider presets; mapping.py is its Hugging Face mapping table (data, read by the conversion layer), hf_config.py its config.json rules."""
 
 from bridge.models.ernie45.presets import ernie45_0p3b
 

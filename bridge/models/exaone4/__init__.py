@@ -1,4 +1,4 @@
-"""exaone4 family: provider presets (mapping.py, the HF mapping table, belongs to the conversion layer)."""
+"""exaone4 family: provider presets; mapping.py is its Hugging Face mapping table (data, read by the conversion layer), hf_config.py its config.json rules."""
 
 from bridge.models.exaone4.presets import exaone4_1p2b, exaone4_32b
 

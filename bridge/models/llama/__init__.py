@@ -1,4 +1,4 @@
-"""llama family: provider presets (mapping.py, the HF mapping table, belongs to the conversion layer)."""
+"""llama family: provider presets; mapping.py is its Hugging Face mapping table (data, read by the conversion layer), hf_config.py its config.json rules."""
 
 from bridge.models.llama.presets import (
     llama2_7b,

@@ -1,4 +1,4 @@
-"""olmo3 family: provider presets (mapping.py, the HF mapping table, belongs to the conversion layer)."""
+"""olmo3 family: provider presets; mapping.py is its Hugging Face mapping table (data, read by the conversion layer), hf_config.py its config.json rules."""
 
 from bridge.models.olmo3.presets import olmo3_7b, olmo3_32b
 

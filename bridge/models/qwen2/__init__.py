@@ -1,4 +1,4 @@
-"""qwen2 family: provider presets (mapping.py, the HF mapping table, belongs to the conversion layer)."""
+"""qwen2 family: provider presets; mapping.py is its Hugging Face mapping table (data, read by the conversion layer), hf_config.py its config.json rules."""
 
 from bridge.models.qwen2.presets import (
     qwen2_1p5b,
