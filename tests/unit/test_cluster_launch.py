@@ -8,7 +8,6 @@ silently by Kubernetes, so here it is an error.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -153,14 +152,3 @@ def test_launch_dry_run_prints_the_script(capsys, monkeypatch):
     assert "gpus-per-node" not in out.split("srun")[0]  # --cpu: no GPUs asked for
     assert "export BRIDGE_SCHEDULER_JOB=slurm-chain:" in out  # the chain's shared identity
     assert "model.vocab_size=1024" in out
-
-
-@pytest.mark.skipif(
-    shutil.which("kubectl") is None, reason="no kubectl here: the schemas above are the check"
-)
-def test_kubectl_client_side_parse(tmp_path):  # pragma: no cover - only where kubectl is installed
-    path = tmp_path / "job.json"
-    path.write_text(json.dumps(k8s.render("pytorchjob", _spec(), OPTS)))
-    done = subprocess.run(["kubectl", "create", "--dry-run=client", "-o", "name", "-f", str(path)],
-                          capture_output=True, text=True)  # fmt: skip
-    assert done.returncode == 0 or "no matches for kind" in done.stderr, done.stderr
