@@ -152,3 +152,28 @@ def test_launch_dry_run_prints_the_script(capsys, monkeypatch):
     assert "gpus-per-node" not in out.split("srun")[0]  # --cpu: no GPUs asked for
     assert "export BRIDGE_SCHEDULER_JOB=slurm-chain:" in out  # the chain's shared identity
     assert "model.vocab_size=1024" in out
+
+
+def test_plan_prints_a_launch_command_the_launcher_accepts(capsys, monkeypatch):
+    import shlex
+
+    from bridge.cli import plan as plan_cli
+
+    monkeypatch.chdir(REPO)
+    assert plan_cli.main(["--model", "llama32_1b_pretrain_config", "--gpus", "16", "--launch", "slurm"]) == 0
+    command = capsys.readouterr().out.strip()
+    words = shlex.split(command)
+    assert words[:7] == ["bridge", "launch", "slurm", "--nodes", "2", "--gpus-per-node", "8"], command
+    cut = words.index("--")
+    # the same layout validated for 2 x 8 CUDA ranks by the launcher (its dry run prints the script)
+    assert cluster_launch.main([*words[2:cut], "--dry-run", *words[cut:]]) == 0
+    script = capsys.readouterr().out
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --gpus-per-node=8" in script
+    # the planner's --gpus-per-node decides the node count; a preset is not a run
+    assert plan_cli.main(["--model", "llama32_1b_pretrain_config", "--gpus", "8", "--gpus-per-node", "4",
+                          "--launch", "k8s"]) == 0  # fmt: skip
+    assert capsys.readouterr().out.startswith(
+        "bridge launch k8s --nodes 2 --gpus-per-node 4 --image IMAGE --"
+    )
+    assert plan_cli.main(["--model", "llama31_8b", "--gpus", "8", "--launch", "slurm"]) == 2
+    assert "the launcher runs a recipe" in capsys.readouterr().err
