@@ -4,7 +4,10 @@ The lock file is created with O_EXCL and holds {"pid", "host", "started", "proc_
 run finds it and stops with an error naming the owner and the file. A lock is stale (taken over with a
 warning) when its owner ran on this host and that process no longer exists (or the pid now belongs to
 a process started later), or when it was left by this very process (an earlier pretrain() call).
-A lock from another host cannot be checked: the error says to delete the file if that run is gone.
+A lock from another host cannot be checked: the error says to delete the file if that run is gone, unless
+both runs are attempts of one scheduler job (the lock's "job": a SLURM job id, a Kubernetes job uid;
+bridge.config.scheduler_job): a requeued attempt of the job takes over the lock its killed attempt left on
+another node (the scheduler runs one attempt at a time). A different job is refused as before.
 Pure Python.
 """
 
@@ -41,8 +44,9 @@ def _alive(pid: int) -> bool:
 
 
 class DirLock:
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike, job: str | None = None):
         self.root = Path(root)
+        self.job = job  # the scheduler job this run is an attempt of (None: not under a scheduler)
         self.path = self.root / LOCK_FILENAME
         self.held = False
 
@@ -53,6 +57,7 @@ class DirLock:
             "host": socket.gethostname(),
             "started": time.strftime("%Y-%m-%d %H:%M:%S"),
             "proc_start": _proc_start(pid),
+            "job": self.job,
         }
 
     def _owner(self) -> dict | None:
@@ -70,6 +75,8 @@ class DirLock:
         if not isinstance(pid, int) or not host:
             return "the lock file is unreadable"
         if host != socket.gethostname():
+            if self.job and owner.get("job") == self.job:
+                return f"it was left on host {host} by an earlier attempt of this scheduler job ({self.job})"
             return None
         if pid == os.getpid():
             return "it was left by this process"
@@ -93,9 +100,12 @@ class DirLock:
                     continue  # released meanwhile
                 why = self._stale(owner)
                 if why is None:
+                    job = owner.get("job")
+                    whose = f", scheduler job {job}" if job else ""
+                    mine = f" (this run is scheduler job {self.job})" if self.job else ""
                     raise ConfigError(
                         f"checkpoint.save={str(self.root)!r} is in use by another run (pid {owner.get('pid')} on "
-                        f"host {owner.get('host')}, since {owner.get('started')}; lock file {self.path}): two runs "
+                        f"host {owner.get('host')}{whose}, since {owner.get('started')}; lock file {self.path}){mine}: two runs "
                         "must not write one checkpoint directory. Fix: give this run its own checkpoint.save, or "
                         "wait for that run; if it is gone, delete the lock file"
                     ) from None

@@ -64,11 +64,13 @@ class SaveDirGuard:
             self.lock.release()
 
 
-def _rank0_prepare(root: Path, need: int, how: str) -> tuple[str | None, DirLock | None, list[str]]:
+def _rank0_prepare(
+    root: Path, need: int, how: str, job: str | None = None
+) -> tuple[str | None, DirLock | None, list[str]]:
     """(error, lock, notes) on rank 0: the other ranks get the error through a broadcast."""
     try:
         _check_writable(root)
-        lock = DirLock(root)
+        lock = DirLock(root, job=job)
         note = lock.acquire()
         notes = [note] if note else []
         try:
@@ -100,7 +102,7 @@ def prepare_save_dir(plan) -> SaveDirGuard:
     error, lock, notes = (None, None, [])
     if rank0:
         need, how = checkpoint_bytes(plan)
-        error, lock, notes = _rank0_prepare(root, need, how)
+        error, lock, notes = _rank0_prepare(root, need, how, plan.environment.scheduler_job)
     if dist.is_initialized() and dist.get_world_size() > 1:
         box = [error]
         dist.broadcast_object_list(box, src=0)

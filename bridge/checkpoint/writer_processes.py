@@ -102,6 +102,13 @@ def install_results_queue() -> None:
     if getattr(fa, "_results_queue", "absent") is not None:
         return  # already created by Megatron-Core (or a release without it)
     manager = SyncManager(ctx=multiprocessing.get_context("spawn"))
-    manager.start(initializer=_queue_server_init, initargs=(os.getpid(),))
+    # The server starts with the stop signals blocked (exec keeps the mask) until its initializer ignores
+    # them: a save made because of a stop request (scancel: SIGTERM to the step, then torchrun's agent
+    # killpg's its workers) otherwise loses the server to that killpg while Python starts it.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _HELPER_STOP_SIGNALS)
+    try:
+        manager.start(initializer=_queue_server_init, initargs=(os.getpid(),))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     fa._results_queue = manager.Queue()
     _results_manager = manager

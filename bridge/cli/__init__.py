@@ -12,6 +12,10 @@ import sys
 # subcommand -> (module with main(argv) -> int, one-line help)
 SUBCOMMANDS = {
     "plan": ("bridge.cli.plan", "recommend a parallel layout and estimate per-GPU memory (offline)"),
+    "launch": (
+        "bridge.cli.cluster_launch",
+        "render a run for SLURM (sbatch) or Kubernetes (PyTorchJob, JobSet)",
+    ),
     "run": ("bridge.cli.launch", "launch like torchrun; a failed launch prints the rank's one error line"),
     "eval": ("bridge.cli.eval", "lm-eval tasks on a bridge model at any TP / PP (lm-eval's task names)"),
     "serve": ("bridge.cli.serve", "an OpenAI-compatible HTTP server over a bridge model at any TP / PP"),

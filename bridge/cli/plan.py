@@ -227,7 +227,34 @@ def build_parser() -> argparse.ArgumentParser:
     out = ap.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument("--overrides", action="store_true", help="print the dotted overrides for run_recipe.py")
+    out.add_argument(
+        "--launch",
+        choices=("slurm", "k8s"),
+        default=None,
+        help="print the `bridge launch` command of the recommended layout (nodes from --gpus-per-node)",
+    )
     return ap
+
+
+def launch_command(scheduler: str, recipe: str, gpus: int, gpus_per_node: int, overrides: list[str]) -> str:
+    """`bridge launch` for the plan: nodes x GPUs per node as the planner counted them (a recipe only:
+    the launcher runs a recipe)."""
+    if recipe not in RECIPES and recipe not in ALIASES:
+        raise ConfigError(
+            f"--launch with --model {recipe!r}: the launcher runs a recipe, not a preset or a config.json. "
+            "Fix: give a recipe name as --model (run_recipe.py --list-recipes), or use --overrides"
+        )
+    per_node = min(gpus, gpus_per_node)
+    if gpus % per_node:
+        raise ConfigError(
+            f"--gpus {gpus} is not a whole number of nodes of --gpus-per-node {gpus_per_node}. "
+            f"Fix: --gpus {(gpus // per_node + 1) * per_node} (or a multiple of {per_node})"
+        )
+    extra = " --image IMAGE" if scheduler == "k8s" else ""
+    return (
+        f"bridge launch {scheduler} --nodes {gpus // per_node} --gpus-per-node {per_node}{extra} -- "
+        f"--recipe {recipe} {' '.join(overrides)}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -298,6 +325,14 @@ def main(argv: list[str] | None = None) -> int:
             print("bridge plan: nothing fits; run without --overrides to see what would", file=sys.stderr)
             return 1
         print(" ".join(overrides))
+    elif args.launch:
+        if not result.fits:
+            print("bridge plan: nothing fits; run without --launch to see what would", file=sys.stderr)
+            return 1
+        try:
+            print(launch_command(args.launch, args.model, req.gpus, req.gpus_per_node, overrides))
+        except ConfigError as err:
+            return report_user_error(err)
     else:
         print(format_table(result, args.model, overrides))
     return 0 if result.fits else 1

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
+from bridge.config.scheduler_job import scheduler_job
 from bridge.parallel.planner.systems import system
 
 # Optional packages the performance settings need: import name -> distribution names to read a version from.
@@ -35,6 +36,9 @@ class Environment:
     device_name: str | None = None  # e.g. "NVIDIA H100 80GB HBM3" (None without CUDA or when unknown)
     compute_capability: tuple[int, int] | None = None  # e.g. (9, 0)
     packages: dict[str, str] = field(default_factory=dict)  # installed optional packages -> version
+    # the scheduler job this run is an attempt of (bridge.config.scheduler_job): a requeued attempt of the
+    # same job may take over the checkpoint lock its killed attempt left on another node
+    scheduler_job: str | None = None
 
     def has(self, package: str) -> bool:
         return package in self.packages
@@ -78,10 +82,17 @@ class Environment:
         """This machine. `cuda` None: whether an NVIDIA driver is present."""
         if cuda is None:
             cuda = os.path.exists("/proc/driver/nvidia/version")
+        job = scheduler_job(os.environ)
         if not cuda:
-            return cls.cpu()
+            return cls(cuda=False, scheduler_job=job)
         name, capability = _device()
-        return cls(cuda=True, device_name=name, compute_capability=capability, packages=_packages())
+        return cls(
+            cuda=True,
+            device_name=name,
+            compute_capability=capability,
+            packages=_packages(),
+            scheduler_job=job,
+        )
 
 
 def _packages() -> dict[str, str]:

@@ -150,7 +150,10 @@ def initialize_distributed(layout: ParallelLayout, *, seed: int = 1234, timeout_
             # prefix: after destroy_distributed() the store still holds the previous group's
             # addresses, and gloo would hang connecting to them.
             store, _, _ = next(dist.rendezvous("env://", timeout=timeout))
-            store = dist.PrefixStore(f"bridge_init_{_next_generation()}", store)
+            # torchrun's agent keeps its store across worker restarts (--max-restarts): the attempt
+            # number keeps a restarted worker off the addresses its killed predecessors published
+            attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+            store = dist.PrefixStore(f"bridge_init_{attempt}_{_next_generation()}", store)
             dist.init_process_group(
                 backend=backend, store=store, rank=int(os.environ["RANK"]), world_size=world, timeout=timeout
             )
