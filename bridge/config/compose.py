@@ -93,6 +93,10 @@ def _compose_once(base: T, config_file: str | Path | None, overrides: Sequence[s
     resolve = getattr(cfg, "resolve", None)
     if resolve is not None:
         resolve()
+    if getattr(cfg, "optimizer", None) is not None and getattr(cfg, "scheduler", None) is not None:
+        from bridge.config.ineffective import ineffective_overrides
+
+        warnings = [*warnings, *ineffective_overrides(cfg, explicit)]
     return cfg, warnings
 
 
