@@ -96,7 +96,8 @@ def _compose_once(base: T, config_file: str | Path | None, overrides: Sequence[s
     if getattr(cfg, "optimizer", None) is not None and getattr(cfg, "scheduler", None) is not None:
         from bridge.config.ineffective import ineffective_overrides
 
-        warnings = [*warnings, *ineffective_overrides(cfg, explicit)]
+        # the command line's keys only: a config file (a saved run_config.yaml) holds every field
+        warnings = [*warnings, *ineffective_overrides(cfg, override_keys(overrides))]
     return cfg, warnings
 
 
