@@ -57,11 +57,40 @@ def exit_code_of(failure: Any) -> int:
     return failure.exitcode or 1
 
 
+HELP = f"""{USAGE}
+
+Launches SCRIPT on several processes with torchrun's launcher (torch.distributed.run) and the same
+options, e.g.
+
+    bridge run --nproc_per_node=4 scripts/training/run_recipe.py --recipe llama32_1b_pretrain_config
+
+When a rank fails, bridge run prints that rank's one error line (not torchrun's traceback and failure
+report) and exits with its exit code (2 for a configuration mistake).
+
+Common torchrun options: --nproc_per_node N (processes on this machine), --nnodes N, --node_rank R,
+--master_addr HOST, --master_port PORT, --rdzv_endpoint HOST:PORT. The full list: torchrun --help.
+The script's own options: bridge run SCRIPT --help (e.g. run_recipe.py --help).
+"""
+
+
+def asks_for_help(argv: list[str]) -> bool:
+    """-h / --help among the launcher's options (before SCRIPT; after it they are the script's)."""
+    for word in argv:
+        if word in ("-h", "--help"):
+            return True
+        if not word.startswith("-"):
+            return False
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         print(USAGE, file=sys.stderr)
         return 2
+    if asks_for_help(argv):
+        print(HELP, end="")
+        return 0
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 

@@ -108,6 +108,11 @@ def resolve_model(name: str) -> tuple[ModelShape, dict]:
             )
         try:
             cfg = json.loads(path.read_text(encoding="utf-8"))
+        except RecursionError:  # json's decoder recurses once per nesting level
+            raise ConfigError(
+                f"--model {name!r}: {path} nests deeper than Python's JSON reader goes. Fix: give a Hugging "
+                "Face config.json (a flat object of model fields)."
+            ) from None
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise ConfigError(
                 f"--model {name!r}: {path} is not valid JSON ({err}). Fix: give a Hugging Face config.json."

@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from bridge.checkpoint.foreign_start import check_fields_kept, foreign_start, model_with_checkpoint_fields
 from bridge.checkpoint.paths import is_hf_folder
+from bridge.config.ineffective import ineffective_overrides
 from bridge.config.overrides import apply_overrides, override_keys
 from bridge.config.yaml_io import merge_yaml_deferred
 from bridge.errors import ConfigError
@@ -89,6 +90,9 @@ def _compose_once(base: T, config_file: str | Path | None, overrides: Sequence[s
     resolve = getattr(cfg, "resolve", None)
     if resolve is not None:
         resolve()
+    if getattr(cfg, "optimizer", None) is not None and getattr(cfg, "scheduler", None) is not None:
+        # the command line's keys only: a config file (a saved run_config.yaml) holds every field
+        warnings = [*warnings, *ineffective_overrides(cfg, override_keys(overrides))]
     return cfg, warnings
 
 

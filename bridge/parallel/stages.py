@@ -59,13 +59,17 @@ class StageSplit:
         )
 
 
-def parse_layout(text: str) -> list[str]:
-    """The stages of a layout string, each as its layer characters (Megatron-Core's grammar)."""
+def parse_layout(text: str, max_repeat: int | None = None) -> list[str]:
+    """The stages of a layout string, each as its layer characters (Megatron-Core's grammar).
+    `max_repeat`: the largest repeat count the model can use (checked before unrolling: Megatron-Core
+    unrolls any count and runs out of memory on 'Et*999999999999|tL')."""
     if not isinstance(text, str):
         raise config_error(
             LAYOUT, text, "must be a string such as 'Et*3|t*4|tL'", "give the layout as a string"
         )
     unrolled = text.replace(",", "")
+    if max_repeat is not None:
+        _check_repeat_counts(text, unrolled, max_repeat)
     for pattern in (_GROUP_REPEAT, _CHAR_REPEAT):
         unrolled = pattern.sub(lambda m: m.group(1) * int(m.group(2)), unrolled)
     stages = unrolled.split("|")
@@ -81,6 +85,21 @@ def parse_layout(text: str) -> list[str]:
                 "write the layout with those characters only",
             )
     return stages
+
+
+def _check_repeat_counts(text: str, unrolled: str, max_repeat: int) -> None:
+    """Every repeat adds decoder / MTP layers or stages, and each stage holds a decoder layer, so a count
+    above max(num_layers, mtp_num_layers) can never give a valid layout."""
+    for pattern in (_GROUP_REPEAT, _CHAR_REPEAT):
+        for m in pattern.finditer(unrolled):
+            if int(m.group(2)) > max_repeat:
+                raise config_error(
+                    LAYOUT,
+                    text,
+                    f"repeat count {m.group(0)!r} exceeds {max_repeat}, the most layers or stages the model "
+                    f"has (model.num_layers / model.mtp_num_layers)",
+                    f"write {LAYOUT}='...' with repeat counts <= {max_repeat} (one t per decoder layer)",
+                )
 
 
 def stage_layers(
@@ -99,7 +118,7 @@ def stage_layers(
             f"set {PP} > 1, or remove the setting",
         )
     if split.first_stage_layers is not None or split.last_stage_layers is not None:
-        per_rank = _first_last_counts(num_layers, pp, chunks, split)
+        per_rank = _first_last_counts(num_layers, pp, vpp, split)
     elif split.embedding_in_split or split.loss_in_split:
         per_rank = _accounted_counts(num_layers, pp, chunks, split)
     else:
@@ -159,7 +178,8 @@ def _even_counts(num_layers: int, pp: int, vpp: int | None) -> list[int]:
     return [num_layers // pp] * pp
 
 
-def _first_last_counts(num_layers: int, pp: int, chunks: int, split: StageSplit) -> list[int]:
+def _first_last_counts(num_layers: int, pp: int, vpp: int | None, split: StageSplit) -> list[int]:
+    chunks = vpp or 1
     if split.embedding_in_split or split.loss_in_split:
         field = EMBEDDING if split.embedding_in_split else LOSS
         raise config_error(
@@ -185,6 +205,17 @@ def _first_last_counts(num_layers: int, pp: int, chunks: int, split: StageSplit)
             )
         rest -= count
         middle_ranks -= 1
+    if vpp is not None and middle_ranks == 0:
+        # Megatron-Core's get_transformer_layer_offset divides by the middle stage count whenever virtual
+        # stages are set: ZeroDivisionError on the last rank after launch (0.16.1 and 0.19.2).
+        raise config_error(
+            LAST,
+            split.last_stage_layers,
+            f"with {VPP} = {vpp} Megatron-Core needs at least one pipeline rank besides the first and the "
+            f"last whose layers are not given by {FIRST} / {LAST}, and pp = {pp}",
+            f"unset one of them (`~{LAST}`: the last stage then takes the rest), or `~{VPP}`, "
+            f"or set {PP} >= 3",
+        )
     given = (split.first_stage_layers or 0) + (split.last_stage_layers or 0)
     if rest < 0 or (middle_ranks == 0 and rest != 0):
         raise config_error(
@@ -239,7 +270,7 @@ def _layout_counts(
             f"cannot be combined with {', '.join(others)} (Megatron-Core's rule)",
             "use one of them",
         )
-    stages = parse_layout(text)
+    stages = parse_layout(text, max(num_layers, mtp_num_layers or 0))
     if len(stages) % pp:
         raise config_error(
             LAYOUT,

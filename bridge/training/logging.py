@@ -2,8 +2,9 @@
 
     iteration        3/       3 | consumed samples: 24 | elapsed time per iteration (ms): 812.3 |
     learning rate: 3.000000E-04 | global batch size:     8 | lm loss: 1.003808E+01 | grad norm: 2.345 |
-    tokens per second: 1234 | ... | grad norm (full): 2.345100E+00 | ...
-(one line). Printed on the last pipeline stage's first rank, which holds the loss.
+    tokens per second: 1234 | ...
+(one line; the grad norm once, in Megatron's 3 decimals: runs are compared through pretrain()'s returned
+per-iteration values, not the log). Printed on the last pipeline stage's first rank, which holds the loss.
 
 The model-FLOPs throughput is per rank: Megatron's "throughput per GPU (TFLOP/s/GPU)" with CUDA, and
 "throughput per rank (TFLOP/s/rank)" on CPU, where a rank is a process, not a GPU. With CUDA and a
@@ -77,9 +78,6 @@ def format_iteration_line(s: IterationStats) -> str:
         parts.append(f" throughput per {unit} (TFLOP/s/{unit}): {value}")
     if s.mfu is not None:
         parts.append(f" MFU: {100.0 * s.mfu:.1f}%")
-    if s.grad_norm is not None:
-        # Megatron's 3 decimals above stay for existing parsers; this one compares runs (like the loss).
-        parts.append(f" grad norm (full): {s.grad_norm:.6E}")
     parts.append(f" number of skipped iterations: {s.skipped_iterations:3d}")
     parts.append(f" number of nan iterations: {s.nan_iterations:3d}")
     parts += [f" {k}: {v}" for k, v in s.extra.items()]

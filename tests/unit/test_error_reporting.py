@@ -278,3 +278,20 @@ def test_jsonl_loader_names_the_line_of_binary_garbage(tmp_path):
     path.write_bytes(b'{"text": "fine"}\n' + bytes(range(128, 256)) + b"\n")
     with pytest.raises(ConfigError, match=r"garbage.jsonl:2 is not UTF-8 text \(byte 0x80 at column 1\)"):
         read_jsonl_records([str(path)])
+
+
+def test_bridge_run_help_is_bridges_own_and_a_scripts_help_is_the_scripts():
+    """`bridge run --help` printed torchrun's argparse help (issue 43); after SCRIPT, --help is the script's."""
+    import contextlib
+    import io
+
+    from bridge.cli import launch
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert launch.main(["--help"]) == 0
+    text = out.getvalue()
+    assert text.startswith("usage: bridge run") and "torchrun --help" in text, text
+    assert "--rdzv-backend" not in text  # torchrun's own argparse listing is not printed
+    assert launch.asks_for_help(["--nproc_per_node=2", "-h"])
+    assert not launch.asks_for_help(["--nproc_per_node=2", "scripts/training/run_recipe.py", "--help"])

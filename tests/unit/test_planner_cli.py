@@ -209,8 +209,9 @@ GOOD = dict(
             "'intermediate_size' is missing",
         ),
         (json.dumps({**GOOD, "hidden_size": "2048"}), "hidden_size = '2048': must be a positive integer"),
+        ("[" * 100_000 + "]" * 100_000, "nests deeper"),  # json's decoder: a RecursionError before
     ],
-    ids=["truncated", "empty", "list", "no-heads", "no-vocab", "no-ffn", "string-size"],
+    ids=["truncated", "empty", "list", "no-heads", "no-vocab", "no-ffn", "string-size", "100k-deep"],
 )
 def test_malformed_config_json_is_one_error_line(tmp_path, text, expect):
     path = tmp_path / "bad.json"

@@ -43,6 +43,7 @@ def test_iteration_line_is_megatrons_format():
     )
     assert line.endswith(" number of skipped iterations:   0 | number of nan iterations:   0 |")
     assert "\n" not in line
+    assert line.count("grad norm") == 1, line  # printed twice per line before (issue 43)
 
 
 def test_validation_line():

@@ -208,6 +208,15 @@ def resume_plan(cfg: ConfigContainer) -> ResumePlan:
         c.save,
         f"holds checkpoints (iterations {', '.join(map(str, held))}) of another configuration ({shown}), "
         "and checkpoint.load is not set: this run would replace them",
-        f"resume them with checkpoint.load={c.save}, give this run its own checkpoint.save, or replace "
-        "them with checkpoint.overwrite=true",
+        _refusal_fix(c.save, differs),
     )
+
+
+def _refusal_fix(save: str, differs: list[str]) -> str:
+    """Only fixes that get past this error and the next: a changed model cannot load the saved weights, so
+    checkpoint.load is suggested only when the model section is the same."""
+    own = f"`checkpoint.save={str(save).rstrip('/')}_2` (a folder of its own)"
+    replace = "`checkpoint.overwrite=true` (replaces them)"
+    if any(d.startswith("model.") or d.startswith("model:") for d in differs):
+        return f"the model differs, so these weights do not load into it: {own}, or {replace}"
+    return f"{own}, {replace}, or `checkpoint.load={save}` to resume them with this configuration"

@@ -28,6 +28,8 @@ def check_pipeline(cfg: ConfigContainer, layout: ParallelLayout, running: frozen
     name = schedules.effective(d.pp_schedule, vpp)
     check_interleaving(name, vpp)
     if schedules.SCHEDULES[name].engine == "megatron":
+        if name == "interleaved_1f1b":
+            check_interleaved_microbatches(cfg, layout, microbatches_per_step(cfg, layout))
         return megatron_schedule_notes(d, name)
     check_torch_schedule_stages(name, vpp)
     micro = microbatches_per_step(cfg, layout)
@@ -143,6 +145,38 @@ def check_microbatch_rule(cfg: ConfigContainer, layout: ParallelLayout, name: st
             f"pp_schedule {name} with {micro} micro batches per step (global_batch_size / (micro_batch_size "
             f"{t.micro_batch_size} x dp {layout.dp})): {rule}",
             f"use a multiple of pp={layout.pp} micro batches per step, or another schedule",
+        )
+
+
+def check_interleaved_microbatches(cfg: ConfigContainer, layout: ParallelLayout, micro: int) -> None:
+    """Megatron-Core's interleaved schedule (forward_backward_pipelining_with_interleaving, 0.16.1 and
+    0.19.2) runs the micro batches in groups of N = model.microbatch_group_size_per_vp_stage (default pp)
+    and raises on every rank unless pp <= N <= m and m % N is 0 or >= pp."""
+    group = getattr(cfg.model, "microbatch_group_size_per_vp_stage", None)
+    n = layout.pp if group is None else group
+    t = cfg.train
+    per_step = f"global_batch_size / (micro_batch_size {t.micro_batch_size} x dp {layout.dp})"
+    fix_batch = (
+        f"`train.global_batch_size={max(n, layout.pp) * t.micro_batch_size * layout.dp}` "
+        f"(or any multiple of {n} micro batches per step)"
+    )
+    if group is not None and group < layout.pp:
+        raise config_error(
+            "model.microbatch_group_size_per_vp_stage",
+            group,
+            f"Megatron-Core's interleaved schedule needs at least pp = {layout.pp} micro batches per group",
+            f"`~model.microbatch_group_size_per_vp_stage` (defaults to pp) or a value >= {layout.pp}",
+        )
+    remainder = micro % n
+    if n > micro or 0 < remainder < layout.pp:
+        raise config_error(
+            "train.global_batch_size",
+            t.global_batch_size,
+            f"the interleaved schedule (virtual stages) runs micro batches in groups of {n} "
+            f"(model.microbatch_group_size_per_vp_stage, default pp = {layout.pp}); {micro} micro batches per "
+            f"step ({per_step}) {'are fewer' if n > micro else f'leave a last group of {remainder} < pp'}, "
+            "which Megatron-Core refuses on every rank",
+            f"{fix_batch}, or `~model.virtual_pipeline_model_parallel_size` for the plain 1F1B schedule",
         )
 
 
