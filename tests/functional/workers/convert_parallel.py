@@ -256,9 +256,11 @@ def ckpt_moe_export_tp2(root: Path) -> None:
         ckpt = root / "megatron_moe" / family
         args = ["import", "--hf-path", str(root / "hf" / family), "--megatron-path", str(ckpt)]
         check(cli_main()(args) == 0, f"{family}: convert_checkpoint.py import failed")
+        end_layout()
         out = root / "out" / "ckpt_moe_tp2" / family
         args = ["export", "--megatron-path", str(ckpt), "--hf-path", str(out), "--tp", "2"]
         check(cli_main()(args) == 0, f"{family}: convert_checkpoint.py export --tp 2 failed")
+        end_layout()
         if dist.get_rank() == 0:
             print(f"RESULT ckpt_moe_tp2 {family} done (at {time.perf_counter() - START:.1f} s)", flush=True)
 
