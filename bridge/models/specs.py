@@ -23,7 +23,9 @@ parallel." (megatron/core/tensor_parallel/layers.py, ColumnParallelLinear.__init
 0.19.2), which reads as if the user's sequence_parallel=True were dropped. It is not: the experts run
 on the tokens the MoE dispatcher hands them, and a one-rank group has no sequence to split; the
 attention, dense and shared-expert layers (TP group) keep sequence parallelism. Same module, same
-numbers, no message. The Transformer Engine spec's expert layers never issue it.
+numbers, no message. The Transformer Engine spec's expert layers never issue it. Their linear_fc2 is
+ExpertRowParallelLinear: with a one-rank expert tensor-parallel group it hands its output on as is, where
+Megatron-Core's one-rank reduce returns a view that the expert bias add (GPT-OSS) modifies in place.
 """
 
 from __future__ import annotations
