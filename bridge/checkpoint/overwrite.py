@@ -46,6 +46,8 @@ def apply_overwrite(root: str | os.PathLike) -> str:
     new run's start. Returns the run log's line."""
     root = Path(root)
     moved = _history(root)
+    if not any(_iteration_of(p.name) is not None for p in moved):
+        moved = []  # no checkpoint to retire (a start before the first save): the marker is renewed
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     retired = None
     if moved:
