@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bridge.checkpoint.disk_full import gib
 from bridge.checkpoint.lock import DirLock
+from bridge.checkpoint.overwrite import apply_overwrite
 from bridge.checkpoint.paths import clean_leftovers
 from bridge.checkpoint.writer_processes import install_writer_reaper
 from bridge.errors import ConfigError
@@ -65,7 +66,7 @@ class SaveDirGuard:
 
 
 def _rank0_prepare(
-    root: Path, need: int, how: str, job: str | None = None
+    root: Path, need: int, how: str, job: str | None = None, overwrite: bool = False
 ) -> tuple[str | None, DirLock | None, list[str]]:
     """(error, lock, notes) on rank 0: the other ranks get the error through a broadcast."""
     try:
@@ -75,6 +76,8 @@ def _rank0_prepare(
         notes = [note] if note else []
         try:
             notes += clean_leftovers(root)
+            if overwrite:
+                notes.append(apply_overwrite(root))
             free = shutil.disk_usage(root).free
             if free < need:
                 raise ConfigError(
@@ -102,7 +105,12 @@ def prepare_save_dir(plan) -> SaveDirGuard:
     error, lock, notes = (None, None, [])
     if rank0:
         need, how = checkpoint_bytes(plan)
-        error, lock, notes = _rank0_prepare(root, need, how, plan.environment.scheduler_job)
+        c = plan.config.checkpoint
+        # checkpoint.overwrite applies to this run when it does not resume (bridge.checkpoint.overwrite)
+        overwrite = (
+            bool(c.overwrite) and not c.load and getattr(plan.resume, "source", None) != "checkpoint.save"
+        )
+        error, lock, notes = _rank0_prepare(root, need, how, plan.environment.scheduler_job, overwrite)
     if dist.is_initialized() and dist.get_world_size() > 1:
         box = [error]
         dist.broadcast_object_list(box, src=0)

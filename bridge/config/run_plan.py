@@ -20,6 +20,7 @@ from bridge.config.checks.checkpoint import ResumePlan, resume_plan
 from bridge.config.checks.data import blend_paths, parse_split
 from bridge.config.checks.distributed import unused_ddp_settings_warning
 from bridge.config.checks.optimizer import scheduler_iters
+from bridge.config.checks.split_documents import check_indexed_splits
 from bridge.config.distill_rules import DistillPlan, distill_plan
 from bridge.config.environment import Environment
 from bridge.config.performance import SettingState
@@ -77,7 +78,7 @@ class DataPlan:
     eod_mask_loss: bool
     num_workers: int  # what runs (0 on CPU: workers would compete with training threads)
     cache_dir: str | None
-    sample_counts: tuple[int, int, int]  # samples each split provides over the run (Megatron's formula)
+    sample_counts: tuple[int, int, int]  # samples the run reads from each split (0: the split is not built)
     # sft / chat data (bridge.training.data.sft)
     packed_sequence_size: int = 0  # 0 = one sample per row, padded to seq_length
     pad_seq_to_mult: int = 1  # packing: each sample's segment padded to a multiple of this (2*cp with CP)
@@ -286,11 +287,12 @@ def build_plan(
         workers = 0
     warnings += [w for w in details if w not in warnings]
     train_samples = t.train_iters * t.global_batch_size
-    if v.eval_interval and v.eval_iters:
-        valid = (t.train_iters // v.eval_interval + 1) * v.eval_iters * t.global_batch_size
-        test = v.eval_iters * t.global_batch_size
-    else:
-        valid = test = 0
+    # Samples only for what the run reads: the loop evaluates at every multiple of eval_interval up to
+    # train_iters (none when train_iters < eval_interval), and nothing reads the test split. A split asked
+    # for samples is built, and Megatron-Core cannot build one with no documents (split_documents).
+    evaluations = t.train_iters // v.eval_interval if v.eval_interval and v.eval_iters else 0
+    valid = evaluations * v.eval_iters * t.global_batch_size
+    test = 0
     paths, weights = blend_paths(d.data_paths) if d.data_paths else ([], None)
     data = DataPlan(
         kind=d.kind,
@@ -311,6 +313,8 @@ def build_plan(
         answer_only_loss=d.answer_only_loss,
         truncation=d.truncation,
     )
+    if data.kind == "indexed":
+        check_indexed_splits(data.paths, data.split, data.sample_counts, data.split_text)
     warmup, decay = scheduler_iters(cfg)
     schedule = SchedulePlan(
         warmup_samples=warmup * t.global_batch_size,

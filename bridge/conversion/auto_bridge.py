@@ -76,6 +76,22 @@ def _config_get(config: Any, name: str, default: Any = None) -> Any:
     return config.get(name, default) if isinstance(config, dict) else getattr(config, name, default)
 
 
+def _set_conversion_layout(provider: GPTModelProvider, provider_fields: dict[str, Any]) -> None:
+    """The layout a conversion runs with (import_ckpt / export_ckpt: --tp, --pp, --ep). A MoE model at
+    TP > 1 gets sequence parallelism, which Megatron-Core requires there, unless the caller sets it: a
+    conversion moves weights and runs no forward, and sequence parallelism shards activations only (no
+    weight, no checkpoint tensor), so the result is the same and `export --tp 2` works for every MoE
+    checkpoint, whatever its run used (issue 42)."""
+    for name, value in provider_fields.items():
+        setattr(provider, name, value)
+    if (
+        "sequence_parallel" not in provider_fields
+        and provider.num_moe_experts
+        and (provider.tensor_model_parallel_size or 1) > 1
+    ):
+        provider.sequence_parallel = True
+
+
 class AutoBridge:
     """Conversion between one Hugging Face architecture and Megatron-Core GPTModel chunks."""
 
@@ -273,8 +289,7 @@ class AutoBridge:
         bridge = cls.from_hf_pretrained(hf_path)
         target = check_target_dir(megatron_path, "megatron_path")
         provider = bridge.to_megatron_provider(load_weights=True, allow_non_finite=allow_non_finite)
-        for name, value in provider_fields.items():
-            setattr(provider, name, value)
+        _set_conversion_layout(provider, provider_fields)
         chunks = provider.provide_distributed_model(
             wrap_with_ddp=False, mixed_precision_wrapper=False, random_init=False
         )
@@ -311,8 +326,7 @@ class AutoBridge:
             )
         import_megatron()
         provider = GPTModelProvider(**self._provider_fields)
-        for name, value in provider_fields.items():
-            setattr(provider, name, value)
+        _set_conversion_layout(provider, provider_fields)
         base = run.pretrained_checkpoint if peft is not None else None
         if peft is not None:
             if not base or not os.path.exists(base):

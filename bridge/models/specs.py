@@ -23,7 +23,9 @@ parallel." (megatron/core/tensor_parallel/layers.py, ColumnParallelLinear.__init
 0.19.2), which reads as if the user's sequence_parallel=True were dropped. It is not: the experts run
 on the tokens the MoE dispatcher hands them, and a one-rank group has no sequence to split; the
 attention, dense and shared-expert layers (TP group) keep sequence parallelism. Same module, same
-numbers, no message. The Transformer Engine spec's expert layers never issue it.
+numbers, no message. The Transformer Engine spec's expert layers never issue it. Their linear_fc2 is
+ExpertRowParallelLinear: with a one-rank expert tensor-parallel group it hands its output on as is, where
+Megatron-Core's one-rank reduce returns a view that the expert bias add (GPT-OSS) modifies in place.
 """
 
 from __future__ import annotations
@@ -227,18 +229,45 @@ def expert_column_parallel_linear() -> type:
     return ExpertColumnParallelLinear
 
 
+@functools.cache
+def expert_row_parallel_linear() -> type:
+    """RowParallelLinear for MoE experts that, with a one-rank expert tensor-parallel group, hands its
+    output on as it is (Megatron-Core's explicit_expert_comm path). Without expert parallelism Megatron-Core
+    sends it through reduce_from_tensor_model_parallel_region (or the sequence-parallel reduce-scatter),
+    which on one rank returns its input: autograd makes that a view, and the expert MLP's in-place bias
+    add (mlp.py, `output += output_bias ...`, GPT-OSS's expert biases) then raises "Output 0 of
+    _ReduceFromModelParallelRegion is a view and is being modified inplace" (TP=1 EP=1, TP=2 ETP=1 EP=1;
+    0.16.1 and 0.19.2). A reduce over one rank is the identity, so the numbers are the same."""
+    from megatron.core.tensor_parallel.layers import RowParallelLinear
+    from megatron.core.utils import get_pg_size
+
+    class ExpertRowParallelLinear(RowParallelLinear):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if self.is_expert and self.skip_bias_add and get_pg_size(self.tp_group) <= 1:
+                self.explicit_expert_comm = True
+
+    ExpertRowParallelLinear.__module__ = __name__
+    ExpertRowParallelLinear.__qualname__ = "ExpertRowParallelLinear"
+    return ExpertRowParallelLinear
+
+
 def _with_expert_linears(block):
     """The block spec with each MoE layer's expert MLPSubmodules.linear_fc1 = ExpertColumnParallelLinear
     (where it is Megatron-Core's ColumnParallelLinear: the local SequentialMLP). Walks ModuleSpecs
     (0.16.1) and functools.partial builders (0.19.2) alike."""
-    from megatron.core.tensor_parallel.layers import ColumnParallelLinear
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
 
     expert_linear = expert_column_parallel_linear()
+    expert_row_linear = expert_row_parallel_linear()
 
-    def experts(spec):  # the experts' spec: MLPSubmodules -> swapped linear_fc1
+    def experts(spec):  # the experts' spec: MLPSubmodules -> swapped linear_fc1 and linear_fc2
         if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
             if getattr(spec, "linear_fc1", None) is ColumnParallelLinear:
-                return dataclasses.replace(spec, linear_fc1=expert_linear)
+                changes = {"linear_fc1": expert_linear}
+                if getattr(spec, "linear_fc2", None) is RowParallelLinear:
+                    changes["linear_fc2"] = expert_row_linear
+                return dataclasses.replace(spec, **changes)
             return walk(spec, experts)
         return walk(spec, experts)
 
@@ -279,4 +308,6 @@ def __getattr__(name: str):
     # Megatron-Core when this module is imported.
     if name == "ExpertColumnParallelLinear":
         return expert_column_parallel_linear()
+    if name == "ExpertRowParallelLinear":
+        return expert_row_parallel_linear()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -86,3 +86,15 @@ def test_pp2_ep2_and_torch_dist_export_round_trip(root, tp2_results):
     assert (exported / "config.json").read_bytes() == (
         root / "hf" / "llama_bf16" / "config.json"
     ).read_bytes()
+
+
+def test_every_moe_family_exports_at_tp2(root):
+    """convert_checkpoint.py export --tp 2 of each MoE family's checkpoint gives the source's bytes."""
+    results = _results(assert_ok(torchrun(WORKER, 2, str(root), "ckpt_moe_tp2", timeout=600)))
+    for family in MOE_FAMILIES:
+        if refused_by_installed_release(family):
+            continue
+        assert results[("ckpt_moe_tp2", family)] == "done", (family, results)
+        exported = root / "out" / "ckpt_moe_tp2" / family
+        diff = bit_identical(read_tensors(root / "hf" / family), read_tensors(exported))
+        assert diff is None, (family, diff)

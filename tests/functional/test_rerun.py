@@ -1,6 +1,6 @@
 """Re-running a command never loses or replaces work (issue 27), on 2 gloo ranks in one launch
 (workers/rerun.py): the same command resumes or, finished, trains nothing, leaving the first run's
-checkpoints byte-identical; another config is refused before training; checkpoint.overwrite replaces
+checkpoints byte-identical; another config is refused before training; checkpoint.overwrite retires the older run (moved aside) and replaces
 atomically; a damaged latest checkpoint is retrained and the retrained one tracked; a failed resume
 releases the lock; a small tmpfs that fills mid-run ends in one error and no leftover."""
 
@@ -65,12 +65,13 @@ def test_another_config_is_refused_before_training_and_overwrite_replaces_atomic
     over = rerun["overwrite"]
     assert sorted(_ints(over["losses"])) == [1, 2] and over["iter2_changed"] and over["iter2_verified"]
     assert over["latest"] == 2
-    assert over["left"] == [
-        "iter_0000002",
-        "iter_0000004",
-        "iter_0000006",
-        "latest_checkpointed_iteration.txt",
+    # one consistent history: the older run's iterations 2, 4, 6 moved aside whole (issue 42), not left
+    # beside the new run's
+    left = [n for n in over["left"] if not n.startswith(".overwritten-")]
+    assert left == [".bridge-overwrite.json", "iter_0000002", "latest_checkpointed_iteration.txt"], over[
+        "left"
     ]
+    assert len(over["left"]) == len(left) + 1
 
 
 @pytest.mark.slow

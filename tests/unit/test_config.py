@@ -318,10 +318,17 @@ def test_validation_rules(overrides, world, expected):
 
 
 def test_existing_paths_pass(tmp_path):
-    (tmp_path / "d.bin").write_bytes(b"\0")  # non-empty: validation refuses an empty file
-    (tmp_path / "d.idx").write_bytes(b"\0")  # non-empty: validation refuses an empty file
-    (tmp_path / "ckpt").mkdir()
+    import numpy as np
+    import torch
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
     prefix = str(tmp_path / "d")
+    # a real index: the plan reads its document count (every split the run reads needs documents)
+    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=np.uint16)
+    for _ in range(1000):
+        builder.add_document(torch.arange(8, dtype=torch.int64), [8])
+    builder.finalize(prefix + ".idx")
+    (tmp_path / "ckpt").mkdir()
     cfg = apply_overrides(
         tiny(),
         [

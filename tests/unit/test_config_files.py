@@ -54,7 +54,11 @@ def test_empty_indexed_files_are_refused(tmp_path):
         validate("dataset.kind=indexed", f"dataset.data_paths=[{prefix}]")
     assert one_line(err).startswith(f"dataset.data_paths = '{prefix}': {prefix}.idx is empty (0 bytes)")
     (tmp_path / "d.idx").write_bytes(b"\0" * 8)
-    validate("dataset.kind=indexed", f"dataset.data_paths=[{prefix}]")  # both non-empty: accepted
+    with pytest.raises(ConfigError) as err:  # non-empty but no index: the plan reads its document count
+        validate("dataset.kind=indexed", f"dataset.data_paths=[{prefix}]")
+    assert one_line(err).startswith(
+        f"dataset.data_paths = '{prefix}': {prefix}.idx is not a Megatron indexed"
+    )
 
 
 def test_empty_blend_entry_is_refused(tmp_path):

@@ -125,8 +125,15 @@ def test_70b_uses_interleaved_multi_node_layout():
 
 
 def test_recipe_keyword_arguments(tmp_path):
-    (tmp_path / "d.bin").write_bytes(b"\0")  # non-empty: validation refuses an empty file
-    (tmp_path / "d.idx").write_bytes(b"\0")  # non-empty: validation refuses an empty file
+    import numpy as np
+    import torch
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    # a real index: the plan reads its document count (every split the run reads needs documents)
+    builder = IndexedDatasetBuilder(str(tmp_path / "d.bin"), dtype=np.uint16)
+    for _ in range(1000):
+        builder.add_document(torch.arange(8, dtype=torch.int64), [8])
+    builder.finalize(str(tmp_path / "d.idx"))
     cfg = get_recipe("llama32_1b_pretrain_config")(
         tensor_model_parallel_size=2,
         pipeline_model_parallel_size=2,

@@ -230,3 +230,34 @@ def test_indexed_token_ids_beyond_the_vocabulary_are_one_error_naming_the_file(t
     assert str(err.value).startswith(
         f"dataset.data_paths: {bad}.bin: token id 600 (at token 5) is outside the tokenizer's ids 0..511"
     )
+
+
+def test_overwrite_applies_once_to_the_run_it_starts(tmp_path):
+    """checkpoint.overwrite=true (issue 42): the first start retires the older history (moved whole, once)
+    and marks the new run; a relaunch of the same command resumes the new run's checkpoints; another
+    config with the flag retires them in turn."""
+    from bridge.checkpoint.overwrite import MARKER_FILENAME, apply_overwrite
+
+    save = tmp_path / "ck"
+    _saved_by(_config(save, lr=1e-3), save, 2)
+    _saved_by(_config(save, lr=1e-3), save, 4)
+    old = (paths.checkpoint_dir(save, 4) / "__0_0.distcp").read_bytes()
+    cmd = _config(save)
+    cmd.checkpoint.overwrite = True
+    assert resume_plan(cmd).source == "overwrite"
+    line = apply_overwrite(save)  # what prepare_save_dir does on rank 0 under the lock
+    assert "moved the previous run's checkpoints (iterations 2, 4) to" in line
+    (retired,) = [p for p in save.iterdir() if p.name.startswith(".overwritten-")]
+    assert sorted(p.name for p in retired.iterdir()) == [
+        "iter_0000002", "iter_0000004", paths.TRACKER_FILENAME]  # fmt: skip
+    assert (retired / "iter_0000004" / "__0_0.distcp").read_bytes() == old  # moved, not rewritten
+    assert sorted(p.name for p in save.iterdir()) == [MARKER_FILENAME, retired.name]
+    assert resume_plan(cmd).source == "scratch"  # preempted before its first save: starts again
+    assert "nothing to replace" in apply_overwrite(save)
+    assert sorted(p.name for p in save.iterdir()) == [MARKER_FILENAME, retired.name]
+    _saved_by(_config(save), save, 2)  # the new run's first checkpoint
+    plan = build_plan(cmd, 1, cuda=False)  # the relaunch of the same command
+    assert (plan.resume.source, plan.resume.iteration) == ("checkpoint.save", 2)
+    other = _config(save, lr=5e-4)
+    other.checkpoint.overwrite = True
+    assert resume_plan(other).source == "overwrite"  # another config: replaces the marked run

@@ -115,7 +115,7 @@ def test_split_parsing():
         parse_split("a,b")
 
 
-def test_sample_counts_follow_megatrons_formula():
+def test_sample_counts_are_what_the_run_reads():
     from bridge.config.container import ConfigContainer
     from bridge.models.gpt_provider import GPTModelProvider
 
@@ -125,8 +125,11 @@ def test_sample_counts_follow_megatrons_formula():
     cfg = ConfigContainer(model=model)
     cfg.train.train_iters, cfg.train.global_batch_size, cfg.scheduler.lr_warmup_iters = 10, 8, 0
     cfg.validation.eval_interval, cfg.validation.eval_iters = 5, 2
-    # train: iters x gbs; valid: (iters // interval + 1) evaluations x eval_iters x gbs; test: eval_iters x gbs
-    assert build_plan(cfg, 1, cuda=False).data.sample_counts == (80, 3 * 2 * 8, 16)
+    # train: iters x gbs; valid: the loop's iters // interval evaluations x eval_iters x gbs; the test
+    # split is never read (Megatron-LM's formula asks one more evaluation and eval_iters x gbs of test)
+    assert build_plan(cfg, 1, cuda=False).data.sample_counts == (80, 2 * 2 * 8, 0)
+    cfg.validation.eval_interval = 11  # past train_iters: never evaluates
+    assert build_plan(cfg, 1, cuda=False).data.sample_counts == (80, 0, 0)
     cfg.validation.eval_interval = 0
     assert build_plan(cfg, 1, cuda=False).data.sample_counts == (80, 0, 0)
 

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from bridge.checkpoint.overwrite import overwrite_marker
 from bridge.checkpoint.paths import RUN_CONFIG_FILENAME, checkpoint_dir, complete_iterations, tracked_or_none
 from bridge.config import sections as S
 from bridge.config.checks.rules import one_of, positive
@@ -145,7 +146,10 @@ class ResumePlan:
             )
             return f"checkpoint: resume from {self.load} (checkpoint.save holds this config's checkpoints; {what})"
         if self.source == "overwrite":
-            return "checkpoint: start from scratch; checkpoint.overwrite=true replaces the saved iterations"
+            return (
+                "checkpoint: start from scratch; checkpoint.overwrite=true moves the saved iterations aside "
+                "(once: a relaunch of this command resumes the new run)"
+            )
         return "checkpoint: start from scratch"
 
 
@@ -187,7 +191,9 @@ def resume_plan(cfg: ConfigContainer) -> ResumePlan:
     checkpoint.load set: resume from it. Otherwise, when checkpoint.save already holds complete
     checkpoints: resume from them if the newest one's run_config.yaml is this config (up to
     RESUME_FREE_FIELDS), as Megatron-Bridge's recipes do by setting load = save; with
-    checkpoint.overwrite start from scratch and replace them; else a ConfigError before anything runs."""
+    checkpoint.overwrite start from scratch and retire them (bridge.checkpoint.overwrite), unless they are
+    the checkpoints of the run the flag started (its marker, this config): then resume them; else a
+    ConfigError before anything runs."""
     c = cfg.checkpoint
     iters = cfg.train.train_iters
     if c.load:
@@ -195,13 +201,17 @@ def resume_plan(cfg: ConfigContainer) -> ResumePlan:
     held = complete_iterations(c.save) if c.save else []
     if not held:
         return ResumePlan(load=None, source="scratch", train_iters=iters)
-    if c.overwrite:
-        return ResumePlan(load=None, source="overwrite", train_iters=iters)
     tracked = tracked_or_none(c.save)
     newest = tracked if tracked in held else held[-1]
+    if c.overwrite and overwrite_marker(c.save) is None:
+        return ResumePlan(load=None, source="overwrite", train_iters=iters)
     differs = _saved_differences(cfg, str(checkpoint_dir(c.save, newest)))
     if not differs:
+        # with checkpoint.overwrite: these are the checkpoints of the run the flag started (its marker),
+        # so a relaunch of that command resumes them instead of replacing them again
         return ResumePlan(load=c.save, source="checkpoint.save", iteration=newest, train_iters=iters)
+    if c.overwrite:  # a run of another config with the flag: it replaces the one the marker started
+        return ResumePlan(load=None, source="overwrite", train_iters=iters)
     shown = "; ".join(differs[:6]) + (f"; and {len(differs) - 6} more" if len(differs) > 6 else "")
     raise config_error(
         "checkpoint.save",

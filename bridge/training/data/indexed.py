@@ -6,7 +6,8 @@ from bridge.config.run_plan import DataPlan
 
 
 def build_indexed_datasets(data: DataPlan, tokenizer) -> list:
-    """Train / valid / test GPTDatasets (or BlendedDatasets); None for an empty split. Call on all ranks.
+    """Train / valid / test GPTDatasets (or BlendedDatasets); None for a split the run does not read. Call on
+    all ranks.
     Every token id is checked against the tokenizer's vocabulary first (token_ids)."""
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
@@ -26,6 +27,12 @@ def build_indexed_datasets(data: DataPlan, tokenizer) -> list:
         eod_mask_loss=data.eod_mask_loss,
         create_attention_mask=data.reset_attention_mask,
     )
-    # A split with ratio 0 must get size None-or-0; the builder skips it.
-    sizes = [s if r > 0 else 0 for s, r in zip(data.sample_counts, data.split, strict=True)]
-    return BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config).build()
+    # A split the run reads no samples from is not built: Megatron-Core builds every split of non-zero
+    # ratio, and one with 0 samples asked of it and no documents (a test split of 1 in 1000 over a few
+    # hundred documents) loops forever in GPTDataset._get_num_epochs. The other splits keep their
+    # documents (the matrix's bookends are unchanged). The plan checked that every read split has some.
+    config.split_matrix = [
+        bookend if samples else None
+        for bookend, samples in zip(config.split_matrix, data.sample_counts, strict=True)
+    ]
+    return BlendedMegatronDatasetBuilder(GPTDataset, list(data.sample_counts), lambda: True, config).build()

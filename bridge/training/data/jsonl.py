@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bridge.config.checks.split_documents import SPLIT_NAMES, check_split_documents
 from bridge.config.run_plan import DataPlan
 from bridge.errors import ConfigError
 from bridge.training.data.sample import NO_MASKING, DocumentMasking, sample_from_text
@@ -99,14 +100,19 @@ class JsonlDataset(torch.utils.data.Dataset):
         seed: int,
         eod: int,
         masking: DocumentMasking = NO_MASKING,
+        split: str = "train",
+        documents: int | None = None,
     ):
         self.stream = token_stream
         self.seq_length = int(seq_length)
         self.windows_per_epoch = (len(token_stream) - 1) // self.seq_length
         if self.windows_per_epoch < 1:
+            held = f"{documents} documents of " if documents is not None else ""
             raise ConfigError(
-                f"dataset: the JSONL split has {len(token_stream)} tokens, fewer than one sample of "
-                f"seq_length + 1 = {self.seq_length + 1}; add text or lower model.seq_length"
+                f"dataset: the JSONL {split} split holds {held}{len(token_stream)} tokens (end-of-document ids "
+                f"included), fewer than one sample of model.seq_length + 1 = {self.seq_length + 1}, and it is "
+                f"asked for {num_samples} samples; add text, give the {split} split a larger part of "
+                "dataset.split, or lower model.seq_length"
             )
         self.num_samples = int(num_samples)
         self.seed = int(seed)
@@ -138,13 +144,24 @@ def build_jsonl_datasets(
     """One dataset per split (train, valid, test); None where the split is empty or not needed."""
     docs = read_jsonl_records(list(data.paths))
     seq_length, seed = data.seq_length, data.seed
+    ranges = split_ranges(len(docs), data.split)
+    check_split_documents(", ".join(data.paths), ranges, data.sample_counts, data.split_text)
     out: list[JsonlDataset | None] = []
-    for (begin, end), size in zip(split_ranges(len(docs), data.split), data.sample_counts, strict=True):
-        if end <= begin or not size:
+    for name, (begin, end), size in zip(SPLIT_NAMES, ranges, data.sample_counts, strict=True):
+        if not size:  # a split the run does not read
             out.append(None)
             continue
         ids = tokenize_documents(docs[begin:end], tokenizer)
         out.append(
-            JsonlDataset(np.asarray(ids, dtype=np.int64), size, seq_length, seed, tokenizer.eod, masking)
+            JsonlDataset(
+                np.asarray(ids, dtype=np.int64),
+                size,
+                seq_length,
+                seed,
+                tokenizer.eod,
+                masking,
+                name,
+                end - begin,
+            )
         )
     return out

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bridge.config.checks.split_documents import SPLIT_NAMES, check_split_documents
 from bridge.config.run_plan import DataPlan
 from bridge.errors import ConfigError
 from bridge.parallel.ranks import is_rank_zero
@@ -32,7 +33,6 @@ from bridge.training.data.tokenizer import NullTokenizer
 from bridge.training.logging import logger
 
 ROLES = ("system", "user", "assistant", "tool")
-SPLIT_NAMES = ("train", "valid", "test")
 SFT_HINT = 'each record is {"input": "<prompt>", "output": "<answer>"}'
 CHAT_HINT = 'each record is {"messages": [{"role": "user", "content": "..."}, {"role": "assistant", ...}]}'
 BATCH = 1024  # records per batched tokenizer call: fast, and memory stays bounded
@@ -460,6 +460,8 @@ def build_sft_datasets(data: DataPlan, tokenizer) -> list[torch.utils.data.Datas
     records = read_records(data.paths, data.kind, cache)
     out: list[torch.utils.data.Dataset | None] = []
     ranges = split_ranges(len(records), data.split)
+    check_split_documents(", ".join(data.paths), ranges, data.sample_counts, data.split_text)
     for name, (begin, end), size in zip(SPLIT_NAMES, ranges, data.sample_counts, strict=True):
-        out.append(dataset(records[begin:end], name, size) if end > begin and size else None)
+        # a split the run does not read is not built (check_split_documents refused an empty one it reads)
+        out.append(dataset(records[begin:end], name, size) if size else None)
     return out

@@ -11,7 +11,8 @@ Phases: tp2 (TP=2; MoE, OLMo 2 and Gemma 2 with sequence parallel; OLMo 2 / Gemm
 checked against HF's), pp2 (PP=2, 1 layer per stage), ep2 (EP=2, MoE
 families; also checks export_hf_weights on every rank), pp2_uneven (PP=2 on 3-layer models, UNEVEN: Megatron-Core's
 first-stage count and a layout string), ckpt_import_tp2 / ckpt_export_pp2
-(scripts/conversion/convert_checkpoint.py import --tp 2, then export --pp 2, of ROOT/hf/llama_bf16).
+(scripts/conversion/convert_checkpoint.py import --tp 2, then export --pp 2, of ROOT/hf/llama_bf16),
+ckpt_moe_tp2 (every MoE family: convert_checkpoint.py import, then export --tp 2).
 """
 
 from __future__ import annotations
@@ -246,6 +247,24 @@ def ckpt_export(root: Path) -> None:
         print(f"RESULT ckpt_export_pp2 llama_bf16 done (at {time.perf_counter() - START:.1f} s)", flush=True)
 
 
+def ckpt_moe_export_tp2(root: Path) -> None:
+    """Every MoE family: convert_checkpoint.py import (TP=1), then export --tp 2, which Megatron-Core would
+    refuse without sequence parallelism the converter has no flag for (issue 42)."""
+    for family in MOE:
+        if refused_by_installed_release(family):
+            continue
+        ckpt = root / "megatron_moe" / family
+        args = ["import", "--hf-path", str(root / "hf" / family), "--megatron-path", str(ckpt)]
+        check(cli_main()(args) == 0, f"{family}: convert_checkpoint.py import failed")
+        end_layout()
+        out = root / "out" / "ckpt_moe_tp2" / family
+        args = ["export", "--megatron-path", str(ckpt), "--hf-path", str(out), "--tp", "2"]
+        check(cli_main()(args) == 0, f"{family}: convert_checkpoint.py export --tp 2 failed")
+        end_layout()
+        if dist.get_rank() == 0:
+            print(f"RESULT ckpt_moe_tp2 {family} done (at {time.perf_counter() - START:.1f} s)", flush=True)
+
+
 def main() -> None:
     root, phases = Path(sys.argv[1]), sys.argv[2:]
     dist.init_process_group("gloo")
@@ -254,6 +273,8 @@ def main() -> None:
             ckpt_import(root)
         elif phase == "ckpt_export_pp2":
             ckpt_export(root)
+        elif phase == "ckpt_moe_tp2":
+            ckpt_moe_export_tp2(root)
         elif phase == "pp2_uneven":
             for name in UNEVEN:
                 run_family(root, phase, name)
