@@ -3,10 +3,16 @@
 Megatron-Core decorates its fused kernels with `torch.compile` at import time (`megatron.core.jit`
 binds `jit_fuser = torch.compile` when it is first imported), which imports inductor's compiler
 (compile_fx, lowering, templates): about half of Megatron-Core's import time, about 3 CPU-seconds
-of every rank of every run (a tiny CPU training run: 12.4 -> 9.2 s user time), for kernels that
-conversion never runs and a CPU run never fuses. While Megatron-Core imports, `torch.compile` is
-replaced by a wrapper that calls the real `torch.compile` on first use, so a kernel that runs (on
-GPU with the fusions on) compiles exactly as before. Conversion (bridge.conversion.auto_bridge) and
+of every rank of every run (a tiny CPU training run: 12.4 -> 9.2 s user time). While Megatron-Core
+imports, `torch.compile` is replaced by a wrapper that calls the real `torch.compile` on first use
+with CUDA tensors, so a kernel that runs on GPU compiles exactly as before.
+
+On CPU the wrapped functions run eagerly. Some are not optional fusions: Megatron-Core's
+`squared_relu` (Nemotron) and `quick_gelu` (GPT-OSS) are `@jit_fuser` activations that every MLP
+calls. Compiled on CPU, inductor generates C++ for the vector ISA it picks (from the processor and
+`ATEN_CPU_CAPABILITY`) and caches it on disk; with `ATEN_CPU_CAPABILITY=avx2` on an AVX-512
+machine this gave NaN logits and gradients where the eager ops (ATen's own kernels for that
+capability) give transformers' numbers. Eager is also ~18 s cheaper per rank (the first compile). Conversion (bridge.conversion.auto_bridge) and
 `runtime.initialize_distributed` call it before anything else imports Megatron-Core.
 """
 
@@ -16,6 +22,13 @@ import functools
 import sys
 
 from bridge.parallel import quiet_warnings
+
+
+def _on_cuda(args: tuple, kwargs: dict) -> bool:
+    """Whether any tensor argument lives on a CUDA device (where the fused kernel is wanted)."""
+    import torch
+
+    return any(isinstance(a, torch.Tensor) and a.is_cuda for a in (*args, *kwargs.values()))
 
 
 def import_megatron() -> None:
@@ -38,6 +51,8 @@ def import_megatron() -> None:
         @functools.wraps(model)
         def call(*args, **kw):
             nonlocal compiled
+            if not _on_cuda(args, kw):  # CPU: ATen's eager kernels (see the module docstring)
+                return model(*args, **kw)
             if compiled is None:
                 compiled = real(model, **kwargs)
             return compiled(*args, **kw)

@@ -1,0 +1,30 @@
+"""Megatron-Core's `@jit_fuser` kernels run eagerly on CPU (bridge.parallel.megatron_import).
+
+Nemotron's `squared_relu` and GPT-OSS's `quick_gelu` are compiled activations; compiled on CPU,
+inductor's generated C++ depends on the vector ISA it picks and gave NaN under
+`ATEN_CPU_CAPABILITY=avx2` on an AVX-512 machine. On CPU they must not reach torch.compile at all.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def test_cpu_activations_are_not_compiled_and_equal_torch():
+    from bridge.parallel.megatron_import import import_megatron
+
+    import_megatron()
+    from megatron.core.activations import quick_gelu, squared_relu
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    x = torch.randn(2, 16, 96, requires_grad=True)
+    ref = x.detach().clone().requires_grad_(True)
+    y = squared_relu(x) + quick_gelu(x)
+    expect = F.relu(ref) ** 2 + ref * torch.sigmoid(1.702 * ref)
+    y.sum().backward()
+    expect.sum().backward()
+    assert not counters["stats"], f"torch.compile ran on CPU tensors: {dict(counters['stats'])}"
+    # Same ATen ops in the same order: bit-identical values and gradients.
+    assert torch.equal(y, expect) and torch.equal(x.grad, ref.grad)
