@@ -38,9 +38,8 @@ def import_megatron() -> None:
         return
     import torch
 
-    quiet_warnings.install(
-        cpu=not torch.cuda.is_available()
-    )  # some of Megatron-Core's warnings fire on import
+    # some of Megatron-Core's warnings fire on import
+    quiet_warnings.install(cpu=not torch.cuda.is_available())
     real = torch.compile
 
     def deferred_compile(model=None, **kwargs):
