@@ -1,9 +1,9 @@
-import importlib
-
 """Training on Megatron-Core: `pretrain(config, forward_step_func=None)` and `finetune(...)`.
 
 Imported lazily so `import bridge.training` stays free of torch and megatron.core.
 """
+
+import importlib
 
 __all__ = ["finetune", "pretrain"]
 

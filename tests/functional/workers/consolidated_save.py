@@ -7,6 +7,7 @@ usage: consolidated_save.py WORKDIR"""
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -34,15 +35,17 @@ def main(workdir: str) -> None:
     import torch
 
     from bridge.parallel import runtime
-    from bridge.training import pretrain
-    from bridge.training import train as train_module
+
+    pretrain_module = importlib.import_module(
+        "bridge.training.pretrain"
+    )  # the module, not bridge.training's function
 
     w = Path(workdir)
     runtime.initialize_distributed(run_layout(tiny_config(), 2), seed=1234)
     reset_parallel_state()
     ids = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(0))
     models: dict = {}
-    original_train = train_module.train
+    original_train = pretrain_module.train
 
     def keep_model(ctx):  # the trained chunks, for the live logits
         result = original_train(ctx)
@@ -50,9 +53,9 @@ def main(workdir: str) -> None:
         return result
 
     for name, extra in STRATEGIES.items():
-        train_module.train = keep_model  # pretrain() imports the loop at call time
+        pretrain_module.train = keep_model  # the loop pretrain() calls, by its module's name for it
         try:
-            pretrain(
+            pretrain_module.pretrain(
                 tiny_config(
                     *extra,
                     "train.train_iters=2",
@@ -62,7 +65,7 @@ def main(workdir: str) -> None:
                 )
             )
         finally:
-            train_module.train = original_train
+            pretrain_module.train = original_train
         logits = live_logits(models.pop("model"), ids)
         folder = w / name / "iter_0000002" / "consolidated"
         record = {
