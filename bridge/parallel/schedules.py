@@ -98,6 +98,18 @@ def effective(name: str | None, vpp: int | None) -> str:
     return normalize(name) or ("interleaved_1f1b" if vpp is not None and vpp > 1 else "1f1b")
 
 
+def interleaved_microbatch_rule(pp: int, group: int | None, m: int) -> str | None:
+    """The rule Megatron-Core's interleaved schedule (0.16.1 and 0.19.2) holds micro batch count `m` to on
+    `pp` stages: groups of N = microbatch_group_size_per_vp_stage (None: pp), pp <= N <= m, and m % N is 0
+    or >= pp; None when it holds. One rule for the plan's check and the planner's candidates."""
+    n = pp if group is None else group
+    if n > m:
+        return f"groups of {n} micro batches, {m} per step are fewer"
+    if 0 < m % n < pp:
+        return f"groups of {n} micro batches leave a last group of {m % n} < pp"
+    return None
+
+
 def microbatch_rule(name: str, pp: int, m: int) -> str | None:
     """The rule micro batch count `m` breaks for schedule `name` on `pp` stages, or None."""
     if name in ("dfs", "zero_bubble"):

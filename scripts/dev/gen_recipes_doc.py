@@ -55,11 +55,19 @@ Every recipe function takes the layout keywords (`tensor_model_parallel_size`, .
 keywords (`seq_length`, `train_iters`, `data_paths`, `dir`, ...; PEFT: `peft_scheme="dora"`), and every
 field can be overridden on the command line (`train.train_iters=10`).
 
+A command-line override the rest of the configuration makes ineffective is said once, as a `warning:` line of the dry
+run and of the run start, naming what wins and what to set instead (`bridge/config/ineffective.py`, one
+table): `optimizer.weight_decay` while `scheduler.start_weight_decay` / `end_weight_decay` are set (the
+recipes' case: set both scheduler values instead), `optimizer.min_lr` and `scheduler.lr_decay_iters` with
+`scheduler.lr_decay_style=constant`, `scheduler.lr_warmup_init` with `scheduler.lr_warmup_iters=0`, and
+`scheduler.weight_decay_incr_style` when the start and end decay are equal.
+
 ## Adding a family's recipes
 
 1. Add a table file `recipes/<family>.py` (under 500 lines; split pretraining and finetuning into two files
-   when a family has many rows, as `llama.py` / `llama_finetune.py`): its `ROWS` and the two lines
-   `RECIPES, _functions = register(ROWS, __name__)` and `globals().update(_functions)`. The registry
+   when a family has many rows, as `llama.py` / `llama_finetune.py`): its `ROWS`, then
+   `python scripts/dev/gen_recipe_names.py`, which ends the file with the block that binds every canonical
+   name and alias (written literally, so grep and an IDE find them). The registry
    finds every module under `recipes/` (but the shared ones in `recipes.SHARED_MODULES`).
 2. Add the presets the rows name to `bridge/models/<family>/presets.py`.
 3. Run `python scripts/dev/gen_recipes_doc.py`: this page's tables follow. The unit test

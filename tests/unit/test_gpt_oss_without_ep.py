@@ -19,6 +19,7 @@ SCRIPT = textwrap.dedent(
     import torch
     from tests.functional.workers.convert_models import VOCAB, save_hf_model, tokens
     from bridge import AutoBridge
+    from bridge.models.provider_layout import derive_layout
     from bridge.parallel import runtime
 
     def ce(logits, toks):
@@ -35,7 +36,7 @@ SCRIPT = textwrap.dedent(
     # transformers adds no router load-balancing loss to this loss (output_router_logits is off);
     # Megatron-Core's router adds its gradient in backward whatever the loss: off for the comparison
     provider.moe_aux_loss_coeff = 0.0
-    runtime.initialize_distributed(provider.layout(1))
+    runtime.initialize_distributed(derive_layout(provider, 1))
     chunk = provider.provide_distributed_model(wrap_with_ddp=False, mixed_precision_wrapper=False)[0].train()
     pos = torch.arange(toks.shape[1]).unsqueeze(0).expand_as(toks)
     loss = ce(chunk(toks, pos, attention_mask=None)[..., :VOCAB].float(), toks)

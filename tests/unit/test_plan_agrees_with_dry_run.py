@@ -105,8 +105,10 @@ def test_plan_accepts_a_recipes_layout_exactly_when_the_dry_run_does_with_the_sa
     assert accepted >= len(RECIPES) - 6 and refused > 0 and checked > accepted
 
 
-def _dry_run_with(name: str, world: int, **model) -> object:
+def _dry_run_with(name: str, world: int, global_batch_size: int | None = None, **model) -> object:
     cfg = get_recipe(name)()
+    if global_batch_size is not None:
+        cfg.train.global_batch_size = global_batch_size
     for key, value in model.items():
         setattr(cfg.model, key, value)  # = model.<key>=<value> overrides
     return build_plan(cfg, world, env=H100)
@@ -118,7 +120,7 @@ def _dry_run_with(name: str, world: int, **model) -> object:
         # Megatron-Bridge's published Llama 3.1 405B and Qwen3 235B layouts (issue 43): pp x vpp does not
         # divide the layers (126, 94); the embedding and the loss counted as layers make them even
         ("llama31_405b", "llama31_405b_pretrain_config", 1024, dict(tp=8, pp=8, vpp=8, cp=2)),
-        ("qwen3_235b_a22b", "qwen3_235b_a22b_pretrain_config", 256, dict(tp=2, pp=8, vpp=4, ep=32)),
+        ("qwen3_235b_a22b", "qwen3_235b_a22b_pretrain_config", 256, dict(tp=2, pp=8, vpp=4, cp=2, ep=32)),
     ],
 )
 def test_published_layouts_on_a_preset_are_the_recipes_dry_run(preset, recipe, gpus, sizes):
@@ -128,12 +130,13 @@ def test_published_layouts_on_a_preset_are_the_recipes_dry_run(preset, recipe, g
     # an H200: the 405B layout at the recipe's 8192 tokens needs 77.6 GB without recomputation, more than
     # an H100's budget (the plan would recompute; the recipe does not)
     argv = ["--model", preset, "--gpus", str(gpus), "--strategy", "megatron", "--gpu", "h200", "--json"]
-    argv += [
-        "--seq-length",
-        str(cfg.model.seq_length),
-        "--global-batch-size",
-        str(cfg.train.global_batch_size),
-    ]
+    # the interleaved schedule needs at least pp micro batches per data-parallel rank (Megatron-Core's
+    # rule, checked by the plan and the dry run alike): the recipe's batch, or the smallest that has them
+    gbs = max(
+        cfg.train.global_batch_size,
+        sizes["pp"] * cfg.train.micro_batch_size * gpus // (sizes["tp"] * sizes["pp"]),
+    )
+    argv += ["--seq-length", str(cfg.model.seq_length), "--global-batch-size", str(gbs)]
     argv += [x for k, n in sizes.items() for x in (f"--{k}", str(n))]
     code, data, err = _plan(argv)
     assert code == 0 and data["fits"], err
@@ -142,7 +145,7 @@ def test_published_layouts_on_a_preset_are_the_recipes_dry_run(preset, recipe, g
         tp="tensor_model", pp="pipeline_model", vpp="virtual_pipeline_model", cp="context", ep="expert_model"
     )
     model = {f"{names[k]}_parallel_size": n for k, n in sizes.items()}
-    plan = _dry_run_with(recipe, gpus, **model)
+    plan = _dry_run_with(recipe, gpus, global_batch_size=gbs, **model)
     assert data["memory_gb"]["total"] == pytest.approx(plan.memory.total, abs=5e-4)
     # each stage holds pp*vpp-th of the layers plus the embedding and the loss: first and last one fewer
     slots = (cfg.model.num_layers + 2) // sizes["pp"]

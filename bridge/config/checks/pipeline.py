@@ -168,7 +168,7 @@ def check_interleaved_microbatches(cfg: ConfigContainer, layout: ParallelLayout,
             f"`~model.microbatch_group_size_per_vp_stage` (defaults to pp) or a value >= {layout.pp}",
         )
     remainder = micro % n
-    if n > micro or 0 < remainder < layout.pp:
+    if schedules.interleaved_microbatch_rule(layout.pp, group, micro) is not None:
         raise config_error(
             "train.global_batch_size",
             t.global_batch_size,

@@ -81,8 +81,7 @@ def _choose_vpp(shape: ModelShape, pp: int, setup: TrainingSetup, dp: int, per_s
     m = setup.num_microbatches(dp)
     options = [v for v in _divisors(per_stage) if v >= 2]
     if schedule is None or schedule == "interleaved_1f1b":
-        # Megatron-Core's interleaved schedule needs the micro batches in groups of pp
-        ok = m is None or (m >= pp and m % pp == 0)
+        ok = m is None or schedules.interleaved_microbatch_rule(pp, None, m) is None
     else:
         ok = m is None or schedules.microbatch_rule(schedule, pp, m) is None
     if not ok or not options:
@@ -198,6 +197,20 @@ def candidate_layout(
             f"must be divisible by micro_batch_size*dp = {setup.micro_batch_size}*{layout.dp}",
             "change the global batch or the layout",
         )
+    m = setup.num_microbatches(layout.dp)
+    if (
+        layout.vpp
+        and m is not None
+        and schedules.effective(setup.pp_schedule, layout.vpp) == "interleaved_1f1b"
+    ):
+        broken = schedules.interleaved_microbatch_rule(layout.pp, None, m)
+        if broken:  # the run's own check (bridge.config.checks.pipeline) refuses it the same way
+            raise config_error(
+                "train.global_batch_size",
+                gbs,
+                f"the interleaved schedule (virtual stages) runs {broken}",
+                "a larger global batch, or no virtual stages",
+            )
     return layout, setup
 
 
