@@ -32,6 +32,9 @@ def readme_first_command() -> list[str]:
 def test_the_first_command_is_quiet(tmp_path):
     script, *args = readme_first_command()
     assert script == "scripts/training/run_recipe.py"
+    # the README's own checkpoint folder replaced by the test's (a key may be given once)
+    assert "checkpoint.save=experiments/first-run/checkpoints" in args
+    args = [a for a in args if not a.startswith("checkpoint.save=")]
     own_folders = [f"checkpoint.save={tmp_path}/ckpt", f"logger.tensorboard_dir={tmp_path}/tb"]
     out = assert_ok(torchrun(REPO_ROOT / script, 2, *args, *own_folders, real=True))
     lines = [line for line in out.splitlines() if line.strip()]
