@@ -8,6 +8,7 @@ command submits it again. Where the daemons cannot start, the test skips with th
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -37,12 +38,19 @@ def slurm(tmp_path_factory):
     cluster.stop()
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _launch(slurm, tmp_path: Path, name: str, *run_args: str) -> str:
     cmd = [
         sys.executable, "-m", "bridge.cli", "launch", "slurm", "--nodes", "1", "--gpus-per-node", "2", "--cpu",
         "--job-name", name, "--log-dir", str(tmp_path / "logs"), "--workdir", str(REPO_ROOT),
-        "--env", "OMP_NUM_THREADS=1", "--env", f"PYTHONPATH={REPO_ROOT}", "--", *TINY, *run_args,
-    ]  # fmt: skip
+        "--env", "OMP_NUM_THREADS=1", "--env", f"PYTHONPATH={REPO_ROOT}", "--rdzv-port", str(_free_port()),
+        "--", *TINY, *run_args,
+    ]  # fmt: skip  (a free rendezvous port: CI's other leg may run its own job, or a launch, at the same time)
     env = {**slurm.env, "PYTHONPATH": str(REPO_ROOT)}
     done = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
