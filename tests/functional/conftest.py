@@ -7,6 +7,7 @@ tests/functional/tiers.py. Every other functional test is marked `slow` here and
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 
 from tests.functional.fsdp2_checks import run_suites
 from tests.functional.launch import assert_ok, torchrun
-from tests.functional.tiers import in_smoke_set
+from tests.functional.tiers import in_smoke_set, leg_of
 
 HERE = Path(__file__).parent
 BUNDLE = HERE / "workers" / "bundle.py"
@@ -36,7 +37,8 @@ SHARED_LAUNCH_TIMEOUT = 1800
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects on the markers
 def pytest_collection_modifyitems(config, items):
-    slow = pytest.mark.slow
+    slow, ci_leg = pytest.mark.slow, os.environ.get("BRIDGE_CI_LEG")
+    other_leg = []
     for item in items:
         try:
             relative = item.path.relative_to(HERE)
@@ -45,8 +47,13 @@ def pytest_collection_modifyitems(config, items):
         nodeid = relative.as_posix() + item.nodeid[item.nodeid.index("::") :]
         if not in_smoke_set(nodeid):
             item.add_marker(slow)
+        if ci_leg and leg_of(nodeid) not in (None, ci_leg):
+            other_leg.append(item)
         if {"fsdp2_runs", "bundles"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.timeout(SHARED_LAUNCH_TIMEOUT))
+    if other_leg:  # tiers.ONE_LEG: the other CI leg runs these
+        config.hook.pytest_deselected(items=other_leg)
+        items[:] = [item for item in items if item not in other_leg]
 
 
 @pytest.fixture(scope="session")

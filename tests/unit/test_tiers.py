@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.functional.tiers import SMOKE, in_smoke_set
+from tests.functional.tiers import ONE_LEG, SMOKE, in_smoke_set, leg_of
 
 FUNCTIONAL = Path(__file__).resolve().parents[1] / "functional"
 
 
-@pytest.mark.parametrize("key", sorted(SMOKE))
-def test_each_smoke_entry_names_an_existing_test(key):
+@pytest.mark.parametrize("key", sorted(SMOKE) + sorted(ONE_LEG))
+def test_each_smoke_and_one_leg_entry_names_an_existing_test(key):
     file, _, name = key.partition("::")
+    name = name.partition("[")[0]
     path = FUNCTIONAL / file
     assert path.is_file(), key
     if name:
@@ -49,3 +50,12 @@ def test_node_ids_match_whole_files_and_whole_tests():
     assert not in_smoke_set("test_parallel_runtime.py::test_env_world_size_more")
     assert not in_smoke_set("test_cpu_p2p.py.bak::test_x")
     assert not in_smoke_set("test_fsdp2.py::test_defer_fsdp_grad_sync_reduces_once_per_step")
+
+
+def test_one_leg_tests_are_slow_and_split_between_the_two_legs():
+    assert set(ONE_LEG.values()) == {"py311", "py312"}
+    assert not any(in_smoke_set(key) for key in ONE_LEG)  # the fast tier runs on both legs
+    sync = "test_checkpoint_faults.py::test_kill_9_at_seeded_points_of_saves_never_loses_a_checkpoint[sync]"
+    assert leg_of(sync) == "py311" and leg_of(sync.replace("[sync]", "[async]")) == "py312"
+    assert leg_of("test_slurm_launch.py::test_two_rank_job_runs_and_a_cancelled_job_resumes") == "py311"
+    assert leg_of("test_checkpoint_faults.py::test_exact_resume_with_dropout") is None
