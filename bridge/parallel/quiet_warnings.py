@@ -96,6 +96,15 @@ KNOWN_WARNINGS: tuple[KnownWarning, ...] = (
         "dist_checkpointing.load, nothing for a user to change",
     ),
     KnownWarning(
+        r"If you are using transformer_engine as the transformer implementation, the core_attn is from "
+        r"transformer_engine",
+        UserWarning,
+        r"megatron\.core\.transformer\.transformer_config",
+        "issued for every selective recompute of core_attn (Megatron-Core's default module), once per rank: "
+        "a hint about Transformer Engine's fused attention, which a CPU run never has",
+        cpu_only=True,
+    ),
+    KnownWarning(
         r"When using async grad allreduce it is recommended to set the environment variable "
         r"CUDA_DEVICE_MAX_CONNECTIONS",
         UserWarning,

@@ -257,6 +257,10 @@ def _make_visible(bridge_logger: logging.Logger) -> None:
     """The layout line is a run's success signal: print INFO to stdout when no logging is configured."""
     if bridge_logger.hasHandlers():
         return  # the application configured logging (or this ran before): respect it
+    for name in DETAIL_LOGGERS:  # detail stays off in library use unless set_verbosity(True) asked for it
+        detail = logging.getLogger(name)
+        if detail.level == logging.NOTSET:
+            detail.setLevel(logging.WARNING)
     handler = _FallbackHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("[bridge] %(message)s"))
     bridge_logger.addHandler(handler)

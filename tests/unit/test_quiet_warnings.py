@@ -51,6 +51,11 @@ SEEN = {
         "When using sequence parallelism it is recommended to set the environment variable "
         "CUDA_DEVICE_MAX_CONNECTIONS to 1 for maximum speedup", UserWarning,
         "megatron.core.tensor_parallel.layers"),
+    "core_attn_recompute": (
+        "If you are using transformer_engine as the transformer implementation, the core_attn is from "
+        "transformer_engine and may be the fused version. For fused attention, you have no need to set "
+        "'core_attn' to recompute. Please check that the core_attn recompute is really needed.", UserWarning,
+        "megatron.core.transformer.transformer_config"),
     "full_scope": (  # megatron-core 0.16
         "full scope is deprecated. Use empty cuda_graph_scope to capture the whole layer.", UserWarning,
         "megatron.core.transformer.transformer_config"),
@@ -64,7 +69,13 @@ SEEN = {
         "Please use DTensor instead and we are deprecating ShardedTensor.", FutureWarning,
         "torch.distributed.checkpoint.state_dict_saver"),
 }  # fmt: skip
-CPU_ONLY = {"te_apex_optimizer", "te_apex_clip_grads", "te_apex_fsdp", "cuda_device_max_connections"}
+CPU_ONLY = {
+    "te_apex_optimizer",
+    "te_apex_clip_grads",
+    "te_apex_fsdp",
+    "cuda_device_max_connections",
+    "core_attn_recompute",
+}
 
 
 def shown(cpu: bool, message: str, category: type[Warning], module: str) -> bool:
@@ -141,6 +152,7 @@ REAL_SOURCES = textwrap.dedent(
             for module in (backends, gpt_layer_specs, clip_grads):
                 importlib.reload(module)
         TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=1)  # the default warns
+        TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=1, recompute_granularity="selective")
         dist.all_gather_into_tensor(torch.zeros(2), torch.ones(2))
         _zero_grad_group_helper([y], set_to_none=False)  # reads y.grad, as the distributed optimizer does
         y.grad  # this script's own read of a non-leaf .grad
@@ -169,7 +181,7 @@ def test_real_sources_warn_before_and_are_quiet_after():
     before, after = eval(lines["BEFORE"]), eval(lines["AFTER"])  # noqa: S307 (our own repr of str tuples)
     before_text = " ".join(m for m, _ in before)
     for fragment in ("Apex is not installed", "full scope is deprecated", "`torch.distributed.all_gather_into",
-                     "The .grad attribute of a Tensor that is"):  # fmt: skip
+                     "The .grad attribute of a Tensor that is", "If you are using transformer_engine"):  # fmt: skip
         assert fragment in before_text, before
     grad = "The .grad attribute of a Tensor that is"
     assert any(m.startswith(grad) and f == "megatron/core/optimizer/optimizer.py" for m, f in before), before
