@@ -228,10 +228,21 @@ class ParallelLayout:
         return out
 
     def describe(self) -> str:
-        return (
+        """The sizes, then what else shapes the run: virtual stages, sequence parallelism, the strategy
+        (when not megatron) and fsdp2's HSDP split."""
+        line = (
             f"TP={self.tp} PP={self.pp} CP={self.cp} EP={self.ep} ETP={self.etp} "
             f"DP={self.dp} EDP={self.edp} world={self.world_size}"
         )
+        if self.interleaved:
+            line += f" VPP={self.vpp}"
+        if self.sequence_parallel:
+            line += " SP"
+        if self.strategy != "megatron":
+            line += f" strategy={self.strategy}"
+        if self.dp_replicate_size and self.dp_replicate_size > 1:
+            line += f" HSDP={self.dp_replicate_size}x{self.dp // self.dp_replicate_size}"
+        return line
 
     # ---- rules -------------------------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ def load_script():
 def test_done_when_command_prints_config_and_layout_without_torch(tmp_path):
     proc = run_script("-X", "importtime", str(SCRIPT), *DONE_WHEN, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "\n# layout: TP=2 PP=2 CP=1 EP=1 ETP=1 DP=1 EDP=2 world=4\n" in proc.stdout
+    assert "\n# layout: TP=2 PP=2 CP=1 EP=1 ETP=1 DP=1 EDP=2 world=4 SP\n" in proc.stdout
     cfg = ConfigContainer.from_yaml(proc.stdout)  # the plan follows as comments: the whole output loads
     assert (cfg.model.tensor_model_parallel_size, cfg.model.pipeline_model_parallel_size) == (2, 2)
     assert cfg.model.sequence_parallel is True and cfg.dataset.seq_length == 8192
@@ -90,7 +90,7 @@ def test_world_size_defaults_to_env_and_list_recipes():
         env={"WORLD_SIZE": "16"},
     )
     assert proc.returncode == 0, proc.stderr
-    assert "\n# layout: TP=4 PP=2 CP=1 EP=4 ETP=1 DP=2 EDP=2 world=16\n" in proc.stdout
+    assert "\n# layout: TP=4 PP=2 CP=1 EP=4 ETP=1 DP=2 EDP=2 world=16 SP\n" in proc.stdout
     proc = run_script(str(SCRIPT), "--list-recipes")
     assert proc.returncode == 0
     lines = proc.stdout.splitlines()
@@ -232,7 +232,7 @@ def test_moe_seed_on_fsdp2_plans_ep_with_checkpoints(capsys, tmp_path):
     out, err = capsys.readouterr()
     # fsdp2 x EP=8 is a valid layout, with the recipe's checkpoint.save (torch DCP shards under fsdp2)
     assert code == 0, err
-    assert "\n# layout: TP=1 PP=1 CP=1 EP=8 ETP=1 DP=8 EDP=1 world=8\n" in out
+    assert "\n# layout: TP=1 PP=1 CP=1 EP=8 ETP=1 DP=8 EDP=1 world=8 strategy=fsdp2\n" in out
     code = script.main(
         [
             "--recipe",

@@ -151,7 +151,7 @@ def test_config_file_errors(tmp_path):
 def test_valid_config_gives_layout_and_no_warnings():
     cfg = apply_overrides(tiny(), ["model.tensor_model_parallel_size=2", "model.sequence_parallel=True"])
     assert build_plan(cfg, 4, cuda=True).warnings == ()
-    assert run_layout(cfg, 4).describe() == "TP=2 PP=1 CP=1 EP=1 ETP=1 DP=2 EDP=4 world=4"
+    assert run_layout(cfg, 4).describe() == "TP=2 PP=1 CP=1 EP=1 ETP=1 DP=2 EDP=4 world=4 SP"
 
 
 @pytest.mark.parametrize(

@@ -73,7 +73,7 @@ def test_seed_structure_maps_onto_fields():
     )
     assert cfg.train.micro_batch_size == 2
     assert build_plan(cfg, 8, cuda=True).warnings == ()
-    assert run_layout(cfg, 8).describe() == "TP=2 PP=2 CP=1 EP=1 ETP=1 DP=2 EDP=4 world=8"
+    assert run_layout(cfg, 8).describe() == "TP=2 PP=2 CP=1 EP=1 ETP=1 DP=2 EDP=4 world=8 SP"
 
 
 def test_seed_tp_pp_example_interleaved_needs_virtual_stages():

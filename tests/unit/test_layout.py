@@ -337,3 +337,17 @@ def test_fsdp2_runs_pipeline_and_expert_parallelism_together():
     # PP=2 x EP=2 (ep_shard = 1) equals strategy megatron: tests/functional/test_fsdp2_moe.py
     layout = ParallelLayout(8, pp=2, ep=2, strategy="fsdp2", model=MOE_8)
     assert (layout.dp, layout.ep, layout.pp) == (4, 2, 2)
+
+
+@pytest.mark.parametrize(
+    "kwargs, tail",
+    [
+        (dict(world_size=8, pp=2, vpp=2), "world=8 VPP=2"),
+        (dict(world_size=4, tp=2, sequence_parallel=True), "world=4 SP"),
+        (dict(world_size=8, strategy="fsdp2", dp_replicate_size=2), "world=8 strategy=fsdp2 HSDP=2x4"),
+        (dict(world_size=4, strategy="fsdp2"), "world=4 strategy=fsdp2"),
+        (dict(world_size=4), "world=4"),
+    ],
+)
+def test_the_layout_line_names_virtual_stages_sp_strategy_and_hsdp(kwargs, tail):
+    assert ParallelLayout(**kwargs).describe().endswith(tail)

@@ -215,7 +215,7 @@ def test_full_recompute_rows_agree_with_activation_checkpointing():
 
     base = get_recipe("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config")
     cfg, _ = compose(base(), overrides=["distributed.activation_checkpointing=true"])
-    assert build_plan(cfg, 8, env=H100).layout.describe() == "TP=4 PP=2 CP=1 EP=4 ETP=1 DP=1 EDP=1 world=8"
+    assert build_plan(cfg, 8, env=H100).layout.describe() == "TP=4 PP=2 CP=1 EP=4 ETP=1 DP=1 EDP=1 world=8 SP"
     cfg, _ = compose(
         base(), overrides=["distributed.activation_checkpointing=true", "model.recompute_method=block"]
     )

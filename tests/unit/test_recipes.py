@@ -121,7 +121,7 @@ def test_70b_uses_interleaved_multi_node_layout():
     cfg = get_recipe("llama31_70b_pretrain_config")()
     layout = run_layout(cfg, 64)
     assert layout.min_gpus == 32 and layout.gpus_per_node == 8 and layout.interleaved
-    assert layout.describe() == "TP=4 PP=4 CP=2 EP=1 ETP=1 DP=2 EDP=16 world=64"
+    assert layout.describe() == "TP=4 PP=4 CP=2 EP=1 ETP=1 DP=2 EDP=16 world=64 VPP=5 SP"
 
 
 def test_recipe_keyword_arguments(tmp_path):
@@ -151,7 +151,7 @@ def test_recipe_keyword_arguments(tmp_path):
     )
     plan = build_plan(cfg, 8, cuda=True)
     assert plan.warnings == ()
-    assert plan.layout.describe() == "TP=2 PP=2 CP=1 EP=1 ETP=1 DP=2 EDP=4 world=8"
+    assert plan.layout.describe() == "TP=2 PP=2 CP=1 EP=1 ETP=1 DP=2 EDP=4 world=8 SP"
     assert plan.config.dataset.seq_length == 4096 and cfg.dataset.kind == "indexed"
     assert cfg.checkpoint.save == os.path.join(str(tmp_path), "run1", "checkpoints")
     assert cfg.logger.tensorboard_dir == os.path.join(str(tmp_path), "run1", "tb_logs")
@@ -184,4 +184,4 @@ def test_seeds_verification_overrides_validate_on_four_ranks():
     ]
     cfg, _ = compose(get_recipe("llama32_1b_pretrain_config")(), overrides=overrides)
     assert build_plan(cfg, 4, cuda=True).warnings == ()
-    assert run_layout(cfg, 4).describe() == "TP=2 PP=2 CP=1 EP=1 ETP=1 DP=1 EDP=2 world=4"
+    assert run_layout(cfg, 4).describe() == "TP=2 PP=2 CP=1 EP=1 ETP=1 DP=1 EDP=2 world=4 SP"
