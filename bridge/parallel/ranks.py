@@ -45,6 +45,26 @@ def env_rank() -> int:
         raise ConfigError(f"RANK={value!r}: must be an integer (torchrun sets it)") from None
 
 
+def node_echo_ranks(world: int, local_world: int, printing_rank: int) -> frozenset[int]:
+    """The first rank of every node but `printing_rank`'s: where a line printed by one rank is echoed so
+    that each node's log has it. torchrun numbers ranks node by node (`local_world` = LOCAL_WORLD_SIZE, the
+    same on every node); one node, or a world that is not whole nodes, echoes nowhere."""
+    if local_world >= world or world % local_world:
+        return frozenset()
+    return frozenset(
+        node * local_world for node in range(world // local_world) if node != printing_rank // local_world
+    )
+
+
+def env_local_world_size() -> int:
+    """LOCAL_WORLD_SIZE as set by torchrun (the ranks on this node), or the world size."""
+    value = os.environ.get("LOCAL_WORLD_SIZE")
+    try:
+        return int(value) if value else world_size()
+    except ValueError:
+        raise ConfigError(f"LOCAL_WORLD_SIZE={value!r}: must be an integer (torchrun sets it)") from None
+
+
 def rank() -> int:
     """Global rank: torch.distributed's once initialized, RANK before that."""
     dist = _dist()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from bridge.config.container import ConfigContainer
+from bridge.parallel.ranks import env_local_world_size, node_echo_ranks
 from bridge.training import peak_flops
 from bridge.training.benchmarks import format_benchmark_line, run_benchmarks
 from bridge.training.context import TrainingContext
@@ -175,6 +176,10 @@ class _LoopState:
     saved_at: int  # the last iteration saved (a resumed run's loaded one counts: it is never re-saved)
     is_log_rank: bool
     mfu_device: str | None
+    # multi-node: the logging rank's iteration line is sent to every rank and the first rank of each
+    # other node prints it too, so that every node's log (a scheduler's per-node file) shows the run
+    multi_node: bool = False
+    echoes: bool = False
     # the log line's window: sums since the last line
     window_loss: float = 0.0
     window_n: int = 0
@@ -199,7 +204,14 @@ def _loop(
     cfg = ctx.cfg
     is_log_rank = torch.distributed.get_rank() == log_rank()
     mfu_device = _mfu_device(ctx, is_log_rank) if cfg.logger.log_throughput else None
-    loop = _LoopState(saved_at=saved_at, is_log_rank=is_log_rank, mfu_device=mfu_device)
+    echo_ranks = node_echo_ranks(torch.distributed.get_world_size(), env_local_world_size(), log_rank())
+    loop = _LoopState(
+        saved_at=saved_at,
+        is_log_rank=is_log_rank,
+        mfu_device=mfu_device,
+        multi_node=bool(echo_ranks),
+        echoes=torch.distributed.get_rank() in echo_ranks,
+    )
     log_interval = max(1, cfg.logger.log_interval or 1)
     for chunk in ctx.model:
         chunk.train()
@@ -278,8 +290,14 @@ def _log_iteration(
         skipped_iterations=loop.window_skipped,
         extra={"max memory": _memory_note()} if cfg.logger.log_memory else {},
     )
+    line = format_iteration_line(stats) if loop.is_log_rank else None
+    if loop.multi_node:
+        box = [line]
+        torch.distributed.broadcast_object_list(box, src=log_rank())
+        line = box[0]
+    if loop.is_log_rank or loop.echoes:
+        logger.info(line)
     if loop.is_log_rank:
-        logger.info(format_iteration_line(stats))
         scalars = {
             **stats.losses,
             "learning-rate": lr,
