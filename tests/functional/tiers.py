@@ -29,9 +29,10 @@ def in_smoke_set(nodeid_in_functional: str) -> bool:
 
 
 # CI runs the full suite on two legs (megatron-core 0.16 and 0.19). These slow tests check bridge's own
-# process handling (signals, kill -9 during saves, restarts, relaunches, a real SLURM): what they exercise
-# is bridge's code around the processes, the same on both releases, so CI runs each on one leg (the
-# environment variable BRIDGE_CI_LEG names the leg), split to even the legs' time. Both asynchronous-save
+# process handling (signals, kill -9 during saves, restarts, relaunches, a real SLURM, multi-node logs) and
+# the fsdp2 checkpoints (torch DCP shards of a torch-wrapped model; fsdp2's training equivalence stays on
+# both legs): what they exercise is bridge's and torch's code, the same on both releases, so CI runs each on
+# one leg (the environment variable BRIDGE_CI_LEG names the leg), split to even the legs' time. Both asynchronous-save
 # fault tests are kept apart so each release has one (the async writer is Megatron-Core's). Without
 # BRIDGE_CI_LEG (a user's `pytest tests`) every test runs.
 # node id (as in SMOKE) -> the leg that runs it
@@ -41,6 +42,7 @@ ONE_LEG = {
     "test_checkpoint_faults.py::test_kill_9_at_seeded_points_of_saves_never_loses_a_checkpoint[sync]": "py311",
     "test_checkpoint_faults.py::test_sigterm_during_an_async_write_finishes_it_and_exits_0": "py311",
     "test_error_line.py": "py311",
+    "test_fsdp2_checkpoints.py": "py311",
     "test_multi_node_logging.py": "py312",
     "test_rank_restart.py": "py312",
     "test_checkpoint_faults.py::test_kill_9_at_seeded_points_of_saves_never_loses_a_checkpoint[async]": "py312",
