@@ -19,6 +19,7 @@ from tests.functional.workers.convert_models import (
     save_hf_model,
     tokens,
 )
+from tests.tolerances import logits_tolerance, merged_weight_tolerance
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 # qwen2: q/k/v biases; qwen3: head_dim != hidden / heads; phi3: HF's fused qkv_proj / gate_up_proj;
@@ -41,7 +42,6 @@ HF_MODULES = {
 # transformers' model of peft's merged weights against peft's model (HF against HF, no bridge weights
 # in either): with random adapters on these tiny models fp32 rounding differs by up to ~1.6e-5
 # (squared ReLU) and ~4e-5 (Gemma's sqrt(hidden)-scaled embeddings), from run to run.
-RELOAD_TOLERANCE = {"nemotron": 5e-5, "gemma": 1e-4, "gemma2": 1e-4}
 ALL_TARGETS = ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
 
 
@@ -125,8 +125,9 @@ def test_adapter_folder_and_merged_export_match_peft(family, scheme, sources, tm
     peft_model = _peft_model(folder, tmp_path / "adapter")
     ref = hf_logits(peft_model, toks)
     diff = (ours - ref).abs().max().item()
-    print(f"\n{family} {scheme}: max |bridge - peft| logits = {diff:.2e}")
-    assert diff <= 1e-5, diff
+    bound = logits_tolerance(ref, peft_model.config)
+    print(f"\n{family} {scheme}: max |bridge - peft| logits = {diff:.2e} (bound {bound:.2e})")
+    assert diff <= bound, (diff, bound)
     base_logits = hf_logits(AutoModelForCausalLM.from_pretrained(folder), toks)
     assert (ref - base_logits).abs().max() > 1e-2  # the adapters matter
 
@@ -140,11 +141,12 @@ def test_adapter_folder_and_merged_export_match_peft(family, scheme, sources, tm
     merged = read_tensors(tmp_path / "merged")
     attn = "qkv_proj" if family == "phi3" else "q_proj"
     assert set(merged) <= set(merged_ref) and f"model.layers.0.self_attn.{attn}.weight" in merged
-    wdiff = max((merged[k] - merged_ref[k]).abs().max().item() for k in merged)
-    print(f"{family} {scheme}: max |merged - peft merge_and_unload| = {wdiff:.2e}")
-    assert wdiff <= 1e-6, wdiff
+    for k in merged:  # each merged weight at its own magnitude
+        wdiff = (merged[k] - merged_ref[k]).abs().max().item()
+        assert wdiff <= merged_weight_tolerance(merged_ref[k], rank=4), (k, wdiff)
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "merged", attn_implementation="eager").eval()
-    assert (hf_logits(reloaded, toks) - ref).abs().max().item() <= RELOAD_TOLERANCE.get(family, 1e-5)
+    reload_diff = (hf_logits(reloaded, toks) - ref).abs().max().item()
+    assert reload_diff <= logits_tolerance(ref, reloaded.config), reload_diff
 
 
 FUSED = {"q_proj": ("q_proj", "k_proj", "v_proj"), "gate_proj": ("gate_proj", "up_proj")}
@@ -283,8 +285,9 @@ def test_moe_family_attention_adapter_matches_peft(family, tmp_path):
     bridge.save_hf_adapter([chunk], tmp_path / "adapter")
     config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
     assert config["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
-    ref = hf_logits(_peft_model(folder, tmp_path / "adapter"), toks)
-    assert (ours - ref).abs().max().item() <= 1e-5
+    peft_model = _peft_model(folder, tmp_path / "adapter")
+    ref = hf_logits(peft_model, toks)
+    assert (ours - ref).abs().max().item() <= logits_tolerance(ref, peft_model.config)
     base_logits = hf_logits(AutoModelForCausalLM.from_pretrained(folder), toks)
     assert (ref - base_logits).abs().max() > 1e-2  # the adapters matter
 
