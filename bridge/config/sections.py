@@ -100,7 +100,7 @@ class ValidationConfig:
 @dataclass
 class OptimizerConfig:
     # adam (AdamW-style decoupled weight decay, as Megatron-Core) | sgd | muon (Megatron-Core's Muon for
-    # the 2-D hidden weights, Adam for embeddings, output layer, norms and biases; docs/training.md)
+    # the 2-D hidden weights, Adam for embeddings, output layer, norms and biases; docs/optimizers.md)
     optimizer: str = "adam"
     lr: float = 3e-4
     min_lr: float = 3e-5

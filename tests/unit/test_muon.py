@@ -29,7 +29,8 @@ MUON = [
 ]
 MUON_RUNS = _release(INSTALLED_RELEASE) >= MEGATRON_CORE_MIN and emerging_optimizers_version() is not None
 needs_muon = pytest.mark.skipif(
-    not MUON_RUNS, reason=f"megatron-core {INSTALLED_RELEASE}: Muon is refused (test_refusals_name_the_reason)"
+    not MUON_RUNS,
+    reason=f"megatron-core {INSTALLED_RELEASE}: Muon is refused (test_refusals_name_the_reason)",
 )
 
 
@@ -145,7 +146,11 @@ class _Reference:
         import torch
 
         c = model.config
-        self.split = [c.num_attention_heads // c.num_query_groups * c.kv_channels, c.kv_channels, c.kv_channels]
+        self.split = [
+            c.num_attention_heads // c.num_query_groups * c.kv_channels,
+            c.kv_channels,
+            c.kv_channels,
+        ]
         self.params, muon, decay, no_decay = {}, [], [], []
         muon_ids = {id(p) for p in muon_params}
         for name, p in model.named_parameters():
@@ -198,7 +203,9 @@ def _run(overrides, adjust_lr_fn, make_gradient, steps=3):
     plan = build_plan(cfg, 1, cuda=False)
     torch.manual_seed(0)
     model = plan.provider.provide_distributed_model(wrap_with_ddp=False)[0]
-    opt = build_optimizer(cfg.optimizer, [model], plan.precision, cfg.mixed_precision, use_distributed_optimizer=False)
+    opt = build_optimizer(
+        cfg.optimizer, [model], plan.precision, cfg.mixed_precision, use_distributed_optimizer=False
+    )
     sched = build_scheduler(opt, cfg.optimizer, cfg.scheduler, plan.schedule)  # sets each group's lr and wd
     muon_params = [p for g in opt.chained_optimizers[0].optimizer.param_groups for p in g["params"]]
     assert type(opt.chained_optimizers[0].optimizer).__name__ == "TensorParallelMuon"
@@ -216,8 +223,11 @@ def _run(overrides, adjust_lr_fn, make_gradient, steps=3):
         opt.zero_grad()
         for name, p in model.named_parameters():
             is_muon, qkv, copies = ref.params[name]
-            grads = [make_gradient(c.shape, gen) if is_muon else torch.randn(c.shape, generator=gen) for c in copies]
-            for c, g in zip(copies, grads):
+            grads = [
+                make_gradient(c.shape, gen) if is_muon else torch.randn(c.shape, generator=gen)
+                for c in copies
+            ]
+            for c, g in zip(copies, grads, strict=True):
                 c.grad = g.clone()
             p.grad = grads[0].clone() if not qkv else _join(ref, grads, p.shape)
         opt.step()

@@ -1,4 +1,5 @@
-"""optimizer.optimizer=muon: what Megatron-Core's Muon runs under, checked before launch.
+"""optimizer.optimizer=muon and model.qk_clip (MuonClip): what Megatron-Core's Muon and QK-clip run
+under, checked before launch.
 
 Megatron-Core builds Muon (`megatron.core.optimizer`, `optimizer="muon"`) on the `emerging_optimizers`
 package: Muon for the 2-D hidden weights, Adam for embeddings, the output layer, norms and biases, each
@@ -19,6 +20,7 @@ from bridge.models.transformer_fields import INSTALLED_RELEASE
 
 if TYPE_CHECKING:
     from bridge.config.container import ConfigContainer
+    from bridge.config.environment import Environment
 
 # The first emerging_optimizers release Megatron-Core 0.19's Muon calls correctly (newton_schulz_tp's
 # tp_mode, OrthogonalizedOptimizer's `nesterov`); PyPI has 0.3.0, for Python >= 3.12.
@@ -107,3 +109,40 @@ def check_muon(cfg: ConfigContainer, release: str | None = None, emerging: str |
         raise config_error(
             "optimizer.muon_extra_scale_factor", o.muon_extra_scale_factor, "must be > 0", "use 1.0 (or 0.2)"
         )
+
+
+def check_qk_clip(cfg: ConfigContainer, env: Environment) -> None:
+    """model.qk_clip (and model.log_max_attention_logit): the per-head max logits must be recorded and the
+    clipped weights must be the ones the optimizer steps (bridge.training.qk_clip)."""
+    m = cfg.model
+    if not (m.qk_clip or m.log_max_attention_logit):
+        return
+    field = "model.qk_clip" if m.qk_clip else "model.log_max_attention_logit"
+    te = env.cuda and env.has("transformer_engine")
+    backend = getattr(m.attention_backend, "name", m.attention_backend)
+    if te and env.version("transformer_engine") < (2, 9):
+        raise config_error(
+            field, True, f"Transformer Engine {env.packages['transformer_engine']}'s attention returns no max "
+            "logits (Megatron-Core needs Transformer Engine >= 2.9 for them)", "upgrade transformer-engine",
+        )  # fmt: skip
+    if not te and backend not in ("auto", "flash", "fused") and not m.multi_latent_attention:
+        raise config_error(
+            field, True, f"model.attention_backend={backend} keeps Megatron-Core's DotProductAttention, which "
+            "records no max attention logits (bridge's sdpa attention and Transformer Engine's do)",
+            "set model.attention_backend=auto",
+        )  # fmt: skip
+    if not m.qk_clip:
+        return
+    strategy = cfg.distributed.strategy
+    if strategy in ("fsdp2", "megatron_fsdp"):
+        raise config_error(
+            "model.qk_clip", True, f"strategy {strategy} shards W_q / W_k over data-parallel ranks, and "
+            "Megatron-Core's clip_qk scales whole per-head row blocks of them", "use distributed.strategy=megatron",
+        )  # fmt: skip
+    if strategy == "megatron" and cfg.optimizer.use_distributed_optimizer:
+        raise config_error(
+            "model.qk_clip", True, "Megatron-Core's clip_qk rescales the model's weights (and the fp32 main "
+            "copy the non-distributed optimizer keeps beside them) but not the distributed optimizer's "
+            "sharded main weights, whose next step would undo the clip",
+            "set optimizer.use_distributed_optimizer=false (as Kimi K2's Muon recipes do)",
+        )  # fmt: skip
