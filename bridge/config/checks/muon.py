@@ -54,8 +54,8 @@ def check_muon(cfg: ConfigContainer, release: str | None = None, emerging: str |
             "optimizer.optimizer",
             "muon",
             f"megatron-core {release}'s Muon (megatron/core/optimizer/muon.py) calls the pre-0.3 interface "
-            "of emerging_optimizers (momentum_beta / use_nesterov, newton_schulz_tp(mode=)), which no "
-            "published release has, and the one on PyPI (emerging-optimizers 0.3) needs Python >= 3.12; "
+            "of emerging_optimizers (momentum_beta / use_nesterov, newton_schulz_tp(mode=)), which the "
+            "only release on PyPI (emerging-optimizers 0.3.0) does not have, and that release needs Python >= 3.12; "
             "Muon runs with megatron-core >= 0.19",
             "use Python >= 3.12 (pip then installs megatron-core 0.19 and emerging-optimizers), or "
             "optimizer.optimizer=adam",
