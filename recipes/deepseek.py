@@ -124,7 +124,9 @@ ROWS = (
         model=dict(pipeline_model_parallel_layout=PP16_LAYOUT, recompute_granularity="selective"),
         config=FREQUENT_GC,
         aliases=("kimi_k2_pretrain_config",),
-        note="Megatron-Bridge trains it with its distributed Muon optimizer, which bridge does not have: Adam",
+        note="Megatron-Bridge trains it with its layer-wise distributed Muon (dist_muon), which bridge does not "
+        "have: Adam (optimizer.optimizer=muon with optimizer.use_distributed_optimizer=false runs Megatron-Core's "
+        "Muon undistributed)",
     ),
     _row(
         "deepseek_v2_lite_sft_config",

@@ -30,7 +30,8 @@ def checkpoint_bytes(plan) -> tuple[int, str]:
     weight = 4 if plan.precision.name == "fp32" else 2
     per = weight
     if cfg.checkpoint.save_optim:
-        per += 4 + (8 if cfg.optimizer.optimizer == "adam" else 4)  # fp32 main params + moments
+        # fp32 main params + moments (muon: Adam's two on some parameters, counted on all: an upper bound)
+        per += 4 + (4 if cfg.optimizer.optimizer == "sgd" else 8)
     return n * per, f"{n / 1e6:.1f} M parameters x {per} bytes"
 
 

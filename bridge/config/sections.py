@@ -18,7 +18,14 @@ from bridge.parallel.schedules import NAMES as _PIPELINE_SCHEDULES
 from bridge.peft.settings import PEFT_SCHEMES, PEFT_TARGETS, PeftConfig  # noqa: F401
 
 # Accepted names, shared by validation and the docs.
-OPTIMIZERS = ("adam", "sgd")
+OPTIMIZERS = ("adam", "sgd", "muon")
+# optimizer.optimizer=muon: Megatron-Core's option values (its OptimizerConfig, the emerging_optimizers
+# package's Newton-Schulz coefficient sets; "custom" is left out: its coefficients have no option)
+MUON_SCALE_MODES = ("spectral", "unit_rms_norm", "shape_scaling")
+MUON_FP32_MATMUL_PRECS = ("medium", "high", "highest")
+MUON_COEFFICIENT_TYPES = ("simple", "quintic", "polar_express", "cans", "aol", "deepseekv4")
+MUON_TP_MODES = ("blockwise", "duplicated", "distributed")
+MUON_SCALAR_OPTIMIZERS = ("adam",)
 LR_DECAY_STYLES = ("cosine", "linear", "constant")
 DATASET_KINDS = ("mock", "indexed", "jsonl", "sft", "chat", "preference")
 # dpo.loss_type: the DPO paper's sigmoid loss, IPO's squared loss (bridge.training.preference)
@@ -92,7 +99,9 @@ class ValidationConfig:
 
 @dataclass
 class OptimizerConfig:
-    optimizer: str = "adam"  # adam (AdamW-style decoupled weight decay, as Megatron-Core) | sgd
+    # adam (AdamW-style decoupled weight decay, as Megatron-Core) | sgd | muon (Megatron-Core's Muon for
+    # the 2-D hidden weights, Adam for embeddings, output layer, norms and biases; docs/optimizers.md)
+    optimizer: str = "adam"
     lr: float = 3e-4
     min_lr: float = 3e-5
     weight_decay: float = 0.1
@@ -104,6 +113,23 @@ class OptimizerConfig:
     # Megatron-Core's distributed optimizer (ZeRO-1 over DP). Used by strategies megatron and
     # megatron_fsdp (which requires it); fsdp2 and ddp shard/replicate optimizer state themselves.
     use_distributed_optimizer: bool = True
+    # Muon (optimizer=muon): Megatron-Core 0.19's OptimizerConfig names and defaults. The update of a
+    # 2-D weight W with momentum buffer B: B <- m B + (1 - m) G (EMA, muon_momentum); U = G + m (B - G)
+    # with nesterov else B; W <- W (1 - lr wd) - lr * scale(shape) * muon_extra_scale_factor * NS(U),
+    # NS the Newton-Schulz orthogonalization (muon_num_ns_steps iterations of muon_coefficient_type's
+    # coefficients, in bf16 with muon_fp32_matmul_prec=medium, else fp32).
+    muon_momentum: float = 0.95
+    muon_split_qkv: bool = True  # orthogonalize the fused QKV weight's Q, K and V blocks separately
+    muon_nesterov: bool = False
+    muon_scale_mode: str = "spectral"  # spectral: sqrt(max(out, in)) | unit_rms_norm: sqrt(out/in) | shape_scaling: sqrt(max(1, out/in))
+    muon_fp32_matmul_prec: str = "medium"  # medium: Newton-Schulz in bf16 | high | highest: fp32
+    muon_coefficient_type: str = "quintic"  # MUON_COEFFICIENT_TYPES
+    muon_num_ns_steps: int = 5
+    # tensor-parallel weights: blockwise (each rank's shard alone) | duplicated (gather, whole matrix) |
+    # distributed (Newton-Schulz over the shards with all-reduces)
+    muon_tp_mode: str = "blockwise"
+    muon_extra_scale_factor: float = 1.0  # e.g. 0.2 with spectral: the update RMS of AdamW (Moonlight)
+    muon_scalar_optimizer: str = "adam"  # the optimizer of the parameters Muon does not take
 
 
 @dataclass

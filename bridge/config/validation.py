@@ -17,6 +17,7 @@ from bridge.config.checks.data import check_dataset
 from bridge.config.checks.distributed import check_distributed, check_fsdp2, check_strategy_available
 from bridge.config.checks.files import check_data_files
 from bridge.config.checks.logger import check_logger, check_profiling
+from bridge.config.checks.muon import check_qk_clip
 from bridge.config.checks.optimizer import check_optimizer, check_scheduler
 from bridge.config.checks.precision import check_fp8, check_precision
 from bridge.config.checks.rules import positive
@@ -70,6 +71,7 @@ def validate_config(
     finetune_rules.check_hf_start(cfg)
     warnings += check_precision(cfg)
     check_fp8(cfg, env)
+    check_qk_clip(cfg, env)
     positive("rng.seed", cfg.rng.seed, zero_ok=True)
     warnings += check_profiling(cfg, world_size, cuda)
     # last: what the run would read (file contents), once every rule of the config itself holds

@@ -127,6 +127,11 @@ class SDPAttention(MegatronModule):
             1.0 / math.sqrt(self.hidden_size_per_attention_head) if softmax_scale is None else softmax_scale
         )
         self.dropout_p = config.attention_dropout if attention_dropout is None else attention_dropout
+        # QK-clip (model.qk_clip) and its logging read each head's largest attention logit since the last
+        # optimizer step, as Transformer Engine's attention records it: the attribute Megatron-Core's
+        # clip_qk() reads and resets (bridge.training.qk_clip).
+        self.record_max_logits = bool(config.qk_clip or config.log_max_attention_logit)
+        self.current_max_attn_logits: torch.Tensor | None = None
 
     @staticmethod
     def unsupported_reason(config: TransformerConfig, layer_number: int | None = None) -> str | None:
@@ -166,6 +171,8 @@ class SDPAttention(MegatronModule):
 
     def _sdpa(self, q, k, v, mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
         """sdpa on [b, n, s, d] views, with dropout from the right RNG."""
+        if self.record_max_logits:
+            self._record_max_logits(q, k, mask, is_causal)
         training = self.training and self.dropout_p > 0
         gqa = self.num_attention_heads_per_partition != self.num_query_groups_per_partition
         kwargs = dict(
@@ -181,6 +188,24 @@ class SDPAttention(MegatronModule):
             with tensor_parallel.get_cuda_rng_tracker().fork():
                 return F.scaled_dot_product_attention(q, k, v, **kwargs)
         return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+    @torch.no_grad()
+    def _record_max_logits(self, q, k, mask: torch.Tensor | None, is_causal: bool) -> None:
+        """Each local head's max of softmax_scale * q.k over the positions it attends to (sdpa never
+        forms the scores: they are computed again here, [b, n, sq, sk] in fp32), kept as the running max
+        over the micro batches since clip_qk() last reset it."""
+        n = self.num_attention_heads_per_partition
+        if k.size(1) != n:  # GQA: each key head serves n / groups query heads
+            k = k.repeat_interleave(n // k.size(1), dim=1)
+        scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * self.softmax_scale
+        if is_causal:
+            sq, sk = scores.shape[-2:]
+            mask = torch.ones(sq, sk, dtype=torch.bool, device=scores.device).tril()  # sdpa's is_causal
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        batch_max = scores.transpose(0, 1).reshape(n, -1).amax(dim=1)
+        current = self.current_max_attn_logits
+        self.current_max_attn_logits = batch_max if current is None else torch.maximum(current, batch_max)
 
     def _packed_forward(self, query, key, value, packed_seq_params) -> torch.Tensor:
         """THD: [t, np, hn] q, [t, ng, hn] k/v of one packed row; causal attention inside each segment."""

@@ -67,10 +67,12 @@ from bridge.parallel.param_count import count_parameters, padded_vocab_size, par
 
 GB = 1e9
 PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
-OPTIMIZERS = ("adam", "sgd")
+OPTIMIZERS = ("adam", "sgd", "muon")
 MEMORY_MODELS = ("megatron", "seed")
 RECOMPUTE = ("none", "full")
-OPTIMIZER_STATES = {"adam": 2, "sgd": 1}  # moments kept per parameter
+# moments kept per parameter. muon: Muon's one momentum buffer on the hidden matrices, Adam's two on the
+# embeddings, output layer, norms and biases: counted as 2 for all, an upper bound.
+OPTIMIZER_STATES = {"adam": 2, "sgd": 1, "muon": 2}
 GATHERED_LAYERS = 2  # FSDP units unsharded at once: the computing layer and the prefetched next one
 
 

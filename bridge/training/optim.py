@@ -23,6 +23,7 @@ def megatron_optimizer_config(
 
     return McoreOptimizerConfig(
         optimizer=opt_cfg.optimizer,
+        **muon_options(opt_cfg),
         lr=float(opt_cfg.lr),
         min_lr=float(opt_cfg.min_lr),
         weight_decay=float(opt_cfg.weight_decay),
@@ -47,6 +48,29 @@ def megatron_optimizer_config(
     )
 
 
+# optimizer=muon: bridge's fields (Megatron-Core 0.19's OptimizerConfig names) passed through as they are;
+# the plan (bridge/config/checks/muon.py) refuses muon on the releases that lack them.
+MUON_FIELDS = (
+    "muon_momentum",
+    "muon_split_qkv",
+    "muon_nesterov",
+    "muon_scale_mode",
+    "muon_fp32_matmul_prec",
+    "muon_coefficient_type",
+    "muon_num_ns_steps",
+    "muon_tp_mode",
+    "muon_extra_scale_factor",
+    "muon_scalar_optimizer",
+)
+
+
+def muon_options(opt_cfg: OptimizerConfig) -> dict:
+    """The muon_* options of Megatron-Core's OptimizerConfig ({} for another optimizer)."""
+    if opt_cfg.optimizer != "muon":
+        return {}
+    return {name: getattr(opt_cfg, name) for name in MUON_FIELDS}
+
+
 def build_optimizer(
     opt_cfg: OptimizerConfig,
     model_chunks: list,
@@ -55,7 +79,8 @@ def build_optimizer(
     use_distributed_optimizer: bool | None = None,
     fsdp2_layout=None,
 ):
-    """Megatron-Core's optimizer; with `fsdp2_layout` (strategy fsdp2) the FSDP2 one (Fsdp2Optimizer)."""
+    """Megatron-Core's optimizer (for optimizer=muon its chained Muon + Adam); with `fsdp2_layout`
+    (strategy fsdp2) the FSDP2 one (Fsdp2Optimizer)."""
     if fsdp2_layout is not None:
         return Fsdp2Optimizer(opt_cfg, model_chunks, fsdp2_layout)
     from megatron.core.optimizer import get_megatron_optimizer

@@ -26,6 +26,7 @@ from bridge.training.logging import (
     logger,
 )
 from bridge.training.profiling import StepProfiler
+from bridge.training.qk_clip import clip_qk
 from bridge.training.saves import finish_pending, log_rank, non_finite_message, save, sync_params_for
 from bridge.training.state import NonFiniteLossError, TrainResult
 
@@ -97,6 +98,11 @@ def train_step(ctx: TrainingContext) -> tuple[float, float | None, bool]:
     if not math.isfinite(loss):
         raise NonFiniteLossError(non_finite_message(ctx.objective, loss, iteration, ctx))
     update_successful, grad_norm, _ = ctx.optimizer.step()
+    model_cfg = ctx.cfg.model
+    if model_cfg.qk_clip or model_cfg.log_max_attention_logit:
+        # QK-clip right after the step, on the logits of the step's forward passes (Megatron-Bridge's order)
+        largest = clip_qk(ctx.model, clip=bool(model_cfg.qk_clip and update_successful))
+        ctx.step_metrics = {**ctx.step_metrics, "max-attention-logit": largest}
     if update_successful:
         ctx.scheduler.step(increment=ctx.cfg.train.global_batch_size)
     elif grad_norm is None:

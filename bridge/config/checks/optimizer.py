@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bridge.config import sections as S
+from bridge.config.checks.muon import check_muon
 from bridge.config.checks.rules import one_of, positive
 from bridge.errors import config_error
 
@@ -33,6 +34,7 @@ def check_optimizer(cfg: ConfigContainer) -> list[str]:
         raise config_error(
             "optimizer.clip_grad", o.clip_grad, "must be >= 0 (0 = no clipping)", "use e.g. 1.0"
         )
+    check_muon(cfg)
     strategy = cfg.distributed.strategy
     if strategy == "megatron_fsdp" and not o.use_distributed_optimizer:
         raise config_error(
