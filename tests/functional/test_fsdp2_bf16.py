@@ -25,9 +25,9 @@ def test_fsdp2_trains_in_bf16_and_a_failing_rank_ends_the_launch(tmp_path):
     # Both compute every GEMM in bf16 from the same bf16-rounded weights (Megatron-Core draws the initial
     # weights in fp32 and rounds them; fsdp2 keeps them fp32 and rounds per all-gather); they differ in
     # the fp32 master weights' last bits and in accumulating the two micro batches' gradients (fp32 buffer
-    # vs bf16 unsharded gradients), i.e. by a few bf16 roundings (unit roundoff 2^-8 relative). Losses:
-    # within 4 units (2^-6) relative; grad norms, one more rounding deep: 2^-5.
-    for key, tolerance in (("losses", 2**-6), ("grad_norms", 2**-5)):
+    # vs bf16 unsharded gradients): elementwise bf16 roundings, which average out in a loss or a norm over
+    # thousands of values. Both within one bf16 unit roundoff (2^-8) relative.
+    for key, tolerance in (("losses", 2**-8), ("grad_norms", 2**-8)):
         for it, value in ref[key].items():
             assert abs(got[key][it] - value) <= tolerance * abs(value), (key, it, got[key], ref[key])
     # and it learned (not a frozen model that happens to match step 1): the loss went down
