@@ -13,14 +13,7 @@ WORKER = REPO_ROOT / "tests/functional/workers/fsdp2_bf16.py"
 TIMEOUT = 600
 
 
-def test_fsdp2_trains_in_bf16_and_a_failing_rank_ends_the_launch(tmp_path):
-    started = time.monotonic()
-    proc = torchrun(WORKER, 2, str(tmp_path), timeout=TIMEOUT)  # raises on a timeout: a hang fails here
-    out = proc.stdout
-    runs = {r["run"]: r for r in payloads(out, "run")}
-    assert sorted(runs) == ["fsdp2_bf16", "megatron_bf16"], out[-6000:]
-
-    ref, got = runs["megatron_bf16"], runs["fsdp2_bf16"]
+def check_matches(got: dict, ref: dict) -> None:
     assert sorted(got["losses"], key=int) == ["1", "2", "3"]
     # Both compute every GEMM in bf16 from the same bf16-rounded weights (Megatron-Core draws the initial
     # weights in fp32 and rounds them; fsdp2 keeps them fp32 and rounds per all-gather); they differ in
@@ -33,18 +26,30 @@ def test_fsdp2_trains_in_bf16_and_a_failing_rank_ends_the_launch(tmp_path):
     # and it learned (not a frozen model that happens to match step 1): the loss went down
     assert got["losses"]["3"] < got["losses"]["1"]
 
+
+def test_fsdp2_trains_in_bf16_and_a_failing_rank_ends_the_launch(tmp_path):
+    started = time.monotonic()
+    proc = torchrun(WORKER, 2, str(tmp_path), timeout=TIMEOUT)  # raises on a timeout: a hang fails here
+    out = proc.stdout
+    runs = {r["run"]: r for r in payloads(out, "run")}
+    assert sorted(runs) == ["fsdp2_bf16", "fsdp2_bf16_pp2", "megatron_bf16", "megatron_bf16_pp2"], out[-6000:]
+    check_matches(runs["fsdp2_bf16"], runs["megatron_bf16"])
+    check_matches(runs["fsdp2_bf16_pp2"], runs["megatron_bf16_pp2"])
+    got = runs["fsdp2_bf16"]
+
     layers = [s for s in got["sharded"] if s["module"] == "TransformerLayer"]
     roots = [s for s in got["sharded"] if s["module"] == "GPTModel"]
     assert len(layers) == 4 and len(roots) == 1, got["sharded"]
-    for shard in got["sharded"]:
-        assert shard["param_dtypes"] == ["torch.float32"], (
-            shard
-        )  # fp32 shards: the optimizer's master weights
+    for shard in got["sharded"]:  # fp32 shards: the optimizer's master weights
+        assert shard["param_dtypes"] == ["torch.float32"], shard
         assert (shard["param_dtype"], shard["reduce_dtype"]) == ("torch.bfloat16", "torch.float32"), shard
     assert {s["output_dtype"] for s in layers} == {"None"}  # activations stay bf16 between the layers
     assert roots[0]["output_dtype"] == "torch.float32"  # the model's output in fp32, as Float16Module's
+    # PP=2, recorded by rank 0 (the first stage): its root sends bf16 activations, as the p2p buffers are
+    (first_stage_root,) = [s for s in runs["fsdp2_bf16_pp2"]["sharded"] if s["module"] == "GPTModel"]
+    assert first_stage_root["output_dtype"] == "None"
 
-    # the third run: rank 1 raised; the launch failed with its error, well before the timeout
+    # the last run: rank 1 raised; the launch failed with its error, well before the timeout
     assert proc.returncode != 0
     assert "RuntimeError: injected failure on rank 1" in out, out[-6000:]
     assert "@@unexpected" not in out

@@ -1,7 +1,7 @@
 """2 ranks, bf16 on CPU (the plan trains fp32 without CUDA; CPU matmuls take bf16, so the plan's precision
 is set to bf16 here, as build_plan sets it on a GPU): strategy megatron (Float16Module, fp32 master weights
 in the distributed optimizer) and strategy fsdp2 (MixedPrecisionPolicy) for 3 iterations from the same
-seed and data, with what fsdp2 shards recorded (each module's parameter dtype and policy). Then a run in
+seed and data, on DP=2 and on PP=2, with what fsdp2 shards recorded (each module's parameter dtype and policy). Then a run in
 which rank 1 raises at its third micro batch, left through bridge.process_exit.exit_if_distributed as
 run_recipe.py leaves: the launch must fail (not hang) with rank 1's traceback.
 usage: fsdp2_bf16.py WORKDIR"""
@@ -75,7 +75,14 @@ def main(workdir: str) -> None:
     reset_parallel_state()
     recording_fully_shard()
     fsdp2 = ["distributed.strategy=fsdp2", "optimizer.use_distributed_optimizer=False"]
-    for name, extra in (("megatron_bf16", []), ("fsdp2_bf16", fsdp2)):
+    pp2 = ["model.pipeline_model_parallel_size=2"]  # the first stage's root returns bf16 to the p2p send
+    runs = (
+        ("megatron_bf16", []),
+        ("fsdp2_bf16", fsdp2),
+        ("megatron_bf16_pp2", pp2),
+        ("fsdp2_bf16_pp2", [*fsdp2, *pp2]),
+    )
+    for name, extra in runs:
         SHARDED.clear()
         result = pretrain(bf16_plan(tiny_config(*common, *extra)))
         emit(
