@@ -46,7 +46,7 @@ def pytest_collection_modifyitems(config, items):
         return
     skip_gpu = pytest.mark.skip(reason="needs CUDA")
     for item in items:
-        if "gpu" in item.keywords:
+        if item.get_closest_marker("gpu") is not None:  # not `in item.keywords`: that holds folder names too
             item.add_marker(skip_gpu)
 
 
@@ -60,6 +60,9 @@ def pytest_terminal_summary(terminalreporter):
     if launch is None or not launch.LAUNCHES:
         return
     terminalreporter.write_sep("-", "multi-rank launches")
+    if launch.forkserver_client.cache_info().currsize and not launch.forkserver_client().fork_safe:
+        reason = launch.forkserver_client().unsafe_reason
+        terminalreporter.write_line(f"fork server not used (every launch ran torchrun): {reason}")
     for launcher in ("forkserver", "torchrun"):
         launches = [one for one in launch.LAUNCHES if one.launcher == launcher]
         if launches:

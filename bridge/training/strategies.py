@@ -20,11 +20,13 @@ does the rest of Megatron-Core's finalize_model_grads (sequence-parallel norm gr
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bridge.config.checks.distributed import averages_in_collective
 from bridge.parallel.mesh import build_meshes
 from bridge.parallel.wrappers import unwrap
 
@@ -37,7 +39,13 @@ class WrappedModel:
     fsdp2: bool = False  # chunks are PyTorch FSDP2 modules (DTensor parameters)
 
 
-def ddp_config_for(dist_cfg: Any, strategy: str, use_distributed_optimizer: bool, interleaved: bool = False):
+def ddp_config_for(
+    dist_cfg: Any,
+    strategy: str,
+    use_distributed_optimizer: bool,
+    interleaved: bool = False,
+    num_moe_experts: int | None = None,
+):
     from megatron.core.distributed import DistributedDataParallelConfig
 
     overlap_param_gather = bool(dist_cfg.overlap_param_gather) and use_distributed_optimizer
@@ -49,7 +57,9 @@ def ddp_config_for(dist_cfg: Any, strategy: str, use_distributed_optimizer: bool
         # the forward hooks must not dispatch them too (Megatron-LM's align_param_gather; without it
         # Megatron-Core warns "already dispatched" on every step)
         align_param_gather=overlap_param_gather and interleaved,
-        average_in_collective=bool(getattr(dist_cfg, "average_in_collective", True)),
+        average_in_collective=averages_in_collective(
+            strategy, bool(getattr(dist_cfg, "average_in_collective", True)), num_moe_experts
+        ),
         use_distributed_optimizer=use_distributed_optimizer,
         # The loop checks loss and grad-norm finiteness on every rank together and stops with one
         # message; Megatron-Core's per-bucket check would raise on some ranks and hang the others.
@@ -87,7 +97,12 @@ def wrap_model(
         return WrappedModel(chunks, use_dist_opt, megatron_ddp=True)
 
     if strategy == "fsdp2":
-        # fp32 parameters (no Float16Module): FSDP2's MixedPrecisionPolicy casts them per all-gather.
+        # fp32 parameters (no Float16Module): FSDP2's MixedPrecisionPolicy casts them per all-gather, and
+        # the torch optimizer updates the fp32 shards (the master weights Megatron-Core's optimizer keeps
+        # apart). The plan's provider says params_dtype=bf16 (what Float16Module would cast to): built from
+        # a copy with fp32, bf16/fp16 kept (Megatron-Core's modules read them for their compute dtype).
+        provider = copy.copy(provider)
+        provider.params_dtype = "fp32"
         chunks = provider.provide_distributed_model(
             wrap_with_ddp=False, mixed_precision_wrapper=False, seed=seed, layout=layout
         )
@@ -101,7 +116,7 @@ def wrap_model(
     # megatron_fsdp
     from megatron.core.distributed.fsdp.mcore_fsdp_adapter import FullyShardedDataParallel
 
-    ddp_config = ddp_config_for(dist_cfg, strategy, True)
+    ddp_config = ddp_config_for(dist_cfg, strategy, True, num_moe_experts=provider.num_moe_experts)
     wrapped = [FullyShardedDataParallel(c.config, ddp_config, c) for c in chunks]
     return WrappedModel(wrapped, True, megatron_ddp=True)
 
@@ -161,17 +176,24 @@ def _no_forward_buffer_sync() -> dict[str, bool]:
     return {"broadcast_buffers": False}
 
 
-def mixed_precision_policy(precision):
-    """FSDP2's MixedPrecisionPolicy for the run's precision: compute in bf16/fp16, reduce gradients and
-    return the model's output in fp32 (as Megatron-Core's Float16Module + fp32 grad buffers do); fp32
-    (CPU): no casts."""
+def mixed_precision_policy(precision, fp32_output: bool = False):
+    """FSDP2's MixedPrecisionPolicy for the run's precision: compute in bf16/fp16 and reduce gradients in
+    fp32 (as Megatron-Core's Float16Module + fp32 grad buffers do); fp32 (CPU): no casts.
+
+    `fp32_output` only for a module whose output leaves the model: the root chunk of the last pipeline
+    stage (Float16Module returns that stage's output in fp32). Inside the model the activations stay in the
+    compute dtype: a TransformerLayer returning fp32 makes the root's final norm (bf16 weight, fp32 input)
+    return fp32, and the output layer's bf16 GEMM then fails ("expected mat1 and mat2 to have the same
+    dtype"); a stage sending fp32 would not match the pipeline's bf16 receive buffers either."""
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     if precision is None or precision.name == "fp32":
         return MixedPrecisionPolicy()
     return MixedPrecisionPolicy(
-        param_dtype=precision.torch_dtype, reduce_dtype=torch.float32, output_dtype=torch.float32
+        param_dtype=precision.torch_dtype,
+        reduce_dtype=torch.float32,
+        output_dtype=torch.float32 if fp32_output else None,
     )
 
 
@@ -218,7 +240,10 @@ def fully_shard_chunks(
                     # divides twice under forced sum reduction, measured: 1/(dp*cp)^2; it needs no comms.)
                     experts.set_force_sum_reduction_for_comms(True)
             fully_shard(layer, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=layer_reshard)
-        fully_shard(chunk, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
+        root_policy = mixed_precision_policy(
+            precision, fp32_output=bool(getattr(chunk, "post_process", True))
+        )
+        fully_shard(chunk, mesh=mesh, mp_policy=root_policy, reshard_after_forward=reshard_after_forward)
         for name, p in chunk.named_parameters():
             for key, value in attrs.get(name, {}).items():
                 setattr(p, key, value)

@@ -30,6 +30,7 @@ from bridge.cli.user_error import EXIT_USER_ERROR, report_user_error  # noqa: E4
 from bridge.errors import ConfigError  # noqa: E402
 from bridge.parallel.planner.systems import SYSTEMS  # noqa: E402
 from bridge.parallel.ranks import env_world_size  # noqa: E402
+from bridge.process_exit import exit_if_distributed  # noqa: E402
 
 EXIT_INVALID = EXIT_USER_ERROR
 
@@ -93,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         return run(argv)
     except ConfigError as err:
         return report_user_error(err)
+    except Exception as err:
+        exit_if_distributed(err)  # a rank of a run: never left hanging in the interpreter's exit
+        raise
 
 
 def run(argv: list[str] | None = None) -> int:

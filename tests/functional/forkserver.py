@@ -14,7 +14,17 @@ handling of signals sent to the launcher, warnings printed while the libraries a
 through real torchrun launches (test_error_line, test_stop_signals, test_checkpoint_faults,
 test_readme_first_command). `BRIDGE_TEST_LAUNCHER=torchrun` runs every launch through torchrun.
 
-Protocol (this process's stdin and stdout, one JSON object per line): a request
+CUDA: a process forked from one that asked the CUDA runtime anything (even `torch.cuda.is_available()`,
+which Megatron-Core and torch.utils.cpp_extension call at import time) is marked "bad fork" by torch and
+fails with "Cannot re-initialize CUDA in forked subprocess" as soon as it touches CUDA. The server asks
+with NVML instead (PYTORCH_NVML_BASED_CUDA_CHECK=1, torch's switch for this case), then checks the result
+for real: after the preload it forks a probe that reports torch's bad-fork flag, and says in its first
+line whether ranks forked from it can use CUDA (`fork_is_safe`). When they cannot (a driver without NVML,
+a preloaded module that initialised CUDA), the client runs every launch through torchrun instead, and the
+server refuses any launch request with the reason.
+
+Protocol (this process's stdin and stdout, one JSON object per line): first {"cuda": cuda_fork_state()},
+once the preload is done; then a request
 {"script", "args", "nproc", "env", "cwd", "output", "master_port"} is answered by {"pid": leader} at once
 and {"returncode": code} when the launch ends. The leader is a forked child in a process group of its
 own (so a timeout kills it and its ranks with one killpg; in the same session, so that the kernel's
@@ -54,6 +64,41 @@ PRELOAD = [
     "transformers",
     "transformers.models.llama.modeling_llama",
 ]
+
+
+def cuda_fork_state() -> dict:
+    """Can ranks forked from this process use CUDA? Call after the preload, before any launch.
+
+    cuda_devices: devices the ranks would see (NVML's count where it answers, so that asking does not
+    itself mark the forks); cuda_initialized: this process initialised CUDA; cuda_poisoned_fork: a child
+    forked now is in torch's bad-fork state (measured in a forked probe, not inferred)."""
+    import torch
+
+    devices = torch.cuda.device_count()  # before the probe: the probe sees what this call left behind
+    initialized = torch.cuda.is_initialized()
+    probe = os.fork()
+    if probe == 0:
+        os._exit(3 if torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(probe, 0)
+    poisoned = os.waitstatus_to_exitcode(status) == 3
+    return {"cuda_devices": devices, "cuda_initialized": initialized, "cuda_poisoned_fork": poisoned}
+
+
+def fork_is_safe(state: dict) -> tuple[bool, str]:
+    """Whether ranks forked from a server in `state` (cuda_fork_state) can use CUDA, and why not.
+
+    Without CUDA devices forking is always safe: the ranks run on gloo and never touch CUDA, bad fork or
+    not (a CUDA build of torch on a machine without a driver marks the forks too)."""
+    if state["cuda_devices"] == 0:
+        return True, ""
+    if state["cuda_initialized"]:
+        return False, "the fork server initialised CUDA while importing the preloaded modules"
+    if state["cuda_poisoned_fork"]:
+        return False, (
+            "a process forked from the fork server is in torch's bad-fork state (the CUDA runtime was "
+            "queried during the preload, and NVML could not answer instead)"
+        )
+    return True, ""
 
 
 def preload() -> None:
@@ -199,9 +244,16 @@ def _reply(message: dict) -> None:
 
 
 def main() -> None:
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # for the preload only: the ranks get the request's
     preload()
+    state = cuda_fork_state()
+    safe, reason = fork_is_safe(state)
+    _reply({"cuda": state})
     for line in sys.stdin:
         request = json.loads(line)
+        if not safe:
+            _reply({"refused": f"forkserver: ranks forked from this process cannot use CUDA: {reason}"})
+            continue
         sys.stdout.flush()
         sys.stderr.flush()
         leader = os.fork()

@@ -69,9 +69,12 @@ def torchrun(
     The ranks are forked from the session's fork server (tests/functional/forkserver.py: torchrun's
     environment and exit status, without each rank importing torch and Megatron-Core again); `real=True`,
     or BRIDGE_TEST_LAUNCHER=torchrun for every launch, runs torchrun itself: for a test of what only
-    torchrun shows (its output when the libraries are imported, its own summary)."""
+    torchrun shows (its output when the libraries are imported, its own summary). Where forked ranks
+    could not use CUDA (the server says so in its first reply), every launch runs torchrun itself."""
     started = time.monotonic()
     launcher = "torchrun" if real or os.environ.get("BRIDGE_TEST_LAUNCHER") == "torchrun" else "forkserver"
+    if launcher == "forkserver" and not forkserver_client().fork_safe:
+        launcher = "torchrun"  # ranks forked from the server could not use CUDA (forkserver.fork_is_safe)
     try:
         if launcher == "torchrun":
             return _real_torchrun(script, nproc, args, timeout, _environment(env))
@@ -119,6 +122,10 @@ class ForkServerClient:
         )  # fmt: skip
         self.count = 0
         atexit.register(self.close)
+        from tests.functional.forkserver import fork_is_safe
+
+        self.cuda_state: dict = self._read()["cuda"]  # once the server has imported the libraries
+        self.fork_safe, self.unsafe_reason = fork_is_safe(self.cuda_state)
 
     def _read(self, timeout: float | None = None) -> dict | None:
         """The next reply, or None when `timeout` seconds pass first."""
@@ -140,7 +147,10 @@ class ForkServerClient:
         }  # fmt: skip
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
-        leader = self._read()["pid"]
+        first = self._read()
+        if "refused" in first:
+            raise AssertionError(first["refused"])
+        leader = first["pid"]
         reply = self._read(timeout)
         if reply is None:  # the leader's process group: the leader and its ranks
             os.killpg(leader, signal.SIGKILL)

@@ -64,6 +64,22 @@ def test_ddp_config_follows_the_section():
     assert fsdp.use_megatron_fsdp and fsdp.data_parallel_sharding_strategy == "optim_grads_params"
 
 
+def test_megatron_fsdp_averages_in_the_collective_only_with_moe():
+    # Megatron-Core's Megatron-FSDP has an expert data-parallel group only for MoE models, and averaging in
+    # the collective asks for it (issue 44: None on megatron-core 0.19.2): a dense model divides first
+    on = DistributedConfig(average_in_collective=True)
+    assert ddp_config_for(on, "megatron_fsdp", True).average_in_collective is False
+    assert ddp_config_for(on, "megatron_fsdp", True, num_moe_experts=4).average_in_collective is True
+    assert ddp_config_for(on, "megatron", True).average_in_collective is True  # DDP: as set
+    off = DistributedConfig(average_in_collective=False)
+    assert ddp_config_for(off, "megatron_fsdp", True, num_moe_experts=4).average_in_collective is False
+    # and the plan says so (not a silent change of the setting)
+    from bridge.config.checks.distributed import MEGATRON_FSDP_DENSE_AVERAGE
+
+    assert MEGATRON_FSDP_DENSE_AVERAGE in _plan("megatron_fsdp", cuda=True).warnings
+    assert MEGATRON_FSDP_DENSE_AVERAGE not in _plan("megatron", cuda=True).warnings
+
+
 TORCH_DDP = textwrap.dedent(
     r"""
     import inspect, warnings

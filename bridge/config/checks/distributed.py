@@ -45,6 +45,12 @@ def check_distributed(cfg: ConfigContainer, layout: ParallelLayout, running: fro
             "as well (Megatron-Core's DistributedDataParallel refuses the pair)",
             "set distributed.average_in_collective=false",
         )
+    if (
+        d.strategy == "megatron_fsdp"
+        and d.average_in_collective
+        and not averages_in_collective(d.strategy, d.average_in_collective, m.num_moe_experts)
+    ):
+        warnings.append(MEGATRON_FSDP_DENSE_AVERAGE)
     if d.strategy == "megatron" and d.overlap_param_gather and not cfg.optimizer.use_distributed_optimizer:
         raise config_error(
             "distributed.overlap_param_gather",
@@ -56,6 +62,26 @@ def check_distributed(cfg: ConfigContainer, layout: ParallelLayout, running: fro
     if not megatron_ddp and (unused := unused_ddp_settings_warning(d)):
         warnings.append(unused)
     return warnings
+
+
+# Megatron-Core 0.16.1 and 0.19.2 (mcore_fsdp_adapter._init_dist_index) build Megatron-FSDP's expert
+# data-parallel mesh only for a MoE model, then divide by that group's size whenever gradients are averaged
+# in the collective (megatron_fsdp._init_fsdp_param_and_grad_buffer): on a dense model
+# `get_dp_group(is_expert_parallel=True)` is None and the wrapper fails while being built.
+MEGATRON_FSDP_DENSE_AVERAGE = (
+    "distributed.average_in_collective=true: Megatron-FSDP cannot average in the collective for a dense "
+    "model (Megatron-Core asks for the expert data-parallel group, which it builds only for MoE models); "
+    "the gradients are divided by the data-parallel size before the reduce-scatter instead (the same "
+    "average). Set distributed.average_in_collective=false to silence this."
+)
+
+
+def averages_in_collective(strategy: str, average_in_collective: bool, num_moe_experts: int | None) -> bool:
+    """The average_in_collective Megatron-Core's DDP config gets: as set, except False for Megatron-FSDP
+    on a dense model (MEGATRON_FSDP_DENSE_AVERAGE)."""
+    if strategy == "megatron_fsdp" and not num_moe_experts:
+        return False
+    return average_in_collective
 
 
 def unused_ddp_settings_warning(d) -> str | None:
