@@ -34,9 +34,10 @@ class StragglerPlan:
     threshold: float  # relative performance (median time / rank time) below which a rank is named
 
     def describe(self) -> str:
+        excess = 1 / self.threshold - 1
         return (
-            f"stragglers: every {self.interval} iterations, ranks slower than {1 / self.threshold:.2f} x the "
-            "median step or data time are named"
+            f"stragglers: every {self.interval} iterations, ranks whose step time exceeds {1 + excess:.2f} x the "
+            f"median, or whose data time exceeds the median's by {100 * excess:.0f} % of the median step, are named"
         )
 
 
