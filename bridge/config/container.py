@@ -20,6 +20,7 @@ from bridge.config.sections import (
     DistillConfig,
     DistributedConfig,
     DPOConfig,
+    FaultToleranceConfig,
     LoggerConfig,
     MixedPrecisionConfig,
     OptimizerConfig,
@@ -27,6 +28,7 @@ from bridge.config.sections import (
     ProfilingConfig,
     RNGConfig,
     SchedulerConfig,
+    StragglerDetectionConfig,
     TokenizerConfig,
     TrainingConfig,
     ValidationConfig,
@@ -53,6 +55,8 @@ class ConfigContainer:
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)  # off unless a profiler is on
     dpo: DPOConfig = field(default_factory=DPOConfig)  # read with dataset.kind=preference
     distill: DistillConfig = field(default_factory=DistillConfig)  # on with a distill.teacher
+    ft: FaultToleranceConfig = field(default_factory=FaultToleranceConfig)  # hung ranks: off by default
+    straggler: StragglerDetectionConfig = field(default_factory=StragglerDetectionConfig)  # off by default
 
     # ---- fields that follow others -------------------------------------------------------------
 

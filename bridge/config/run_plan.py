@@ -26,6 +26,7 @@ from bridge.config.environment import Environment
 from bridge.config.performance import SettingState
 from bridge.config.preference_rules import DPOPlan, check_preference, check_preference_files, dpo_plan
 from bridge.config.profiling import ProfilingPlan, profiling_plan
+from bridge.config.resilience import HangPlan, StragglerPlan, hang_plan, straggler_plan
 from bridge.config.sections import FP8_PRECISIONS, PRECISION_DTYPES
 from bridge.config.validation import validate_config
 from bridge.models.dtypes import torch_dtype
@@ -171,6 +172,9 @@ class RunPlan:
     distill: DistillPlan | None = None
     # lm-eval benchmarks during training (bridge/config/benchmarks.py); None: none
     benchmarks: BenchmarkPlan | None = None
+    # ft.rank_heartbeat_timeout / straggler.log_straggler (bridge/config/resilience.py); None: off
+    hang: HangPlan | None = None
+    stragglers: StragglerPlan | None = None
 
     @property
     def cuda(self) -> bool:
@@ -217,6 +221,7 @@ class RunPlan:
             )
         if self.benchmarks is not None:
             lines.append(self.benchmarks.describe())
+        lines += [p.describe() for p in (self.hang, self.stragglers) if p is not None]
         lines += [f"warning: {w}" for w in self.warnings]
         return lines
 
@@ -347,4 +352,6 @@ def build_plan(
         dpo=dpo_plan(cfg),
         distill=distill,
         benchmarks=benchmark_plan(cfg, layout),
+        hang=hang_plan(cfg),
+        stragglers=straggler_plan(cfg),
     )

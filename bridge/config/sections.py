@@ -316,6 +316,31 @@ class ProfilingConfig:
 
 
 @dataclass
+class FaultToleranceConfig:
+    """Hung-rank detection (Megatron-Bridge's `ft` section; the timeouts carry NVIDIA Resiliency Extension's
+    names). A rank whose heartbeat (beaten at each phase of a step: data, forward/backward, the loss
+    all-reduce, optimizer, evaluation, checkpoint save) is older than the timeout stops the job with one
+    message naming the hung rank, its iteration and its last operation (bridge/training/watchdog.py)."""
+
+    rank_heartbeat_timeout: float | None = None  # seconds without progress; None: no detection
+    # the same for the first iteration (warm-up, first compilations); None: rank_heartbeat_timeout
+    initial_rank_heartbeat_timeout: float | None = None
+
+
+@dataclass
+class StragglerDetectionConfig:
+    """Straggler detection (Megatron-Bridge's `straggler` section; log_straggler is Megatron-LM's switch):
+    every report_interval iterations the ranks' step and data-loading times over the interval are
+    gathered, and a rank whose relative performance (the median's time / its time, as NVIDIA Resiliency
+    Extension scores it) is below relative_perf_threshold is named in the log and in TensorBoard
+    (bridge/training/stragglers.py)."""
+
+    log_straggler: bool = False
+    report_interval: int = 100  # iterations
+    relative_perf_threshold: float = 0.7  # 0.7: slower than median / 0.7 = 1.43 x the median
+
+
+@dataclass
 class DPOConfig:
     """Preference optimisation (dataset.kind=preference): DPO (Rafailov et al. 2023) or IPO (Azar et al.
     2023) against a frozen reference model. Names as TRL's DPOConfig (beta, loss_type, label_smoothing)."""

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from bridge.checkpoint.atomic import atomic_dir, check_target_dir
+from bridge.conversion.expert_adapters import expert_export_problem, summarize
 from bridge.conversion.mappings import Mapping, make_mapping
 from bridge.conversion.model_params import LocalParam, canonical_name, current_ranks, model_dims
 from bridge.conversion.registry import Family, Rule
@@ -171,6 +172,21 @@ def _target_modules(names: list[str]) -> list[str]:
     return list(seen)
 
 
+def _check_experts(chunks: list, family: Family, hf_vocab_size: int, settings: dict[str, Any]) -> None:
+    """Refuse, on every rank, expert adapters peft cannot load (bridge.conversion.expert_adapters): the
+    ranks exchange what their adapters name, as pipeline stages hold different layers."""
+    mine = summarize(n for lp in adapter_local_params(chunks, family, hf_vocab_size) for n in lp.mapping.hf)
+    everyone = [mine]
+    if torch.distributed.is_available() and torch.distributed.is_initialized() and ranks.world_size() > 1:
+        everyone = [None] * ranks.world_size()
+        torch.distributed.all_gather_object(everyone, mine)
+    problem = expert_export_problem(
+        everyone, bool(family.stacked_experts), settings["lora_dropout"], settings["use_dora"]
+    )
+    if problem:
+        raise ConfigError(f"save_hf_adapter: {problem}")
+
+
 def save_hf_adapter(
     chunks: list, path: str | Path, family: Family, hf_vocab_size: int, base_model: str | None = None
 ) -> None:
@@ -180,6 +196,7 @@ def save_hf_adapter(
 
     target = check_target_dir(path, "path")  # every rank: all raise together
     settings = adapter_settings(chunks)
+    _check_experts(chunks, family, hf_vocab_size, settings)  # every rank: all raise together
     exporter = _exporter(chunks, family, hf_vocab_size)
     if not ranks.is_rank_zero():
         for _ in exporter.iterate(dst=0):

@@ -74,9 +74,11 @@ def apply_norm(
     return out.to(x.dtype)
 
 
-def init_seed(seed: int, layer_number: int, target: str) -> int:
-    """A generator seed for one adapter, the same whatever the parallel layout."""
-    digest = hashlib.sha256(f"bridge.peft/{seed}/{layer_number}/{target}".encode()).digest()
+def init_seed(seed: int, layer_number: int, target: str, expert: int | None = None) -> int:
+    """A generator seed for one adapter, the same whatever the parallel layout (a routed expert's: its global
+    index too, so experts start different and an expert's start does not depend on expert parallelism)."""
+    key = f"bridge.peft/{seed}/{layer_number}/{target}" + ("" if expert is None else f"/expert{expert}")
+    digest = hashlib.sha256(key.encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
@@ -156,6 +158,7 @@ class ParallelAdapter(nn.Module):
         norm: NormSpec | None,
         dtype: torch.dtype,
         device: torch.device,
+        expert: int | None = None,
     ):
         super().__init__()
         if kind not in KINDS or scheme not in SCHEMES:
@@ -169,6 +172,7 @@ class ParallelAdapter(nn.Module):
         self.tp_size, self.tp_rank = tp_size, tp_rank
         self.sequence_parallel = sequence_parallel and tp_size > 1
         self.gated, self.layer_number, self.norm = gated, layer_number, norm
+        self.expert = expert  # a routed expert's global index, else None
         column = kind == "column"
         a_in = in_features if column else in_features // tp_size
         b_out = out_features // tp_size if column else out_features
@@ -193,7 +197,7 @@ class ParallelAdapter(nn.Module):
     def reset_parameters(self, seed: int) -> None:
         """A: xavier normal of the full [r, in] tensor from the layout-independent seed, this rank's
         shard kept; B: zeros. (DoRA's m needs the base weight: init_magnitude.)"""
-        gen = torch.Generator().manual_seed(init_seed(seed, self.layer_number, self.target))
+        gen = torch.Generator().manual_seed(init_seed(seed, self.layer_number, self.target, self.expert))
         std = math.sqrt(2.0 / (self.in_features + self.dim))
         full = torch.randn(self.dim, self.in_features, generator=gen) * std
         if self.kind == "row":

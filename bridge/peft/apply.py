@@ -49,16 +49,50 @@ def _layers(model: nn.Module) -> list[nn.Module]:
     return list(getattr(decoder, "layers", ())) if decoder is not None else []
 
 
-def _base_of(layer: nn.Module, target: str) -> tuple[nn.Module, nn.Module]:
+def _bases_of(layer: nn.Module, target: str) -> list[tuple[nn.Module, nn.Module, int | None]]:
+    """(holder, base linear, global expert index or None) of every linear `target` names in `layer`: one
+    for attention and dense MLPs; in a mixture-of-experts layer linear_fc1 / linear_fc2 name every local
+    routed expert's (Megatron-Bridge's meaning of the two targets)."""
     holder_name, _ = TARGETS[target]
     holder = getattr(layer, holder_name, None)
-    layer_no = getattr(layer, "layer_number", "?")
     if holder_name == "mlp" and holder is not None and hasattr(holder, "experts"):
+        return _expert_bases(layer, holder, target)
+    return [(*_base_of(layer, holder_name, holder, target), None)]
+
+
+def _expert_bases(layer: nn.Module, moe: nn.Module, target: str) -> list[tuple[nn.Module, nn.Module, int]]:
+    layer_no = getattr(layer, "layer_number", "?")
+    local = getattr(moe.experts, "local_experts", None)
+    if local is None:
         raise ConfigError(
-            f"peft.target_modules contains {target}, but layer {layer_no}'s MLP is a mixture of experts: "
-            "adapters on MoE expert layers are not supported. Fix: target the attention only, "
+            f"peft.target_modules contains {target}: layer {layer_no}'s experts are grouped-GEMM weights "
+            f"({type(moe.experts).__name__}, model.moe_grouped_gemm=true); adapters attach to sequential experts "
+            "(one linear per expert). Fix: model.moe_grouped_gemm=false, or adapt the attention only: "
             "peft.target_modules=[linear_qkv,linear_proj]"
         )
+    if getattr(moe, "shared_experts", None) is not None:
+        raise ConfigError(
+            f"peft.target_modules contains {target}: layer {layer_no} has shared experts, which adapters do "
+            "not cover yet (routed experts only). Fix: adapt the attention only, "
+            "peft.target_modules=[linear_qkv,linear_proj]"
+        )
+    out = []
+    for index, expert in zip(moe.local_expert_indices, local, strict=True):
+        holder, base = _base_of(layer, "mlp", expert, target)
+        if tp_size_rank(base)[0] != 1:
+            raise ConfigError(
+                f"peft.target_modules contains {target}: layer {layer_no}'s experts are split over "
+                f"{tp_size_rank(base)[0]} expert-tensor-parallel ranks; adapters on experts need "
+                "model.expert_tensor_parallel_size=1. Fix: set it, or peft.target_modules=[linear_qkv,linear_proj]"
+            )
+        out.append((holder, base, int(index)))
+    return out
+
+
+def _base_of(
+    layer: nn.Module, holder_name: str, holder: nn.Module | None, target: str
+) -> tuple[nn.Module, nn.Module]:
+    layer_no = getattr(layer, "layer_number", "?")
     base = getattr(holder, target, None) if holder is not None else None
     weight = getattr(base, "weight", None)
     if not isinstance(weight, torch.Tensor) or weight.ndim != 2:
@@ -73,7 +107,9 @@ def _base_of(layer: nn.Module, target: str) -> tuple[nn.Module, nn.Module]:
     return holder, base
 
 
-def build_adapter(base: nn.Module, target: str, peft: Any, config: Any, layer_number: int) -> ParallelAdapter:
+def build_adapter(
+    base: nn.Module, target: str, peft: Any, config: Any, layer_number: int, expert: int | None = None
+) -> ParallelAdapter:
     """The adapter for `base` (not attached): its shapes from the base's local weight and TP size."""
     kind = TARGETS[target][1]
     tp_size, tp_rank = tp_size_rank(base)
@@ -105,6 +141,7 @@ def build_adapter(base: nn.Module, target: str, peft: Any, config: Any, layer_nu
         norm=norm,
         dtype=base.weight.dtype,
         device=base.weight.device,
+        expert=expert,
     )
 
 
@@ -117,13 +154,17 @@ def attach_adapter(holder: nn.Module, target: str, adapter: ParallelAdapter, see
     adapter.reset_parameters(seed)
     if adapter.scheme == "dora":
         adapter.init_magnitude(base)
+    if adapter.expert is not None:  # Megatron-Core's mark of expert parameters: DDP reduces their gradients
+        for param in adapter.parameters():  # over the expert-data-parallel group, not across expert ranks
+            param.allreduce = False
 
 
 def apply_peft(chunks: list, peft: Any, seed: int) -> None:
     """Freeze every base parameter and attach an adapter to each target linear (in place).
 
-    `peft` is a PeftConfig (scheme None: nothing to do). Raises ConfigError for MoE expert targets, a
-    model that already has adapters, or bad settings.
+    `peft` is a PeftConfig (scheme None: nothing to do). In a mixture-of-experts layer linear_fc1 and
+    linear_fc2 adapt every local routed expert. Raises ConfigError for experts it cannot adapt (grouped
+    GEMM, shared experts, expert tensor parallelism), a model that already has adapters, or bad settings.
     """
     if peft.scheme is None:
         return
@@ -135,14 +176,14 @@ def apply_peft(chunks: list, peft: Any, seed: int) -> None:
         layers = _layers(model)
         for layer in layers:  # check every layer before changing any
             for target in peft.target_modules:
-                _base_of(layer, target)
+                _bases_of(layer, target)
         for param in model.parameters():
             param.requires_grad_(False)
         for layer in layers:
             for target in peft.target_modules:
-                holder, base = _base_of(layer, target)
-                adapter = build_adapter(base, target, peft, model.config, layer.layer_number)
-                attach_adapter(holder, target, adapter, seed)
+                for holder, base, expert in _bases_of(layer, target):
+                    adapter = build_adapter(base, target, peft, model.config, layer.layer_number, expert)
+                    attach_adapter(holder, target, adapter, seed)
         mark_adapters(model, is_adapter_param)  # how the checkpoint tells the adapters from the base
 
 

@@ -42,6 +42,8 @@ class TrainingContext:
     frozen_pass: Any = None
     # the last step's metrics beside the loss (DPO's rewards and accuracy), on the logging rank
     step_metrics: dict[str, float] = field(default_factory=dict)
+    # the main thread's progress, beaten at each phase (bridge.training.watchdog.Heartbeat; set by train())
+    heartbeat: Any = None
 
     @property
     def cfg(self) -> ConfigContainer:

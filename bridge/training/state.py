@@ -48,6 +48,8 @@ class TrainResult:
     # rewards/margins, rewards/accuracies), on the last pipeline stage's ranks
     metrics: dict[int, dict[str, float]] = field(default_factory=dict)
     exit_reason: str | None = None  # "received SIGTERM", "train.exit_duration_in_mins=... reached"
+    # straggler.log_straggler: at each report's iteration, the (rank, "step" | "data") named (every rank)
+    stragglers: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
 
 
 class NonFiniteLossError(ConfigError):

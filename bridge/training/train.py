@@ -29,6 +29,8 @@ from bridge.training.profiling import StepProfiler
 from bridge.training.qk_clip import clip_qk
 from bridge.training.saves import finish_pending, log_rank, non_finite_message, save, sync_params_for
 from bridge.training.state import NonFiniteLossError, TrainResult
+from bridge.training.stragglers import StragglerDetector
+from bridge.training.watchdog import Heartbeat, Watchdog, job_store
 
 
 def _reduce_losses(losses_reduced: list[dict]) -> dict[str, torch.Tensor]:
@@ -89,7 +91,9 @@ def train_step(ctx: TrainingContext) -> tuple[float, float | None, bool]:
         for chunk in ctx.model:
             chunk.zero_grad_buffer()
     ctx.optimizer.zero_grad()
+    ctx.heartbeat.beat("forward/backward", ctx.state.iteration + 1)
     losses_reduced = _forward_backward(ctx, ctx.step_iterators(ctx.train_iterators), forward_only=False)
+    ctx.heartbeat.beat("loss all-reduce")
     totals = _reduce_losses(losses_reduced)
     loss = _broadcast_loss(totals)
     if ctx.frozen_pass is not None:
@@ -97,6 +101,7 @@ def train_step(ctx: TrainingContext) -> tuple[float, float | None, bool]:
     iteration = ctx.state.iteration + 1
     if not math.isfinite(loss):
         raise NonFiniteLossError(non_finite_message(ctx.objective, loss, iteration, ctx))
+    ctx.heartbeat.beat("optimizer step")
     update_successful, grad_norm, _ = ctx.optimizer.step()
     model_cfg = ctx.cfg.model
     if model_cfg.qk_clip or model_cfg.log_max_attention_logit:
@@ -148,9 +153,12 @@ def train(ctx: TrainingContext) -> TrainResult:
     profiler = None
     if ctx.plan.profiling is not None:  # nothing at all when profiling is off
         profiler = StepProfiler.for_rank(ctx.plan.profiling, torch.distributed.get_rank())
+    watchdog = _watch(ctx)
     try:
         return _loop(ctx, result, exits, start_iteration, start_iteration, profiler)
     finally:
+        if watchdog is not None:
+            watchdog.stop()
         if profiler is not None:
             profiler.finish()  # an error inside the window: stop and write what was recorded
         if ctx.async_saves is not None:  # an error: its write in flight is not published
@@ -158,6 +166,23 @@ def train(ctx: TrainingContext) -> TrainResult:
         exits.restore()
         if cfg.train.manual_gc:
             gc.enable()
+
+
+def _watch(ctx: TrainingContext) -> Watchdog | None:
+    """The heartbeat (data reads timed and beaten when hang or straggler detection is on), and the hung-rank
+    watchdog when ft.rank_heartbeat_timeout is set."""
+    plan = ctx.plan
+    ctx.heartbeat = Heartbeat(ctx.state.iteration)
+    if plan.hang is None and plan.stragglers is None:
+        return None
+    ctx.train_iterators = [ctx.heartbeat.wrap(it) for it in ctx.train_iterators]
+    if plan.hang is None:
+        return None
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    store = job_store() if world > 1 else None
+    return Watchdog(
+        ctx.heartbeat, plan.hang.timeout_s, plan.hang.initial_timeout_s, rank, world, store
+    ).start()
 
 
 def _mfu_device(ctx: TrainingContext, log: bool) -> str | None:
@@ -182,10 +207,14 @@ class _LoopState:
     saved_at: int  # the last iteration saved (a resumed run's loaded one counts: it is never re-saved)
     is_log_rank: bool
     mfu_device: str | None
+<<<<<<< HEAD
     # multi-node: the logging rank's iteration line is sent to every rank and the first rank of each
     # other node prints it too, so that every node's log (a scheduler's per-node file) shows the run
     multi_node: bool = False
     echoes: bool = False
+=======
+    stragglers: StragglerDetector | None = None
+>>>>>>> resil
     # the log line's window: sums since the last line
     window_loss: float = 0.0
     window_n: int = 0
@@ -210,6 +239,7 @@ def _loop(
     cfg = ctx.cfg
     is_log_rank = torch.distributed.get_rank() == log_rank()
     mfu_device = _mfu_device(ctx, is_log_rank) if cfg.logger.log_throughput else None
+<<<<<<< HEAD
     echo_ranks = node_echo_ranks(torch.distributed.get_world_size(), env_local_world_size(), log_rank())
     loop = _LoopState(
         saved_at=saved_at,
@@ -218,20 +248,37 @@ def _loop(
         multi_node=bool(echo_ranks),
         echoes=torch.distributed.get_rank() in echo_ranks,
     )
+=======
+    loop = _LoopState(saved_at=saved_at, is_log_rank=is_log_rank, mfu_device=mfu_device)
+    if ctx.plan.stragglers is not None:
+        loop.stragglers = StragglerDetector(ctx.plan.stragglers, ctx.heartbeat, ctx.writers, is_log_rank)
+    beat = ctx.heartbeat.beat
+>>>>>>> resil
     log_interval = max(1, cfg.logger.log_interval or 1)
     for chunk in ctx.model:
         chunk.train()
     while ctx.state.iteration < cfg.train.train_iters:
         loss, grad_norm = _run_iteration(ctx, result, loop, profiler)
         it = ctx.state.iteration
+        ctx.heartbeat.steps_done += 1
+        if loop.stragglers is not None:
+            beat("straggler report (all-gather)")
+            found = loop.stragglers.maybe_report(it)
+            if found is not None:
+                result.stragglers[it] = [(s.rank, s.what) for s in found]
+        beat("logging")
         if it % log_interval == 0:
             _log_iteration(ctx, loop, it, grad_norm, result.learning_rates[it])
+        beat("evaluation")
         _maybe_evaluate(ctx, result, loop, it)
         _maybe_benchmark(ctx, result, loop, it)
+        beat("checkpoint save")
         _maybe_save(ctx, result, loop, it, loss)
         _maybe_collect_garbage(cfg, it)
+        beat("exit check (all-reduce)")
         if _exit_interval_reached(cfg, loop, it) or _exit_requested(ctx, result, loop, exits, it, loss):
             break
+    beat("final checkpoint save")
     if profiler is not None:
         profiler.finish()  # the run ended inside the window: the trace leaves out the final save
     return _finish(ctx, result, loop, start_iteration)
@@ -262,6 +309,8 @@ def _run_iteration(
         result.metrics[it] = dict(ctx.step_metrics)
     loop.window_loss, loop.window_n = loop.window_loss + loss, loop.window_n + 1
     loop.window_time += elapsed
+    if loop.stragglers is not None:
+        loop.stragglers.record_step(elapsed)
     if loop.total_iters or it > 1 or ctx.cfg.train.train_iters == 1:  # the first step includes warm-up
         loop.total_time, loop.total_iters = loop.total_time + elapsed, loop.total_iters + 1
     return loss, grad_norm

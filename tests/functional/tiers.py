@@ -44,6 +44,7 @@ ONE_LEG = {
     "test_error_line.py": "py311",
     "test_fsdp2_checkpoints.py": "py311",
     "test_multi_node_logging.py": "py312",
+    "test_hang_straggler.py": "py312",
     "test_rank_restart.py": "py312",
     "test_checkpoint_faults.py::test_kill_9_at_seeded_points_of_saves_never_loses_a_checkpoint[async]": "py312",
     "test_checkpoint_faults.py::test_sigterm_saves_and_exits_0_and_a_second_run_is_refused": "py312",

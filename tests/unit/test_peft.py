@@ -250,22 +250,105 @@ def test_same_seed_same_adapters_and_sharded_state_dict(sources):
     assert all("_adapter." in k for k in sharded)
 
 
-def test_moe_targets_are_refused(tmp_path):
+def test_moe_expert_adapters_match_peft(tmp_path):
+    """linear_fc1 / linear_fc2 in a MoE layer adapt every routed expert (Megatron-Bridge's meaning); the
+    adapter folder names them per expert (`mlp.experts.<e>.gate_proj`, ...), which peft converts onto
+    transformers' fused Qwen3-MoE experts (target_parameters) with bridge's logits, and the merged export
+    equals peft's merge_and_unload."""
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path / "moe"
+    save_hf_model(
+        "qwen3_moe", folder, with_tokenizer=False, mlp_only_layers=[]
+    )  # every layer MoE, as Qwen3-MoE's
+    bridge, chunk = _build(folder, _peft("lora"))
+    moe_layers = [layer for layer in chunk.decoder.layers if hasattr(layer.mlp, "experts")]
+    trainable = [n for n, p in chunk.named_parameters() if p.requires_grad and ".local_experts." in n]
+    assert (
+        moe_layers and len(trainable) == len(moe_layers) * chunk.config.num_moe_experts * 2 * 2
+    )  # fc1/2, A/B
+    experts = [p for n, p in chunk.named_parameters() if ".local_experts." in n and "_adapter." in n]
+    assert all(p.allreduce is False for p in experts)  # reduced over the expert-data-parallel group
+    a0, a1 = (
+        chunk.decoder.layers[0].mlp.experts.local_experts[e].linear_fc1_adapter.linear_in.weight
+        for e in (0, 1)
+    )
+    assert not torch.equal(a0, a1)  # each expert its own initial A
+    _randomize(chunk)
+    toks = tokens()
+    ours = megatron_logits(chunk, toks)
+    bridge.save_hf_adapter([chunk], tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["target_modules"] == [
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    ]
+    n = moe_layers[0].layer_number - 1
+    last = chunk.config.num_moe_experts - 1
+    assert f"base_model.model.model.layers.{n}.mlp.experts.{last}.up_proj.lora_B.weight" in read_tensors(
+        tmp_path / "adapter"
+    )
+    peft_model = _peft_model(folder, tmp_path / "adapter")
+    wrapped = peft_model.base_model.model.model.layers[n].mlp.experts  # peft's LoRA on the fused experts
+    assert type(wrapped).__name__ == "ParamWrapper", type(wrapped)
+    ref = hf_logits(peft_model, toks)
+    diff = (ours - ref).abs().max().item()
+    print(f"\nqwen3_moe experts lora: max |bridge - peft| logits = {diff:.2e}")
+    assert diff <= 1e-5, diff  # fp32, 2 layers: the same bound as the dense families'
+    base_logits = hf_logits(AutoModelForCausalLM.from_pretrained(folder), toks)
+    assert (ref - base_logits).abs().max() > 1e-2  # the adapters matter
+    bridge.save_hf_pretrained([chunk], tmp_path / "merged")
+    merged_ref = peft_model.merge_and_unload().state_dict()
+    merged = read_tensors(tmp_path / "merged")
+    for layer in range(
+        len(moe_layers)
+    ):  # peft merges into transformers' fused experts: compare expert by expert
+        x = f"model.layers.{layer}.mlp.experts"
+        for e in range(chunk.config.num_moe_experts):
+            gate_up = torch.cat([merged[f"{x}.{e}.gate_proj.weight"], merged[f"{x}.{e}.up_proj.weight"]])
+            merged[f"{x}.gate_up_proj#{e}"], merged_ref[f"{x}.gate_up_proj#{e}"] = (
+                gate_up,
+                merged_ref[f"{x}.gate_up_proj"][e],
+            )
+            merged[f"{x}.down_proj#{e}"] = merged[f"{x}.{e}.down_proj.weight"]
+            merged_ref[f"{x}.down_proj#{e}"] = merged_ref[f"{x}.down_proj"][e]
+    compared = [k for k in merged if k in merged_ref]
+    assert len([k for k in compared if "#" in k]) == 2 * len(moe_layers) * chunk.config.num_moe_experts
+    wdiff = max((merged[k] - merged_ref[k]).abs().max().item() for k in compared)
+    assert wdiff <= 1e-6, wdiff  # fp32 W + s B A, summed in a different order
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "merged", attn_implementation="eager").eval()
+    assert (hf_logits(reloaded, toks) - ref).abs().max().item() <= 1e-5
+
+
+def test_expert_adapters_refused_where_peft_or_bridge_cannot_carry_them(tmp_path):
     from bridge import AutoBridge
     from bridge.peft import apply_peft
 
-    save_hf_model("qwen3_moe", tmp_path / "moe", with_tokenizer=False)
-    provider = AutoBridge.from_hf_pretrained(tmp_path / "moe").to_megatron_provider(load_weights=False)
+    save_hf_model("qwen2_moe", tmp_path / "shared", with_tokenizer=False)  # shared experts: not covered yet
+    provider = AutoBridge.from_hf_pretrained(tmp_path / "shared").to_megatron_provider(load_weights=False)
     chunks = provider.provide_distributed_model(wrap_with_ddp=False)
-    with pytest.raises(ConfigError, match="mixture of experts.*linear_qkv,linear_proj"):
+    with pytest.raises(ConfigError, match="shared experts.*linear_qkv,linear_proj"):
         apply_peft(chunks, _peft("lora"), seed=0)
     assert all(p.requires_grad for p in chunks[0].parameters())  # refused before changing anything
-    apply_peft(chunks, _peft("lora", target_modules=["linear_qkv", "linear_proj"]), seed=0)  # attention only
-    trainable = {n for n, p in chunks[0].named_parameters() if p.requires_grad}
-    assert len(trainable) == 2 * 2 * 2 and all("self_attention.linear_" in n for n in trainable)
+    # the test family's layer 1 is dense: peft 0.21.2 would load its MLP without adapters (measured: logits
+    # 4.3 apart); DoRA: peft's fused-expert LoRA has none. Both refused before anything is written.
+    save_hf_model("qwen3_moe", tmp_path / "mixed", with_tokenizer=False)
+    for scheme, message in (
+        ("lora", "dense MLP layers have adapters on down_proj, gate_proj, up_proj"),
+        ("dora", "without DoRA"),
+    ):
+        bridge, chunk = _build(tmp_path / "mixed", _peft(scheme))
+        with pytest.raises(ConfigError, match=message):
+            bridge.save_hf_adapter([chunk], tmp_path / "adapter")
+        assert not (tmp_path / "adapter").exists()
 
 
-# MoE families whose attention adapters are checked against peft (experts take no adapters; above):
+# MoE families whose attention adapters are checked against peft (experts: above):
 # olmoe: q/k norms over whole projections after the adapted q/k projections; gpt_oss: biased q/k/v/o
 # projections, attention sinks; glm4_moe: attention biases; minimax_m2: whole-projection q/k norms;
 # ernie4_5_moe: interleaved RoPE and a dense first layer.

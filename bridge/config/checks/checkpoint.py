@@ -103,6 +103,8 @@ RESUME_FREE_FIELDS: dict[str, tuple[str, ...] | None] = {
     "checkpoint": None,  # None: the whole section
     "logger": None,
     "profiling": None,
+    "ft": None,
+    "straggler": None,
     "validation": None,
     "train": (
         "train_iters",
