@@ -207,14 +207,11 @@ class _LoopState:
     saved_at: int  # the last iteration saved (a resumed run's loaded one counts: it is never re-saved)
     is_log_rank: bool
     mfu_device: str | None
-<<<<<<< HEAD
     # multi-node: the logging rank's iteration line is sent to every rank and the first rank of each
     # other node prints it too, so that every node's log (a scheduler's per-node file) shows the run
     multi_node: bool = False
     echoes: bool = False
-=======
     stragglers: StragglerDetector | None = None
->>>>>>> resil
     # the log line's window: sums since the last line
     window_loss: float = 0.0
     window_n: int = 0
@@ -239,7 +236,6 @@ def _loop(
     cfg = ctx.cfg
     is_log_rank = torch.distributed.get_rank() == log_rank()
     mfu_device = _mfu_device(ctx, is_log_rank) if cfg.logger.log_throughput else None
-<<<<<<< HEAD
     echo_ranks = node_echo_ranks(torch.distributed.get_world_size(), env_local_world_size(), log_rank())
     loop = _LoopState(
         saved_at=saved_at,
@@ -248,12 +244,9 @@ def _loop(
         multi_node=bool(echo_ranks),
         echoes=torch.distributed.get_rank() in echo_ranks,
     )
-=======
-    loop = _LoopState(saved_at=saved_at, is_log_rank=is_log_rank, mfu_device=mfu_device)
     if ctx.plan.stragglers is not None:
         loop.stragglers = StragglerDetector(ctx.plan.stragglers, ctx.heartbeat, ctx.writers, is_log_rank)
     beat = ctx.heartbeat.beat
->>>>>>> resil
     log_interval = max(1, cfg.logger.log_interval or 1)
     for chunk in ctx.model:
         chunk.train()
