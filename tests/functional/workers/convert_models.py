@@ -181,6 +181,28 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             rope_scaling={"rope_type": "yarn", **_YARN, "mscale": 1.0, "mscale_all_dim": 0.8},
         ),
     ),
+    # GLM-4.7-Flash style: DeepSeek-V3's MLA with q compression (latent norms at transformers' fixed 1e-6,
+    # the others at rms_norm_eps 1e-5), default RoPE (base 5000) over the interleaved rope slice, GLM's
+    # sigmoid + e_score_correction_bias (random here) routing in 4 groups of 2, 2 per token (4 // 2 = 2),
+    # renormalised top-4, x1.8, a shared expert of 2 * 32; layer 0 dense (mlp_layer_types).
+    "glm4_moe_lite": (
+        "Glm4MoeLiteConfig",
+        "Glm4MoeLiteForCausalLM",
+        dict(
+            _DEEPSEEK,
+            rms_norm_eps=1e-5,
+            q_lora_rank=24,
+            rope_theta=5000.0,
+            n_routed_experts=8,
+            num_experts_per_tok=4,
+            n_group=4,
+            topk_group=2,
+            n_shared_experts=2,
+            routed_scaling_factor=1.8,
+            norm_topk_prob=True,
+            mlp_layer_types=["dense", "sparse"],
+        ),
+    ),
     # Gemma 3: Gemma 2's layout plus per-head (1 + w) q/k norms, no soft-capping; layer 0 sliding (window
     # 6 < the test sequence, RoPE base 50), layer 1 global (base 500, linear scaling 4): a layer given
     # the other kind's RoPE (e.g. by its stage-local index under PP) changes the logits.
