@@ -406,6 +406,31 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             eos_token_id=2,
         ),
     ),
+    # EXAONE-MoE (K-EXAONE) style: pre-norm, per-head q/k norms, GQA; layer 0 local (window 6 < the test
+    # sequence, RoPE), layer 1 global without RoPE; layer 0 dense, layer 1 MoE: sigmoid +
+    # e_score_correction_bias (random here) routing in 4 groups of 2, 2 per token (4 // 2 = 2),
+    # renormalised top-4, x2.5, a shared expert of 2 * 32.
+    "exaone_moe": (
+        "ExaoneMoeConfig",
+        "ExaoneMoeForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            sliding_window=6,
+            sliding_window_pattern=2,
+            rope_theta=5000.0,
+            num_experts=8,
+            num_experts_per_tok=4,
+            n_group=4,
+            topk_group=2,
+            num_shared_experts=2,
+            moe_intermediate_size=32,
+            routed_scaling_factor=2.5,
+            first_k_dense_replace=1,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
     # ERNIE 4.5: interleaved RoPE (adjacent channel pairs), head_dim 32 != hidden / heads, tied embeddings.
     "ernie4_5": (
         "Ernie4_5Config",
