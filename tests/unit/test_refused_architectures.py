@@ -26,7 +26,9 @@ def test_refused_with_what_is_missing(architecture, tmp_path):
     from bridge.models.hf_translation.common import read_config_json
 
     model_type, words = REFUSED[architecture]
-    (tmp_path / "config.json").write_text(json.dumps({"architectures": [architecture], "model_type": model_type}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"architectures": [architecture], "model_type": model_type})
+    )
     with pytest.raises(ConfigError) as caught:
         family_for(read_config_json(tmp_path / "config.json")["architectures"])
     message = str(caught.value)

@@ -70,7 +70,8 @@ DSA_REFUSAL = (
     "for now; its dense-attention predecessor {predecessor} converts"
 )
 REFUSED_ARCHITECTURES = {
-    "DeepseekV32ForCausalLM": "DeepSeek-V3.2: " + DSA_REFUSAL.format(predecessor="DeepSeek-V3 (DeepseekV3ForCausalLM)"),
+    "DeepseekV32ForCausalLM": "DeepSeek-V3.2: "
+    + DSA_REFUSAL.format(predecessor="DeepSeek-V3 (DeepseekV3ForCausalLM)"),
     "DeepseekV4ForCausalLM": (
         "DeepSeek-V4: its manifold hyper-connections (hc_mult residual streams, DeepseekV4HyperConnection), "
         "compressed sparse attention (CSA / HCA compressors with their indexer) and hash-routed MoE layers "
@@ -79,4 +80,3 @@ REFUSED_ARCHITECTURES = {
         "none in bridge for these releases; DeepSeek-V3 (DeepseekV3ForCausalLM) converts"
     ),
 }
-

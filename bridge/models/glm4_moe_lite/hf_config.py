@@ -83,7 +83,9 @@ def _moe_layer_freq(cfg: Any) -> list[int]:
                 "drop first_k_dense_replace or give mlp_layer_types that agree",
             )
     if 1 not in pattern:
-        raise refuse("mlp_layer_types", types, "GLM-4.7-Flash has MoE layers", "use the published config.json")
+        raise refuse(
+            "mlp_layer_types", types, "GLM-4.7-Flash has MoE layers", "use the published config.json"
+        )
     return pattern
 
 

@@ -16,5 +16,6 @@ MAPPINGS = EMBEDDINGS + ATTENTION + MOE + DENSE_MLP
 
 # GLM-5 is GLM-4.7-Flash's multi-latent attention with DeepSeek sparse attention's indexer (DeepSeek-V3.2's).
 REFUSED_ARCHITECTURES = {
-    "GlmMoeDsaForCausalLM": "GLM-5: " + DSA_REFUSAL.format(predecessor="GLM-4.7-Flash (Glm4MoeLiteForCausalLM)"),
+    "GlmMoeDsaForCausalLM": "GLM-5: "
+    + DSA_REFUSAL.format(predecessor="GLM-4.7-Flash (Glm4MoeLiteForCausalLM)"),
 }
