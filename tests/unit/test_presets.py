@@ -719,3 +719,23 @@ def test_moonlight_16b_published_size():
 
     count = count_parameters(preset("moonlight_16b").model_shape())  # "16B total, 3B activated"
     assert (round(count.total / 1e9), round(count.active / 1e9)) == (16, 3)
+
+
+@pytest.mark.parametrize(
+    ("name", "experts_key"), [("glm47_flash", "n_routed_experts"), ("k_exaone_236b_a23b", "num_experts")]
+)
+def test_active_parameter_count_equals_hugging_face(name, experts_key):
+    # active = every parameter but the routed experts a token does not reach: transformers' meta-device model
+    # with its routed experts' parameters (mlp.experts.*) counted at num_experts_per_tok / experts
+    from bridge.parallel.param_count import count_parameters
+
+    cls, values = PUBLISHED[name]
+    config = getattr(transformers, cls)(**values)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    routed = sum(p.numel() for n, p in model.named_parameters() if ".mlp.experts." in n)
+    total = sum(p.numel() for p in model.parameters())
+    share = values["num_experts_per_tok"] / values[experts_key]
+    count = count_parameters(preset(name).model_shape())
+    assert count.total == total
+    assert count.active == total - routed + routed * share
