@@ -10,6 +10,9 @@
 - Dense / MoE layers: mlp_layer_types ("dense" / "sparse"), else the first first_k_dense_replace dense.
 - Multi-token prediction (num_nextn_predict_layers): transformers builds no MTP layer, so its tensors
   (mtp.*) are dropped on import with one warning.
+- Keys of later EXAONE-MoE configs that transformers 5.25's ExaoneMoe does not read (per-layer SwiGLU
+  clamps swiglu_limits, per-layer windows sliding_windows) would change the math of the checkpoint
+  without changing transformers' model: refused.
 """
 
 from __future__ import annotations
@@ -48,6 +51,25 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         topk_group=1,
     ),
 }
+
+
+# config.json keys transformers' ExaoneMoeConfig (5.25) ignores but a checkpoint's math depends on
+UNREAD_MATH_KEYS = {
+    "swiglu_limits": "per-layer clamps of the SwiGLU activation",
+    "sliding_windows": "per-layer sliding-window sizes",
+}
+
+
+def check(cfg: Any) -> None:
+    for key, what in UNREAD_MATH_KEYS.items():
+        if get(cfg, key) is not None:
+            raise refuse(
+                key,
+                get(cfg, key),
+                f"{what}: transformers' ExaoneMoe does not apply them, so neither it nor a conversion checked "
+                "against it computes the model the checkpoint was trained as",
+                "convert a checkpoint without it (K-EXAONE-236B-A23B has none)",
+            )
 
 
 def _moe_layer_freq(cfg: Any) -> list[int]:
