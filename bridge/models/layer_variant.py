@@ -17,6 +17,8 @@ norms. Some families place their norms elsewhere or score attention differently:
     so Megatron-Core's expert bias applies to them (bridge.models.softmax_score_router).
   * rope_score_multiplier (YaRN, OLMo 3): the layers rotating with GPTModel's (YaRN-scaled) RoPE
     multiply their scores by YaRN's attention factor squared, in the same explicit attention.
+  * mla_latent_norm_epsilon (GLM-4.7-Flash): multi-latent attention's q / kv latent norms use this eps,
+    not layernorm_epsilon (bridge.models.norms.fixed_eps_norm).
 Transformer Engine's spec has none of these, so a non-default variant always gets the local spec
 (Megatron-Core's own modules, on CPU or CUDA alike; see bridge.models.specs.uses_te_spec).
 """
@@ -35,6 +37,7 @@ class LayerVariant:
     moe_router_softmax_scores: bool = False
     # the scores of the layers rotating with GPTModel's RoPE times this (YaRN's attention factor squared)
     rope_score_multiplier: float | None = None
+    mla_latent_norm_epsilon: float | None = None  # None: layernorm_epsilon, as Megatron-Core builds them
 
     @property
     def explicit_attention(self) -> bool:

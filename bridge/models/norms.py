@@ -9,6 +9,8 @@ on each rank; Megatron-Core all-reduces them over the TP group for parameters ma
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -57,3 +59,18 @@ class SequenceParallelNorm(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.normalization}, {self.weight.shape[0]}, eps={self.eps}"
+
+
+@functools.cache
+def fixed_eps_norm(eps: float) -> type:
+    """SequenceParallelNorm whose epsilon is `eps` whatever its builder passes. Megatron-Core builds
+    multi-latent attention's q / kv latent norms with layernorm_epsilon (0.16.1, 0.19.2); transformers'
+    DeepSeek-style attention (GLM-4.7-Flash) gives them a fixed 1e-6 while its other norms use rms_norm_eps."""
+
+    class FixedEpsNorm(SequenceParallelNorm):
+        def __init__(self, config, hidden_size: int, eps: float | None = None, **kwargs) -> None:
+            super().__init__(config, hidden_size, eps=fixed, **kwargs)
+
+    fixed = float(eps)
+    FixedEpsNorm.__qualname__ = f"FixedEpsNorm[{fixed}]"
+    return FixedEpsNorm

@@ -58,6 +58,13 @@ def check_fields(p: GPTFields) -> None:
     if p.multi_latent_attention:
         check_multi_latent_attention(p)
         check_mla_query_norm(p)  # here, so that the dry run refuses it as the build would
+    elif p.mla_latent_layernorm_epsilon is not None:
+        raise model_error(
+            "mla_latent_layernorm_epsilon",
+            p.mla_latent_layernorm_epsilon,
+            "is the eps of multi-latent attention's latent norms, and multi_latent_attention is off",
+            "set model.mla_latent_layernorm_epsilon=null or model.multi_latent_attention=true",
+        )
     _check_precision_and_vocab(p)
     if p.rope_scaling:
         _check_rope_scaling(p)
@@ -310,6 +317,11 @@ def check_multi_latent_attention(p: GPTFields) -> None:
     for name in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
         if getattr(p, name) <= 0:
             raise model_error(name, getattr(p, name), "must be a positive integer", f"set model.{name}")
+    eps = p.mla_latent_layernorm_epsilon
+    if eps is not None and not eps > 0:
+        raise model_error(
+            "mla_latent_layernorm_epsilon", eps, "must be positive or None", "use None for layernorm_epsilon"
+        )
 
 
 @functools.cache

@@ -125,6 +125,9 @@ class GPTFields(TransformerFields):
     yarn_rope_beta_fast: float = 32.0
     yarn_rope_beta_slow: float = 1.0
     yarn_rope_attention_factor: float = 1.0
+    # Multi-latent attention's q / kv latent norms (q_layernorm, kv_layernorm) with this eps instead of
+    # layernorm_epsilon (None); transformers' DeepSeek-style MLA fixes theirs at 1e-6 (GLM-4.7-Flash).
+    mla_latent_layernorm_epsilon: float | None = None
 
     def __setattr__(self, name: str, value: Any) -> None:
         # A typo (provider.num_layer = 4) must fail, not create a new attribute nobody reads.
@@ -150,6 +153,7 @@ class GPTFields(TransformerFields):
                 if self.yarn_rope_factor is not None and self.yarn_rope_attention_factor != 1.0
                 else None
             ),
+            mla_latent_norm_epsilon=self.mla_latent_layernorm_epsilon,
         )
 
     def effective_ffn_hidden_size(self) -> int:

@@ -1,7 +1,8 @@
 """The local layer spec with a family's layer variant (bridge.models.layer_variant) swapped in:
 the output norms of post / sandwich placement (bridge.models.post_norm), projection-wide q/k norms
 (bridge.models.qk_norm), soft-capped attention (bridge.models.softcap_attention), per-layer RoPE
-(bridge.models.local_rope_attention) and the softmax-score MoE router (bridge.models.softmax_score_router).
+(bridge.models.local_rope_attention), the softmax-score MoE router (bridge.models.softmax_score_router) and
+multi-latent attention's latent norms at their own eps (bridge.models.norms.fixed_eps_norm).
 Walks the
 ModuleSpecs of Megatron-Core 0.16.1 and the functools.partial builders of 0.19.2 alike."""
 
@@ -37,6 +38,7 @@ def with_layer_variant(block, variant):
     from megatron.core.transformer.identity_op import IdentityOp
 
     from bridge.models.local_rope_attention import LocalRopeSelfAttention
+    from bridge.models.norms import fixed_eps_norm
     from bridge.models.qk_norm import KeyProjectionRMSNorm, QueryProjectionRMSNorm
     from bridge.models.softcap_attention import SoftcapAttention
     from bridge.models.softmax_score_router import SoftmaxScoreRouter
@@ -59,6 +61,9 @@ def with_layer_variant(block, variant):
             mlp = _with_submodules(mlp, linear_fc2=post_linear)
         if variant.qk_layernorm_scope == "projection":
             attn_changes |= {"q_layernorm": QueryProjectionRMSNorm, "k_layernorm": KeyProjectionRMSNorm}
+        if variant.mla_latent_norm_epsilon is not None and hasattr(_submodules(attention), "kv_layernorm"):
+            norm = fixed_eps_norm(variant.mla_latent_norm_epsilon)
+            attn_changes |= {"q_layernorm": norm, "kv_layernorm": norm}
         if variant.explicit_attention:
             attn_changes["core_attention"] = functools.partial(
                 SoftcapAttention,

@@ -84,13 +84,16 @@ refuses until they are given.
 ## Not here yet
 
 Every Megatron-Bridge LLM recipe of the families bridge converts is here (read at its commit 067f987),
-but this one:
+but these:
 
 - MiniMax-M3 (`minimax_m3_pretrain_256gpu_h100_bf16_config`, `minimax_m3_sft_128gpu_h100_bf16_config`):
   bridge converts MiniMax-M2, for which Megatron-Bridge publishes no recipe.
+- K-EXAONE 2.0 750B-A37B (`exaone_moe_2_0_750b_a37_{pretrain,sft}_512gpu_h100_bf16_config`,
+  `exaone_moe_2_0_750b_a37_peft_128gpu_h100_bf16_config`, aliased `exaone_moe_{pretrain,sft,peft}_config`):
+  its checkpoint's config.json is not published, so there is no preset; the K-EXAONE-236B-A23B recipes are here.
 
 Megatron-Bridge's recipes of models no bridge family converts: DeepSeek-V4 (Flash / Pro), GLM-5.2,
-Qwen3-Next, Qwen3.5, Gemma 4, EXAONE 4.5 (VL) and EXAONE-MoE, Kimi-K2.5-VL, Nemotron-H, GPT-3 175B and the other
+Qwen3-Next, Qwen3.5, Gemma 4, EXAONE 4.5 (VL), Kimi-K2.5-VL, Nemotron-H, GPT-3 175B and the other
 vision / audio / diffusion recipes. Bridge's families with no Megatron-Bridge recipe: Gemma (1), GLM-4,
 Mistral, Phi-3, Qwen2-MoE, OLMo 2 / 3, Nemotron, Granite, StarCoder2, SmolLM3, ERNIE 4.5 (dense and MoE),
 MiniMax-M2 (Mixtral's recipe is NeMo's).

@@ -135,6 +135,14 @@ def test_omegaconf_type_checks_values():
             "rope_scaling",
         ),
         (dict(multi_latent_attention=True, position_embedding_type="rope", kv_lora_rank=0), "kv_lora_rank"),
+        # the latent norms' own eps: only with multi-latent attention, and positive
+        (dict(mla_latent_layernorm_epsilon=1e-6), "mla_latent_layernorm_epsilon"),
+        (
+            dict(
+                multi_latent_attention=True, position_embedding_type="rope", mla_latent_layernorm_epsilon=0.0
+            ),
+            "mla_latent_layernorm_epsilon",
+        ),
     ],
 )
 def test_finalize_rejects_bad_fields_naming_field_and_fix(overrides, field):

@@ -86,3 +86,27 @@ def test_softmax_scores_are_the_sigmoid_of_the_router_logits():
     assert torch.allclose(
         torch.sigmoid(softmax_as_sigmoid_logits(logits)), torch.softmax(logits, -1), atol=1e-12
     )
+
+
+def test_glm47_flash_reads_mla_with_its_latent_norm_eps_and_refuses_a_disagreeing_dense_count():
+    f = fields_of("glm4_moe_lite")
+    assert (f["multi_latent_attention"], f["q_lora_rank"], f["kv_lora_rank"]) == (True, 24, 32)
+    assert (f["layernorm_epsilon"], f["mla_latent_layernorm_epsilon"]) == (1e-5, 1e-6)
+    assert (f["moe_router_num_groups"], f["moe_router_group_topk"], f["moe_layer_freq"]) == (4, 2, [0, 1])
+    with pytest.raises(ConfigError, match="first_k_dense_replace=2: transformers' Glm4MoeLite ignores it"):
+        fields_of("glm4_moe_lite", first_k_dense_replace=2)
+    with pytest.raises(ConfigError, match="rope_interleave=False"):
+        fields_of("glm4_moe_lite", rope_interleave=False)
+
+
+def test_exaone_moe_reads_windows_nope_experts_and_refuses_what_transformers_ignores():
+    f = fields_of("exaone_moe")
+    assert (f["window_size"], f["window_attn_skip_freq"], f["no_rope_freq"]) == ([5, 0], 2, 2)
+    assert (f["num_moe_experts"], f["moe_shared_expert_intermediate_size"], f["moe_layer_freq"]) == (
+        8,
+        64,
+        [0, 1],
+    )
+    for key, value in (("swiglu_limits", [0.0, 7.0]), ("sliding_windows", [6, 0])):
+        with pytest.raises(ConfigError, match=f"HF config {key}="):
+            fields_of("exaone_moe", **{key: value})

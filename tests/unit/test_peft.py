@@ -351,8 +351,9 @@ def test_expert_adapters_refused_where_peft_or_bridge_cannot_carry_them(tmp_path
 # MoE families whose attention adapters are checked against peft (experts: above):
 # olmoe: q/k norms over whole projections after the adapted q/k projections; gpt_oss: biased q/k/v/o
 # projections, attention sinks; glm4_moe: attention biases; minimax_m2: whole-projection q/k norms;
-# ernie4_5_moe: interleaved RoPE and a dense first layer.
-MOE_ATTENTION_FAMILIES = ("olmoe", "gpt_oss", "glm4_moe", "minimax_m2", "ernie4_5_moe")
+# ernie4_5_moe: interleaved RoPE and a dense first layer; exaone_moe: per-head q/k norms after the adapted
+# q/k projections, a RoPE-less global layer.
+MOE_ATTENTION_FAMILIES = ("olmoe", "gpt_oss", "glm4_moe", "minimax_m2", "ernie4_5_moe", "exaone_moe")
 
 
 @pytest.mark.parametrize("family", MOE_ATTENTION_FAMILIES)

@@ -306,6 +306,23 @@ PUBLISHED = {
         _GLM, hidden_size=4096, intermediate_size=10944, moe_intermediate_size=1408, num_hidden_layers=46,
         n_routed_experts=128, first_k_dense_replace=1, routed_scaling_factor=1.0, use_qk_norm=False,
         max_position_embeddings=131072)),
+    "glm47_flash": ("Glm4MoeLiteConfig", dict(  # zai-org/GLM-4.7-Flash
+        hidden_size=2048, intermediate_size=10240, moe_intermediate_size=1536, num_hidden_layers=47,
+        num_attention_heads=20, num_key_value_heads=20, n_routed_experts=64, n_shared_experts=1,
+        num_experts_per_tok=4, first_k_dense_replace=1, q_lora_rank=768, kv_lora_rank=512,
+        qk_nope_head_dim=192, qk_rope_head_dim=64, v_head_dim=256, vocab_size=154880,
+        max_position_embeddings=202752, rms_norm_eps=1e-5, rope_theta=1000000.0, partial_rotary_factor=1.0,
+        routed_scaling_factor=1.8, topk_method="noaux_tc", n_group=1, topk_group=1, norm_topk_prob=True,
+        num_nextn_predict_layers=1, tie_word_embeddings=False)),
+    # LGAI-EXAONE/K-EXAONE-236B-A23B (the sizes as its GGUF metadata lists them; rms_norm_eps the class
+    # default, rope_theta Megatron-Bridge's EXAONE-MoE provider)
+    "k_exaone_236b_a23b": ("ExaoneMoeConfig", dict(
+        hidden_size=6144, intermediate_size=18432, num_hidden_layers=48, num_attention_heads=64,
+        num_key_value_heads=8, head_dim=128, vocab_size=153600, max_position_embeddings=262144,
+        rms_norm_eps=1e-5, rope_theta=1000000.0, sliding_window=128, sliding_window_pattern=4,
+        num_experts=128, num_experts_per_tok=8, moe_intermediate_size=2048, num_shared_experts=1,
+        first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True, n_group=1, topk_group=1,
+        num_nextn_predict_layers=1, tie_word_embeddings=False)),
     "minimax_m2": ("MiniMaxM2Config", dict(  # MiniMaxAI/MiniMax-M2
         hidden_size=3072, intermediate_size=1536, num_hidden_layers=62, num_attention_heads=48,
         num_key_value_heads=8, head_dim=128, rotary_dim=64, vocab_size=200064, max_position_embeddings=196608,
@@ -415,11 +432,14 @@ VOCAB_PADDING = {
 # (their math lives in fields the generic asserts below do not cover).
 CONVERTED_FIELDS = (
     "olmo2", "gemma2", "gemma3", "glm4", "minimax_m2", "ernie45", "smollm3", "exaone4", "granite", "olmo3", "olmoe",
-    "gpt_oss", "gemma_", "minitron", "starcoder2",
+    "gpt_oss", "gemma_", "minitron", "starcoder2", "glm47", "k_exaone",
 )  # fmt: skip
 # Presets whose config.json names its experts otherwise (n_routed_experts, moe_num_experts) and routes
 # by sigmoid + bias: checked against the provider their published config converts to (above) instead.
-OWN_EXPERT_KEYS = {"glm45", "glm46", "glm45_air", "minimax_m2", "ernie45_21b_a3b", "ernie45_300b_a47b"}
+OWN_EXPERT_KEYS = {
+    "glm45", "glm46", "glm45_air", "minimax_m2", "ernie45_21b_a3b", "ernie45_300b_a47b", "glm47_flash",
+    "k_exaone_236b_a23b",
+}  # fmt: skip
 # Presets of families with LayerNorm and an MLP without gate, outside the generic asserts below (which
 # state the RMSNorm / gated-MLP families' values); checked field by field as converted instead.
 NOT_RMSNORM_GATED = ("minitron", "starcoder2")
@@ -441,7 +461,7 @@ GPT_OSS = {"gpt_oss_20b", "gpt_oss_120b"}
 # GPTModel on deepseek_v2_lite below (and every other preset's built model equals Hugging Face's).
 COUNTED_BY_FORMULA = {
     "deepseek_v2", "deepseek_v3", "kimi_k2", "glm45", "glm46", "glm45_air", "minimax_m2", "ernie45_21b_a3b",
-    "ernie45_300b_a47b", "qwen3_235b_a22b", "llama31_405b",
+    "ernie45_300b_a47b", "qwen3_235b_a22b", "llama31_405b", "glm47_flash", "k_exaone_236b_a23b",
 }  # fmt: skip
 # Megatron-Core allocates the attention sinks on the current device, never the meta one (0.16.1 and
 # 0.19.2): GPT-OSS is counted by the formula, which equals the built model below.
@@ -699,3 +719,23 @@ def test_moonlight_16b_published_size():
 
     count = count_parameters(preset("moonlight_16b").model_shape())  # "16B total, 3B activated"
     assert (round(count.total / 1e9), round(count.active / 1e9)) == (16, 3)
+
+
+@pytest.mark.parametrize(
+    ("name", "experts_key"), [("glm47_flash", "n_routed_experts"), ("k_exaone_236b_a23b", "num_experts")]
+)
+def test_active_parameter_count_equals_hugging_face(name, experts_key):
+    # active = every parameter but the routed experts a token does not reach: transformers' meta-device model
+    # with its routed experts' parameters (mlp.experts.*) counted at num_experts_per_tok / experts
+    from bridge.parallel.param_count import count_parameters
+
+    cls, values = PUBLISHED[name]
+    config = getattr(transformers, cls)(**values)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    routed = sum(p.numel() for n, p in model.named_parameters() if ".mlp.experts." in n)
+    total = sum(p.numel() for p in model.parameters())
+    share = values["num_experts_per_tok"] / values[experts_key]
+    count = count_parameters(preset(name).model_shape())
+    assert count.total == total
+    assert count.active == total - routed + routed * share

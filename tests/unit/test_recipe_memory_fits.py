@@ -38,6 +38,9 @@ OVER_MEMORY = {
     "moonlight_16b_pretrain_16gpu_h100_bf16_config": "activations",
     "moonlight_16b_sft_8gpu_h100_bf16_tp1_config": "activations",
     "gemma3_1b_pretrain_1gpu_h100_bf16_config": "activations",
+    # K-EXAONE-236B-A23B: 72.3 GB of 72 usable with full recompute; SFT's fp32 Adam states alone 73.6 GB
+    "exaone_moe_236b_a23b_pretrain_64gpu_h100_bf16_config": "recomputed",
+    "exaone_moe_236b_a23b_sft_64gpu_h100_bf16_config": "states",
     "glm45_air_106b_pretrain_32gpu_h100_bf16_config": "activations",
     "glm45_355b_sft_128gpu_h100_bf16_config": "activations",
     "glm45_air_106b_sft_32gpu_h100_bf16_config": "states",

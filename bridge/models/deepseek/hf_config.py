@@ -108,12 +108,16 @@ def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
-def _rope_fields(cfg: Any) -> dict[str, Any]:
+def rope_fields(cfg: Any, has_rope_interleave: bool | None = None) -> dict[str, Any]:
+    """MLA's RoPE fields (default or YaRN); `has_rope_interleave`: the config class has the
+    rope_interleave switch (default: DeepSeek-V3's model types)."""
     params = dict(_get(cfg, "rope_parameters") or {})
     scaling = {**(_get(cfg, "rope_scaling") or {}), **params}
     theta = scaling.get("rope_theta", _get(cfg, "rope_theta", 10000.0))
     rope_type = scaling.get("rope_type", scaling.get("type", "default")) or "default"
-    if _get(cfg, "model_type") in V3_MODEL_TYPES and _get(cfg, "rope_interleave", True) is False:
+    if has_rope_interleave is None:
+        has_rope_interleave = _get(cfg, "model_type") in V3_MODEL_TYPES
+    if has_rope_interleave and _get(cfg, "rope_interleave", True) is False:
         raise _refuse(
             "rope_interleave",
             False,
@@ -314,7 +318,9 @@ def _moe_fields(cfg: Any, v3: bool, layers: int) -> dict[str, Any]:
     return out
 
 
-def _check_plain(cfg: Any) -> None:
+def check_plain(cfg: Any, latent_eps_fixed: bool = True) -> None:
+    """SwiGLU, no biases, one key/value head per head; with `latent_eps_fixed` (the provider keeps
+    layernorm_epsilon for the latent norms) rms_norm_eps must be transformers' fixed latent eps."""
     if _get(cfg, "hidden_act", "silu") != "silu":
         raise _refuse(
             "hidden_act", _get(cfg, "hidden_act"), "DeepSeek uses SwiGLU (silu)", "use a silu model"
@@ -333,7 +339,7 @@ def _check_plain(cfg: Any) -> None:
             f"set num_key_value_heads={heads} (as published)",
         )
     eps = float(_get(cfg, "rms_norm_eps"))
-    if eps != HF_RMS_EPS:
+    if latent_eps_fixed and eps != HF_RMS_EPS:
         raise _refuse(
             "rms_norm_eps",
             eps,
@@ -356,9 +362,8 @@ def _warn_mtp(cfg: Any) -> None:
         )
 
 
-def translate(cfg: Any, base: dict[str, Any]) -> dict[str, Any]:
-    """The DeepSeek provider fields: `base` (the generic dtype / size fields) with MLA, RoPE and MoE
-    (the translator's `translate` hook: it replaces the generic RoPE and expert translation)."""
+def mla_fields(cfg: Any, base: dict[str, Any]) -> dict[str, Any]:
+    """`base` (the generic dtype / size fields) with multi-latent attention's sizes (no RoPE, no experts)."""
     if not transformer_fields.MLA_FIELDS:
         raise _refuse(
             "model_type",
@@ -366,14 +371,11 @@ def translate(cfg: Any, base: dict[str, Any]) -> dict[str, Any]:
             f"multi-latent attention needs MLATransformerConfig fields megatron-core {transformer_fields.INSTALLED_RELEASE} lacks",
             "install megatron-core 0.16.1 or 0.19.2",
         )
-    _check_plain(cfg)
-    v3 = _get(cfg, "model_type") in V3_MODEL_TYPES
-    layers = int(_get(cfg, "num_hidden_layers"))
     nope, rope = int(_get(cfg, "qk_nope_head_dim")), int(_get(cfg, "qk_rope_head_dim"))
     q_lora = _get(cfg, "q_lora_rank")
     fields = dict(base)
     fields.pop("window_size", None)
-    fields |= dict(
+    return fields | dict(
         num_query_groups=int(_get(cfg, "num_attention_heads")),
         kv_channels=nope + rope,  # the q/k head size the attention scores use
         multi_latent_attention=True,
@@ -384,7 +386,16 @@ def translate(cfg: Any, base: dict[str, Any]) -> dict[str, Any]:
         qk_pos_emb_head_dim=rope,
         v_head_dim=int(_get(cfg, "v_head_dim")),
     )
-    fields |= _rope_fields(cfg)
+
+
+def translate(cfg: Any, base: dict[str, Any]) -> dict[str, Any]:
+    """The DeepSeek provider fields: `base` (the generic dtype / size fields) with MLA, RoPE and MoE
+    (the translator's `translate` hook: it replaces the generic RoPE and expert translation)."""
+    fields = mla_fields(cfg, base)
+    check_plain(cfg)
+    v3 = _get(cfg, "model_type") in V3_MODEL_TYPES
+    layers = int(_get(cfg, "num_hidden_layers"))
+    fields |= rope_fields(cfg)
     fields |= _moe_fields(cfg, v3, layers)
     _warn_mtp(cfg)
     return fields

@@ -57,3 +57,26 @@ MOE = (
 )
 
 MAPPINGS = EMBEDDINGS + ATTENTION + MOE + DENSE_MLP
+
+# DeepSeek sparse attention (DSA): Megatron-Core's experimental_attention_variant="dsa" (0.16.1 and
+# 0.19.2, experimental_attention_variant/dsa.py) rotates the indexer's q/k with fast_hadamard_transform's
+# CUDA kernel (not installable without CUDA) and asserts bf16 input, so neither the CPU path nor an fp32
+# comparison with transformers' class can compute it exactly; refused rather than approximated.
+DSA_REFUSAL = (
+    "DeepSeek sparse attention's indexer (index_topk, index_n_heads, index_head_dim) is Megatron-Core's "
+    "experimental_attention_variant='dsa', which in megatron-core 0.16.1 and 0.19.2 applies its Hadamard "
+    "rotation through fast_hadamard_transform's CUDA kernel and accepts bf16 only: bridge cannot compute it "
+    "exactly (no CPU path, no fp32 parity with transformers), so it does not convert. Fix: none in bridge "
+    "for now; its dense-attention predecessor {predecessor} converts"
+)
+REFUSED_ARCHITECTURES = {
+    "DeepseekV32ForCausalLM": "DeepSeek-V3.2: "
+    + DSA_REFUSAL.format(predecessor="DeepSeek-V3 (DeepseekV3ForCausalLM)"),
+    "DeepseekV4ForCausalLM": (
+        "DeepSeek-V4: its manifold hyper-connections (hc_mult residual streams, DeepseekV4HyperConnection), "
+        "compressed sparse attention (CSA / HCA compressors with their indexer) and hash-routed MoE layers "
+        "have no Megatron-Core module in megatron-core 0.16.1 or 0.19.2 (GPTModel keeps one residual stream, "
+        "MultiLatentAttention no KV compression, TopKRouter no hash routing), so it does not convert. Fix: "
+        "none in bridge for these releases; DeepSeek-V3 (DeepseekV3ForCausalLM) converts"
+    ),
+}

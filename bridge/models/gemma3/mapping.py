@@ -24,3 +24,17 @@ ATTENTION = GEMMA2_ATTENTION + (
 )
 
 MAPPINGS = EMBEDDINGS + ATTENTION + MLP
+
+# Gemma 4 text (transformers' Gemma4ForCausalLM / Gemma4TextConfig) against Megatron-Core 0.16.1 and 0.19.2.
+REFUSED_ARCHITECTURES = {
+    "Gemma4ForCausalLM": (
+        "Gemma 4: its full-attention layers have their own head size (global_head_dim, 512 by default, "
+        "against head_dim 256 on the sliding layers) and key/value heads (num_global_key_value_heads, "
+        "with attention_k_eq_v the values are the projected keys), its values pass through a weightless RMSNorm (v_norm), and "
+        "its layers add per-layer input embeddings (hidden_size_per_layer_input), share key/value caches "
+        "(num_kv_shared_layers) and scale their output (layer_scalar); megatron-core 0.16.1 and 0.19.2 "
+        "build one kv_channels and one num_query_groups for every layer of a GPTModel and have no value "
+        "norm, per-layer embedding or cross-layer key/value sharing, so it does not convert. Fix: none in "
+        "bridge for these releases; Gemma 3 (Gemma3ForCausalLM) converts"
+    ),
+}

@@ -45,3 +45,16 @@ STACKED_EXPERTS = (
 )
 
 MAPPINGS = EMBEDDINGS + ATTENTION + QKV_BIAS + ATTENTION_EXTRAS + MOE
+
+# MiMo-V2-Flash (transformers' MiMoV2FlashForCausalLM) against Megatron-Core 0.16.1 and 0.19.2: like
+# GPT-OSS it has attention sinks and sliding-window layers, but not within what one GPTModel can build.
+REFUSED_ARCHITECTURES = {
+    "MiMoV2FlashForCausalLM": (
+        "MiMo-V2-Flash: its value heads are smaller than its query/key heads (v_head_dim 128 against "
+        "head_dim 192 by default), its sliding-window layers have twice the key/value heads of its full "
+        "layers (with sinks on those layers only) and its values are scaled (attention_value_scale); "
+        "megatron-core 0.16.1 and 0.19.2's SelfAttention has one head size for queries, keys and values "
+        "(kv_channels) and one num_query_groups for every layer of a GPTModel, so it does not convert. "
+        "Fix: none in bridge for these releases"
+    ),
+}

@@ -237,6 +237,7 @@ OPTIONAL_MATH_FIELDS = (
     "beta_slow",
     "mscale",
     "mscale_all_dim",
+    "mla_latent_layernorm_epsilon",
     "moe_router_topk_scaling_factor",
     "moe_router_enable_expert_bias",
     "moe_router_num_groups",

@@ -181,6 +181,28 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             rope_scaling={"rope_type": "yarn", **_YARN, "mscale": 1.0, "mscale_all_dim": 0.8},
         ),
     ),
+    # GLM-4.7-Flash style: DeepSeek-V3's MLA with q compression (latent norms at transformers' fixed 1e-6,
+    # the others at rms_norm_eps 1e-5), default RoPE (base 5000) over the interleaved rope slice, GLM's
+    # sigmoid + e_score_correction_bias (random here) routing in 4 groups of 2, 2 per token (4 // 2 = 2),
+    # renormalised top-4, x1.8, a shared expert of 2 * 32; layer 0 dense (mlp_layer_types).
+    "glm4_moe_lite": (
+        "Glm4MoeLiteConfig",
+        "Glm4MoeLiteForCausalLM",
+        dict(
+            _DEEPSEEK,
+            rms_norm_eps=1e-5,
+            q_lora_rank=24,
+            rope_theta=5000.0,
+            n_routed_experts=8,
+            num_experts_per_tok=4,
+            n_group=4,
+            topk_group=2,
+            n_shared_experts=2,
+            routed_scaling_factor=1.8,
+            norm_topk_prob=True,
+            mlp_layer_types=["dense", "sparse"],
+        ),
+    ),
     # Gemma 3: Gemma 2's layout plus per-head (1 + w) q/k norms, no soft-capping; layer 0 sliding (window
     # 6 < the test sequence, RoPE base 50), layer 1 global (base 500, linear scaling 4): a layer given
     # the other kind's RoPE (e.g. by its stage-local index under PP) changes the logits.
@@ -379,6 +401,31 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
                 "high_freq_factor": 4.0,
                 "original_max_position_embeddings": 16,
             },
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
+    # EXAONE-MoE (K-EXAONE) style: pre-norm, per-head q/k norms, GQA; layer 0 local (window 6 < the test
+    # sequence, RoPE), layer 1 global without RoPE; layer 0 dense, layer 1 MoE: sigmoid +
+    # e_score_correction_bias (random here) routing in 4 groups of 2, 2 per token (4 // 2 = 2),
+    # renormalised top-4, x2.5, a shared expert of 2 * 32.
+    "exaone_moe": (
+        "ExaoneMoeConfig",
+        "ExaoneMoeForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            sliding_window=6,
+            sliding_window_pattern=2,
+            rope_theta=5000.0,
+            num_experts=8,
+            num_experts_per_tok=4,
+            n_group=4,
+            topk_group=2,
+            num_shared_experts=2,
+            moe_intermediate_size=32,
+            routed_scaling_factor=2.5,
+            first_k_dense_replace=1,
             pad_token_id=0,
             bos_token_id=1,
             eos_token_id=2,
