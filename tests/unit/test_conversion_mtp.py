@@ -119,3 +119,76 @@ def test_mtp_switched_off_lists_the_layer_and_export_carries_it_back(v3_mtp, tmp
     bridge.save_hf_pretrained(chunks, tmp_path / "out")
     src, out = read_tensors(folder), read_tensors(tmp_path / "out")
     assert src.keys() == out.keys() and all(torch.equal(src[k], out[k]) for k in src)
+
+
+def _rms(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def test_mtp_loss_equals_the_published_formula_over_the_checkpoint_tensors(v3_mtp):
+    """DeepSeek-V3 report sec. 2.2, depth k = 1 (D = 1): h'_i = M [RMSNorm(Emb(t_{i+1})); RMSNorm(h_i)]
+    with h_i the main model's output representation (after its final norm) and the published eh_proj's
+    input order (embedding first, as inference engines read the released checkpoints), then the
+    depth's transformer layer, the shared_head norm and the shared output head; the loss is the
+    cross-entropy against t_{i+2} (tokens shifted by k + 1), averaged, and enters the objective x lambda / D.
+
+    Computed in plain torch over the checkpoint's own tensors: h_i and the depth's layer are transformers'
+    DeepseekV3 modules holding the folder's weights (the layer is model.layers.<num_hidden_layers>, read by
+    transformers as one more decoder layer); nothing from bridge."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper
+
+    folder, hf, _ = v3_mtp
+    n, eps = hf.config.num_hidden_layers, hf.config.rms_norm_eps
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(0, hf.config.vocab_size, (2, 17), generator=g)
+    toks, labels, s = x[:, :16], x[:, 1:], 16
+
+    # --- the reference
+    t = load_file(str(folder / "model.safetensors"))
+    ref = AutoModelForCausalLM.from_pretrained(folder, num_hidden_layers=n + 1, attn_implementation="eager")
+    ref = ref.float().eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    with torch.no_grad():
+        ref.model.layers = ref.model.layers[:n]  # the main model: layers 0 .. n-1
+        h = ref.model(toks).last_hidden_state[:, : s - 1]  # h_i (after the final norm) whose t_{i+2} exists
+    eh = t[f"model.layers.{n}.eh_proj.weight"].clone().requires_grad_(True)
+    emb = _rms(t["model.embed_tokens.weight"][toks[:, 1:s]], t[f"model.layers.{n}.enorm.weight"], eps)
+    hh = _rms(h, t[f"model.layers.{n}.hnorm.weight"], eps)
+    inp = torch.cat([emb, hh], -1) @ eh.T
+    layer = AutoModelForCausalLM.from_pretrained(
+        folder, num_hidden_layers=n + 1, attn_implementation="eager"
+    ).float().eval().model
+    pos = torch.arange(s - 1)[None].expand(2, -1)
+    cos_sin = layer.rotary_emb(inp, pos)
+    mask = torch.full((s - 1, s - 1), float("-inf")).triu(1)[None, None].expand(2, 1, -1, -1)
+    out = layer.layers[n](inp, attention_mask=mask, position_ids=pos, position_embeddings=cos_sin)
+    out = out[0] if isinstance(out, tuple) else out
+    logits = _rms(out, t[f"model.layers.{n}.shared_head.norm.weight"], eps) @ t[f"model.layers.{n}.shared_head.head.weight"].T
+    ref_loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 2:].reshape(-1))
+
+    # --- bridge: the MTP block of the imported model, in training mode (the MTP loss is a training loss)
+    # (without the experts' load-balancing loss, another term of the objective whose gradient also
+    # reaches eh_proj through the MTP layer's router)
+    _, provider, chunks = _build(folder, moe_aux_loss_coeff=0.0)
+    model = chunks[0]
+    assert provider.hidden_dropout == 0 and provider.attention_dropout == 0
+    lam = provider.mtp_loss_scaling_factor
+    model.train()
+    MTPLossLoggingHelper.tracker.clear()
+    lm = model(toks, torch.arange(s)[None].expand(2, -1), None, labels=labels, loss_mask=torch.ones(2, s))
+    tracked = MTPLossLoggingHelper.tracker["values"][0].item()
+    MTPLossLoggingHelper.tracker.clear()
+    # fp32, three layers deep, a loss near log(250) = 5.5 summed in different orders: 2e-6 relative
+    assert abs(tracked - ref_loss.item()) <= 1e-5 * abs(ref_loss.item()), (tracked, ref_loss.item())
+    # the gradient the MTP loss sends into eh_proj is lambda / D times the formula's
+    lm.sum().mul(0).backward()  # the LM loss adds nothing: only MTPLossAutoScaler's term reaches the MTP block
+    (lam * ref_loss).backward()
+    got = model.mtp.layers[0].eh_proj.weight.grad
+    rel = ((got - eh.grad).norm() / eh.grad.norm()).item()
+    print(f"MTP loss {tracked:.7f} formula {ref_loss.item():.7f}; eh_proj grad relative error {rel:.2e}")
+    # fp32 backward through MLA, the routed experts and the 250-way softmax: 1e-5 of the gradient's norm
+    assert rel <= 1e-5, rel
