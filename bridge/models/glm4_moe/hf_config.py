@@ -44,6 +44,7 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         n_group=1,
         topk_group=1,
         first_k_dense_replace=1,
+        num_nextn_predict_layers=1,
         norm_topk_prob=True,
         use_qk_norm=False,
     ),
