@@ -146,7 +146,7 @@ def test_mtp_loss_equals_the_published_formula_over_the_checkpoint_tensors(v3_mt
     Computed in plain torch over the checkpoint's own tensors: h_i and the depth's layer are transformers'
     DeepseekV3 modules holding the folder's weights (the layer is model.layers.<num_hidden_layers>, read by
     transformers as one more decoder layer); nothing from bridge."""
-    from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper
+    from megatron.core.transformer.multi_token_prediction import MTPLossAutoScaler, MTPLossLoggingHelper
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
@@ -202,9 +202,10 @@ def test_mtp_loss_equals_the_published_formula_over_the_checkpoint_tensors(v3_mt
     # fp32, three layers deep, a loss near log(250) = 5.5 summed in different orders: 2e-6 relative
     assert abs(tracked - ref_loss.item()) <= 1e-5 * abs(ref_loss.item()), (tracked, ref_loss.item())
     # the gradient the MTP loss sends into eh_proj is lambda / D times the formula's
-    lm.sum().mul(
-        0
-    ).backward()  # the LM loss adds nothing: only MTPLossAutoScaler's term reaches the MTP block
+    # One micro batch: scale 1 (a pipeline schedule sets 1 / micro batches, and a run before leaves it set).
+    MTPLossAutoScaler.set_loss_scale(torch.ones(1))
+    # The LM loss adds nothing: only MTPLossAutoScaler's term reaches the MTP block.
+    lm.sum().mul(0).backward()
     (lam * ref_loss).backward()
     got = model.mtp.layers[0].eh_proj.weight.grad
     rel = ((got - eh.grad).norm() / eh.grad.norm()).item()
