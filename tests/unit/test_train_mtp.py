@@ -20,7 +20,9 @@ def _train(*overrides):
     if runtime.is_initialized():
         runtime.destroy_distributed()
     try:
-        return pretrain(build_plan(tiny_config("train.train_iters=2", "dataset.kind=mock", *overrides), 1, cuda=False))
+        return pretrain(
+            build_plan(tiny_config("train.train_iters=2", "dataset.kind=mock", *overrides), 1, cuda=False)
+        )
     finally:
         runtime.destroy_distributed()
 
@@ -40,6 +42,8 @@ def test_mtp_loss_is_logged_beside_the_lm_loss(caplog):
 def test_mtp_layout_rules_are_checked_before_launch():
     from tests.functional.workers.train_common import tiny_config
 
-    cfg = tiny_config("model.mtp_num_layers=1", "model.pipeline_model_parallel_size=2", "distributed.pp_schedule=gpipe")
+    cfg = tiny_config(
+        "model.mtp_num_layers=1", "model.pipeline_model_parallel_size=2", "distributed.pp_schedule=gpipe"
+    )
     with pytest.raises(ConfigError, match=r"model.mtp_num_layers.*torch.distributed.pipelining"):
         build_plan(cfg, 2, cuda=False)
