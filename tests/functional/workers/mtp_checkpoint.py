@@ -17,6 +17,8 @@ import torch
 
 from tests.functional.workers.convert_models import make_hf_config, make_hf_model, save_hf_model
 
+MTP_FAMILIES = ("deepseek_v3", "glm4_moe")  # the families whose checkpoints carry num_nextn_predict_layers
+
 
 def mtp_tensors(family: str, base: torch.nn.Module, depth: int, seed: int = 7) -> dict[str, torch.Tensor]:
     """The MTP layers' tensors for `base` (a transformers model of `family`), depth 0 .. depth - 1."""
