@@ -47,3 +47,11 @@ def test_mtp_layout_rules_are_checked_before_launch():
     )
     with pytest.raises(ConfigError, match=r"model.mtp_num_layers.*torch.distributed.pipelining"):
         build_plan(cfg, 2, cuda=False)
+
+
+def test_a_layout_string_places_every_mtp_layer_in_the_last_stage():
+    from bridge.parallel.stages import StageSplit, stage_layers
+
+    assert stage_layers(4, 2, None, StageSplit(layout="Ett|ttmL"), mtp_num_layers=1) == ((2,), (2,))
+    with pytest.raises(ConfigError, match="every MTP layer m in the last pipeline stage"):
+        stage_layers(4, 3, None, StageSplit(layout="Ettt|tm|L"), mtp_num_layers=1)
