@@ -27,6 +27,7 @@ def _train(*overrides):
         runtime.destroy_distributed()
 
 
+@pytest.mark.slow  # two short training runs (~17 s); CI's full suite runs it on both legs
 def test_mtp_loss_is_logged_beside_the_lm_loss(caplog):
     caplog.set_level(logging.INFO)
     result = _train("model.mtp_num_layers=1", "logger.log_interval=1")
