@@ -348,6 +348,10 @@ class AutoBridge:
             )
         import_megatron()
         provider = GPTModelProvider(**self._provider_fields)
+        if run is not None and run.model is not None:
+            # the MTP layers the run trained (a training choice: e.g. a finetune with mtp_num_layers=0,
+            # whose export carries the source's MTP layers back unchanged)
+            provider.mtp_num_layers = run.model.mtp_num_layers
         _set_conversion_layout(provider, provider_fields)
         base = run.pretrained_checkpoint if peft is not None else None
         if peft is not None:

@@ -48,8 +48,10 @@ def _single_process(what: str) -> None:
         )
 
 
-def _meta_chunks(bridge: AutoBridge) -> list:
+def _meta_chunks(bridge: AutoBridge, run=None) -> list:
     provider = bridge.to_megatron_provider(load_weights=False)
+    if run is not None and run.model is not None:  # the MTP layers the run trained (as export_ckpt)
+        provider.mtp_num_layers = run.model.mtp_num_layers
     return provider.provide_distributed_model(
         wrap_with_ddp=False, mixed_precision_wrapper=False, random_init=False, meta_device=True
     )
@@ -335,7 +337,7 @@ def stream_export(
     folder, _ = resolve_checkpoint(megatron_path)
     _refuse_unsupported(folder)
     bridge = bridge if bridge is not None else AutoBridge.from_megatron_checkpoint(megatron_path)
-    chunks = _meta_chunks(bridge)
+    chunks = _meta_chunks(bridge, read_saved_run(folder))
     try:
         folder = verified_for_model(megatron_path, chunks)
     except ConfigError as e:  # as export_ckpt: the config the model was built from is the usual culprit
