@@ -6,8 +6,9 @@ The DeepSeek and Kimi rows pretrain 4096-token sequences for 1M iterations, micr
 3e-5 after 2000 warm-up iterations, evaluation and a checkpoint every 2000. DeepSeek-V3 and Kimi-K2 split their 61 layers over
 uneven pipeline stages with Megatron-Bridge's layout strings (bridge.parallel.stages): at PP16 the
 embedding and 4 layers, fourteen stages of 4, then 1 layer and the loss. Megatron-Bridge's V3 layouts put
-the multi-token-prediction layer on the last stage too; bridge leaves MTP out of the model (the presets'
-mtp_num_layers is None), so that stage holds the layers and the loss. DeepSeek-V2-Lite's SFT / LoRA are
+the multi-token-prediction layer on the last stage too; the presets train without MTP (mtp_num_layers is None;
+model.mtp_num_layers=1 with an "m" before the "L" adds it: docs/conversion.md), so that stage holds the layers
+and the loss. DeepSeek-V2-Lite's SFT / LoRA are
 bridge's own (Megatron-Bridge publishes none): the shared finetuning values at the pretraining layout's
 EP8, LoRA on the attention output projection (multi-latent attention has no linear_qkv; the routed experts
 take no adapters).

@@ -5,7 +5,8 @@ Pretraining: 4096-token sequences, global batch 2048 of micro batches of 1, 1M i
 1e-5 after 2000 warm-up, selective recompute; the first and the last pipeline stage hold 10 (355B, PP8) or
 11 (Air, PP4) layers, the others 12. Finetuning: 2048-token rows, not packed (Megatron-Bridge: packing is
 not supported for GLM-4.5), global batch 128, 1000 iterations, beta2 0.95, evaluation and a checkpoint
-every 50. Megatron-Bridge's multi-token-prediction layer is left out (the presets' mtp_num_layers is None).
+every 50. Megatron-Bridge's multi-token-prediction layer is left out (the presets' mtp_num_layers is None;
+model.mtp_num_layers=1 trains it: docs/conversion.md).
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from bridge.conversion.peft_merge import merged_local_tensor
 from bridge.conversion.progress import progress_bar
 from bridge.conversion.saved_run import read_saved_run
 from bridge.conversion.stacked_experts import open_checkpoint, stacked_exporter, written_name
+from bridge.conversion.unmapped import complete_export, left_out_mtp
 from bridge.conversion.weight_exporter import Exporter
 from bridge.conversion.weight_loader import load_hf_weights
 from bridge.errors import ConfigError
@@ -160,11 +161,13 @@ class AutoBridge:
         load_weights: bool = True,
         hf_path: str | os.PathLike | None = None,
         allow_non_finite: bool = False,
+        omit_unmapped: bool = False,
     ) -> GPTModelProvider:
         """A GPTModelProvider with every math-relevant field from the HF config.
 
         With load_weights, the provider's provide_distributed_model() returns chunks holding the HF
-        weights (from `hf_path`, default the folder this bridge was made from).
+        weights (from `hf_path`, default the folder this bridge was made from). A checkpoint tensor no
+        parameter maps is an error unless `omit_unmapped` (then listed in the log).
         """
         import_megatron()  # before the provider builds a model
         if not load_weights:
@@ -173,8 +176,10 @@ class AutoBridge:
         bridge = AutoBridge(self.hf_config, hf_path=source) if source != self.hf_path else self
         provider = GPTModelProvider(**self._provider_fields)
         hook = bridge.load_hf_weights
-        if allow_non_finite:
-            hook = functools.partial(bridge.load_hf_weights, allow_non_finite=True)
+        if allow_non_finite or omit_unmapped:
+            hook = functools.partial(
+                bridge.load_hf_weights, allow_non_finite=allow_non_finite, omit_unmapped=omit_unmapped
+            )
         provider.register_post_build_hook(hook, replaces_weights=True)
         return provider
 
@@ -195,20 +200,25 @@ class AutoBridge:
         hf_path: str | os.PathLike | None = None,
         progress: bool = True,
         allow_non_finite: bool = False,
-    ) -> None:
-        """Copy the HF safetensors into this rank's model chunks (checks everything first).
+        omit_unmapped: bool = False,
+    ) -> list[str]:
+        """Copy the HF safetensors into this rank's model chunks (checks everything first); returns the
+        checkpoint tensors left out of the model (each one logged).
 
-        A NaN / Inf in a weight is a ConfigError naming the tensor and file unless allow_non_finite.
+        A NaN / Inf in a weight is a ConfigError naming the tensor and file unless allow_non_finite; a
+        checkpoint tensor no parameter maps is a ConfigError naming them unless omit_unmapped.
         """
         ckpt = open_checkpoint(self._weights_path(hf_path), self.family)
-        load_hf_weights(
-            _as_list(model),
+        chunks = _as_list(model)
+        return load_hf_weights(
+            chunks,
             ckpt,
             self.family,
             self._vocab_size(),
             progress=progress,
             allow_non_finite=allow_non_finite,
-            dropped=frozenset(self.family.hf_config.dropped(self.hf_config, set(ckpt.tensors))),
+            omit_unmapped=omit_unmapped,
+            left_out=left_out_mtp(chunks, self.family, self.hf_config, set(ckpt.tensors)),
         )
 
     def export_hf_weights(self, model: list, cpu: bool = True) -> Iterator[tuple[str, Any]]:
@@ -218,7 +228,12 @@ class AutoBridge:
             yield name, (tensor.cpu() if cpu else tensor)
 
     def save_hf_pretrained(
-        self, model: list, path: str | os.PathLike, max_shard_size: int | None = None, progress: bool = True
+        self,
+        model: list,
+        path: str | os.PathLike,
+        max_shard_size: int | None = None,
+        progress: bool = True,
+        omit_unmapped: bool = False,
     ) -> None:
         """Write an HF folder: config + tokenizer files from the source, safetensors shards (+ index).
 
@@ -227,9 +242,11 @@ class AutoBridge:
         Written to a hidden folder renamed onto `path` when complete; rank 0 writes.
         With PEFT adapters (bridge.peft) the weights are merged: W + s·BA (DoRA: m / ||W + s·BA||_row ·
         (W + s·BA)), one merged copy per weight while it is written; the model itself is not changed.
+        Every tensor of the source checkpoint is written: one no parameter holds is carried unchanged from
+        the source folder, else an error unless omit_unmapped (bridge.conversion.unmapped).
         """
         target = check_target_dir(path, "path")  # every rank: all raise together
-        exporter = self._exporter(_as_list(model), merge_adapters=True)
+        exporter = self._exporter(_as_list(model), merge_adapters=True, omit_unmapped=omit_unmapped)
         if not ranks.is_rank_zero():
             for _ in exporter.iterate(dst=0):
                 pass
@@ -279,16 +296,20 @@ class AutoBridge:
         hf_path: str | os.PathLike,
         megatron_path: str | os.PathLike,
         allow_non_finite: bool = False,
+        omit_unmapped: bool = False,
         **provider_fields: Any,
     ) -> None:
         """HF folder -> Megatron torch_dist checkpoint (iteration 0) at `megatron_path`.
 
         provider_fields (e.g. tensor_model_parallel_size=2) set the layout the conversion runs with;
-        the checkpoint itself loads under any layout.
+        the checkpoint itself loads under any layout. A checkpoint tensor no parameter maps is an error
+        unless omit_unmapped (then listed; an export carries it back from the source folder).
         """
         bridge = cls.from_hf_pretrained(hf_path)
         target = check_target_dir(megatron_path, "megatron_path")
-        provider = bridge.to_megatron_provider(load_weights=True, allow_non_finite=allow_non_finite)
+        provider = bridge.to_megatron_provider(
+            load_weights=True, allow_non_finite=allow_non_finite, omit_unmapped=omit_unmapped
+        )
         _set_conversion_layout(provider, provider_fields)
         chunks = provider.provide_distributed_model(
             wrap_with_ddp=False, mixed_precision_wrapper=False, random_init=False
@@ -304,6 +325,7 @@ class AutoBridge:
         hf_path: str | os.PathLike,
         max_shard_size: int | None = None,
         adapter_only: bool = False,
+        omit_unmapped: bool = False,
         **provider_fields: Any,
     ) -> None:
         """Megatron torch_dist checkpoint -> HF folder with this bridge's config and source layout.
@@ -326,6 +348,10 @@ class AutoBridge:
             )
         import_megatron()
         provider = GPTModelProvider(**self._provider_fields)
+        if run is not None and run.model is not None:
+            # the MTP layers the run trained (a training choice: e.g. a finetune with mtp_num_layers=0,
+            # whose export carries the source's MTP layers back unchanged)
+            provider.mtp_num_layers = run.model.mtp_num_layers
         _set_conversion_layout(provider, provider_fields)
         base = run.pretrained_checkpoint if peft is not None else None
         if peft is not None:
@@ -356,7 +382,9 @@ class AutoBridge:
         if adapter_only:
             self.save_hf_adapter(chunks, target)
         else:
-            self.save_hf_pretrained(chunks, target, max_shard_size=max_shard_size)
+            self.save_hf_pretrained(
+                chunks, target, max_shard_size=max_shard_size, omit_unmapped=omit_unmapped
+            )
 
     @classmethod
     def from_megatron_checkpoint(cls, megatron_path: str | os.PathLike) -> AutoBridge:
@@ -390,7 +418,13 @@ class AutoBridge:
     def _vocab_size(self) -> int:
         return int(_config_get(self.hf_config, "vocab_size"))
 
-    def _exporter(self, chunks: list, merge_adapters: bool = False, local_tensor: Any = None):
+    def _exporter(
+        self,
+        chunks: list,
+        merge_adapters: bool = False,
+        local_tensor: Any = None,
+        omit_unmapped: bool = False,
+    ):
         source = {n: DTYPES[d] for n, (_, d) in self._source_tensors().items()}
         default = DTYPES[TRAINING_DTYPES[hf_common.hf_dtype_name(self.hf_config)].safetensors]
 
@@ -406,7 +440,10 @@ class AutoBridge:
         if given is not None:  # the caller's source of each parameter's tensor (a streaming export)
             local_tensor = given
         exporter = Exporter(chunks, self.family, self._vocab_size(), dtype_for, local_tensor=local_tensor)
-        return stacked_exporter(exporter, self.family)
+        exporter = stacked_exporter(exporter, self.family)
+        return complete_export(
+            exporter, chunks, self.family, self._source_tensors(), self.hf_path, omit_unmapped
+        )
 
     def _source_tensors(self) -> dict[str, tuple[str, str]]:
         """HF name -> (file, safetensors dtype) of the source checkpoint, if there is one."""

@@ -21,6 +21,8 @@ from bridge.parallel.wrappers import unwrap
 from bridge.peft.names import is_adapter_param
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
+# An MTP layer's transformer layer: `transformer_layer` in megatron-core 0.16, `mtp_model_layer` in 0.19.
+_MTP_LAYER = re.compile(r"^mtp\.layers\.(\d+)\.(transformer_layer\.|mtp_model_layer\.)?")
 _LOCAL_EXPERT = re.compile(r"\.mlp\.experts\.local_experts\.(\d+)\.")
 _TE_GROUPED_EXPERT = re.compile(r"\.mlp\.experts\.(linear_fc[12])\.(weight|bias)(\d+)$")
 # Transformer Engine fuses the norms into the next linear; the tables use the local spec's names.
@@ -99,6 +101,13 @@ def canonical_name(model: torch.nn.Module, name: str, ranks: Ranks) -> str:
     if m:
         layer = model.decoder.layers[int(m.group(1))].layer_number - 1  # global, 1-based in Megatron
         name = f"decoder.layers.{layer}.{name[m.end() :]}"
+    m = _MTP_LAYER.match(name)
+    if m:
+        # MTP depth k is the checkpoint's layer num_layers + k (DeepSeek-V3's layout): its transformer layer
+        # is named as a decoder layer of that number (the family's decoder rows map it), the rest mtp.layers.
+        layer = model.config.num_layers + int(m.group(1))
+        prefix = "decoder" if m.group(2) else "mtp"
+        name = f"{prefix}.layers.{layer}.{name[m.end() :]}"
     for te, local in _TE_ALIASES:
         if name.endswith(te):
             name = name[: -len(te)] + local

@@ -46,6 +46,9 @@ class Family:
     hf_config: FamilyRules = dataclasses.field(default_factory=FamilyRules)
     # Per-expert HF names cut out of tensors stacking a layer's experts (bridge.conversion.stacked_experts).
     stacked_experts: tuple[StackedView, ...] = ()
+    # (HF template with {layer}, EMBEDDING | OUTPUT): tensors an MTP layer of the checkpoint repeats
+    # (bridge.conversion.unmapped.copies).
+    mtp_copies: tuple[tuple[str, str], ...] = ()
 
     def resolve(self, name: str) -> tuple[Rule, Mapping] | None:
         for rule in self.rules:
@@ -78,6 +81,7 @@ def _load(module_name: str) -> Family:
         rules=tuple(_compile(row) for row in module.MAPPINGS),
         hf_config=rules_of(name),
         stacked_experts=tuple(StackedView(*row) for row in getattr(module, "STACKED_EXPERTS", ())),
+        mtp_copies=tuple(tuple(row) for row in getattr(module, "MTP_COPIES", ())),
     )
 
 

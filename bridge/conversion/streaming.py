@@ -31,6 +31,7 @@ from bridge.conversion.hf_io import HFCheckpoint
 from bridge.conversion.model_params import LocalParam, local_params
 from bridge.conversion.saved_run import read_saved_run
 from bridge.conversion.stacked_experts import open_checkpoint
+from bridge.conversion.unmapped import left_out_mtp
 from bridge.conversion.weight_loader import check_all_used, check_tensors, copy_pieces, non_finite
 from bridge.errors import ConfigError
 from bridge.parallel import ranks
@@ -47,8 +48,10 @@ def _single_process(what: str) -> None:
         )
 
 
-def _meta_chunks(bridge: AutoBridge) -> list:
+def _meta_chunks(bridge: AutoBridge, run=None) -> list:
     provider = bridge.to_megatron_provider(load_weights=False)
+    if run is not None and run.model is not None:  # the MTP layers the run trained (as export_ckpt)
+        provider.mtp_num_layers = run.model.mtp_num_layers
     return provider.provide_distributed_model(
         wrap_with_ddp=False, mixed_precision_wrapper=False, random_init=False, meta_device=True
     )
@@ -203,7 +206,10 @@ def _streaming_strategy(source: HFTensorSource):
 
 
 def stream_import(
-    hf_path: str | os.PathLike, megatron_path: str | os.PathLike, allow_non_finite: bool = False
+    hf_path: str | os.PathLike,
+    megatron_path: str | os.PathLike,
+    allow_non_finite: bool = False,
+    omit_unmapped: bool = False,
 ) -> None:
     """HF folder -> torch_dist checkpoint (iteration 0), as AutoBridge.import_ckpt, one tensor in RAM."""
     _single_process("import")
@@ -213,8 +219,8 @@ def stream_import(
     chunks = _meta_chunks(bridge)
     params = list(local_params(chunks, bridge.family, bridge._vocab_size()))
     used = check_tensors(params, ckpt)  # every check of the import, before anything is written
-    dropped = frozenset(bridge.family.hf_config.dropped(bridge.hf_config, set(ckpt.tensors)))
-    check_all_used(chunks, ckpt, bridge.family, used, dropped)
+    left_out = left_out_mtp(chunks, bridge.family, bridge.hf_config, set(ckpt.tensors))
+    check_all_used(chunks, ckpt, bridge.family, used, omit_unmapped, left_out)
     strategy = _streaming_strategy(HFTensorSource(params, ckpt, allow_non_finite))
     try:
         with atomic_dir(target, "megatron_path", all_ranks=True) as staging:
@@ -320,6 +326,7 @@ def stream_export(
     hf_path: str | os.PathLike,
     max_shard_size: int | None = None,
     bridge: AutoBridge | None = None,
+    omit_unmapped: bool = False,
 ) -> None:
     """torch_dist checkpoint -> HF folder, the same files as AutoBridge.export_ckpt, one tensor in RAM.
 
@@ -330,7 +337,7 @@ def stream_export(
     folder, _ = resolve_checkpoint(megatron_path)
     _refuse_unsupported(folder)
     bridge = bridge if bridge is not None else AutoBridge.from_megatron_checkpoint(megatron_path)
-    chunks = _meta_chunks(bridge)
+    chunks = _meta_chunks(bridge, read_saved_run(folder))
     try:
         folder = verified_for_model(megatron_path, chunks)
     except ConfigError as e:  # as export_ckpt: the config the model was built from is the usual culprit
@@ -339,5 +346,7 @@ def stream_export(
             f"the model built from {source} does not match the checkpoint {megatron_path} ({e}); "
             "export with the HF config the checkpoint was imported or trained with (--hf-config)"
         ) from None
-    exporter = bridge._exporter(chunks, local_tensor=CheckpointTensorReader(folder, chunks))
+    exporter = bridge._exporter(
+        chunks, local_tensor=CheckpointTensorReader(folder, chunks), omit_unmapped=omit_unmapped
+    )
     bridge.write_hf_folder(exporter, target, max_shard_size)

@@ -17,9 +17,10 @@ import torch
 import torch.distributed as dist
 
 from bridge.conversion.hf_io import HFCheckpoint
-from bridge.conversion.model_params import EMBEDDING, OUTPUT, LocalParam, local_params
+from bridge.conversion.model_params import OUTPUT, LocalParam, local_params
 from bridge.conversion.progress import progress_bar
 from bridge.conversion.registry import Family
+from bridge.conversion.unmapped import check_copies, copies, log_left_out, unmapped_error
 from bridge.errors import ConfigError
 from bridge.parallel import ranks
 from bridge.parallel.runtime import quiet_known_warnings
@@ -64,13 +65,14 @@ def load_hf_weights(
     hf_vocab_size: int,
     progress: bool = True,
     allow_non_finite: bool = False,
-    dropped: frozenset[str] = frozenset(),
-) -> None:
-    """Copy the checkpoint into `chunks` (this rank's model chunks, wrapped or not).
+    omit_unmapped: bool = False,
+    left_out: frozenset[str] = frozenset(),
+) -> list[str]:
+    """Copy the checkpoint into `chunks` (this rank's model chunks, wrapped or not); returns the names of
+    the checkpoint tensors left out of the model (bridge.conversion.unmapped: logged, never silent).
 
-    `dropped`: checkpoint tensors the conversion leaves out on purpose (layers the Megatron model does
-    not build, e.g. multi-token prediction layers, warned about when the config is read: the family's
-    `dropped_hf_tensors` hook); any other unused tensor is an error.
+    A checkpoint tensor no parameter maps is a ConfigError naming them unless `omit_unmapped`.
+    `left_out`: the MTP layers' tensors of a model built with fewer `mtp_num_layers` than the checkpoint.
 
     A NaN or Inf in a copied tensor is a ConfigError naming the tensor and its file (on every rank,
     after the copy) unless allow_non_finite.
@@ -85,7 +87,7 @@ def load_hf_weights(
     if errors:
         raise ConfigError(errors[0])
     used_everywhere = set().union(*(set(u) for u, _ in results))
-    check_all_used(chunks, ckpt, family, used_everywhere, dropped)
+    omitted = check_all_used(chunks, ckpt, family, used_everywhere, omit_unmapped, left_out)
 
     rank, _ = ranks.rank_world()
     bar = progress_bar(len(params), "loading HF weights", "param", enabled=progress and rank == 0)
@@ -104,6 +106,7 @@ def load_hf_weights(
     bad_everywhere = [b for b in _gather_objects(bad) if b]  # every rank raises together
     if bad_everywhere:
         raise ConfigError(bad_everywhere[0])
+    return omitted
 
 
 def copy_pieces(lp: LocalParam, data: torch.Tensor, ckpt: HFCheckpoint) -> Iterator[tuple[torch.Tensor, str]]:
@@ -127,16 +130,27 @@ def check_tensors(params: list[LocalParam], ckpt: HFCheckpoint) -> set[str]:
 
 
 def check_all_used(
-    chunks, ckpt: HFCheckpoint, family: Family, used: set[str], dropped: frozenset[str]
-) -> None:
-    """ConfigError when the checkpoint holds tensors no parameter uses (`used`: by any rank)."""
-    unexpected = sorted(set(ckpt.tensors) - used - _tied_lm_head(chunks, family) - dropped)
-    if unexpected:
-        shown = ", ".join(unexpected[:5]) + (" ..." if len(unexpected) > 5 else "")
-        raise ConfigError(
-            f"checkpoint {ckpt.folder} has {len(unexpected)} tensor(s) the model does not use: {shown}; "
-            "config.json does not describe these weights (wrong architecture, or extra modules)"
-        )
+    chunks,
+    ckpt: HFCheckpoint,
+    family: Family,
+    used: set[str],
+    omit_unmapped: bool = False,
+    left_out: frozenset[str] = frozenset(),
+) -> list[str]:
+    """ConfigError when the checkpoint holds tensors no parameter uses (`used`: by any rank), unless
+    `omit_unmapped`; returns what is left out (logged with every name)."""
+    names = set(ckpt.tensors)
+    aliases = {a: m for a, m in copies(chunks, family, names).items() if m in used}
+    check_copies(ckpt, aliases, _tied_head(chunks, family))
+    out = sorted(left_out & names)
+    log_left_out(
+        ckpt.folder, out, "the model is built with fewer model.mtp_num_layers than the checkpoint holds"
+    )
+    unexpected = sorted(names - used - set(aliases) - left_out)
+    if unexpected and not omit_unmapped:
+        raise unmapped_error(ckpt.folder, unexpected)
+    log_left_out(ckpt.folder, unexpected, "omit_unmapped=True")
+    return sorted(out + unexpected)
 
 
 def non_finite(t: torch.Tensor, hf_name: str, ckpt: HFCheckpoint) -> str | None:
@@ -155,14 +169,10 @@ def non_finite(t: torch.Tensor, hf_name: str, ckpt: HFCheckpoint) -> str | None:
     )
 
 
-def _tied_lm_head(chunks, family: Family) -> set[str]:
-    # Some tied checkpoints still carry lm_head (equal to the embedding): accepted, not loaded.
-
+def _tied_head(chunks, family: Family) -> str | None:
+    # A tied checkpoint may still carry lm_head (equal to the embedding): accepted, not loaded, not compared.
     model = unwrap(chunks[0])
-    if not getattr(model, "share_embeddings_and_output_weights", False):
-        return set()
     out = family.resolve(OUTPUT)
-    emb = family.resolve(EMBEDDING)
-    if out is None or emb is None:
-        return set()
-    return set(out[1].hf) - set(emb[1].hf)
+    if not getattr(model, "share_embeddings_and_output_weights", False) or out is None:
+        return None
+    return out[1].hf[0]

@@ -114,6 +114,9 @@ def load_model(
     provider.tensor_model_parallel_size = tp
     provider.pipeline_model_parallel_size = pp
     provider.sequence_parallel = False  # batches of any length (engine.py)
+    # Multi-token-prediction layers are a training aid: generation reads the LM head only (and
+    # megatron-core 0.16.1's MTP forward needs labels). Their checkpoint tensors are listed as left out.
+    provider.mtp_num_layers = None
     if megatron_path is None:
         chunks = provider.provide_distributed_model(wrap_with_ddp=False, mixed_precision_wrapper=False)
     else:

@@ -16,7 +16,7 @@ from bridge.errors import ConfigError
 from bridge.models.dtypes import torch_dtype
 from bridge.models.performance_settings import SETTINGS
 from bridge.models.provider_checks import ACTIVATIONS, model_error
-from bridge.models.specs import gpt_block_spec, local_core_attention, uses_te_spec
+from bridge.models.specs import gpt_block_spec, gpt_mtp_block_spec, local_core_attention, uses_te_spec
 from bridge.models.transformer_fields import (
     AVAILABLE_FIELDS,
     BY_NAME_FIELDS,
@@ -193,9 +193,12 @@ def build_stage(
         pre_process = parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
     if post_process is None:
         post_process = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
+    block = gpt_block_spec(config, vp_stage=vp_stage, variant=variant)
+    mtp = gpt_mtp_block_spec(config, block, vp_stage=vp_stage, variant=variant)
     model = GPTModel(
         config=config,
-        transformer_layer_spec=gpt_block_spec(config, vp_stage=vp_stage, variant=variant),
+        transformer_layer_spec=block,
+        mtp_block_spec=mtp,
         vocab_size=p.padded_vocab_size(),
         max_sequence_length=p.seq_length,
         pre_process=pre_process,

@@ -98,6 +98,28 @@ def gpt_block_spec(config, vp_stage: int | None = None, variant=None):
     return _with_core_attention(block, attention)
 
 
+def gpt_mtp_block_spec(config, block, vp_stage: int | None = None, variant=None):
+    """Megatron-Core's multi-token-prediction block spec for this stage (None: no MTP layer here). Its
+    layers are the decoder's last layer spec (`block`, as gpt_block_spec made it) behind the MTP norms and
+    projection; on the local spec the norms are SequenceParallelNorm, as the decoder's."""
+    if not getattr(config, "mtp_num_layers", None):
+        return None
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec
+
+    te = uses_te_spec(variant)
+    spec = get_gpt_mtp_block_spec(config, block, use_transformer_engine=te, vp_stage=vp_stage)
+    if spec is None or te:
+        return spec
+    from bridge.models.norms import SequenceParallelNorm
+
+    norms = dict(enorm=SequenceParallelNorm, hnorm=SequenceParallelNorm, layer_norm=SequenceParallelNorm)
+    layers = [
+        dataclasses.replace(s, submodules=dataclasses.replace(s.submodules, **norms))
+        for s in spec.layer_specs
+    ]
+    return dataclasses.replace(spec, layer_specs=layers)
+
+
 def _mla_knows_te_is_absent() -> None:
     """megatron-core 0.16.1 without Transformer Engine: megatron.core.extensions.transformer_engine
     stands in a MagicMock for `te`, so its TELinear is a mock, not a class, and multi_latent_attention's

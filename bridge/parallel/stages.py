@@ -294,6 +294,8 @@ def _layout_counts(
         (flat.count("m") == (mtp_num_layers or 0), f"holds {flat.count('m')} MTP layers m, mtp_num_layers is "
          f"{mtp_num_layers}"),
         ("m" not in flat or "t" not in flat[flat.index("m"):], "places a decoder layer t after an MTP layer m"),
+        (stages[-1].count("m") == flat.count("m"), "must place every MTP layer m in the last pipeline stage "
+         "(with the loss L), as Megatron-Core builds them"),
     )  # fmt: skip
     for ok, rule in rules:
         if not ok:

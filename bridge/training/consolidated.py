@@ -30,6 +30,8 @@ def consolidated_writer(cfg, provider, model: list) -> Callable[[Path], None] | 
         bridge = AutoBridge.from_provider(provider, source.architecture)
 
     def write(staging: Path) -> None:  # on every rank: the gather is collective, rank 0 writes
-        bridge.save_hf_pretrained(model, staging / CONSOLIDATED_DIR, progress=False)
+        # A source tensor no parameter holds (e.g. MTP layers a finetune switched off) is carried from the
+        # source folder's files; a source without files lists what the copy leaves out (not a failed save).
+        bridge.save_hf_pretrained(model, staging / CONSOLIDATED_DIR, progress=False, omit_unmapped=True)
 
     return write

@@ -122,6 +122,8 @@ def forward_step(data_iterator, model):
     extra = {}
     if "cu_seqlens" in batch:
         extra["packed_seq_params"] = packed_seq_params(batch["cu_seqlens"])
+    if getattr(getattr(model, "config", None), "mtp_num_layers", None):
+        extra["loss_mask"] = batch["loss_mask"]  # the MTP losses mask the same tokens (shifted per depth)
     output = model(
         batch["tokens"], batch["position_ids"], batch["attention_mask"], labels=batch["labels"], **extra
     )

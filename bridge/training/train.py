@@ -25,6 +25,7 @@ from bridge.training.logging import (
     format_validation_line,
     logger,
 )
+from bridge.training.mtp_metrics import mtp_step_losses
 from bridge.training.profiling import StepProfiler
 from bridge.training.qk_clip import clip_qk
 from bridge.training.saves import finish_pending, log_rank, non_finite_message, save, sync_params_for
@@ -98,6 +99,10 @@ def train_step(ctx: TrainingContext) -> tuple[float, float | None, bool]:
     loss = _broadcast_loss(totals)
     if ctx.frozen_pass is not None:
         ctx.step_metrics = ctx.frozen_pass.metrics(totals)
+    mtp_layers = getattr(ctx.plan.provider, "mtp_num_layers", None)
+    if mtp_layers:  # the MTP losses beside the LM loss (bridge/training/mtp_metrics.py)
+        mtp = mtp_step_losses(mtp_layers, ctx.num_microbatches, log_rank())
+        ctx.step_metrics = {**(ctx.step_metrics if ctx.frozen_pass is not None else {}), **mtp}
     iteration = ctx.state.iteration + 1
     if not math.isfinite(loss):
         raise NonFiniteLossError(non_finite_message(ctx.objective, loss, iteration, ctx))

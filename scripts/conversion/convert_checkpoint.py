@@ -70,6 +70,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             action="store_true",
             help="one process, one tensor in memory at a time (checkpoints larger than RAM); TP=PP=EP=1",
         )
+    for p in (imp, exp):
+        p.add_argument(
+            "--omit-unmapped",
+            action="store_true",
+            help="leave out, listed in the output, the checkpoint tensors no model parameter maps (by default "
+            "that is an error naming them); export: write the folder without the source's tensors that no "
+            "parameter holds and the source folder has no files for",
+        )
     imp.add_argument(
         "--allow-non-finite",
         action="store_true",
@@ -103,7 +111,12 @@ def _low_memory(args: argparse.Namespace) -> None:
             f"drop {flag}, or drop --low-memory"
         )
     if args.direction == "import":
-        streaming.stream_import(args.hf_path, args.megatron_path, allow_non_finite=args.allow_non_finite)
+        streaming.stream_import(
+            args.hf_path,
+            args.megatron_path,
+            allow_non_finite=args.allow_non_finite,
+            omit_unmapped=args.omit_unmapped,
+        )
         return
     if args.adapter_only:
         raise ConfigError(
@@ -113,7 +126,11 @@ def _low_memory(args: argparse.Namespace) -> None:
 
     bridge = AutoBridge.from_hf_pretrained(args.hf_config) if args.hf_config else None
     streaming.stream_export(
-        args.megatron_path, args.hf_path, max_shard_size=args.max_shard_size, bridge=bridge
+        args.megatron_path,
+        args.hf_path,
+        max_shard_size=args.max_shard_size,
+        bridge=bridge,
+        omit_unmapped=args.omit_unmapped,
     )
 
 
@@ -177,7 +194,11 @@ def main(argv: list[str] | None = None) -> int:
             _low_memory(args)
         elif args.direction == "import":
             AutoBridge.import_ckpt(
-                args.hf_path, args.megatron_path, allow_non_finite=args.allow_non_finite, **layout
+                args.hf_path,
+                args.megatron_path,
+                allow_non_finite=args.allow_non_finite,
+                omit_unmapped=args.omit_unmapped,
+                **layout,
             )
         else:
             if args.hf_config:
@@ -189,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.hf_path,
                 max_shard_size=args.max_shard_size,
                 adapter_only=args.adapter_only,
+                omit_unmapped=args.omit_unmapped,
                 **layout,
             )
     except ConfigError as err:

@@ -22,6 +22,7 @@ from tests.functional.workers.convert_models import (
     save_hf_model,
     tokens,
 )
+from tests.functional.workers.mtp_checkpoint import MTP_FAMILIES, save_mtp_folder
 from tests.tolerances import logits_tolerance
 
 WORKER = Path(__file__).parent / "workers" / "convert_parallel.py"
@@ -36,6 +37,8 @@ def root(tmp_path_factory, tiny_hf):
         model = tiny_hf.link(family, root / "hf" / family)
         torch.save(hf_logits(model, tokens()), root / "refs" / f"{family}.pt")
     save_hf_model("llama", root / "hf" / "llama_bf16", dtype=torch.bfloat16, seed=3)
+    for family in MTP_FAMILIES:  # one multi-token-prediction layer, named as the published checkpoints
+        save_mtp_folder(family, root / "hf" / f"{family}_mtp")
     for name in UNEVEN:  # 3 layers: PP=2 needs uneven stages
         model = save_hf_model(name.removesuffix("_3layers"), root / "hf" / name, seed=5, num_hidden_layers=3)
         torch.save(hf_logits(model, tokens()), root / "refs" / f"{name}.pt")
@@ -78,8 +81,17 @@ def test_tp2_round_trip_and_torch_dist_import(root, tp2_results):
 def test_pp2_ep2_and_torch_dist_export_round_trip(root, tp2_results):
     # a second launch (each well under 30 s on an idle machine) exports what the first imported
     results = _results(
-        assert_ok(torchrun(WORKER, 2, str(root), "pp2", "ep2", "ckpt_export_pp2", "pp2_uneven", timeout=600))
+        assert_ok(
+            torchrun(WORKER, 2, str(root), "pp2", "ep2", "ckpt_export_pp2", "pp2_uneven", "mtp", timeout=600)
+        )
     )
+    for phase in ("mtp_tp2", "mtp_pp2"):  # MTP layers through TP=2 (SP) and PP=2 (last stage): the same bytes
+        for family in MTP_FAMILIES:
+            assert results[(phase, family)] == "done", (phase, family, results)
+            diff = bit_identical(
+                read_tensors(root / "hf" / f"{family}_mtp"), read_tensors(root / "out" / phase / family)
+            )
+            assert diff is None, (phase, family, diff)
     for phase in ("pp2", "ep2"):
         _check_round_trips(root, results, phase)
     for name in UNEVEN:  # uneven stages: HF-equal logits, the source's bytes back

@@ -469,20 +469,21 @@ def test_deepseek_settings_megatron_core_computes_differently_are_refused(family
         fields_of(make_hf_config(family, **change))
 
 
-def test_deepseek_mtp_layers_dropped_on_import_refused_on_export(caplog):
-    from bridge.models.deepseek.hf_config import dropped_hf_tensors
+@pytest.mark.parametrize("family", ["deepseek_v3", "glm4_moe"])
+def test_mtp_layers_read_as_mtp_num_layers_and_written_back(family):
     from bridge.models.gpt_provider import GPTModelProvider
     from bridge.models.hf_translation.write import hf_config_dict
     from tests.functional.workers.convert_models import make_hf_config
 
-    hf = make_hf_config("deepseek_v3", num_nextn_predict_layers=1)
+    hf = make_hf_config(family, num_nextn_predict_layers=1)
     fields = fields_of(hf)
-    assert "num_nextn_predict_layers=1" in caplog.text and "mtp_num_layers" not in fields
+    assert fields["mtp_num_layers"] == 1 and fields_of(make_hf_config(family))["mtp_num_layers"] is None
+    rules = family_for(hf.architectures).hf_config
     names = {"model.layers.1.mlp.gate.weight", "model.layers.2.eh_proj.weight", "model.layers.2.enorm.weight"}
-    assert dropped_hf_tensors(hf, names) == names - {"model.layers.1.mlp.gate.weight"}
-    assert dropped_hf_tensors(make_hf_config("deepseek_v3"), names) == set()  # no MTP: nothing dropped
-    provider = GPTModelProvider(**{**fields, "mtp_num_layers": 1})
-    with pytest.raises(
-        ConfigError, match="model.mtp_num_layers=1: a DeepseekV3ForCausalLM checkpoint cannot"
-    ):
-        hf_config_dict(provider, family_for(hf.architectures), "DeepseekV3ForCausalLM")
+    # the MTP layer's tensors (layer num_hidden_layers + k) a model with fewer MTP layers leaves out
+    assert rules.mtp_tensors(hf, names, keep=0) == names - {"model.layers.1.mlp.gate.weight"}
+    assert rules.mtp_tensors(hf, names, keep=1) == set()
+    assert rules.mtp_tensors(make_hf_config(family), names, keep=0) == set()  # no MTP in the config
+    arch = hf.architectures[0]
+    out = hf_config_dict(GPTModelProvider(**fields), family_for(hf.architectures), arch)
+    assert out["num_nextn_predict_layers"] == 1

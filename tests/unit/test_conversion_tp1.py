@@ -193,29 +193,6 @@ def test_unexpected_tensor(llama_copy, tmp_path):
     _assert_import_fails(llama_copy, tmp_path, r"does not use: model\.layers\.0\.extra\.weight")
 
 
-def test_deepseek_v3_mtp_layer_is_dropped_on_import_with_one_warning(sources, tmp_path, caplog):
-    # The published DeepSeek-V3 checkpoint carries its MTP layer as model.layers.<num_hidden_layers>.*;
-    # transformers builds none, neither does the conversion: skipped (not "unused"), warned once.
-    folder = tmp_path / "v3_mtp"
-    shutil.copytree(sources["deepseek_v3"][0], folder)
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "num_nextn_predict_layers": 1}))
-    mtp = {
-        "model.layers.2.eh_proj.weight": torch.zeros(64, 128),
-        "model.layers.2.enorm.weight": torch.ones(64),
-    }
-    _rewrite_without(folder, add=mtp)
-    bridge, _, chunks = _import(folder)
-    assert caplog.text.count("num_nextn_predict_layers=1") == 1
-    toks = tokens()
-    ref = hf_logits(sources["deepseek_v3"][1], toks)
-    assert (megatron_logits(chunks[0], toks) - ref).abs().max().item() <= 1e-5
-    out = tmp_path / "export"
-    bridge.save_hf_pretrained(chunks, out)
-    exported = read_tensors(out)
-    assert set(read_tensors(folder)) - set(exported) == set(mtp)  # the MTP layer does not come back
-
-
 def test_shape_mismatch(llama_copy, tmp_path):
     _rewrite_without(llama_copy, replace={"model.layers.0.mlp.up_proj.weight": torch.zeros(95, 64)})
     _assert_import_fails(llama_copy, tmp_path, r"up_proj\.weight'.*shape \[95, 64\].*needs \[96, 64\]")

@@ -37,6 +37,7 @@ def check_pipeline(cfg: ConfigContainer, layout: ParallelLayout, running: frozen
     if name == "zero_bubble":
         check_zero_bubble(cfg, running)
     check_per_token_loss(cfg)
+    check_mtp_schedule(cfg, name)
     return gpipe_bubble_notes(layout, name, micro)
 
 
@@ -226,6 +227,19 @@ def check_per_token_loss(cfg: ConfigContainer) -> None:
             "with model.calculate_per_token_loss the gradients are divided by the step's token count, and the "
             "schedule would divide them by the number of micro batches again",
             "set distributed.scale_grads_in_schedule=false",
+        )
+
+
+def check_mtp_schedule(cfg: ConfigContainer, name: str) -> None:
+    if getattr(cfg.model, "mtp_num_layers", None):
+        raise config_error(
+            "model.mtp_num_layers",
+            cfg.model.mtp_num_layers,
+            f"the multi-token-prediction loss is scaled per micro batch by Megatron-Core's own pipeline "
+            f"schedules (MTPLossAutoScaler); pp_schedule {name} runs on torch.distributed.pipelining, which "
+            "does not scale it",
+            "use distributed.pp_schedule=1f1b (or interleaved_1f1b with virtual stages), or train without MTP "
+            "(model.mtp_num_layers=0)",
         )
 
 

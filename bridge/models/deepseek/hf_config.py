@@ -20,21 +20,21 @@ and router (0.16.1, 0.19.2); what they compute differently is refused, never app
   equal when that is 2, as published), renormalised top-k (Megatron always renormalises sigmoid top-k:
   norm_topk_prob=false with topk > 1 is refused), times routed_scaling_factor.
 - Layers below first_k_dense_replace are dense MLPs of intermediate_size (moe_layer_freq list).
-- Multi-token prediction (V3's num_nextn_predict_layers): transformers builds no MTP layers, so they are
-  dropped on import with one warning (their tensors, model.layers.<num_hidden_layers + i>.*, are
-  skipped); a provider with mtp_num_layers is refused on export.
+- Multi-token prediction (V3's num_nextn_predict_layers): Megatron-Core's mtp_num_layers (its MTP block,
+  on the last pipeline stage), as Megatron-Bridge reads it; the checkpoint holds depth k as
+  model.layers.<num_hidden_layers + k>.* (transformers builds none: its logits ignore them). A model built
+  with fewer mtp_num_layers leaves the others' tensors out, listed (bridge.conversion.unmapped).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import re
 from typing import Any
 
 from bridge.errors import ConfigError
 from bridge.models import transformer_fields  # read at call time: tests swap the release's fields
-from bridge.models.hf_translation.common import BASE_DEFAULTS, get, refuse
+from bridge.models.hf_translation.common import BASE_DEFAULTS, get, mtp_layer_tensors, refuse
 
 logger = logging.getLogger(__name__)
 
@@ -349,19 +349,6 @@ def check_plain(cfg: Any, latent_eps_fixed: bool = True) -> None:
         )
 
 
-def _warn_mtp(cfg: Any) -> None:
-    mtp = int(_get(cfg, "num_nextn_predict_layers", 0) or 0)
-    if mtp:
-        layers = int(_get(cfg, "num_hidden_layers"))
-        logger.warning(
-            "HF config num_nextn_predict_layers=%d: the multi-token-prediction layer(s) "
-            "(model.layers.%d.* ...) are dropped: transformers does not build them and the Megatron model "
-            "is built without MTP (mtp_num_layers=None); their checkpoint tensors are skipped",
-            mtp,
-            layers,
-        )
-
-
 def mla_fields(cfg: Any, base: dict[str, Any]) -> dict[str, Any]:
     """`base` (the generic dtype / size fields) with multi-latent attention's sizes (no RoPE, no experts)."""
     if not transformer_fields.MLA_FIELDS:
@@ -397,29 +384,15 @@ def translate(cfg: Any, base: dict[str, Any]) -> dict[str, Any]:
     layers = int(_get(cfg, "num_hidden_layers"))
     fields |= rope_fields(cfg)
     fields |= _moe_fields(cfg, v3, layers)
-    _warn_mtp(cfg)
+    fields["mtp_num_layers"] = int(_get(cfg, "num_nextn_predict_layers", 0) or 0) or None
     return fields
 
 
-_MTP_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
-
-
-def dropped_hf_tensors(cfg: Any, names: set[str]) -> set[str]:
-    """The checkpoint tensors of the multi-token-prediction layers (dropped on import)."""
-    if not int(_get(cfg, "num_nextn_predict_layers", 0) or 0):
-        return set()
-    layers = int(_get(cfg, "num_hidden_layers"))
-    return {n for n in names if (m := _MTP_LAYER.match(n)) and int(m.group(1)) >= layers}
+mtp_hf_tensors = mtp_layer_tensors  # the family hook: MTP layers at model.layers.<num_hidden_layers + k>
 
 
 def config_dict(p: Any, model_type: str, architecture: str) -> dict[str, Any]:
     """config.json for a DeepSeek provider (the caller checks that it reads back as the provider)."""
-    if p.mtp_num_layers:
-        raise ConfigError(
-            f"model.mtp_num_layers={p.mtp_num_layers!r}: a {architecture} checkpoint cannot hold "
-            "multi-token-prediction layers (transformers builds none). Fix: set model.mtp_num_layers=null "
-            "before exporting (the MTP layers are a training aid)"
-        )
     if not p.num_moe_experts:
         raise ConfigError(
             f"model.num_moe_experts=None: a {architecture} checkpoint has MoE layers. Fix: set the experts"
@@ -458,7 +431,8 @@ def config_dict(p: Any, model_type: str, architecture: str) -> dict[str, Any]:
         "aux_loss_alpha": p.moe_aux_loss_coeff,
     }
     if v3:
-        out |= {"topk_method": "noaux_tc", "rope_interleave": True, "num_nextn_predict_layers": 0}
+        out |= {"topk_method": "noaux_tc", "rope_interleave": True}
+        out["num_nextn_predict_layers"] = p.mtp_num_layers or 0
     else:
         grouped = bool(p.moe_router_num_groups and p.moe_router_num_groups > 1)
         out |= {"topk_method": "group_limited_greedy" if grouped else "greedy", "moe_layer_freq": 1}

@@ -56,7 +56,24 @@ MOE = (
     ("row", f"{S}.linear_fc2.weight", f"{L}.mlp.shared_experts.down_proj.weight"),
 )
 
-MAPPINGS = EMBEDDINGS + ATTENTION + MOE + DENSE_MLP
+# Multi-token prediction (Megatron-Core's MTP block): depth k is the checkpoint's layer num_layers + k, its
+# transformer layer a decoder layer of that number (bridge.conversion.model_params.canonical_name), plus
+# the norms and projection below (Megatron-Bridge's names). eh_proj takes [enorm(embedding); hnorm(hidden)]
+# on both sides. The embedding and output head the published checkpoints repeat in each MTP layer are the
+# model's own (Megatron-Core shares them): checked equal on import, written from them on export.
+T = "mtp.layers.{layer}"
+MTP = (
+    ("replicated", f"{T}.enorm.weight", f"{L}.enorm.weight"),
+    ("replicated", f"{T}.hnorm.weight", f"{L}.hnorm.weight"),
+    ("column", f"{T}.eh_proj.weight", f"{L}.eh_proj.weight"),
+    ("replicated", f"{T}.final_layernorm.weight", f"{L}.shared_head.norm.weight"),
+)
+MTP_COPIES = (
+    (f"{L}.embed_tokens.weight", "embedding.word_embeddings.weight"),
+    (f"{L}.shared_head.head.weight", "output_layer.weight"),
+)
+
+MAPPINGS = EMBEDDINGS + ATTENTION + MOE + DENSE_MLP + MTP
 
 # DeepSeek sparse attention (DSA): Megatron-Core's experimental_attention_variant="dsa" (0.16.1 and
 # 0.19.2, experimental_attention_variant/dsa.py) rotates the indexer's q/k with fast_hadamard_transform's

@@ -4,8 +4,8 @@ with the values of the published Hugging Face configs.
 All but Moonlight (plain RoPE, see its preset): multi-latent attention (kv_lora_rank 512, q/k heads of 128 + 64 rope dims, value heads of
 128), YaRN RoPE (factor 40 over 4096 positions, 163840 positions), the first layer(s) dense, then
 routed experts plus shared experts (n_shared_experts * moe_intermediate_size, no gate), RMSNorm eps
-1e-6, untied embeddings. Multi-token prediction (V3's num_nextn_predict_layers=1) is left out
-(mtp_num_layers=None), as transformers builds no MTP layer.
+1e-6, untied embeddings. Multi-token prediction (V3's num_nextn_predict_layers=1) is a training
+choice the presets leave off (mtp_num_layers=None; model.mtp_num_layers=1 trains it, docs/conversion.md).
 
 DeepSeek-V2 (236B) routes group-limited (8 groups, 3 chosen) by each group's best expert; Megatron-Core's
 group-limited routing ranks a group by the sum of its top (topk // group_topk) = 2 experts. The preset

@@ -12,7 +12,8 @@
 - moe_num_shared_experts * moe_intermediate_size: an ungated shared expert in every MoE layer.
 - MoE layers: (i + 1) % moe_layer_interval == 0 and moe_layer_start_index <= i <= moe_layer_end_index
   (-1: the last); the others dense MLPs of intermediate_size (moe_layer_freq list).
-- Multi-token-prediction tensors ("mtp" in the name), which transformers ignores, are dropped on import.
+- Multi-token-prediction tensors ("mtp" in the name) have no mapping: importing a checkpoint holding them
+  is an error naming them unless the user omits them on purpose (omit_unmapped, listed).
 """
 
 from __future__ import annotations
@@ -133,16 +134,6 @@ def translate(cfg: Any, base: dict[str, Any]) -> dict[str, Any]:
     translation here, as transformers' attribute_map would otherwise show the generic expert rules a
     num_experts that a config.json does not hold."""
     return base | rope_fields(cfg) | {"rotary_interleaved": True} | _moe_fields(cfg)
-
-
-def dropped_hf_tensors(cfg: Any, names: set[str]) -> set[str]:
-    """The multi-token-prediction tensors, which transformers ignores (and so does the model)."""
-    dropped = {n for n in names if "mtp" in n}
-    if dropped:
-        logger.warning(
-            "ERNIE 4.5: %d multi-token-prediction tensor(s) dropped (transformers builds none)", len(dropped)
-        )
-    return dropped
 
 
 def _layer_rule(p: Any, architecture: str) -> dict[str, int]:

@@ -124,21 +124,7 @@ def _moe_fields(cfg: Any) -> dict[str, Any]:
 def translate(cfg: Any, base: dict[str, Any]) -> dict[str, Any]:
     """`base` (the generic sizes, norms, dtype) with RoPE, EXAONE's local / global layers and experts."""
     fields = base | rope_fields(cfg) | exaone4.provider_fields(cfg) | _moe_fields(cfg)
-    mtp = int(get(cfg, "num_nextn_predict_layers", 0) or 0)
-    if mtp:
-        logger.warning(
-            "HF config num_nextn_predict_layers=%d: the multi-token-prediction layer(s) (mtp.*) are dropped: "
-            "transformers does not build them; their checkpoint tensors are skipped",
-            mtp,
-        )
     return fields
-
-
-def dropped_hf_tensors(cfg: Any, names: set[str]) -> set[str]:
-    """The multi-token-prediction layers' tensors (mtp.*), which no model builds."""
-    if not int(get(cfg, "num_nextn_predict_layers", 0) or 0):
-        return set()
-    return {n for n in names if n.startswith("mtp.")}
 
 
 def moe_hf_fields(p: Any) -> dict[str, Any]:

@@ -7,17 +7,16 @@
   group-limited top-k, renormalised, times routed_scaling_factor (hf_translation.sigmoid_routing);
   a shared expert of n_shared_experts * moe_intermediate_size in every MoE layer, ungated.
 - The first first_k_dense_replace layers are dense MLPs of intermediate_size (moe_layer_freq list).
-- Multi-token prediction (num_nextn_predict_layers): transformers builds no MTP layer, so its tensors
-  (model.layers.<num_hidden_layers + i>.*) are dropped on import with one warning.
+- Multi-token prediction (num_nextn_predict_layers): Megatron-Core's mtp_num_layers, its layers held as
+  model.layers.<num_hidden_layers + k>.* (DeepSeek-V3's layout; transformers builds none).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
-from bridge.models.hf_translation.common import BASE_DEFAULTS, get, refuse
+from bridge.models.hf_translation.common import BASE_DEFAULTS, get, mtp_layer_tensors, refuse
 from bridge.models.hf_translation.read import rope_fields as generic_rope_fields
 from bridge.models.hf_translation.sigmoid_routing import sigmoid_routing_fields, sigmoid_routing_hf_fields
 
@@ -45,6 +44,7 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         n_group=1,
         topk_group=1,
         first_k_dense_replace=1,
+        num_nextn_predict_layers=1,
         norm_topk_prob=True,
         use_qk_norm=False,
     ),
@@ -120,26 +120,11 @@ def _moe_fields(cfg: Any) -> dict[str, Any]:
     )
     if dense:
         out["moe_layer_freq"] = [0] * dense + [1] * (layers - dense)
-    mtp = int(get(cfg, "num_nextn_predict_layers", 0) or 0)
-    if mtp:
-        logger.warning(
-            "HF config num_nextn_predict_layers=%d: the multi-token-prediction layer(s) (model.layers.%d.* ...) "
-            "are dropped: transformers does not build them; their checkpoint tensors are skipped",
-            mtp,
-            layers,
-        )
+    out["mtp_num_layers"] = int(get(cfg, "num_nextn_predict_layers", 0) or 0) or None
     return out
 
 
-_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
-
-
-def dropped_hf_tensors(cfg: Any, names: set[str]) -> set[str]:
-    """The multi-token-prediction layers' tensors (past num_hidden_layers), which no model builds."""
-    if not int(get(cfg, "num_nextn_predict_layers", 0) or 0):
-        return set()
-    layers = int(get(cfg, "num_hidden_layers"))
-    return {n for n in names if (m := _LAYER.match(n)) and int(m.group(1)) >= layers}
+mtp_hf_tensors = mtp_layer_tensors  # the family hook: MTP layers at model.layers.<num_hidden_layers + k>
 
 
 def moe_hf_fields(p: Any) -> dict[str, Any]:
@@ -154,7 +139,7 @@ def moe_hf_fields(p: Any) -> dict[str, Any]:
         # a size that is not a multiple of the expert size reads back differently (refused on export)
         "n_shared_experts": shared // size if size else 0,
         "first_k_dense_replace": dense,
-        "num_nextn_predict_layers": 0,
+        "num_nextn_predict_layers": p.mtp_num_layers or 0,
     }
 
 

@@ -5,6 +5,7 @@ the first_k_dense_replace dense ones.
 e_score_correction_bias is Megatron-Core's router `expert_bias` buffer (moe_router_enable_expert_bias).
 """
 
+from bridge.models.deepseek.mapping import MTP, MTP_COPIES  # noqa: F401 (MTP_COPIES: read by the registry)
 from bridge.models.llama.mapping import ATTENTION, DENSE_MLP, EMBEDDINGS, L, M
 from bridge.models.qwen2.mapping import QKV_BIAS
 from bridge.models.qwen3.mapping import QK_NORM
@@ -30,4 +31,5 @@ MOE = (
     ("row", f"{S}.linear_fc2.weight", f"{L}.mlp.shared_experts.down_proj.weight"),
 )
 
-MAPPINGS = EMBEDDINGS + ATTENTION + QKV_BIAS + QK_NORM + MOE + DENSE_MLP
+# Multi-token prediction: DeepSeek-V3's MTP layer layout (num_nextn_predict_layers), the same rows.
+MAPPINGS = EMBEDDINGS + ATTENTION + QKV_BIAS + QK_NORM + MOE + DENSE_MLP + MTP

@@ -3,7 +3,8 @@
 All three: GQA (96 heads, 8 key/value groups, heads of 128), q/k/v biases, RoPE (base 1e6) over half of
 each head, RMSNorm eps 1e-5, untied embeddings; sigmoid routing with an expert bias (8 experts per token,
 renormalised, one group), one shared expert of the expert size; the first layer(s) dense. The published
-multi-token-prediction layer is left out (mtp_num_layers=None), as transformers builds none.
+multi-token-prediction layer is a training choice the presets leave off (mtp_num_layers=None;
+model.mtp_num_layers=1 trains it, docs/conversion.md).
 """
 
 from typing import Any

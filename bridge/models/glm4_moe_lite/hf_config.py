@@ -128,26 +128,7 @@ def translate(cfg: Any, base: dict[str, Any]) -> dict[str, Any]:
     fields |= deepseek.rope_fields(cfg, has_rope_interleave=True)
     fields["mla_latent_layernorm_epsilon"] = LATENT_NORM_EPS
     fields |= _moe_fields(cfg)
-    mtp = int(get(cfg, "num_nextn_predict_layers", 0) or 0)
-    if mtp:
-        logger.warning(
-            "HF config num_nextn_predict_layers=%d: the multi-token-prediction layer(s) (model.layers.%d.* ...) "
-            "are dropped: transformers does not build them; their checkpoint tensors are skipped",
-            mtp,
-            int(get(cfg, "num_hidden_layers")),
-        )
     return fields
-
-
-_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
-
-
-def dropped_hf_tensors(cfg: Any, names: set[str]) -> set[str]:
-    """The multi-token-prediction layers' tensors (past num_hidden_layers), which no model builds."""
-    if not int(get(cfg, "num_nextn_predict_layers", 0) or 0):
-        return set()
-    layers = int(get(cfg, "num_hidden_layers"))
-    return {n for n in names if (m := _LAYER.match(n)) and int(m.group(1)) >= layers}
 
 
 def config_dict(p: Any, model_type: str, architecture: str) -> dict[str, Any]:

@@ -5,6 +5,7 @@ reading a config.json file."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +68,15 @@ def read_config_json(path: str | Path) -> dict[str, Any]:
             f"{path}: a config.json holds a JSON object, this one holds {type(config).__name__}"
         )
     return config
+
+
+_HF_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
+
+
+def mtp_layer_tensors(cfg: Any, names: set[str], keep: int) -> set[str]:
+    """The tensors of the checkpoint's multi-token-prediction layers of depth >= keep: a config with
+    num_nextn_predict_layers holds depth k as model.layers.<num_hidden_layers + k>.* (DeepSeek-V3's layout)."""
+    if not int(get(cfg, "num_nextn_predict_layers", 0) or 0):
+        return set()
+    first = int(get(cfg, "num_hidden_layers")) + keep
+    return {n for n in names if (m := _HF_LAYER.match(n)) and int(m.group(1)) >= first}

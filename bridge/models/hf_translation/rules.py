@@ -24,8 +24,9 @@ functions (cfg: a config.json dict or a PretrainedConfig; p: a GPTModelProvider)
   hf_fields(p)            extra config.json keys, after the generic ones
   moe_hf_fields(p)        replaces the generic expert keys of config.json
   config_dict(p, model_type, architecture)  replaces the generic size and expert keys of config.json
-  dropped_hf_tensors(cfg, names)  the checkpoint tensors the Megatron model does not build (left out
-                          on import on purpose)
+  mtp_hf_tensors(cfg, names, keep)  the checkpoint tensors of the multi-token-prediction layers of
+                          depth >= keep (left out, listed, when a model is built with mtp_num_layers=keep
+                          below the checkpoint's count)
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class FamilyRules:
     hf_fields: Callable[[Any], Fields] | None = None
     moe_hf_fields: Callable[[Any], Fields] | None = None
     config_dict: Callable[[Any, str, str], Fields] | None = None
-    dropped_hf_tensors: Callable[[Any, set[str]], set[str]] | None = None
+    mtp_hf_tensors: Callable[[Any, set[str], int], set[str]] | None = None
 
     @classmethod
     def from_module(cls, module: ModuleType) -> FamilyRules:
@@ -70,7 +71,7 @@ class FamilyRules:
             "hf_fields",
             "moe_hf_fields",
             "config_dict",
-            "dropped_hf_tensors",
+            "mtp_hf_tensors",
         )
         return cls(
             module=module.__name__,
@@ -83,9 +84,9 @@ class FamilyRules:
             **{name: getattr(module, name, None) for name in hooks},
         )
 
-    def dropped(self, cfg: Any, names: set[str]) -> set[str]:
-        """Checkpoint tensors the model does not build (none unless the family declares some)."""
-        return set() if self.dropped_hf_tensors is None else set(self.dropped_hf_tensors(cfg, names))
+    def mtp_tensors(self, cfg: Any, names: set[str], keep: int) -> set[str]:
+        """The checkpoint's MTP-layer tensors of depth >= keep (none unless the family declares MTP layers)."""
+        return set() if self.mtp_hf_tensors is None else set(self.mtp_hf_tensors(cfg, names, keep))
 
 
 class TranslatedFamily(Protocol):

@@ -29,6 +29,9 @@ NOT_MATH = frozenset(
         "moe_router_load_balancing_type",
         "moe_aux_loss_coeff",
         "moe_input_jitter_eps",
+        # multi-token prediction is a training choice: a run may train with fewer MTP layers than the
+        # folder holds (their tensors are left out, listed, and an export carries them back)
+        "mtp_num_layers",
     }
 )
 

@@ -12,7 +12,10 @@ checked against HF's), pp2 (PP=2, 1 layer per stage), ep2 (EP=2, MoE
 families; also checks export_hf_weights on every rank), pp2_uneven (PP=2 on 3-layer models, UNEVEN: Megatron-Core's
 first-stage count and a layout string), ckpt_import_tp2 / ckpt_export_pp2
 (scripts/conversion/convert_checkpoint.py import --tp 2, then export --pp 2, of ROOT/hf/llama_bf16),
-ckpt_moe_tp2 (every MoE family: convert_checkpoint.py import, then export --tp 2).
+ckpt_moe_tp2 (every MoE family: convert_checkpoint.py import, then export --tp 2), mtp (ROOT/hf/<family>_mtp,
+DeepSeek-V3 and GLM-4.5 with one multi-token-prediction layer: imported into Megatron-Core's MTP block at TP=2
+with sequence parallelism and at PP=2, where the MTP layer lives on the last stage, and exported into
+ROOT/out/mtp_tp2|mtp_pp2/<family>).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from tests.functional.workers.convert_models import (  # noqa: E402
     tokens,
 )
 from tests.functional.workers.convert_models import MOE_FAMILIES as MOE  # noqa: E402
+from tests.functional.workers.mtp_checkpoint import MTP_FAMILIES  # noqa: E402
 
 
 def check(ok: bool, message: str) -> None:
@@ -265,6 +269,27 @@ def ckpt_moe_export_tp2(root: Path) -> None:
             print(f"RESULT ckpt_moe_tp2 {family} done (at {time.perf_counter() - START:.1f} s)", flush=True)
 
 
+def run_mtp(root: Path) -> None:
+    from bridge.parallel.wrappers import unwrap
+
+    layouts = {
+        "mtp_tp2": dict(tensor_model_parallel_size=2, sequence_parallel=True),
+        "mtp_pp2": dict(pipeline_model_parallel_size=2),
+    }
+    for phase, fields in layouts.items():
+        for family in MTP_FAMILIES:
+            bridge, provider = provider_for(root / "hf" / f"{family}_mtp", **fields)
+            chunks = provider.provide_distributed_model(wrap_with_ddp=False)
+            model = unwrap(chunks[0])
+            last = phase == "mtp_tp2" or dist.get_rank() == 1  # PP=2: the MTP layer is the last stage's
+            check(provider.mtp_num_layers == 1, f"{family}: mtp_num_layers={provider.mtp_num_layers}")
+            check((getattr(model, "mtp", None) is not None) == last, f"{family} {phase}: MTP block placement")
+            bridge.save_hf_pretrained(chunks, root / "out" / phase / family, progress=False)
+            end_layout()
+            if dist.get_rank() == 0:
+                print(f"RESULT {phase} {family} done (at {time.perf_counter() - START:.1f} s)", flush=True)
+
+
 def main() -> None:
     root, phases = Path(sys.argv[1]), sys.argv[2:]
     dist.init_process_group("gloo")
@@ -275,6 +300,8 @@ def main() -> None:
             ckpt_export(root)
         elif phase == "ckpt_moe_tp2":
             ckpt_moe_export_tp2(root)
+        elif phase == "mtp":
+            run_mtp(root)
         elif phase == "pp2_uneven":
             for name in UNEVEN:
                 run_family(root, phase, name)

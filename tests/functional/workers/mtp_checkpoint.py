@@ -1,0 +1,64 @@
+"""A tiny DeepSeek-V3 / GLM-4.5 Hugging Face folder carrying multi-token-prediction layers, named as the
+published checkpoints (DeepSeek-V3's model.safetensors.index.json: layer 61 of a 61-layer model).
+
+transformers builds no MTP layer, so the folder is transformers' own model (save_pretrained) plus, for each
+depth k, the tensors of layer num_hidden_layers + k: a full decoder layer (taken from the same architecture
+built with more layers, so its names and shapes are transformers'), enorm, hnorm, eh_proj [hidden, 2 hidden],
+shared_head.norm, and the copies of the embedding and output head the published checkpoints hold
+(embed_tokens, shared_head.head).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from tests.functional.workers.convert_models import make_hf_config, make_hf_model, save_hf_model
+
+MTP_FAMILIES = ("deepseek_v3", "glm4_moe")  # the families whose checkpoints carry num_nextn_predict_layers
+
+
+def mtp_tensors(family: str, base: torch.nn.Module, depth: int, seed: int = 7) -> dict[str, torch.Tensor]:
+    """The MTP layers' tensors for `base` (a transformers model of `family`), depth 0 .. depth - 1."""
+    import tempfile
+
+    from safetensors.torch import load_file
+
+    n = base.config.num_hidden_layers
+    longer = make_hf_model(family, seed=seed, num_hidden_layers=n + depth)
+    with tempfile.TemporaryDirectory() as tmp:  # the names as saved (transformers fuses experts in memory)
+        longer.save_pretrained(tmp)
+        state = load_file(f"{tmp}/model.safetensors")
+    emb = base.model.embed_tokens.weight.detach().clone()
+    head = base.lm_head.weight.detach().clone()
+    hidden = base.config.hidden_size
+    g = torch.Generator().manual_seed(seed)
+    out: dict[str, torch.Tensor] = {}
+    for k in range(depth):
+        layer = f"model.layers.{n + k}."
+        out |= {name: t for name, t in state.items() if name.startswith(layer)}
+        out[layer + "enorm.weight"] = 1.0 + 0.2 * torch.randn(hidden, generator=g)
+        out[layer + "hnorm.weight"] = 1.0 + 0.2 * torch.randn(hidden, generator=g)
+        out[layer + "eh_proj.weight"] = 0.1 * torch.randn(hidden, 2 * hidden, generator=g)
+        out[layer + "shared_head.norm.weight"] = 1.0 + 0.2 * torch.randn(hidden, generator=g)
+        out[layer + "shared_head.head.weight"] = head.clone()
+        out[layer + "embed_tokens.weight"] = emb.clone()
+    return out
+
+
+def save_mtp_folder(family: str, folder: str | Path, depth: int = 1) -> tuple[torch.nn.Module, dict]:
+    """`family`'s tiny folder with `depth` MTP layers; (the transformers model, the MTP tensors)."""
+    from safetensors.torch import load_file, save_file
+
+    folder = Path(folder)
+    base = save_hf_model(family, folder)
+    extra = mtp_tensors(family, base, depth)
+    path = folder / "model.safetensors"
+    tensors = load_file(str(path))
+    save_file({**tensors, **extra}, str(path), metadata={"format": "pt"})
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_nextn_predict_layers": depth}, indent=2))
+    assert make_hf_config(family).num_hidden_layers == base.config.num_hidden_layers
+    return base, extra
