@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 from bridge.errors import ConfigError
