@@ -263,6 +263,8 @@ def test_unsupported_architecture(sources, tmp_path):
             "Glm4ForCausalLM",
             "NemotronForCausalLM",
             "Starcoder2ForCausalLM",
+            "Glm4MoeLiteForCausalLM",
+            "ExaoneMoeForCausalLM",
         ]
     )
 
