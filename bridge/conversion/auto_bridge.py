@@ -43,6 +43,7 @@ from bridge.conversion.weight_loader import load_hf_weights
 from bridge.errors import ConfigError
 from bridge.models.dtypes import DTYPES as TRAINING_DTYPES
 from bridge.models.gpt_provider import GPTModelProvider
+from bridge.models.provider_kinds import provider_class
 from bridge.models.hf_translation import common as hf_common
 from bridge.models.hf_translation import read as hf_read
 from bridge.models.hf_translation import registry as hf_registry
@@ -168,10 +169,10 @@ class AutoBridge:
         """
         import_megatron()  # before the provider builds a model
         if not load_weights:
-            return GPTModelProvider(**self._provider_fields)
+            return provider_class(self.family.provider_kind)(**self._provider_fields)
         source = self._weights_path(hf_path)
         bridge = AutoBridge(self.hf_config, hf_path=source) if source != self.hf_path else self
-        provider = GPTModelProvider(**self._provider_fields)
+        provider = provider_class(self.family.provider_kind)(**self._provider_fields)
         hook = bridge.load_hf_weights
         if allow_non_finite:
             hook = functools.partial(bridge.load_hf_weights, allow_non_finite=True)
@@ -325,7 +326,7 @@ class AutoBridge:
                 "export it without --adapter-only"
             )
         import_megatron()
-        provider = GPTModelProvider(**self._provider_fields)
+        provider = provider_class(self.family.provider_kind)(**self._provider_fields)
         _set_conversion_layout(provider, provider_fields)
         base = run.pretrained_checkpoint if peft is not None else None
         if peft is not None:

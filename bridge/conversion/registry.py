@@ -46,6 +46,8 @@ class Family:
     hf_config: FamilyRules = dataclasses.field(default_factory=FamilyRules)
     # Per-expert HF names cut out of tensors stacking a layer's experts (bridge.conversion.stacked_experts).
     stacked_experts: tuple[StackedView, ...] = ()
+    # The provider kind the family builds (bridge.models.provider_kinds; mapping.py's PROVIDER_KIND).
+    provider_kind: str = "gpt"
 
     def resolve(self, name: str) -> tuple[Rule, Mapping] | None:
         for rule in self.rules:
@@ -78,6 +80,7 @@ def _load(module_name: str) -> Family:
         rules=tuple(_compile(row) for row in module.MAPPINGS),
         hf_config=rules_of(name),
         stacked_experts=tuple(StackedView(*row) for row in getattr(module, "STACKED_EXPERTS", ())),
+        provider_kind=getattr(module, "PROVIDER_KIND", "gpt"),
     )
 
 
