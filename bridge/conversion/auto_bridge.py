@@ -43,11 +43,11 @@ from bridge.conversion.weight_loader import load_hf_weights
 from bridge.errors import ConfigError
 from bridge.models.dtypes import DTYPES as TRAINING_DTYPES
 from bridge.models.gpt_provider import GPTModelProvider
-from bridge.models.provider_kinds import provider_class
 from bridge.models.hf_translation import common as hf_common
 from bridge.models.hf_translation import read as hf_read
 from bridge.models.hf_translation import registry as hf_registry
 from bridge.models.hf_translation import write as hf_write
+from bridge.models.provider_kinds import provider_class
 from bridge.parallel import ranks
 from bridge.parallel.megatron_import import import_megatron
 from bridge.parallel.runtime import quiet_known_warnings
