@@ -16,12 +16,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from typing import TYPE_CHECKING
+from typing import Any
 
-from bridge.models.specs import local_core_attention, use_transformer_engine
+from bridge.models.specs import expert_column_parallel_linear, local_core_attention, use_transformer_engine
+from bridge.parallel.ssm_backend import ensure_ssm_kernels
 
-if TYPE_CHECKING:
-    from bridge.models.hybrid_provider import MambaModelProvider
+# The provider is a bridge.models.hybrid_provider.MambaModelProvider (not imported: it imports this module).
+MambaModelProvider = Any
 
 
 @functools.cache
@@ -73,7 +74,6 @@ def _local_stack_spec(p: MambaModelProvider, config):
     from megatron.core.transformer.transformer_layer import TransformerLayer, TransformerLayerSubmodules
 
     from bridge.models.norms import SequenceParallelNorm
-    from bridge.models.specs import expert_column_parallel_linear
 
     _, submodules_class = _stack_classes()
     dense = get_gpt_layer_local_spec(normalization=config.normalization).submodules
@@ -168,7 +168,6 @@ def build_stage(
     from megatron.core.models.mamba import MambaModel
 
     from bridge.models.output_hooks import apply_output_hooks
-    from bridge.parallel.ssm_backend import ensure_ssm_kernels
 
     ensure_ssm_kernels()
     if pre_process is None:
