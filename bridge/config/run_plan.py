@@ -29,6 +29,7 @@ from bridge.config.profiling import ProfilingPlan, profiling_plan
 from bridge.config.sections import FP8_PRECISIONS, PRECISION_DTYPES
 from bridge.config.validation import validate_config
 from bridge.models.dtypes import torch_dtype
+from bridge.models.hybrid_provider import MambaModelProvider
 from bridge.parallel import schedules
 from bridge.parallel.memory import TrainingSetup, estimate_memory
 from bridge.parallel.stages import describe
@@ -191,6 +192,10 @@ class RunPlan:
             f"test {self.data.sample_counts[2]}",
             f"lr schedule: warmup {self.schedule.warmup_samples} samples, decay {self.schedule.decay_samples}",
         ]
+        if isinstance(self.provider, MambaModelProvider):
+            # the hybrid's layer pattern as each pipeline stage builds it; the planner's estimates count
+            # every layer as attention + MLP
+            lines.append(f"hybrid layers per stage: {' | '.join(self.provider.stage_patterns())}")
         if self.memory is not None:
             m = self.memory
             lines.append(

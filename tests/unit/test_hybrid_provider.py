@@ -86,3 +86,28 @@ def test_cuda_without_mamba_ssm_names_the_package(monkeypatch):
     )
     with pytest.raises(ImportError, match=r"needs mamba_ssm.*pip install mamba-ssm"):
         ssm_backend.ensure_ssm_kernels()
+
+
+def test_lora_on_a_hybrid_is_refused_before_launch():
+    from bridge.config.finetune_rules import check_peft
+    from bridge.config.overrides import apply_overrides
+    from recipes.nemotron_h import nemotronh_4b_sft_config
+
+    cfg = apply_overrides(
+        nemotronh_4b_sft_config(), ["peft.scheme=lora", "checkpoint.pretrained_checkpoint=/x"]
+    )
+    with pytest.raises(ConfigError, match=r"peft.scheme = 'lora'.*hybrid model.*peft.scheme=null"):
+        check_peft(cfg)
+
+
+def test_a_recipe_dry_runs_with_the_pattern_split_over_its_stages():
+    from bridge.config.run_plan import build_plan
+    from recipes.nemotron_h import nemotronh_47b_pretrain_config
+
+    cfg = nemotronh_47b_pretrain_config()
+    cfg.model.pipeline_model_parallel_size = 2  # as its published SFT layout (TP8 PP2)
+    plan = build_plan(cfg, 16)
+    assert (plan.layout.tp, plan.layout.pp) == (8, 2)
+    first, second = plan.provider.stage_patterns()
+    assert first + second == plan.provider.hybrid_override_pattern and len(first) == len(second) == 49
+    assert f"hybrid layers per stage: {first} | {second}" in plan.summary_lines()
