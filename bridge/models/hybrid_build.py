@@ -1,4 +1,5 @@
-"""The Megatron-Core build of a MambaModelProvider: the hybrid stack spec and one MambaModel stage.
+"""The Megatron-Core build of a MambaModelProvider: the hybrid stack spec and one MambaModel stage
+(megatron.core.models.mamba.MambaModel on 0.16; on 0.19 its HybridModel, which MambaModel only wraps).
 
 Megatron-Core's own hybrid specs (`mamba_stack_spec` in 0.16.1, `hybrid_stack_spec` in 0.19.2) are
 Transformer Engine specs only (their norms are fused into TE linears, the final norm is `TENorm`).
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 from typing import Any
 
 from bridge.models.specs import expert_column_parallel_linear, local_core_attention, use_transformer_engine
@@ -165,7 +165,6 @@ def build_stage(
 ):
     """One MambaModel stage of this rank; pre/post default to this rank's pipeline position."""
     from megatron.core import parallel_state
-    from megatron.core.models.mamba import MambaModel
 
     from bridge.models.output_hooks import apply_output_hooks
 
@@ -176,7 +175,6 @@ def build_stage(
         post_process = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
     kwargs = dict(
         config=config,
-        mamba_stack_spec=stack_spec(p, config),
         vocab_size=p.padded_vocab_size(),
         max_sequence_length=p.seq_length,
         pre_process=pre_process,
@@ -190,20 +188,24 @@ def build_stage(
         scatter_embedding_sequence_parallel=p.scatter_embedding_sequence_parallel,
         seq_len_interpolation_factor=p.seq_len_interpolation_factor,
     )
-    # 0.19 names the pattern hybrid_layer_pattern (hybrid_override_pattern is its deprecated alias).
-    if "hybrid_layer_pattern" in _model_parameters():
-        kwargs |= dict(hybrid_layer_pattern=p.hybrid_override_pattern, vp_stage=vp_stage)
-    else:
-        kwargs |= dict(hybrid_override_pattern=p.hybrid_override_pattern)
-    model = MambaModel(**kwargs)
+    model_class, names = _model_class()
+    kwargs[names[0]] = stack_spec(p, config)
+    kwargs[names[1]] = p.hybrid_override_pattern
+    if names[0] == "hybrid_stack_spec":
+        kwargs["vp_stage"] = vp_stage
+    model = model_class(**kwargs)
     apply_output_hooks(model, p)
     return model
 
 
-@functools.cache
-def _model_parameters() -> frozenset[str]:
+def _model_class() -> tuple[type, tuple[str, str]]:
+    """The release's model class and its (stack spec, pattern) argument names: 0.16's MambaModel; on 0.19
+    MambaModel is a deprecated wrapper (it logs so on every build) of HybridModel, built directly."""
     try:
-        from megatron.core.models.hybrid.hybrid_model import HybridModel as model
+        from megatron.core.models.hybrid.hybrid_model import HybridModel
+
+        return HybridModel, ("hybrid_stack_spec", "hybrid_layer_pattern")
     except ImportError:
-        from megatron.core.models.mamba.mamba_model import MambaModel as model
-    return frozenset(inspect.signature(model.__init__).parameters)
+        from megatron.core.models.mamba.mamba_model import MambaModel
+
+        return MambaModel, ("mamba_stack_spec", "hybrid_override_pattern")
