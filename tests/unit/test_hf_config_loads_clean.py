@@ -14,9 +14,9 @@ import pytest
 
 from bridge.conversion.registry import family_for
 from bridge.models.gpt_provider import GPTModelProvider
-from bridge.models.provider_kinds import provider_class
 from bridge.models.hf_translation.read import provider_fields
 from bridge.models.hf_translation.write import hf_config_dict
+from bridge.models.provider_kinds import provider_class
 from tests.functional.workers.convert_models import FAMILIES as TINY_MODELS
 from tests.functional.workers.convert_models import make_hf_config
 
