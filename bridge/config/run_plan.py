@@ -193,9 +193,11 @@ class RunPlan:
             f"lr schedule: warmup {self.schedule.warmup_samples} samples, decay {self.schedule.decay_samples}",
         ]
         if isinstance(self.provider, MambaModelProvider):
-            # the hybrid's layer pattern as each pipeline stage builds it; the planner's estimates count
-            # every layer as attention + MLP
-            lines.append(f"hybrid layers per stage: {' | '.join(self.provider.stage_patterns())}")
+            # the hybrid's layer pattern as each pipeline stage builds it
+            lines.append(
+                f"hybrid layers per stage: {' | '.join(self.provider.stage_patterns())} (the memory estimate "
+                "counts every layer as attention + MLP, without the SSM states)"
+            )
         if self.memory is not None:
             m = self.memory
             lines.append(
