@@ -9,6 +9,7 @@ from bridge.checkpoint.paths import is_hf_folder
 from bridge.config import sections as S
 from bridge.errors import config_error
 from bridge.models.hf_architecture import architecture_fields
+from bridge.models.hybrid_provider import MambaModelProvider
 
 if TYPE_CHECKING:
     from bridge.config.container import ConfigContainer
@@ -151,6 +152,14 @@ def check_peft(cfg: ConfigContainer) -> None:
             f"peft.scheme={p.scheme} runs with strategies {', '.join(PEFT_STRATEGIES)} (adapters are small: "
             "sharding them buys nothing, and the sharded strategies would also shard the frozen base)",
             "use distributed.strategy=megatron",
+        )
+    if isinstance(cfg.model, MambaModelProvider):
+        raise config_error(
+            "peft.scheme",
+            p.scheme,
+            "adapters on a hybrid model (MambaModelProvider: Mamba layers beside attention and MLP layers) are "
+            "not supported in bridge yet (its LoRA walks attention / MLP layers only)",
+            "finetune the hybrid fully: peft.scheme=null",
         )
     experts = [t for t in targets if t in ("linear_fc1", "linear_fc2")]
     if cfg.model.num_moe_experts and experts:

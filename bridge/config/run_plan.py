@@ -30,6 +30,7 @@ from bridge.config.resilience import HangPlan, StragglerPlan, hang_plan, straggl
 from bridge.config.sections import FP8_PRECISIONS, PRECISION_DTYPES
 from bridge.config.validation import validate_config
 from bridge.models.dtypes import torch_dtype
+from bridge.models.hybrid_provider import MambaModelProvider
 from bridge.parallel import schedules
 from bridge.parallel.memory import TrainingSetup, estimate_memory
 from bridge.parallel.stages import describe
@@ -195,6 +196,12 @@ class RunPlan:
             f"test {self.data.sample_counts[2]}",
             f"lr schedule: warmup {self.schedule.warmup_samples} samples, decay {self.schedule.decay_samples}",
         ]
+        if isinstance(self.provider, MambaModelProvider):
+            # the hybrid's layer pattern as each pipeline stage builds it
+            lines.append(
+                f"hybrid layers per stage: {' | '.join(self.provider.stage_patterns())} (the memory estimate "
+                "counts every layer as attention + MLP, without the SSM states)"
+            )
         if self.memory is not None:
             m = self.memory
             lines.append(

@@ -48,6 +48,7 @@ from bridge.models.hf_translation import common as hf_common
 from bridge.models.hf_translation import read as hf_read
 from bridge.models.hf_translation import registry as hf_registry
 from bridge.models.hf_translation import write as hf_write
+from bridge.models.provider_kinds import provider_class
 from bridge.parallel import ranks
 from bridge.parallel.megatron_import import import_megatron
 from bridge.parallel.runtime import quiet_known_warnings
@@ -171,10 +172,10 @@ class AutoBridge:
         """
         import_megatron()  # before the provider builds a model
         if not load_weights:
-            return GPTModelProvider(**self._provider_fields)
+            return provider_class(self.family.provider_kind)(**self._provider_fields)
         source = self._weights_path(hf_path)
         bridge = AutoBridge(self.hf_config, hf_path=source) if source != self.hf_path else self
-        provider = GPTModelProvider(**self._provider_fields)
+        provider = provider_class(self.family.provider_kind)(**self._provider_fields)
         hook = bridge.load_hf_weights
         if allow_non_finite or omit_unmapped:
             hook = functools.partial(
@@ -347,7 +348,7 @@ class AutoBridge:
                 "export it without --adapter-only"
             )
         import_megatron()
-        provider = GPTModelProvider(**self._provider_fields)
+        provider = provider_class(self.family.provider_kind)(**self._provider_fields)
         if run is not None and run.model is not None:
             # the MTP layers the run trained (a training choice: e.g. a finetune with mtp_num_layers=0,
             # whose export carries the source's MTP layers back unchanged)

@@ -38,6 +38,11 @@ class ModelDims:
     kv_channels: int
     vocab_size: int  # the HF vocabulary (unpadded)
     padded_vocab_size: int  # rows of the Megatron embedding / output layer over all TP ranks
+    # Mamba mixers (hybrid models; 0 elsewhere): the inner size (heads x head dim), the B / C size
+    # (groups x state) and the heads, the blocks of its packed in_proj and conv1d
+    mamba_d_inner: int = 0
+    mamba_groups_state: int = 0
+    mamba_num_heads: int = 0
 
 
 def _rows(start: int, stop: int, ndim: int) -> Index:
@@ -269,6 +274,62 @@ class PackedGatedMLP(FusedGatedMLP):
 
 
 @dataclass(frozen=True)
+class ColumnBlocks(Mapping):
+    """One HF tensor of consecutive blocks along dim 0, each split over TP on its own: TP rank r holds
+    [block 0 rows of r; block 1 rows of r; ...]. The blocks come from the model dims (`_blocks`)."""
+
+    kind = "abstract_blocks"
+
+    def _blocks(self, dims: ModelDims) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def hf_shapes(self, local, size, dims):
+        blocks = self._blocks(dims)
+        if local[0] * size != sum(blocks):
+            raise ConfigError(
+                f"{self.megatron}: {local[0]} rows x tensor-parallel {size} != {sum(blocks)} (blocks {blocks}); "
+                "the Mamba sizes do not match the model"
+            )
+        return {self.hf[0]: (sum(blocks), *local[1:])}
+
+    def pieces(self, local, rank, size, dims):
+        nd, out, src_at, dst_at = len(local), [], 0, 0
+        for block in self._blocks(dims):
+            n = _split(block, size, f"{self.megatron} block")
+            out.append(
+                Piece(
+                    self.hf[0],
+                    _rows(src_at + rank * n, src_at + (rank + 1) * n, nd),
+                    _rows(dst_at, dst_at + n, nd),
+                )
+            )
+            src_at, dst_at = src_at + block, dst_at + n
+        return out
+
+
+@dataclass(frozen=True)
+class MambaInProj(ColumnBlocks):
+    """A Mamba mixer's in_proj: [z; x; B; C; dt] (inner, inner, groups x state twice, heads)."""
+
+    kind = "mamba_in_proj"
+
+    def _blocks(self, dims):
+        d, gs = dims.mamba_d_inner, dims.mamba_groups_state
+        return (d, d, gs, gs, dims.mamba_num_heads)
+
+
+@dataclass(frozen=True)
+class MambaConv1d(ColumnBlocks):
+    """A Mamba mixer's depthwise conv1d weight or bias: channels [x; B; C]."""
+
+    kind = "mamba_conv1d"
+
+    def _blocks(self, dims):
+        gs = dims.mamba_groups_state
+        return (dims.mamba_d_inner, gs, gs)
+
+
+@dataclass(frozen=True)
 class StackedView:
     """Per-expert tensor `virtual` ({layer}, {expert}) = `stacked`({layer})[expert][..., start::step],
     transposed (last two dims) when `transpose`."""
@@ -313,6 +374,8 @@ KINDS: dict[str, type[Mapping]] = {
         FusedGatedMLP,
         PackedQKV,
         PackedGatedMLP,
+        MambaInProj,
+        MambaConv1d,
     )
 }
 # How many HF tensors each kind takes (the family tables are checked against it at load).
@@ -326,6 +389,8 @@ HF_ARITY = {
     "gated_mlp": 2,
     "qkv_packed": 1,
     "gated_mlp_packed": 1,
+    "mamba_in_proj": 1,
+    "mamba_conv1d": 1,
 }
 
 

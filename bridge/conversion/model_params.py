@@ -32,6 +32,8 @@ _TE_ALIASES = (
     # multi-latent attention: the q / kv latent norms fused into the up projections
     (".self_attention.linear_q_up_proj.layer_norm_weight", ".self_attention.q_layernorm.weight"),
     (".self_attention.linear_kv_up_proj.layer_norm_weight", ".self_attention.kv_layernorm.weight"),
+    # a Mamba layer's pre-norm fused into its mixer's in_proj
+    (".mixer.in_proj.layer_norm_weight", ".norm.weight"),
 )
 EMBEDDING = "embedding.word_embeddings.weight"
 OUTPUT = "output_layer.weight"
@@ -87,7 +89,14 @@ def current_ranks() -> Ranks:
 
 def model_dims(model: torch.nn.Module, hf_vocab_size: int) -> ModelDims:
     cfg = model.config
+    # MambaMixer's sizes: mamba_num_heads, else its inner size 2 * hidden over mamba_head_dim
+    head_dim = getattr(cfg, "mamba_head_dim", 0) or 0
+    heads = getattr(cfg, "mamba_num_heads", None) or (2 * cfg.hidden_size // head_dim if head_dim else 0)
     return ModelDims(
+        mamba_d_inner=heads * head_dim,
+        mamba_groups_state=(getattr(cfg, "mamba_num_groups", 0) or 0)
+        * (getattr(cfg, "mamba_state_dim", 0) or 0),
+        mamba_num_heads=heads,
         num_attention_heads=cfg.num_attention_heads,
         num_query_groups=cfg.num_query_groups or cfg.num_attention_heads,
         kv_channels=cfg.kv_channels,
@@ -131,6 +140,8 @@ _SPLIT_DIM = {
     "gated_mlp": 0,
     "qkv_packed": 0,
     "gated_mlp_packed": 0,
+    "mamba_in_proj": 0,
+    "mamba_conv1d": 0,
     "row": 1,
 }
 
@@ -142,6 +153,10 @@ def _check_split(lp: LocalParam) -> None:
     split = getattr(lp.param, "tensor_model_parallel", False)
     dim = getattr(lp.param, "partition_dim", -1)
     want = _SPLIT_DIM.get(lp.mapping.kind)
+    if split and want == 0 and dim == -1 and lp.param.dim() >= 1:
+        # Megatron-Core 0.16.1's Mamba mixer marks its conv1d, dt_bias, A_log, D and gated-norm weight
+        # split (tensor_model_parallel) without a partition_dim; it splits them along dim 0 (0.19 says so)
+        return
     if (want is None and split) or (want is not None and (not split or dim != want)):
         raise ConfigError(
             f"{lp.name}: the mapping kind {lp.mapping.kind!r} does not match how Megatron-Core "

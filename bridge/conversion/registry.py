@@ -49,6 +49,8 @@ class Family:
     # (HF template with {layer}, EMBEDDING | OUTPUT): tensors an MTP layer of the checkpoint repeats
     # (bridge.conversion.unmapped.copies).
     mtp_copies: tuple[tuple[str, str], ...] = ()
+    # The provider kind the family builds (bridge.models.provider_kinds; mapping.py's PROVIDER_KIND).
+    provider_kind: str = "gpt"
 
     def resolve(self, name: str) -> tuple[Rule, Mapping] | None:
         for rule in self.rules:
@@ -82,6 +84,7 @@ def _load(module_name: str) -> Family:
         hf_config=rules_of(name),
         stacked_experts=tuple(StackedView(*row) for row in getattr(module, "STACKED_EXPERTS", ())),
         mtp_copies=tuple(tuple(row) for row in getattr(module, "MTP_COPIES", ())),
+        provider_kind=getattr(module, "PROVIDER_KIND", "gpt"),
     )
 
 

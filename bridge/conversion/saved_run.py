@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from bridge.checkpoint.paths import RUN_CONFIG_FILENAME
 from bridge.models.gpt_provider import GPTModelProvider
+from bridge.models.provider_kinds import class_of_fields
 from bridge.peft.settings import PeftConfig
 
 T = TypeVar("T")
@@ -49,7 +50,7 @@ def read_saved_run(folder: str | os.PathLike) -> SavedRun | None:
         return None
     checkpoint = data.get("checkpoint") or {}
     return SavedRun(
-        model=_typed(GPTModelProvider, data["model"]) if data.get("model") else None,
+        model=_typed(class_of_fields(data["model"]), data["model"]) if data.get("model") else None,
         peft=_typed(PeftConfig, data.get("peft")),
         seed=int((data.get("rng") or {}).get("seed", 0)),
         pretrained_checkpoint=checkpoint.get("pretrained_checkpoint"),

@@ -71,9 +71,13 @@ class GPTModelProvider(GPTFields):
         self, pre_process: bool | None = None, post_process: bool | None = None, vp_stage: int | None = None
     ):
         """Build one GPTModel stage for this rank; pre/post default to this rank's pipeline position."""
-        return provider_build.build_stage(
-            self, self.transformer_config(), pre_process, post_process, vp_stage
-        )
+        return self.provide_stage(self.transformer_config(), pre_process, post_process, vp_stage)
+
+    def provide_stage(
+        self, config, pre_process: bool | None, post_process: bool | None, vp_stage: int | None
+    ):
+        """One model stage on a built TransformerConfig (a provider kind builds its own model class)."""
+        return provider_build.build_stage(self, config, pre_process, post_process, vp_stage)
 
     def register_post_build_hook(
         self, hook: Callable[[list], None], *, replaces_weights: bool = False

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from bridge.errors import ConfigError
 from bridge.models import provider_layout
-from bridge.models.provider_build import build_stage
 from bridge.models.provider_checks import model_error
 from bridge.models.provider_layout import parallel_sizes
 from bridge.parallel import ranks, runtime
@@ -147,9 +146,9 @@ def _build_chunks(p: GPTFields, config, meta_device: bool) -> list:
     vpp = p.virtual_pipeline_model_parallel_size
     with torch.device("meta") if meta_device else contextlib.nullcontext():
         if p.pipeline_model_parallel_size > 1 and vpp is not None:
-            chunks = [build_stage(p, config, None, None, stage) for stage in range(vpp)]
+            chunks = [p.provide_stage(config, None, None, stage) for stage in range(vpp)]
         else:
-            chunks = [build_stage(p, config, None, None, None)]
+            chunks = [p.provide_stage(config, None, None, None)]
     for chunk in chunks:
         for param in chunk.parameters():
             tensor_parallel.set_defaults_if_not_set_tensor_model_parallel_attributes(param)

@@ -164,6 +164,7 @@ def test_family_tables_resolve_global_names():
         "Phi3ForCausalLM",
         "Qwen2MoeForCausalLM",
         "Olmo2ForCausalLM",
+        "NemotronHForCausalLM",
         "Olmo3ForCausalLM",
         "SmolLM3ForCausalLM",
         "Ernie4_5ForCausalLM",
@@ -270,3 +271,20 @@ def test_stacked_expert_views_cut_and_put_back_the_same_elements():
     assert up.shape == view.virtual_shape((4, 6)) == (3, 4)
     assert torch.equal(up, full[2][:, 1::2].T)
     assert view.expert_shape(tuple(up.shape)) == (4, 6)
+
+
+def test_mamba_in_proj_and_conv1d_split_each_block_over_tp():
+    # in_proj [z; x; B; C; dt] = [8; 8; 4; 4; 2] rows: TP rank 1 of 2 holds the second half of each block
+    from bridge.conversion.mappings import ModelDims, make_mapping
+
+    dims = ModelDims(4, 4, 16, 250, 256, mamba_d_inner=8, mamba_groups_state=4, mamba_num_heads=2)
+    in_proj = make_mapping("mamba_in_proj", "decoder.layers.0.mixer.in_proj.weight", ("w",))
+    assert in_proj.hf_shapes((13, 64), 2, dims) == {"w": (26, 64)}
+    rows = [
+        (p.src[0].start, p.src[0].stop, p.dst[0].start, p.dst[0].stop)
+        for p in in_proj.pieces((13, 64), 1, 2, dims)
+    ]
+    assert rows == [(4, 8, 0, 4), (12, 16, 4, 8), (18, 20, 8, 10), (22, 24, 10, 12), (25, 26, 12, 13)]
+    conv = make_mapping("mamba_conv1d", "decoder.layers.0.mixer.conv1d.bias", ("b",))
+    rows = [(p.src[0].start, p.src[0].stop) for p in conv.pieces((8,), 0, 2, dims)]
+    assert rows == [(0, 4), (8, 10), (12, 14)]

@@ -241,6 +241,7 @@ def test_unsupported_architecture(sources, tmp_path):
             "DeepseekV3ForCausalLM",
             "Gemma3ForCausalLM",
             "LlamaForCausalLM",
+            "NemotronHForCausalLM",
             "MistralForCausalLM",
             "MixtralForCausalLM",
             "Phi3ForCausalLM",

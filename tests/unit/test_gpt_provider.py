@@ -83,6 +83,7 @@ def _presets_covering_every_field_shape() -> list[str]:
     for name in PRESETS:
         provider = preset(name)
         keys = {(f.name, _shape(getattr(provider, f.name))) for f in dataclasses.fields(provider)}
+        keys.add(("provider kind", type(provider).__name__))
         if keys - covered:
             chosen.append(name)
             covered |= keys
@@ -92,12 +93,17 @@ def _presets_covering_every_field_shape() -> list[str]:
 def test_yaml_round_trip_is_lossless():
     from omegaconf import OmegaConf
 
+    from bridge.models.provider_kinds import class_of_fields
+
     names = _presets_covering_every_field_shape()
     assert len(names) < len(PRESETS)  # the cover is a real subset (else the greedy pick is pointless)
     for name in names:
         original = preset(name)
         text = OmegaConf.to_yaml(OmegaConf.structured(original))
-        merged = OmegaConf.merge(OmegaConf.structured(GPTModelProvider), OmegaConf.create(text))
+        # the provider kind the fields say (a hybrid's layer pattern: MambaModelProvider)
+        kind = class_of_fields(OmegaConf.to_container(OmegaConf.create(text)))
+        assert kind is type(original), name
+        merged = OmegaConf.merge(OmegaConf.structured(kind), OmegaConf.create(text))
         assert OmegaConf.to_object(merged) == original, name
 
 

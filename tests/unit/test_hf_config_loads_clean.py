@@ -16,6 +16,7 @@ from bridge.conversion.registry import family_for
 from bridge.models.gpt_provider import GPTModelProvider
 from bridge.models.hf_translation.read import provider_fields
 from bridge.models.hf_translation.write import hf_config_dict
+from bridge.models.provider_kinds import provider_class
 from tests.functional.workers.convert_models import FAMILIES as TINY_MODELS
 from tests.functional.workers.convert_models import make_hf_config
 
@@ -88,7 +89,7 @@ def test_every_familys_written_config_loads_clean(family, tmp_path):
     hf = make_hf_config(family, vocab_size=200064 if family == "minimax_m2" else 50304)
     fam = family_for(hf.architectures)
     fields = provider_fields(hf, fam)
-    written = hf_config_dict(GPTModelProvider(**fields), fam, hf.architectures[0])
+    written = hf_config_dict(provider_class(fam.provider_kind)(**fields), fam, hf.architectures[0])
     assert "torch_dtype" not in written and "rope_scaling" not in written
     (tmp_path / "config.json").write_text(json.dumps(written))
     assert provider_fields(_load_config(tmp_path), fam) == fields

@@ -143,8 +143,9 @@ def base_fields(cfg: Any, eps_key: str = "rms_norm_eps") -> dict[str, Any]:
     """The sizes, norms, window and dtype every family reads alike (`eps_key`: the norm epsilon's key)."""
     heads = int(get(cfg, "num_attention_heads"))
     hidden = int(get(cfg, "hidden_size"))
+    layers = get(cfg, "num_hidden_layers")  # None: a config that counts its layers otherwise (translate)
     fields: dict[str, Any] = dict(
-        num_layers=int(get(cfg, "num_hidden_layers")),
+        num_layers=int(layers) if layers is not None else None,
         hidden_size=hidden,
         ffn_hidden_size=int(get(cfg, "intermediate_size")),
         num_attention_heads=heads,
@@ -190,6 +191,10 @@ def provider_fields(cfg: Any, family: TranslatedFamily) -> dict[str, Any]:
     fields = base_fields(cfg, rules.norm_eps_key)
     if rules.translate is not None:  # the family translates everything past the common fields
         return rules.translate(cfg, fields) | family.provider_fields
+    if fields["num_layers"] is None:
+        raise refuse(
+            "num_hidden_layers", None, "is needed to size the model", "give the config its layer count"
+        )
     fields.update(rules.rope_fields(cfg) if rules.rope_fields is not None else rope_fields(cfg, rules))
     fields.update(moe_fields(cfg))
     if rules.provider_fields is not None:

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from bridge.models.gpt_provider import GPTModelProvider
 from bridge.models.hf_translation.common import BASE_DEFAULTS, get
 from bridge.models.hf_translation.read import provider_fields
 from bridge.models.hf_translation.registry import HfFamily, hf_families
 from bridge.models.hf_translation.rules import FamilyRules
+from bridge.models.provider_kinds import class_of_fields
 from bridge.parallel.layout import ModelShape
 
 _ROPE_KEYS = ("rope_scaling", "rope_parameters")
@@ -49,4 +49,5 @@ def sizing_provider_fields(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def model_shape(cfg: dict[str, Any]) -> ModelShape:
     """The ModelShape of config.json `cfg` (no seq_length: a config's context is not a training length)."""
-    return replace(GPTModelProvider(**sizing_provider_fields(cfg)).model_shape(), seq_length=None)
+    fields = sizing_provider_fields(cfg)
+    return replace(class_of_fields(fields)(**fields).model_shape(), seq_length=None)

@@ -474,6 +474,26 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             eos_token_id=2,
         ),
     ),
+    # Nemotron-H: a hybrid (MambaModelProvider) of Mamba-2, attention (no RoPE) and squared-ReLU MLP
+    # layers; chunks of 8 over the 16 tokens so that the SSD scan hands a state between chunks; 2 groups of
+    # 4 Mamba heads, so that TP=2 splits heads and groups; the 4 layers split M* | M- on 2 stages.
+    "nemotron_h": (
+        "NemotronHConfig",
+        "NemotronHForCausalLM",
+        dict(
+            layers_block_type=["linear_attention", "full_attention", "linear_attention", "mlp"],
+            num_hidden_layers=4,
+            head_dim=16,
+            layer_norm_epsilon=1e-5,
+            ssm_state_size=16,
+            mamba_num_heads=8,
+            mamba_head_dim=16,
+            n_groups=2,
+            conv_kernel=4,
+            chunk_size=8,
+            tie_word_embeddings=False,
+        ),
+    ),
 }
 # 3-layer tiny models (ROOT/hf/<name>, refs/<name>.pt) on 2 pipeline stages that cannot split them evenly:
 # Llama's tied embedding with 2 + 1 layers by the first-stage count, DeepSeek-V3's MLA with its dense

@@ -1,0 +1,94 @@
+"""Nemotron-H (4B, 8B, 47B, 56B) and Nemotron Nano 2 (9B, 12B) recipes, pretraining and full SFT:
+Megatron-Bridge's H100 tables (recipes/nemotronh/h100/nemotronh.py and nemotron_nano_v2.py), one row per
+published recipe, composed by recipes.composition. The models are hybrids (MambaModelProvider).
+
+Pretraining: 8192-token sequences (Nano 2: the same), global batch 768 of micro batches of 1, 1,168,251
+iterations with 2000 warm-up. SFT: Megatron-Bridge's finetuning base with 8192-token packed rows (Nano 2:
+2048) and a minimum learning rate of 1e-6. Native fused cross-entropy. Megatron-Bridge's LoRA recipes
+adapt the Mamba in/out projections too, which bridge's LoRA does not target yet: not listed.
+"""
+
+from __future__ import annotations
+
+from bridge.models.nemotron_h.presets import (
+    nemotron_nano_9b_v2,
+    nemotron_nano_12b_v2,
+    nemotronh_4b,
+    nemotronh_8b,
+    nemotronh_47b,
+    nemotronh_56b,
+)
+from recipes.composition import Row, register
+from recipes.performance import COMMON, NATIVE_CROSS_ENTROPY
+from recipes.runs import FINETUNE_COMMON
+
+NEMOTRON_H = {**COMMON, **NATIVE_CROSS_ENTROPY}
+PRETRAIN_RUN = dict(
+    seq_length=8192, global_batch_size=768, micro_batch_size=1, train_iters=1_168_251, lr_warmup_iters=2000
+)
+SFT_RUN = {**FINETUNE_COMMON, "seq_length": 8192, "min_lr": 1e-6}
+NANO_SFT_RUN = {**SFT_RUN, "seq_length": 2048}
+
+# (size, title, preset, pretrain GPUs and layout, sft GPUs and layout)
+_MODELS = (
+    ("nemotronh_4b", "Nemotron-H 4B", nemotronh_4b, (1, {}), (1, {})),
+    ("nemotronh_8b", "Nemotron-H 8B", nemotronh_8b, (2, dict(tp=2, sp=True)), (2, dict(tp=2, sp=True))),
+    ("nemotronh_47b", "Nemotron-H 47B", nemotronh_47b, (8, dict(tp=8, sp=True)), (16, dict(tp=8, pp=2, sp=True))),
+    ("nemotronh_56b", "Nemotron-H 56B", nemotronh_56b, (8, dict(tp=8, sp=True)), (8, dict(tp=8, sp=True))),
+    ("nemotron_nano_9b_v2", "Nemotron Nano 9B v2", nemotron_nano_9b_v2, (2, dict(tp=2, sp=True)), (2, dict(tp=2, sp=True))),
+    ("nemotron_nano_12b_v2", "Nemotron Nano 12B v2", nemotron_nano_12b_v2, (4, dict(tp=4, sp=True)), (4, dict(tp=4, sp=True))),
+)  # fmt: skip
+
+
+def _row(model: str, title: str, preset, kind: str, gpus: int, layout: dict) -> Row:
+    run = PRETRAIN_RUN if kind == "pretrain" else NANO_SFT_RUN if "nano" in model else SFT_RUN
+    return Row(
+        name=f"{model}_{kind}_{gpus}gpu_h100_bf16_config",
+        family="nemotron_h",
+        kind=kind,
+        title=title,
+        preset=preset,
+        gpus=gpus,
+        layout=layout,
+        run=run,
+        settings=NEMOTRON_H,
+        aliases=(f"{model}_{kind}_config",),
+    )
+
+
+ROWS = tuple(
+    _row(model, title, preset, kind, *published)
+    for model, title, preset, pretrain, sft in _MODELS
+    for kind, published in (("pretrain", pretrain), ("sft", sft))
+)
+
+
+# ---- the recipe functions by every name they answer to (generated from the rows by scripts/dev/gen_recipe_names.py;
+# tests/unit/test_recipe_names.py checks it) ----
+RECIPES, _functions = register(ROWS, __name__)
+# fmt: off
+nemotronh_4b_pretrain_1gpu_h100_bf16_config = _functions["nemotronh_4b_pretrain_1gpu_h100_bf16_config"]
+nemotronh_4b_pretrain_config = nemotronh_4b_pretrain_1gpu_h100_bf16_config
+nemotronh_4b_sft_1gpu_h100_bf16_config = _functions["nemotronh_4b_sft_1gpu_h100_bf16_config"]
+nemotronh_4b_sft_config = nemotronh_4b_sft_1gpu_h100_bf16_config
+nemotronh_8b_pretrain_2gpu_h100_bf16_config = _functions["nemotronh_8b_pretrain_2gpu_h100_bf16_config"]
+nemotronh_8b_pretrain_config = nemotronh_8b_pretrain_2gpu_h100_bf16_config
+nemotronh_8b_sft_2gpu_h100_bf16_config = _functions["nemotronh_8b_sft_2gpu_h100_bf16_config"]
+nemotronh_8b_sft_config = nemotronh_8b_sft_2gpu_h100_bf16_config
+nemotronh_47b_pretrain_8gpu_h100_bf16_config = _functions["nemotronh_47b_pretrain_8gpu_h100_bf16_config"]
+nemotronh_47b_pretrain_config = nemotronh_47b_pretrain_8gpu_h100_bf16_config
+nemotronh_47b_sft_16gpu_h100_bf16_config = _functions["nemotronh_47b_sft_16gpu_h100_bf16_config"]
+nemotronh_47b_sft_config = nemotronh_47b_sft_16gpu_h100_bf16_config
+nemotronh_56b_pretrain_8gpu_h100_bf16_config = _functions["nemotronh_56b_pretrain_8gpu_h100_bf16_config"]
+nemotronh_56b_pretrain_config = nemotronh_56b_pretrain_8gpu_h100_bf16_config
+nemotronh_56b_sft_8gpu_h100_bf16_config = _functions["nemotronh_56b_sft_8gpu_h100_bf16_config"]
+nemotronh_56b_sft_config = nemotronh_56b_sft_8gpu_h100_bf16_config
+nemotron_nano_9b_v2_pretrain_2gpu_h100_bf16_config = _functions["nemotron_nano_9b_v2_pretrain_2gpu_h100_bf16_config"]
+nemotron_nano_9b_v2_pretrain_config = nemotron_nano_9b_v2_pretrain_2gpu_h100_bf16_config
+nemotron_nano_9b_v2_sft_2gpu_h100_bf16_config = _functions["nemotron_nano_9b_v2_sft_2gpu_h100_bf16_config"]
+nemotron_nano_9b_v2_sft_config = nemotron_nano_9b_v2_sft_2gpu_h100_bf16_config
+nemotron_nano_12b_v2_pretrain_4gpu_h100_bf16_config = _functions["nemotron_nano_12b_v2_pretrain_4gpu_h100_bf16_config"]
+nemotron_nano_12b_v2_pretrain_config = nemotron_nano_12b_v2_pretrain_4gpu_h100_bf16_config
+nemotron_nano_12b_v2_sft_4gpu_h100_bf16_config = _functions["nemotron_nano_12b_v2_sft_4gpu_h100_bf16_config"]
+nemotron_nano_12b_v2_sft_config = nemotron_nano_12b_v2_sft_4gpu_h100_bf16_config
+# fmt: on
