@@ -150,6 +150,11 @@ class GPTFields(TransformerFields):
                 if self.yarn_rope_factor is not None and self.yarn_rope_attention_factor != 1.0
                 else None
             ),
+            linear_attention_freq=(
+                self.linear_attention_freq
+                if self.experimental_attention_variant == "gated_delta_net"
+                else None
+            ),
         )
 
     def effective_ffn_hidden_size(self) -> int:

@@ -1,0 +1,133 @@
+"""Gated DeltaNet layers in bridge's local GPT spec (experimental_attention_variant="gated_delta_net").
+
+Megatron-Core builds a GPT block that mixes Gated DeltaNet (linear attention) and softmax-attention
+layers with `get_transformer_block_with_experimental_attention_variant_spec`, which asserts Transformer
+Engine (0.16.1, 0.19.x) and fuses the input norm into TE's norm+linear. bridge builds the same layers
+from Megatron-Core's local modules instead, on CPU and CUDA alike: Megatron-Core's own `GatedDeltaNet`
+(megatron.core.ssm.gated_delta_net) with a ColumnParallelLinear `in_proj`, a RowParallelLinear
+`out_proj`, and the layer's separate input norm; layer i is Gated DeltaNet unless
+(i + 1) % linear_attention_freq == 0 (Megatron-Core's rule for the integer form).
+
+Its output norm (`out_norm`, an RMSNorm over each value head before the output gate) is a plain RMSNorm
+whose weight is the scale itself, also when the model's other norms are zero-centred
+(layernorm_zero_centered_gamma): the models that use it (Qwen3-Next, Qwen3.5) store it that way, so
+their checkpoints load and export bit for bit. (Megatron-Core's TE spec builds it zero-centred, and
+Megatron-Bridge subtracts 1 on import.)
+
+Kernels: Megatron-Core's GatedDeltaNet takes its gated delta rule and L2 norm from `fla`
+(flash-linear-attention). Without CUDA the CPU backend's plain-torch versions stand in
+(bridge.parallel.cpu_kernels); with CUDA and no `fla`, the build stops with one ConfigError naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+
+import torch
+
+from bridge.errors import ConfigError
+from bridge.models.norms import SequenceParallelNorm
+from bridge.parallel.cpu_kernels import install_gated_delta_net_kernels
+
+
+class GatedOutputNorm(SequenceParallelNorm):
+    """The Gated DeltaNet output norm: RMSNorm with the scale stored as is (never zero-centred)."""
+
+    def __init__(self, config, hidden_size: int, eps: float = 1e-5, **kwargs) -> None:
+        super().__init__(config, hidden_size, eps, normalization="RMSNorm")
+        if self.zero_centered_gamma:
+            self.zero_centered_gamma = False
+            with torch.no_grad():
+                self.weight.fill_(1.0)
+
+
+def linear_attention_layers(num_layers: int, freq: int) -> list[bool]:
+    """Per layer: True for Gated DeltaNet, False for softmax attention (Megatron-Core's integer rule)."""
+    return [(i + 1) % freq != 0 for i in range(num_layers)]
+
+
+def ensure_kernels() -> None:
+    """The gated delta rule's kernels: fla on CUDA (a ConfigError naming it when absent), the CPU
+    backend's reference versions without CUDA."""
+    if torch.cuda.is_available():
+        if importlib.util.find_spec("fla") is None:
+            raise ConfigError(
+                "model.experimental_attention_variant = 'gated_delta_net': on CUDA, Megatron-Core's "
+                "Gated DeltaNet runs the kernels of the `flash-linear-attention` package (import name "
+                "`fla`), which is not installed. Fix: pip install flash-linear-attention"
+            )
+        return
+    import megatron.core.ssm.gated_delta_net  # noqa: F401  (the module whose kernels are replaced)
+
+    install_gated_delta_net_kernels()
+
+
+class _NoExperimentalVariant:
+    """Reads through to a TransformerConfig, except experimental_attention_variant (None): for
+    get_gpt_decoder_block_spec, which asserts it is None (0.19.x) and builds the softmax layers."""
+
+    experimental_attention_variant = None
+
+    def __init__(self, config):
+        object.__setattr__(self, "_config", config)
+
+    def __getattr__(self, name):
+        return getattr(self._config, name)
+
+
+def block_spec_config(config):
+    """The config get_gpt_decoder_block_spec gets (the variant hidden while it builds softmax layers)."""
+    if getattr(config, "experimental_attention_variant", None) == "gated_delta_net":
+        return _NoExperimentalVariant(config)
+    return config
+
+
+def _stage_layer_ids(config, count: int, vp_stage: int | None) -> list[int]:
+    """The global layer indices of this (virtual) pipeline stage's `count` layers, as Megatron-Core
+    slices them (get_gpt_decoder_block_spec)."""
+    from megatron.core.transformer.enums import LayerType
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+
+    if config.pipeline_model_parallel_layout is not None:
+        return list(
+            config.pipeline_model_parallel_layout.get_layer_id_list(
+                layer_type=LayerType.decoder, vp_stage=vp_stage
+            )
+        )
+    offset = get_transformer_layer_offset(config, vp_stage=vp_stage)
+    return list(range(offset, offset + count))
+
+
+def gated_delta_net_spec():
+    """Megatron-Core's GatedDeltaNet on local modules (no input-norm fusion: the layer keeps its norm)."""
+    from megatron.core.ssm.gated_delta_net import GatedDeltaNet, GatedDeltaNetSubmodules
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+    from megatron.core.transformer.spec_utils import ModuleSpec
+
+    return ModuleSpec(
+        module=GatedDeltaNet,
+        submodules=GatedDeltaNetSubmodules(
+            in_proj=ColumnParallelLinear, out_norm=GatedOutputNorm, out_proj=RowParallelLinear
+        ),
+    )
+
+
+def with_gated_delta_net(block, config, vp_stage: int | None):
+    """The local block spec with self_attention = GatedDeltaNet on the linear-attention layers."""
+    ensure_kernels()
+    linear = linear_attention_layers(config.num_layers, config.linear_attention_freq)
+    ids = _stage_layer_ids(config, len(block.layer_specs), vp_stage)
+    gdn = gated_delta_net_spec()
+    swapped: dict[int, object] = {}
+    layer_specs = []
+    for spec, layer in zip(block.layer_specs, ids, strict=True):
+        if not linear[layer]:
+            layer_specs.append(spec)
+            continue
+        if id(spec) not in swapped:
+            swapped[id(spec)] = dataclasses.replace(
+                spec, submodules=dataclasses.replace(spec.submodules, self_attention=gdn)
+            )
+        layer_specs.append(swapped[id(spec)])
+    return dataclasses.replace(block, layer_specs=layer_specs)
