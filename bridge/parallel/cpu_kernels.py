@@ -15,7 +15,7 @@ installs these functions in their place (`install_gated_delta_net_kernels`), wit
 * `causal_conv1d(x, weight, ...)`: a depthwise causal convolution (torch's conv1d, left-padded), then
   the activation, on [batch, seq, channels] as fla's.
 
-All three compute in float32 and return the input dtype, as fla's kernels do. On CUDA nothing is
+All three compute in float32 (float64 for float64 inputs) and return the input dtype, as fla's do. On CUDA nothing is
 installed: there the model needs the real package (bridge.models.linear_attention says which).
 """
 
@@ -30,7 +30,8 @@ CHUNK = 64
 
 
 def l2norm(x: torch.Tensor, dim: int = -1, eps: float = 1e-6, output_dtype=None) -> torch.Tensor:
-    y = x.float() * torch.rsqrt((x.float() * x.float()).sum(dim=dim, keepdim=True) + eps)
+    w = x.to(torch.promote_types(x.dtype, torch.float32))
+    y = w * torch.rsqrt((w * w).sum(dim=dim, keepdim=True) + eps)
     return y.to(output_dtype or x.dtype)
 
 
@@ -48,19 +49,21 @@ def chunk_gated_delta_rule(
     chunk_size: int = CHUNK,
     **_: object,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """q, k [B, T, H, Dk], v [B, T, H, Dv], g (log decay) and beta [B, T, H] -> (o [B, T, H, Dv],
-    final state [B, H, Dk, Dv] or None)."""
+    """q, k [B, T, Hk, Dk], v [B, T, H, Dv], g (log decay) and beta [B, T, H] -> (o [B, T, H, Dv],
+    final state [B, H, Dk, Dv] or None); H a multiple of Hk (consecutive value heads share a key head)."""
     if cu_seqlens is not None:
         raise NotImplementedError(
             "packed sequences (cu_seqlens) in the CPU gated delta rule: not implemented; run unpacked "
             "sequences on CPU, or install flash-linear-attention on a CUDA machine"
         )
     dtype = v.dtype
+    if k.shape[2] != v.shape[2]:  # fewer key heads than value heads: each serves a group of them
+        q, k = (t.repeat_interleave(v.shape[2] // k.shape[2], dim=2) for t in (q, k))
+    work = torch.promote_types(dtype, torch.float32)  # float32, or float64 for float64 inputs
     if use_qk_l2norm_in_kernel:
         q, k = l2norm(q), l2norm(k)
-    # [B, H, T, D] in float32
-    q, k, v = (t.transpose(1, 2).float() for t in (q, k, v))
-    g, beta = (t.transpose(1, 2).float() for t in (g, beta))
+    # [B, H, T, D] in float32 (or float64)
+    q, k, v, g, beta = (t.transpose(1, 2).to(work) for t in (q, k, v, g, beta))
     b, h, length, dk = k.shape
     dv = v.shape[-1]
     pad = (-length) % chunk_size
@@ -88,9 +91,9 @@ def chunk_gated_delta_rule(
     scores = (q @ k.transpose(-1, -2)) * decay  # intra-chunk, causal (decay is 0 above the diagonal)
 
     state = (
-        torch.zeros(b, h, dk, dv, dtype=torch.float32, device=q.device)
+        torch.zeros(b, h, dk, dv, dtype=work, device=q.device)
         if initial_state is None
-        else initial_state.float()
+        else initial_state.to(work)
     )
     out = torch.empty_like(u)
     for c in range(n):  # one step per chunk: the state passed from chunk to chunk

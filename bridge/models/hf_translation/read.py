@@ -255,6 +255,15 @@ OPTIONAL_MATH_FIELDS = (
     "yarn_rope_beta_fast",
     "yarn_rope_beta_slow",
     "yarn_rope_attention_factor",
+    # Gated DeltaNet layers and the gated softmax attention beside them
+    "experimental_attention_variant",
+    "linear_attention_freq",
+    "linear_conv_kernel_dim",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "attention_output_gate",
     # attention sinks, the clamped GLU and YaRN on GPTModel's RoPE
     "softmax_type",
     "activation_func_clamp_value",
