@@ -146,7 +146,8 @@ def base_fields(cfg: Any, eps_key: str = "rms_norm_eps") -> dict[str, Any]:
     fields: dict[str, Any] = dict(
         num_layers=int(get(cfg, "num_hidden_layers")),
         hidden_size=hidden,
-        ffn_hidden_size=int(get(cfg, "intermediate_size")),
+        # a MoE config class without a dense MLP (every layer sparse): the experts' size, never used
+        ffn_hidden_size=int(get(cfg, "intermediate_size") or get(cfg, "moe_intermediate_size")),
         num_attention_heads=heads,
         num_query_groups=int(get(cfg, "num_key_value_heads") or heads),
         kv_channels=int(get(cfg, "head_dim") or hidden // heads),

@@ -128,6 +128,39 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             mlp_only_layers=[],
         ),
     ),
+    # Qwen3.5: the Gated DeltaNet input projections stored apart (in_proj_qkv / _z / _b / _a)
+    "qwen3_5": (
+        "Qwen3_5TextConfig",
+        "Qwen3_5ForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            head_dim=32,
+            layer_types=["linear_attention", "full_attention"],
+            linear_conv_kernel_dim=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=8,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+        ),
+    ),
+    "qwen3_5_moe": (
+        "Qwen3_5MoeTextConfig",
+        "Qwen3_5MoeForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            head_dim=32,
+            layer_types=["linear_attention", "full_attention"],
+            linear_conv_kernel_dim=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=8,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=64,
+        ),
+    ),
     "qwen2_moe": (
         "Qwen2MoeConfig",
         "Qwen2MoeForCausalLM",
@@ -536,11 +569,11 @@ def hf_logits(model: torch.nn.Module, toks: torch.Tensor) -> torch.Tensor:
 
 
 # Families whose tiny model's float32 logits carry more rounding than the 1e-5 the others are held to:
-# Qwen3-Next's HF logits (max |logit| ~6.5) move by ~2e-5 between float32 and float64 (measured), the
+# the Gated DeltaNet families': Qwen3-Next's HF logits (max |logit| ~6.5) move by ~2e-5 between float32 and float64 (measured), the
 # gated delta rule's chunked recurrence (exp of cumulative decays, a triangular inverse) and the
 # zero-centred norms amplifying float32 rounding. bridge's logits are held to twice the reference's own
 # rounding (both sides carry an error of that size), measured on the spot by `logit_tolerance`.
-ROUNDING_BOUND_FAMILIES = frozenset({"qwen3_next"})
+ROUNDING_BOUND_FAMILIES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_moe"})
 LOGIT_TOLERANCE = 1e-5
 
 
