@@ -301,9 +301,13 @@ class GatedQKV(FusedQKV):
             g, at = rank * groups + lg, lg * block
             for j in range(hpg):  # q rows of each head, then (after the group's q) its gate rows
                 h = g * hpg + j
-                out.append(Piece(nq, _rows(2 * h * d, 2 * h * d + d, nd), _rows(at + j * d, at + (j + 1) * d, nd)))
+                out.append(
+                    Piece(nq, _rows(2 * h * d, 2 * h * d + d, nd), _rows(at + j * d, at + (j + 1) * d, nd))
+                )
                 gate_at = at + (hpg + j) * d
-                out.append(Piece(nq, _rows(2 * h * d + d, 2 * (h + 1) * d, nd), _rows(gate_at, gate_at + d, nd)))
+                out.append(
+                    Piece(nq, _rows(2 * h * d + d, 2 * (h + 1) * d, nd), _rows(gate_at, gate_at + d, nd))
+                )
             at += 2 * hpg * d
             out.append(Piece(nk, _rows(g * d, (g + 1) * d, nd), _rows(at, at + d, nd)))
             out.append(Piece(nv, _rows(g * d, (g + 1) * d, nd), _rows(at + d, at + 2 * d, nd)))
@@ -338,7 +342,6 @@ class GDNInProj(Mapping):
     def pieces(self, local, rank, size, dims):
         lk, lv, dk, dv = _linear_heads(dims, size, self.megatron)
         nk = lk * size
-        nd = len(local)
         qkv, z, b, a = self.hf
         # (hf tensor, hf start of this rank's rows, rows)
         sections = (

@@ -92,7 +92,12 @@ def model_dims(model: torch.nn.Module, hf_vocab_size: int) -> ModelDims:
         vocab_size=hf_vocab_size,
         padded_vocab_size=model.vocab_size,
         linear_heads=(
-            (cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim)
+            (
+                cfg.linear_num_key_heads,
+                cfg.linear_num_value_heads,
+                cfg.linear_key_head_dim,
+                cfg.linear_value_head_dim,
+            )
             if getattr(cfg, "experimental_attention_variant", None) == "gated_delta_net"
             else None
         ),

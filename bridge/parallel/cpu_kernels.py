@@ -101,9 +101,10 @@ def chunk_gated_delta_rule(
         g_c = g[:, :, c]
         out[:, :, c] = (q[:, :, c] * g_c.exp().unsqueeze(-1)) @ state + scores[:, :, c] @ v_new
         last = g_c[..., -1:]
-        state = state * last.exp().unsqueeze(-1) + (
-            k[:, :, c] * (last - g_c).exp().unsqueeze(-1)
-        ).transpose(-1, -2) @ v_new
+        state = (
+            state * last.exp().unsqueeze(-1)
+            + (k[:, :, c] * (last - g_c).exp().unsqueeze(-1)).transpose(-1, -2) @ v_new
+        )
     out = out.reshape(b, h, n * chunk_size, dv)[:, :, :length].transpose(1, 2).to(dtype)
     return out, (state if output_final_state else None)
 

@@ -21,7 +21,12 @@ GATED_DELTA_NET = (
     (
         "gdn_in_proj",
         f"{M}.self_attention.in_proj.weight",
-        (f"{LA}.in_proj_qkv.weight", f"{LA}.in_proj_z.weight", f"{LA}.in_proj_b.weight", f"{LA}.in_proj_a.weight"),
+        (
+            f"{LA}.in_proj_qkv.weight",
+            f"{LA}.in_proj_z.weight",
+            f"{LA}.in_proj_b.weight",
+            f"{LA}.in_proj_a.weight",
+        ),
     ),
     *GDN_COMMON,
 )

@@ -66,5 +66,7 @@ def dropped_hf_tensors(cfg: Any, names: set[str]) -> set[str]:
     """The multi-token-prediction tensors (`mtp.*`), which transformers' Qwen3NextForCausalLM ignores."""
     dropped = {n for n in names if n.startswith("mtp.")}
     if dropped:
-        logger.warning("Qwen3-Next: %d multi-token-prediction tensor(s) dropped (transformers builds none)", len(dropped))
+        logger.warning(
+            "Qwen3-Next: %d multi-token-prediction tensor(s) dropped (transformers builds none)", len(dropped)
+        )
     return dropped
