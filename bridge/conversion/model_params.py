@@ -132,6 +132,10 @@ _SPLIT_DIM = {
     "gated_mlp": 0,
     "qkv_packed": 0,
     "gated_mlp_packed": 0,
+    "qkv_gated": 0,
+    "gdn_in_proj": 0,
+    "gdn_in_proj_grouped": 0,
+    "gdn_conv": 0,
     "row": 1,
 }
 

@@ -131,3 +131,19 @@ def with_gated_delta_net(block, config, vp_stage: int | None):
             )
         layer_specs.append(swapped[id(spec)])
     return dataclasses.replace(block, layer_specs=layer_specs)
+
+
+def mark_gated_delta_net_partitions(model) -> None:
+    """megatron-core 0.16.1 marks the Gated DeltaNet's conv1d weight, A_log and dt_bias as
+    tensor-parallel but gives them no partition_dim (0.19.x: 0, the head dimension they are split along):
+    set it, so that the conversion and the checkpoint see how they are split."""
+    from megatron.core.ssm.gated_delta_net import GatedDeltaNet
+    from megatron.core.tensor_parallel import set_tensor_model_parallel_attributes
+
+    for module in model.modules():
+        if not isinstance(module, GatedDeltaNet):
+            continue
+        for param in (module.conv1d.weight, module.conv1d.bias, module.A_log, module.dt_bias):
+            if param is not None and not hasattr(param, "partition_dim"):
+                del param.tensor_model_parallel  # set again, with its dimension, below
+                set_tensor_model_parallel_attributes(param, is_parallel=True, dim=0, stride=1)
