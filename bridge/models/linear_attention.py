@@ -17,18 +17,23 @@ Megatron-Bridge subtracts 1 on import.)
 Kernels: Megatron-Core's GatedDeltaNet takes its gated delta rule and L2 norm from `fla`
 (flash-linear-attention). Without CUDA the CPU backend's plain-torch versions stand in
 (bridge.parallel.cpu_kernels); with CUDA and no `fla`, the build stops with one ConfigError naming it.
+
+Generation: Megatron-Core's GatedDeltaNet has no inference path; `RecurrentGatedDeltaNet` adds one that
+carries each layer's convolution inputs and delta-rule state between steps (not recomputed over the
+prefix), in the inference context's per-layer memory beside the attention layers' keys and values.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 
 import torch
 
 from bridge.errors import ConfigError
 from bridge.models.norms import SequenceParallelNorm
-from bridge.parallel.cpu_kernels import install_gated_delta_net_kernels
+from bridge.parallel import cpu_kernels
 
 
 class GatedOutputNorm(SequenceParallelNorm):
@@ -60,7 +65,7 @@ def ensure_kernels() -> None:
         return
     import megatron.core.ssm.gated_delta_net  # noqa: F401  (the module whose kernels are replaced)
 
-    install_gated_delta_net_kernels()
+    cpu_kernels.install_gated_delta_net_kernels()
 
 
 class _NoExperimentalVariant:
@@ -99,14 +104,82 @@ def _stage_layer_ids(config, count: int, vp_stage: int | None) -> list[int]:
     return list(range(offset, offset + count))
 
 
+@functools.cache
+def recurrent_gated_delta_net() -> type:
+    """Megatron-Core's GatedDeltaNet with a generation path: with an inference context (bridge.inference's
+    static-batching generation) it keeps, per layer, the short convolution's last inputs and the delta
+    rule's state, and runs only the new tokens from them (Megatron-Core's own raises "GDN does not
+    support inference", 0.16.1 and 0.19.x). Training and plain forwards are Megatron-Core's forward."""
+    from megatron.core.ssm.gated_delta_net import GatedDeltaNet
+
+    class RecurrentGatedDeltaNet(GatedDeltaNet):
+        def forward(self, hidden_states, attention_mask=None, *args, **kwargs):
+            context = kwargs.get("inference_context") or kwargs.get("inference_params")
+            if context is None:
+                return super().forward(hidden_states, attention_mask, *args, **kwargs)
+            return _step(self, hidden_states, context)
+
+    RecurrentGatedDeltaNet.__module__ = __name__
+    RecurrentGatedDeltaNet.__qualname__ = "RecurrentGatedDeltaNet"
+    return RecurrentGatedDeltaNet
+
+
+def _delta_rule():
+    if torch.cuda.is_available():
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+
+        return chunk_gated_delta_rule
+    return cpu_kernels.chunk_gated_delta_rule
+
+
+def _step(gdn, hidden_states: torch.Tensor, context) -> tuple:
+    """The new tokens of one sequence batch from the layer's cached state (none at offset 0: prefill),
+    the same operations as Megatron-Core's forward (in_proj, causal conv, L2-normed q / k, gated delta
+    rule, gated norm, out_proj), with the state carried."""
+    tp = gdn.tp_size
+    seq, batch, _ = hidden_states.shape
+    qk, v_dim, heads = gdn.qk_dim // tp, gdn.v_dim // tp, gdn.num_value_heads // tp
+    mixed, _ = gdn.in_proj(hidden_states)
+    qkv, gate, beta, alpha = torch.split(mixed.transpose(0, 1), [2 * qk + v_dim, v_dim, heads, heads], dim=-1)
+    key = ("gated_delta_net", gdn.layer_number)
+    cache = context.key_value_memory_dict
+    width = gdn.conv1d.weight.shape[-1]
+    if context.sequence_len_offset == 0 or key not in cache:
+        conv_state = qkv.new_zeros(batch, width - 1, qkv.shape[-1])
+        state = None
+    else:
+        conv_state, state = cache[key]
+    window = torch.cat([conv_state, qkv], dim=1)  # [b, width - 1 + s, channels]
+    conv = torch.nn.functional.conv1d(
+        window.transpose(1, 2), gdn.conv1d.weight, gdn.conv1d.bias, groups=window.shape[-1]
+    )
+    qkv = gdn.act_fn(conv).transpose(1, 2)  # [b, s, channels]: the causal conv of the new tokens
+    q, k, v = torch.split(qkv, [qk, qk, v_dim], dim=-1)
+    q = cpu_kernels.l2norm(q.reshape(batch, seq, -1, gdn.key_head_dim))
+    k = cpu_kernels.l2norm(k.reshape(batch, seq, -1, gdn.key_head_dim))
+    rep = gdn.num_value_heads // gdn.num_key_heads
+    if rep > 1:
+        q, k = q.repeat_interleave(rep, dim=2), k.repeat_interleave(rep, dim=2)
+    v = v.reshape(batch, seq, -1, gdn.value_head_dim)
+    g = -gdn.A_log.exp() * torch.nn.functional.softplus(alpha.float() + gdn.dt_bias)
+    out, state = _delta_rule()(
+        q.contiguous(), k.contiguous(), v.contiguous(), g=g, beta=beta.sigmoid(), initial_state=state,
+        output_final_state=True,
+    )  # fmt: skip
+    cache[key] = (window[:, -(width - 1) :], state)
+    normed = gdn._apply_gated_norm(out, gate.reshape(batch, seq, -1, gdn.value_head_dim))
+    return gdn.out_proj(normed.reshape(batch, seq, -1).transpose(0, 1).contiguous())
+
+
 def gated_delta_net_spec():
-    """Megatron-Core's GatedDeltaNet on local modules (no input-norm fusion: the layer keeps its norm)."""
-    from megatron.core.ssm.gated_delta_net import GatedDeltaNet, GatedDeltaNetSubmodules
+    """Megatron-Core's GatedDeltaNet on local modules (no input-norm fusion: the layer keeps its norm),
+    with the generation path of recurrent_gated_delta_net."""
+    from megatron.core.ssm.gated_delta_net import GatedDeltaNetSubmodules
     from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
     from megatron.core.transformer.spec_utils import ModuleSpec
 
     return ModuleSpec(
-        module=GatedDeltaNet,
+        module=recurrent_gated_delta_net(),
         submodules=GatedDeltaNetSubmodules(
             in_proj=ColumnParallelLinear, out_norm=GatedOutputNorm, out_proj=RowParallelLinear
         ),
