@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
+import sys
 
 import torch
 
@@ -113,6 +114,8 @@ def recurrent_gated_delta_net() -> type:
     from megatron.core.ssm.gated_delta_net import GatedDeltaNet
 
     class RecurrentGatedDeltaNet(GatedDeltaNet):
+        kernel_module = GatedDeltaNet.__module__  # where Megatron-Core bound its kernels
+
         def forward(self, hidden_states, attention_mask=None, *args, **kwargs):
             context = kwargs.get("inference_context") or kwargs.get("inference_params")
             if context is None:
@@ -124,12 +127,10 @@ def recurrent_gated_delta_net() -> type:
     return RecurrentGatedDeltaNet
 
 
-def _delta_rule():
-    if torch.cuda.is_available():
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
-
-        return chunk_gated_delta_rule
-    return cpu_kernels.chunk_gated_delta_rule
+def _delta_rule(gdn):
+    """The chunked gated delta rule Megatron-Core's own forward calls: fla's, or without CUDA the
+    stand-in bridge.parallel.cpu_kernels installed in its module."""
+    return sys.modules[gdn.kernel_module].chunk_gated_delta_rule
 
 
 def _step(gdn, hidden_states: torch.Tensor, context) -> tuple:
@@ -162,7 +163,7 @@ def _step(gdn, hidden_states: torch.Tensor, context) -> tuple:
         q, k = q.repeat_interleave(rep, dim=2), k.repeat_interleave(rep, dim=2)
     v = v.reshape(batch, seq, -1, gdn.value_head_dim)
     g = -gdn.A_log.exp() * torch.nn.functional.softplus(alpha.float() + gdn.dt_bias)
-    out, state = _delta_rule()(
+    out, state = _delta_rule(gdn)(
         q.contiguous(), k.contiguous(), v.contiguous(), g=g, beta=beta.sigmoid(), initial_state=state,
         output_final_state=True,
     )  # fmt: skip
