@@ -38,14 +38,27 @@ from bridge.parallel import cpu_kernels
 
 
 class GatedOutputNorm(SequenceParallelNorm):
-    """The Gated DeltaNet output norm: RMSNorm with the scale stored as is (never zero-centred)."""
+    """The Gated DeltaNet output norm: RMSNorm with the scale stored as is (never zero-centred).
+
+    Its weight (one value head's size) is shared by every head, and each tensor-parallel rank normalises
+    its own heads, so its gradient is the sum over the TP group. Megatron-Core sums only q/k norm and
+    sequence-parallel weights over TP (finalize_model_grads, 0.16.1 and 0.19.x): the weight enters the
+    forward through copy_to_tensor_model_parallel_region (identity forward, all-reduce of the gradient),
+    and is not marked sequence-parallel, so it is summed exactly once."""
 
     def __init__(self, config, hidden_size: int, eps: float = 1e-5, **kwargs) -> None:
         super().__init__(config, hidden_size, eps, normalization="RMSNorm")
+        self.weight.sequence_parallel = False
         if self.zero_centered_gamma:
             self.zero_centered_gamma = False
             with torch.no_grad():
                 self.weight.fill_(1.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from megatron.core.tensor_parallel.mappings import copy_to_tensor_model_parallel_region
+
+        weight = copy_to_tensor_model_parallel_region(self.weight) if torch.is_grad_enabled() else self.weight
+        return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, self.eps)
 
 
 def linear_attention_layers(num_layers: int, freq: int) -> list[bool]:

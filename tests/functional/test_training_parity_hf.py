@@ -6,7 +6,7 @@ clipping, linear warmup + cosine decay; HF's logits scored against Megatron's al
 Two launches of one worker (workers/training_parity_hf.py). 1 rank: bridge at TP=1, recording the windows
 it trains on, and the reference over exactly those windows, for a LlamaForCausalLM (384-token vocabulary),
 a MixtralForCausalLM (4 experts, top-2, auxiliary loss off on both sides), a Qwen3_5ForCausalLM (a Gated
-DeltaNet layer and a gated softmax-attention layer), full SFT with answer-only loss
+DeltaNet layer and a gated softmax-attention layer; also at TP=2), full SFT with answer-only loss
 (the sft recipe with `model.calculate_per_token_loss=True`: the token mean over the step, as the reference
 computes it; docs/finetuning.md gives the size of the difference without it) and LoRA on that SFT (the
 peft recipe, rank 4 on linear_proj / linear_fc2, against peft's LoRA on o_proj / down_proj started from
@@ -44,6 +44,7 @@ LAYOUT_RUNS = [
     "mixtral_tp1",
     "mixtral_ep2",
     "qwen35_tp1",
+    "qwen35_tp2",
     "sft_tp1",
     "lora_tp1",
 ]

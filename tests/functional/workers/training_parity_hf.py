@@ -65,7 +65,12 @@ LAYOUTS = {
     # padding on (384 -> 512 rows at TP=2): the padded logits must stay out of the loss
     "tp2_padded": ["model.tensor_model_parallel_size=2", "model.should_pad_vocab=True"],
 }
-MOE_LAYOUTS = {"mixtral_ep2": ["model.expert_model_parallel_size=2"]}
+# runs of the other families, at a layout: <family>_<layout>
+MOE_LAYOUTS = {
+    "mixtral_ep2": ["model.expert_model_parallel_size=2"],
+    # the Gated DeltaNet split by heads over TP (its output norm's weight gradient summed over TP)
+    "qwen35_tp2": ["model.tensor_model_parallel_size=2"],
+}
 
 
 def overrides(workdir: str, family: str) -> list[str]:
