@@ -43,6 +43,8 @@ class ModelDims:
     mamba_d_inner: int = 0
     mamba_groups_state: int = 0
     mamba_num_heads: int = 0
+    # Gated DeltaNet layers: (key heads, value heads, key head dim, value head dim); None without them
+    linear_heads: tuple[int, int, int, int] | None = None
 
 
 def _rows(start: int, stop: int, ndim: int) -> Index:
@@ -327,6 +329,151 @@ class MambaConv1d(ColumnBlocks):
     def _blocks(self, dims):
         gs = dims.mamba_groups_state
         return (dims.mamba_d_inner, gs, gs)
+class GatedQKV(FusedQKV):
+    """q (with its output gate), k, v in Megatron's gated grouped layout (attention_output_gate): per
+    query group its q heads, their gate rows, its k head, its v head. The HF q projection holds per
+    head [q rows; gate rows] (q_proj of 2 x heads x head_dim rows)."""
+
+    kind = "qkv_gated"
+
+    def hf_shapes(self, local, size, dims):
+        d, rest = dims.kv_channels, tuple(local[1:])
+        return {
+            self.hf[0]: (2 * dims.num_attention_heads * d, *rest),
+            self.hf[1]: (dims.num_query_groups * d, *rest),
+            self.hf[2]: (dims.num_query_groups * d, *rest),
+        }
+
+    def pieces(self, local, rank, size, dims):
+        groups, hpg = self._layout(size, dims)
+        d, nd = dims.kv_channels, len(local)
+        block = (2 * hpg + 2) * d
+        if local[0] != groups * block:
+            raise ConfigError(
+                f"{self.megatron}: local rows {local[0]} != {groups} groups x {block}; the heads / "
+                "head size / output gate do not match the model"
+            )
+        nq, nk, nv = self.hf
+        out = []
+        for lg in range(groups):
+            g, at = rank * groups + lg, lg * block
+            for j in range(hpg):  # q rows of each head, then (after the group's q) its gate rows
+                h = g * hpg + j
+                out.append(
+                    Piece(nq, _rows(2 * h * d, 2 * h * d + d, nd), _rows(at + j * d, at + (j + 1) * d, nd))
+                )
+                gate_at = at + (hpg + j) * d
+                out.append(
+                    Piece(nq, _rows(2 * h * d + d, 2 * (h + 1) * d, nd), _rows(gate_at, gate_at + d, nd))
+                )
+            at += 2 * hpg * d
+            out.append(Piece(nk, _rows(g * d, (g + 1) * d, nd), _rows(at, at + d, nd)))
+            out.append(Piece(nv, _rows(g * d, (g + 1) * d, nd), _rows(at + d, at + 2 * d, nd)))
+        return out
+
+
+def _linear_heads(dims: ModelDims, size: int, what: str) -> tuple[int, int, int, int]:
+    """This TP rank's (key heads, value heads) and the head dims of the Gated DeltaNet layers."""
+    if dims.linear_heads is None:
+        raise ConfigError(f"{what}: a Gated DeltaNet mapping row for a model without Gated DeltaNet layers")
+    nk, nv, dk, dv = dims.linear_heads
+    return _split(nk, size, "linear_num_key_heads"), _split(nv, size, "linear_num_value_heads"), dk, dv
+
+
+@dataclass(frozen=True)
+class GDNInProj(Mapping):
+    """Gated DeltaNet's in_proj: per TP rank [q; k; v; z; beta; alpha] of its heads (Megatron-Core's
+    layout), from HF's separate in_proj_qkv ([all q; all k; all v]), in_proj_z, in_proj_b, in_proj_a."""
+
+    kind = "gdn_in_proj"
+
+    def hf_shapes(self, local, size, dims):
+        nk, nv, dk, dv = dims.linear_heads or (0, 0, 0, 0)
+        rest = tuple(local[1:])
+        return {
+            self.hf[0]: ((2 * nk * dk + nv * dv), *rest),
+            self.hf[1]: (nv * dv, *rest),
+            self.hf[2]: (nv, *rest),
+            self.hf[3]: (nv, *rest),
+        }
+
+    def pieces(self, local, rank, size, dims):
+        lk, lv, dk, dv = _linear_heads(dims, size, self.megatron)
+        nk = lk * size
+        qkv, z, b, a = self.hf
+        # (hf tensor, hf start of this rank's rows, rows)
+        sections = (
+            (qkv, rank * lk * dk, lk * dk),
+            (qkv, nk * dk + rank * lk * dk, lk * dk),
+            (qkv, 2 * nk * dk + rank * lv * dv, lv * dv),
+            (z, rank * lv * dv, lv * dv),
+            (b, rank * lv, lv),
+            (a, rank * lv, lv),
+        )
+        return _sections(self.megatron, local, sections)
+
+
+@dataclass(frozen=True)
+class GDNInProjGrouped(Mapping):
+    """Gated DeltaNet's in_proj from HF's in_proj_qkvz and in_proj_ba grouped by key head (Qwen3-Next):
+    per key head g, qkvz holds [q_g; k_g; v_g; z_g] (the value and gate rows of its value heads) and ba
+    holds [b_g; a_g]. Megatron-Core's layout: per TP rank [q; k; v; z; beta; alpha] of its heads."""
+
+    kind = "gdn_in_proj_grouped"
+
+    def hf_shapes(self, local, size, dims):
+        nk, nv, dk, dv = dims.linear_heads or (0, 0, 0, 0)
+        rest = tuple(local[1:])
+        return {self.hf[0]: (2 * nk * dk + 2 * nv * dv, *rest), self.hf[1]: (2 * nv, *rest)}
+
+    def pieces(self, local, rank, size, dims):
+        lk, lv, dk, dv = _linear_heads(dims, size, self.megatron)
+        r = lv // lk  # value heads per key head
+        qkvz, ba = self.hf
+        group, ba_group = 2 * dk + 2 * r * dv, 2 * r
+        sections = []
+        for offset, rows in ((0, dk), (dk, dk), (2 * dk, r * dv), (2 * dk + r * dv, r * dv)):
+            sections += [(qkvz, g * group + offset, rows) for g in range(rank * lk, (rank + 1) * lk)]
+        for offset in (0, r):
+            sections += [(ba, g * ba_group + offset, r) for g in range(rank * lk, (rank + 1) * lk)]
+        return _sections(self.megatron, local, sections)
+
+
+@dataclass(frozen=True)
+class GDNConv(Mapping):
+    """Gated DeltaNet's depthwise conv1d weight [channels, 1, kernel]: per TP rank [q; k; v] channels of
+    its heads (Megatron-Core's layout), from HF's [all q; all k; all v]."""
+
+    kind = "gdn_conv"
+
+    def hf_shapes(self, local, size, dims):
+        nk, nv, dk, dv = dims.linear_heads or (0, 0, 0, 0)
+        return {self.hf[0]: (2 * nk * dk + nv * dv, *local[1:])}
+
+    def pieces(self, local, rank, size, dims):
+        lk, lv, dk, dv = _linear_heads(dims, size, self.megatron)
+        nk = lk * size
+        w = self.hf[0]
+        sections = (
+            (w, rank * lk * dk, lk * dk),
+            (w, nk * dk + rank * lk * dk, lk * dk),
+            (w, 2 * nk * dk + rank * lv * dv, lv * dv),
+        )
+        return _sections(self.megatron, local, sections)
+
+
+def _sections(megatron: str, local: Shape, sections) -> list[Piece]:
+    """Pieces filling `local`'s rows in order from (hf name, hf first row, rows) sections."""
+    nd, at, out = len(local), 0, []
+    for name, start, rows in sections:
+        out.append(Piece(name, _rows(start, start + rows, nd), _rows(at, at + rows, nd)))
+        at += rows
+    if at != local[0]:
+        raise ConfigError(
+            f"{megatron}: local rows {local[0]} != {at} (the Gated DeltaNet head counts and sizes do not "
+            "match the model)"
+        )
+    return out
 
 
 @dataclass(frozen=True)
@@ -376,6 +523,10 @@ KINDS: dict[str, type[Mapping]] = {
         PackedGatedMLP,
         MambaInProj,
         MambaConv1d,
+        GatedQKV,
+        GDNInProj,
+        GDNInProjGrouped,
+        GDNConv,
     )
 }
 # How many HF tensors each kind takes (the family tables are checked against it at load).
@@ -391,6 +542,10 @@ HF_ARITY = {
     "gated_mlp_packed": 1,
     "mamba_in_proj": 1,
     "mamba_conv1d": 1,
+    "qkv_gated": 3,
+    "gdn_in_proj": 4,
+    "gdn_in_proj_grouped": 2,
+    "gdn_conv": 1,
 }
 
 

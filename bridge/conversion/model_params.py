@@ -102,6 +102,16 @@ def model_dims(model: torch.nn.Module, hf_vocab_size: int) -> ModelDims:
         kv_channels=cfg.kv_channels,
         vocab_size=hf_vocab_size,
         padded_vocab_size=model.vocab_size,
+        linear_heads=(
+            (
+                cfg.linear_num_key_heads,
+                cfg.linear_num_value_heads,
+                cfg.linear_key_head_dim,
+                cfg.linear_value_head_dim,
+            )
+            if getattr(cfg, "experimental_attention_variant", None) == "gated_delta_net"
+            else None
+        ),
     )
 
 
@@ -142,6 +152,10 @@ _SPLIT_DIM = {
     "gated_mlp_packed": 0,
     "mamba_in_proj": 0,
     "mamba_conv1d": 0,
+    "qkv_gated": 0,
+    "gdn_in_proj": 0,
+    "gdn_in_proj_grouped": 0,
+    "gdn_conv": 0,
     "row": 1,
 }
 

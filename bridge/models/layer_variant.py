@@ -15,6 +15,8 @@ norms. Some families place their norms elsewhere or score attention differently:
     one of bridge.models.softcap_attention without a cap (per-layer windows, which sdpa has not).
   * moe_router_softmax_scores (ERNIE 4.5): the MoE router's sigmoid scores are softmax probabilities,
     so Megatron-Core's expert bias applies to them (bridge.models.softmax_score_router).
+  * linear_attention_freq (Qwen3-Next, Qwen3.5): Gated DeltaNet layers, one softmax-attention layer
+    every N (bridge.models.linear_attention), on Megatron-Core's local modules.
   * rope_score_multiplier (YaRN, OLMo 3): the layers rotating with GPTModel's (YaRN-scaled) RoPE
     multiply their scores by YaRN's attention factor squared, in the same explicit attention.
   * mla_latent_norm_epsilon (GLM-4.7-Flash): multi-latent attention's q / kv latent norms use this eps,
@@ -38,6 +40,8 @@ class LayerVariant:
     # the scores of the layers rotating with GPTModel's RoPE times this (YaRN's attention factor squared)
     rope_score_multiplier: float | None = None
     mla_latent_norm_epsilon: float | None = None  # None: layernorm_epsilon, as Megatron-Core builds them
+    # Gated DeltaNet layers (bridge.models.linear_attention): one softmax layer every N, None: none
+    linear_attention_freq: int | None = None
 
     @property
     def explicit_attention(self) -> bool:

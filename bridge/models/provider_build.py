@@ -221,6 +221,10 @@ def build_stage(
 
     apply_output_hooks(model, p)
     _mark_head_split_softmax_offsets(model)
+    if p.experimental_attention_variant == "gated_delta_net":
+        from bridge.models.linear_attention import mark_gated_delta_net_partitions
+
+        mark_gated_delta_net_partitions(model)
     return model
 
 

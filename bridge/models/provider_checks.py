@@ -70,6 +70,8 @@ def check_fields(p: GPTFields) -> None:
         _check_rope_scaling(p)
     if p.num_moe_experts is not None:
         _check_experts(p)
+    if p.experimental_attention_variant == "gated_delta_net":
+        check_gated_delta_net(p)
 
 
 def _check_unavailable_fields(p: GPTFields) -> None:
@@ -350,3 +352,68 @@ def check_mla_query_norm(p: GPTFields) -> None:
         "which needs qk_layernorm), and the local spec has no fused norm+linear",
         "use megatron-core 0.16.1 for a model without query compression, or a model with q_lora_rank set",
     )
+
+
+def check_gated_delta_net(p: GPTFields) -> None:
+    """Gated DeltaNet layers (experimental_attention_variant="gated_delta_net", Megatron-Core's names):
+    what Megatron-Core's GatedDeltaNet asserts at build, and what bridge's spec of it does not run."""
+    freq = p.linear_attention_freq
+    if isinstance(freq, bool) or not isinstance(freq, int) or freq < 1:
+        raise model_error(
+            "linear_attention_freq",
+            freq,
+            "with Gated DeltaNet, one softmax-attention layer every N layers (N a positive integer; layer "
+            "i is softmax attention when (i + 1) % N == 0)",
+            "set model.linear_attention_freq, e.g. 4 (Qwen3-Next: three linear layers, then one softmax)",
+        )
+    for name in (
+        "linear_conv_kernel_dim",
+        "linear_key_head_dim",
+        "linear_value_head_dim",
+        "linear_num_key_heads",
+        "linear_num_value_heads",
+    ):
+        value = getattr(p, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise model_error(name, value, "Gated DeltaNet needs a positive integer", f"set model.{name}")
+    if p.linear_num_value_heads % p.linear_num_key_heads:
+        raise model_error(
+            "linear_num_value_heads",
+            p.linear_num_value_heads,
+            f"must be a multiple of linear_num_key_heads={p.linear_num_key_heads} (each key head serves "
+            "a whole number of value heads)",
+            "set the published head counts",
+        )
+    tp = p.tensor_model_parallel_size
+    for name in ("linear_num_key_heads", "linear_num_value_heads"):
+        if getattr(p, name) % tp:
+            raise model_error(
+                "tensor_model_parallel_size",
+                tp,
+                f"must divide {name}={getattr(p, name)}: tensor parallelism splits the Gated DeltaNet "
+                "layers by whole heads",
+                f"use a tensor-parallel size that divides {name}",
+            )
+    if p.context_parallel_size > 1:
+        raise model_error(
+            "context_parallel_size",
+            p.context_parallel_size,
+            "Gated DeltaNet layers have no context-parallel path in megatron-core 0.16.1, and bridge's "
+            "local layer spec of them runs none on 0.19.x either",
+            "set model.context_parallel_size=1",
+        )
+    if p.activation_func not in ("silu",):
+        raise model_error(
+            "activation_func",
+            p.activation_func,
+            "Gated DeltaNet's short convolution and output gate use the model's activation, and its "
+            "kernels (fla's and the CPU reference) know silu only",
+            "set model.activation_func=silu",
+        )
+    if p.multi_latent_attention:
+        raise model_error(
+            "multi_latent_attention",
+            True,
+            "Gated DeltaNet is built beside Megatron-Core's standard softmax attention only",
+            "set model.multi_latent_attention=False",
+        )

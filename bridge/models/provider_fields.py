@@ -154,6 +154,11 @@ class GPTFields(TransformerFields):
                 else None
             ),
             mla_latent_norm_epsilon=self.mla_latent_layernorm_epsilon,
+            linear_attention_freq=(
+                self.linear_attention_freq
+                if self.experimental_attention_variant == "gated_delta_net"
+                else None
+            ),
         )
 
     def effective_ffn_hidden_size(self) -> int:

@@ -52,6 +52,19 @@ def model_shape(p: GPTFields) -> ModelShape:
         qk_layernorm_per_projection=p.qk_layernorm and p.qk_layernorm_scope == "projection",
         add_bias_linear=p.add_bias_linear,
         attention_sinks=p.softmax_type == "learnable",
+        attention_output_gate=p.attention_output_gate,
+        linear_attention=(
+            (
+                p.linear_attention_freq,
+                p.linear_conv_kernel_dim,
+                p.linear_num_key_heads,
+                p.linear_num_value_heads,
+                p.linear_key_head_dim,
+                p.linear_value_head_dim,
+            )
+            if p.experimental_attention_variant == "gated_delta_net"
+            else None
+        ),
         **_mla_shape(p),
     )
 

@@ -69,14 +69,26 @@ def uses_te_spec(variant=None) -> bool:
 
 def gpt_block_spec(config, vp_stage: int | None = None, variant=None):
     """The TransformerBlock spec for this pipeline (virtual) stage: its layers and its final norm.
-    `variant` (bridge.models.layer_variant.LayerVariant) swaps in the family's layer modules."""
+    `variant` (bridge.models.layer_variant.LayerVariant) swaps in the family's layer modules; Gated
+    DeltaNet layers (bridge.models.linear_attention) replace the attention of the linear layers."""
+    block = _gpt_block_spec(config, vp_stage, variant)
+    if getattr(config, "experimental_attention_variant", None) == "gated_delta_net":
+        from bridge.models.linear_attention import with_gated_delta_net
+
+        block = with_gated_delta_net(block, config, vp_stage)
+    return block
+
+
+def _gpt_block_spec(config, vp_stage: int | None, variant):
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+
+    from bridge.models.linear_attention import block_spec_config
 
     te = uses_te_spec(variant)
     if use_transformer_engine() and not te:
         logger.info("layer variant %s: Megatron-Core's local spec (Transformer Engine's has none)", variant)
     block = get_gpt_decoder_block_spec(
-        config,
+        block_spec_config(config),
         use_transformer_engine=te,
         normalization=config.normalization,
         qk_l2_norm=config.qk_l2_norm,

@@ -60,6 +60,17 @@ class ModelShape:
     qk_head_dim: int | None = None
     qk_pos_emb_head_dim: int | None = None
     v_head_dim: int | None = None
+    # Gated attention (a sigmoid output gate: q projection twice as wide) and Gated DeltaNet layers:
+    # (linear_attention_freq, conv kernel, key heads, value heads, key head dim, value head dim), None: none
+    attention_output_gate: bool = False
+    linear_attention: tuple[int, int, int, int, int, int] | None = None
+
+    def linear_attention_layers(self) -> list[bool]:
+        """Per layer: Gated DeltaNet (True) or softmax attention (Megatron-Core's integer rule)."""
+        if self.linear_attention is None:
+            return [False] * self.num_layers
+        freq = self.linear_attention[0]
+        return [(i + 1) % freq != 0 for i in range(self.num_layers)]
 
     def __post_init__(self):
         for name in ("num_layers", "num_attention_heads"):

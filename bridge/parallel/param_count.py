@@ -100,9 +100,20 @@ def _mla_attention(shape: ModelShape) -> tuple[int, int]:
     return split, replicated
 
 
-def _layer_parts(shape: ModelShape, moe: bool | None = None) -> dict[str, int]:
+def _gated_delta_net(shape: ModelShape) -> tuple[int, int]:
+    """A Gated DeltaNet layer's attention: (parameters split over tp, replicated over tp). in_proj to
+    q, k, v, z, beta, alpha; a depthwise conv over q, k, v; A_log and dt_bias per value head; out_proj;
+    the output RMSNorm over one value head (replicated)."""
+    _, kernel, nk, nv, dk, dv = shape.linear_attention
+    h = shape.hidden_size
+    conv = 2 * nk * dk + nv * dv
+    split = h * (conv + nv * dv + 2 * nv) + conv * kernel + 2 * nv + nv * dv * h
+    return split, dv
+
+
+def _layer_parts(shape: ModelShape, moe: bool | None = None, linear: bool = False) -> dict[str, int]:
     """Parameters of one transformer layer, by part: a MoE layer or a dense one (default: the model's
-    first layer kind, MoE for a model whose every layer is MoE)."""
+    first layer kind, MoE for a model whose every layer is MoE); Gated DeltaNet attention when `linear`."""
     if moe is None:
         moe = shape.is_moe and any(shape.moe_layers())
     _require(shape, "hidden_size")
@@ -111,6 +122,8 @@ def _layer_parts(shape: ModelShape, moe: bool | None = None) -> dict[str, int]:
     q_size = shape.num_attention_heads * kv
     kv_size = shape.query_groups * kv
     attention = h * (q_size + 2 * kv_size) + q_size * h
+    if shape.attention_output_gate:
+        attention += h * q_size  # the gate's half of the q projection
     if shape.add_qkv_bias or shape.add_bias_linear:
         attention += q_size + 2 * kv_size
     attention += _bias(shape, h)  # the output projection's
@@ -119,6 +132,8 @@ def _layer_parts(shape: ModelShape, moe: bool | None = None) -> dict[str, int]:
     attention += _qk_norm_params(shape)
     if shape.multi_latent_attention:
         attention = sum(_mla_attention(shape))  # its q / kv latent norms included
+    if linear:
+        attention = sum(_gated_delta_net(shape))
     mats = 3 if shape.gated_linear_unit else 2  # gate+up+down, or fc1+fc2
     parts = {
         "attention": attention,
@@ -162,9 +177,9 @@ def _mlp_biases(shape: ModelShape, ffn: int) -> int:
 
 def _summed_parts(shape: ModelShape, layers: range | None = None) -> dict[str, int]:
     """_layer_parts summed over `layers` (default all), each layer MoE or dense as moe_layer_freq says."""
-    kinds = shape.moe_layers()
+    kinds = list(zip(shape.moe_layers(), shape.linear_attention_layers(), strict=True))
     layers = range(shape.num_layers) if layers is None else layers
-    cache = {moe: _layer_parts(shape, moe) for moe in set(kinds[i] for i in layers)}
+    cache = {kind: _layer_parts(shape, *kind) for kind in set(kinds[i] for i in layers)}
     total: dict[str, int] = {}
     for i in layers:
         for k, v in cache[kinds[i]].items():
@@ -268,13 +283,14 @@ def _rank_params(
     the same sizes under many layouts."""
     h = shape.hidden_size
     dense = expert = 0
-    kinds = shape.moe_layers()
-    attention_norms = _replicated_qk_norm_params(shape)  # replicated across tp
+    kinds = list(zip(shape.moe_layers(), shape.linear_attention_layers(), strict=True))
+    softmax_norms = _replicated_qk_norm_params(shape)  # replicated across tp
     if shape.multi_latent_attention:
-        attention_norms = _mla_attention(shape)[1]
+        softmax_norms = _mla_attention(shape)[1]
     by_kind = {}
-    for moe in {kinds[i] for i in ids}:
-        p = _layer_parts(shape, moe)
+    for moe, linear in {kinds[i] for i in ids}:
+        p = _layer_parts(shape, moe, linear)
+        attention_norms = _gated_delta_net(shape)[1] if linear else softmax_norms
         norm_like = p["norms"] + attention_norms
         gate = h if p["shared"] and shape.moe_shared_expert_gate else 0  # replicated across tp
         # the biases after a row-parallel linear are whole on every tp rank (the router's: in "router")
@@ -297,7 +313,7 @@ def _rank_params(
             fc2_bias = _bias(shape, h)  # replicated over etp
             per_expert = (p["per_expert"] - fc2_bias) // etp + fc2_bias
             layer_expert = (shape.num_moe_experts // ep) * per_expert
-        by_kind[moe] = (layer_dense, layer_expert)
+        by_kind[(moe, linear)] = (layer_dense, layer_expert)
     for i in ids:
         layer_dense, layer_expert = by_kind[kinds[i]]
         dense += layer_dense

@@ -5,7 +5,8 @@ clipping, linear warmup + cosine decay; HF's logits scored against Megatron's al
 
 Two launches of one worker (workers/training_parity_hf.py). 1 rank: bridge at TP=1, recording the windows
 it trains on, and the reference over exactly those windows, for a LlamaForCausalLM (384-token vocabulary),
-a MixtralForCausalLM (4 experts, top-2, auxiliary loss off on both sides), full SFT with answer-only loss
+a MixtralForCausalLM (4 experts, top-2, auxiliary loss off on both sides), a Qwen3_5ForCausalLM (a Gated
+DeltaNet layer and a gated softmax-attention layer; also at TP=2), full SFT with answer-only loss
 (the sft recipe with `model.calculate_per_token_loss=True`: the token mean over the step, as the reference
 computes it; docs/finetuning.md gives the size of the difference without it) and LoRA on that SFT (the
 peft recipe, rank 4 on linear_proj / linear_fc2, against peft's LoRA on o_proj / down_proj started from
@@ -42,6 +43,8 @@ LAYOUT_RUNS = [
     "tp2_padded",
     "mixtral_tp1",
     "mixtral_ep2",
+    "qwen35_tp1",
+    "qwen35_tp2",
     "sft_tp1",
     "lora_tp1",
 ]
@@ -65,7 +68,7 @@ def _rel(a: float, b: float) -> float:
 def _reference(runs, run: str) -> dict:
     if run.startswith("lora_"):
         return runs["peft_lora"]
-    family = run.split("_")[0] if run.startswith(("mixtral_", "sft_")) else "llama"
+    family = run.split("_")[0] if run.startswith(("mixtral_", "sft_", "qwen35_")) else "llama"
     return runs[f"transformers_{family}"]
 
 
@@ -76,7 +79,7 @@ def test_sft_loss_falls_on_the_answers_only(runs):
     assert sorted(answers["masked"]) == sorted(answers["answers"])
 
 
-@pytest.mark.parametrize("family", ["llama", "mixtral", "sft"])
+@pytest.mark.parametrize("family", ["llama", "mixtral", "qwen35", "sft"])
 def test_the_reference_trains(runs, family):
     ref = runs[f"transformers_{family}"]
     assert sorted(ref["losses"]) == ITERS

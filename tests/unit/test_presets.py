@@ -160,6 +160,20 @@ PUBLISHED = {
         num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
         vocab_size=151936, max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0,
         router_aux_loss_coef=0.001, tie_word_embeddings=False)),
+    "qwen3_next_80b_a3b": ("Qwen3NextConfig", dict(  # Qwen/Qwen3-Next-80B-A3B-Instruct
+        hidden_size=2048, intermediate_size=5120, moe_intermediate_size=512, shared_expert_intermediate_size=512,
+        num_experts=512, num_experts_per_tok=10, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+        num_hidden_layers=48, num_attention_heads=16, num_key_value_heads=2, head_dim=256,
+        vocab_size=151936, max_position_embeddings=262144, rms_norm_eps=1e-6, rope_theta=10000000.0,
+        partial_rotary_factor=0.25, full_attention_interval=4, linear_conv_kernel_dim=4,
+        linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=16, linear_num_value_heads=32,
+        router_aux_loss_coef=0.001, tie_word_embeddings=False)),
+    "qwen35_27b": ("Qwen3_5TextConfig", dict(  # Qwen/Qwen3.5-27B (text_config)
+        hidden_size=5120, intermediate_size=17408, num_hidden_layers=64, num_attention_heads=24,
+        num_key_value_heads=4, head_dim=256, vocab_size=248320, max_position_embeddings=262144,
+        rms_norm_eps=1e-6, rope_theta=10000000.0, partial_rotary_factor=0.25, full_attention_interval=4,
+        linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=16,
+        linear_num_value_heads=48, tie_word_embeddings=False)),
     "mistral_7b": ("MistralConfig", dict(  # mistralai/Mistral-7B-v0.3
         hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
         num_key_value_heads=8, vocab_size=32768, max_position_embeddings=32768, rms_norm_eps=1e-5,
@@ -452,7 +466,7 @@ PUBLISHED = {
         mamba_head_dim=80, ssm_state_size=128, max_position_embeddings=131072)),
 }  # fmt: skip
 # HF architecture of a config class, where it is not the class name with ForCausalLM for Config.
-ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM"}
+ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM", "Qwen3_5TextConfig": "Qwen3_5ForCausalLM"}
 # Vocabularies Megatron pads to a multiple of 128 (the padding rows are not HF parameters).
 VOCAB_PADDING = {
     "phi3_mini_4k": 64, "gemma3_4b": 64, "gemma3_12b": 64, "gemma3_27b": 64, "granite33_2b": 121,
@@ -463,6 +477,7 @@ VOCAB_PADDING = {
 CONVERTED_FIELDS = (
     "olmo2", "gemma2", "gemma3", "glm4", "minimax_m2", "ernie45", "smollm3", "exaone4", "granite", "olmo3", "olmoe",
     "gpt_oss", "gemma_", "minitron", "starcoder2", "glm47", "k_exaone", "nemotronh", "nemotron_nano",
+    "qwen3_next", "qwen35_",
 )  # fmt: skip
 # Presets whose config.json names its experts otherwise (n_routed_experts, moe_num_experts) and routes
 # by sigmoid + bias: checked against the provider their published config converts to (above) instead.
@@ -492,10 +507,12 @@ GPT_OSS = {"gpt_oss_20b", "gpt_oss_120b"}
 COUNTED_BY_FORMULA = {
     "deepseek_v2", "deepseek_v3", "kimi_k2", "glm45", "glm46", "glm45_air", "minimax_m2", "ernie45_21b_a3b",
     "ernie45_300b_a47b", "qwen3_235b_a22b", "llama31_405b", "glm47_flash", "k_exaone_236b_a23b",
+    "qwen3_next_80b_a3b",
 }  # fmt: skip
 # Megatron-Core allocates the attention sinks on the current device, never the meta one (0.16.1 and
-# 0.19.2): GPT-OSS is counted by the formula, which equals the built model below.
-COUNTED_BY_FORMULA |= GPT_OSS
+# 0.19.2): GPT-OSS is counted by the formula, which equals the built model below. So does its Gated
+# DeltaNet (conv1d, A_log, dt_bias): Qwen3.5 likewise.
+COUNTED_BY_FORMULA |= GPT_OSS | {"qwen35_27b"}
 
 
 def test_every_preset_has_a_published_config():
@@ -690,6 +707,25 @@ def test_biased_linears_and_sinks_formula_equals_the_built_model(single_process_
     provider.perform_initialization = False
     with torch.device("meta"):
         model = provider.provide()
+    assert count_parameters(provider.model_shape()).total == sum(p.numel() for p in model.parameters())
+
+
+def test_gated_delta_net_parameter_formula_equals_the_built_model(single_process_groups):
+    # Qwen3-Next's layers (Gated DeltaNet three in four, gated attention, q/k norms, a gated shared
+    # expert), smaller, on CPU (Megatron-Core puts the Gated DeltaNet's conv and decay parameters on the
+    # current device, never the meta one).
+    import dataclasses
+
+    from bridge.parallel.param_count import count_parameters
+
+    provider = dataclasses.replace(
+        preset("qwen3_next_80b_a3b"), num_layers=4, hidden_size=128, kv_channels=32, num_moe_experts=4,
+        moe_router_topk=2, moe_ffn_hidden_size=64, moe_shared_expert_intermediate_size=64,
+        linear_key_head_dim=16, linear_value_head_dim=24, linear_num_key_heads=4, linear_num_value_heads=8,
+        vocab_size=512,
+    )  # fmt: skip
+    provider.perform_initialization = False
+    model = provider.provide()
     assert count_parameters(provider.model_shape()).total == sum(p.numel() for p in model.parameters())
 
 

@@ -147,7 +147,8 @@ def base_fields(cfg: Any, eps_key: str = "rms_norm_eps") -> dict[str, Any]:
     fields: dict[str, Any] = dict(
         num_layers=int(layers) if layers is not None else None,
         hidden_size=hidden,
-        ffn_hidden_size=int(get(cfg, "intermediate_size")),
+        # a MoE config class without a dense MLP (every layer sparse): the experts' size, never used
+        ffn_hidden_size=int(get(cfg, "intermediate_size") or get(cfg, "moe_intermediate_size")),
         num_attention_heads=heads,
         num_query_groups=int(get(cfg, "num_key_value_heads") or heads),
         kv_channels=int(get(cfg, "head_dim") or hidden // heads),
@@ -261,6 +262,15 @@ OPTIONAL_MATH_FIELDS = (
     "yarn_rope_beta_fast",
     "yarn_rope_beta_slow",
     "yarn_rope_attention_factor",
+    # Gated DeltaNet layers and the gated softmax attention beside them
+    "experimental_attention_variant",
+    "linear_attention_freq",
+    "linear_conv_kernel_dim",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_num_key_heads",
+    "linear_num_value_heads",
+    "attention_output_gate",
     # attention sinks, the clamped GLU and YaRN on GPTModel's RoPE
     "softmax_type",
     "activation_func_clamp_value",

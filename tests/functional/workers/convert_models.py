@@ -105,6 +105,62 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
         ),
     ),
     # Qwen2-MoE: q/k/v biases, a gated shared expert; decoder_sparse_step=2: layer 0 dense, layer 1 MoE.
+    # Gated DeltaNet (layer 0) and gated softmax attention (layer 1); two value heads per key head and
+    # value heads smaller than key heads, so that a mix-up of the grouped in_proj layout shows.
+    "qwen3_next": (
+        "Qwen3NextConfig",
+        "Qwen3NextForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            head_dim=32,
+            layer_types=["linear_attention", "full_attention"],
+            linear_conv_kernel_dim=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=8,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=64,
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+        ),
+    ),
+    # Qwen3.5: the Gated DeltaNet input projections stored apart (in_proj_qkv / _z / _b / _a)
+    "qwen3_5": (
+        "Qwen3_5TextConfig",
+        "Qwen3_5ForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            head_dim=32,
+            layer_types=["linear_attention", "full_attention"],
+            linear_conv_kernel_dim=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=8,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+        ),
+    ),
+    "qwen3_5_moe": (
+        "Qwen3_5MoeTextConfig",
+        "Qwen3_5MoeForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            head_dim=32,
+            layer_types=["linear_attention", "full_attention"],
+            linear_conv_kernel_dim=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=8,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=64,
+        ),
+    ),
     "qwen2_moe": (
         "Qwen2MoeConfig",
         "Qwen2MoeForCausalLM",

@@ -23,7 +23,7 @@ warnings.filterwarnings("ignore")
 
 import torch.distributed as dist  # noqa: E402
 
-FAMILIES = ("llama", "qwen3_moe")  # one dense, one MoE
+FAMILIES = ("llama", "qwen3_moe", "qwen3_5")  # one dense, one MoE, one Gated DeltaNet (its state carried)
 PROMPT = [5, 17, 42, 99, 3, 7]
 NEW_TOKENS = 32
 SAMPLING = dict(temperature=0.8, top_k=20, top_p=0.9, seed=7)

@@ -38,7 +38,23 @@ HF_MIXTRAL = dict(
     num_experts_per_tok=2,
     output_router_logits=False,
 )
-FAMILIES = {"llama": ("LlamaConfig", HF_LLAMA), "mixtral": ("MixtralConfig", HF_MIXTRAL)}
+# A Gated DeltaNet family against transformers' Qwen3.5 class: layer 0 Gated DeltaNet (2 key heads, 4
+# value heads), layer 1 gated softmax attention, zero-centred norms.
+HF_QWEN35 = dict(
+    HF_LLAMA,
+    head_dim=16,
+    layer_types=["linear_attention", "full_attention"],
+    linear_conv_kernel_dim=4,
+    linear_key_head_dim=16,
+    linear_value_head_dim=8,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+)
+FAMILIES = {
+    "llama": ("LlamaConfig", HF_LLAMA),
+    "mixtral": ("MixtralConfig", HF_MIXTRAL),
+    "qwen35": ("Qwen3_5TextConfig", HF_QWEN35),
+}
 LAYOUTS = {
     "tp2": ["model.tensor_model_parallel_size=2"],
     "tp2_sp": ["model.tensor_model_parallel_size=2", "model.sequence_parallel=True"],
@@ -49,7 +65,12 @@ LAYOUTS = {
     # padding on (384 -> 512 rows at TP=2): the padded logits must stay out of the loss
     "tp2_padded": ["model.tensor_model_parallel_size=2", "model.should_pad_vocab=True"],
 }
-MOE_LAYOUTS = {"mixtral_ep2": ["model.expert_model_parallel_size=2"]}
+# runs of the other families, at a layout: <family>_<layout>
+MOE_LAYOUTS = {
+    "mixtral_ep2": ["model.expert_model_parallel_size=2"],
+    # the Gated DeltaNet split by heads over TP (its output norm's weight gradient summed over TP)
+    "qwen35_tp2": ["model.tensor_model_parallel_size=2"],
+}
 
 
 def overrides(workdir: str, family: str) -> list[str]:
