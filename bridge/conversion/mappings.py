@@ -329,6 +329,8 @@ class MambaConv1d(ColumnBlocks):
     def _blocks(self, dims):
         gs = dims.mamba_groups_state
         return (dims.mamba_d_inner, gs, gs)
+
+
 class GatedQKV(FusedQKV):
     """q (with its output gate), k, v in Megatron's gated grouped layout (attention_output_gate): per
     query group its q heads, their gate rows, its k head, its v head. The HF q projection holds per
