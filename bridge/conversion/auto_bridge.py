@@ -38,6 +38,7 @@ from bridge.conversion.peft_merge import merged_local_tensor
 from bridge.conversion.progress import progress_bar
 from bridge.conversion.saved_run import read_saved_run
 from bridge.conversion.stacked_experts import open_checkpoint, stacked_exporter, written_name
+from bridge.conversion.vlm_config import split as split_vlm_config
 from bridge.conversion.weight_exporter import Exporter
 from bridge.conversion.weight_loader import load_hf_weights
 from bridge.errors import ConfigError
@@ -47,6 +48,7 @@ from bridge.models.hf_translation import common as hf_common
 from bridge.models.hf_translation import read as hf_read
 from bridge.models.hf_translation import registry as hf_registry
 from bridge.models.hf_translation import write as hf_write
+from bridge.models.vlm_provider import VLMModelProvider
 from bridge.parallel import ranks
 from bridge.parallel.megatron_import import import_megatron
 from bridge.parallel.runtime import quiet_known_warnings
@@ -99,8 +101,14 @@ class AutoBridge:
         self.hf_config = hf_config
         self.hf_path = Path(hf_path) if hf_path is not None else None
         self.family = registry.family_for(_config_get(hf_config, "architectures"))
+        # The language model's config (a vision-language checkpoint's text part) and its family.
+        self.text_config, text_family, vlm_config = hf_config, self.family, None
+        if self.family.text_config_key is not None:
+            self.family, self.text_config, text_family, vlm_config = split_vlm_config(hf_config, self.family)
         # Validate the translation now: a config we cannot express fails here, not at build time.
-        self._provider_fields = hf_read.provider_fields(hf_config, self.family)
+        self._provider_fields = hf_read.provider_fields(self.text_config, text_family)
+        if vlm_config is not None:
+            self._provider_fields["vlm_config"] = vlm_config
 
     # ---- construction ---------------------------------------------------------------------------
 
@@ -168,10 +176,10 @@ class AutoBridge:
         """
         import_megatron()  # before the provider builds a model
         if not load_weights:
-            return GPTModelProvider(**self._provider_fields)
+            return self._new_provider()
         source = self._weights_path(hf_path)
         bridge = AutoBridge(self.hf_config, hf_path=source) if source != self.hf_path else self
-        provider = GPTModelProvider(**self._provider_fields)
+        provider = self._new_provider()
         hook = bridge.load_hf_weights
         if allow_non_finite:
             hook = functools.partial(bridge.load_hf_weights, allow_non_finite=True)
@@ -208,7 +216,7 @@ class AutoBridge:
             self._vocab_size(),
             progress=progress,
             allow_non_finite=allow_non_finite,
-            dropped=frozenset(self.family.hf_config.dropped(self.hf_config, set(ckpt.tensors))),
+            dropped=frozenset(self.family.hf_config.dropped(self.text_config, set(ckpt.tensors))),
         )
 
     def export_hf_weights(self, model: list, cpu: bool = True) -> Iterator[tuple[str, Any]]:
@@ -325,7 +333,7 @@ class AutoBridge:
                 "export it without --adapter-only"
             )
         import_megatron()
-        provider = GPTModelProvider(**self._provider_fields)
+        provider = self._new_provider()
         _set_conversion_layout(provider, provider_fields)
         base = run.pretrained_checkpoint if peft is not None else None
         if peft is not None:
@@ -388,7 +396,13 @@ class AutoBridge:
     # ---- helpers -----------------------------------------------------------------------------------
 
     def _vocab_size(self) -> int:
-        return int(_config_get(self.hf_config, "vocab_size"))
+        return int(_config_get(self.text_config, "vocab_size"))
+
+    def _new_provider(self) -> GPTModelProvider:
+        """The provider of this checkpoint: a VLMModelProvider for a vision-language one."""
+        if "vlm_config" in self._provider_fields:
+            return VLMModelProvider(**self._provider_fields)
+        return GPTModelProvider(**self._provider_fields)
 
     def _exporter(self, chunks: list, merge_adapters: bool = False, local_tensor: Any = None):
         source = {n: DTYPES[d] for n, (_, d) in self._source_tensors().items()}

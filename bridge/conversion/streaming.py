@@ -213,7 +213,7 @@ def stream_import(
     chunks = _meta_chunks(bridge)
     params = list(local_params(chunks, bridge.family, bridge._vocab_size()))
     used = check_tensors(params, ckpt)  # every check of the import, before anything is written
-    dropped = frozenset(bridge.family.hf_config.dropped(bridge.hf_config, set(ckpt.tensors)))
+    dropped = frozenset(bridge.family.hf_config.dropped(bridge.text_config, set(ckpt.tensors)))
     check_all_used(chunks, ckpt, bridge.family, used, dropped)
     strategy = _streaming_strategy(HFTensorSource(params, ckpt, allow_non_finite))
     try:

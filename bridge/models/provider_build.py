@@ -193,7 +193,9 @@ def build_stage(
         pre_process = parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
     if post_process is None:
         post_process = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
-    model = GPTModel(
+    # A provider kind may build a GPTModel subclass (VLMModelProvider: the image side on the first stage).
+    model_class, extra = p.stage_model(pre_process) if hasattr(p, "stage_model") else (GPTModel, {})
+    model = model_class(
         config=config,
         transformer_layer_spec=gpt_block_spec(config, vp_stage=vp_stage, variant=variant),
         vocab_size=p.padded_vocab_size(),
@@ -211,6 +213,7 @@ def build_stage(
         scatter_embedding_sequence_parallel=p.scatter_embedding_sequence_parallel,
         seq_len_interpolation_factor=p.seq_len_interpolation_factor,
         vp_stage=vp_stage,
+        **extra,
     )
     _apply_rope_scaling_factors(p, model)
     _apply_yarn(p, model)
