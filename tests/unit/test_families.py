@@ -52,9 +52,9 @@ def test_every_converting_model_type_has_class_defaults_and_a_tiny_model():
     import pytest
 
     pytest.importorskip("transformers")
-    from bridge.models.hf_translation.registry import CLASS_DEFAULTS, hf_families
     import transformers
 
+    from bridge.models.hf_translation.registry import CLASS_DEFAULTS, hf_families
     from tests.functional.workers.convert_models import FAMILIES, make_hf_config
     from tests.functional.workers.vlm_models import VLM_FAMILIES  # vision-language: their own suites
 

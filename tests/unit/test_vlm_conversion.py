@@ -7,7 +7,12 @@ import pytest
 import torch
 
 from tests.functional.workers.convert_models import bit_identical, read_tensors
-from tests.functional.workers.vlm_models import VLM_FAMILIES, processed_batch, save_vlm_model, write_conversations
+from tests.functional.workers.vlm_models import (
+    VLM_FAMILIES,
+    processed_batch,
+    save_vlm_model,
+    write_conversations,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -105,7 +110,11 @@ def test_too_few_image_tokens_is_one_clear_error(sources):
     from bridge.models.vlm_model import ImageTokenMismatch
 
     folder, _, batch = sources["llava"]
-    chunk = AutoBridge.from_hf_pretrained(folder).to_megatron_provider().provide_distributed_model(wrap_with_ddp=False)[0]
+    chunk = (
+        AutoBridge.from_hf_pretrained(folder)
+        .to_megatron_provider()
+        .provide_distributed_model(wrap_with_ddp=False)[0]
+    )
     ids = batch["input_ids"].clone()
     first = int((ids[0] == chunk.vision.image_token_id).nonzero()[0, 0])
     ids[0, first] = 0  # one placeholder of the first sample's image lost
