@@ -20,7 +20,7 @@ from bridge.peft.settings import PEFT_SCHEMES, PEFT_TARGETS, PeftConfig  # noqa:
 # Accepted names, shared by validation and the docs.
 OPTIMIZERS = ("adam", "sgd")
 LR_DECAY_STYLES = ("cosine", "linear", "constant")
-DATASET_KINDS = ("mock", "indexed", "jsonl", "sft", "chat", "preference")
+DATASET_KINDS = ("mock", "indexed", "jsonl", "sft", "chat", "preference", "vlm")
 # dpo.loss_type: the DPO paper's sigmoid loss, IPO's squared loss (bridge.training.preference)
 DPO_LOSS_TYPES = ("sigmoid", "ipo")
 # dpo.reference: auto = the base model with the adapters switched off under PEFT, else a frozen copy

@@ -70,6 +70,8 @@ ASSET_FILES = (
     "merges.txt",
     "chat_template.jinja",
     "chat_template.json",
+    "processor_config.json",  # a vision-language model's processor (image processor settings)
+    "preprocessor_config.json",
 )
 SOURCE_TENSORS = "source_tensors.json"  # HF name -> [file, dtype] of the source checkpoint
 

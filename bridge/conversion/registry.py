@@ -119,16 +119,9 @@ def family_for(architectures: list[str] | None) -> Family:
     raise unsupported_error(architectures)
 
 
-def family_for_model_type(model_type: str | None, field: str) -> Family:
-    """The text family converting HF `model_type` (a VLM's `text_config.model_type`); else ConfigError."""
-    for family in families().values():
-        if family.model_type == model_type and family.text_config_key is None:
-            return family
-    known = sorted({f.model_type for f in families().values() if f.text_config_key is None})
-    raise ConfigError(
-        f"HF config {field}={model_type!r}: no text family converts this model type (known: "
-        f"{', '.join(known)}). Fix: convert a checkpoint whose language model is one of those"
-    )
+def family_named(name: str, model_type: str) -> Family:
+    """The conversion family of folder `name` for HF `model_type` (a VLM's text family)."""
+    return next(f for f in families().values() if f.name == name and f.model_type == model_type)
 
 
 def _moved(name: str, prefixes: tuple[tuple[str, str], ...]) -> str:

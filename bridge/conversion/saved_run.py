@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from bridge.checkpoint.paths import RUN_CONFIG_FILENAME
 from bridge.models.gpt_provider import GPTModelProvider
+from bridge.models.vlm_provider import VLMModelProvider
 from bridge.peft.settings import PeftConfig
 
 T = TypeVar("T")
@@ -48,8 +49,12 @@ def read_saved_run(folder: str | os.PathLike) -> SavedRun | None:
         # Megatron-Bridge's run config (its provider's _target_): bridge.conversion.foreign_export reads it
         return None
     checkpoint = data.get("checkpoint") or {}
+    model = data.get("model")
+    provider_class = (
+        VLMModelProvider if isinstance(model, dict) and "vlm_config" in model else GPTModelProvider
+    )
     return SavedRun(
-        model=_typed(GPTModelProvider, data["model"]) if data.get("model") else None,
+        model=_typed(provider_class, model) if model else None,
         peft=_typed(PeftConfig, data.get("peft")),
         seed=int((data.get("rng") or {}).get("seed", 0)),
         pretrained_checkpoint=checkpoint.get("pretrained_checkpoint"),
