@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-WORDS = "the a cat dog bird sat on mat red blue green big small what is where yes no sky sea".split()
+WORDS = "the a cat dog bird sat on mat red blue green big small what is where yes no sky sea run fly tree sun moon".split()
+# 7 specials + 25 words: a vocabulary of 32, which TP=2 splits without padding
 SPECIALS = ["<unk>", "<pad>", "<eos>", "<|user|>", "<|assistant|>", "<|end|>", "<image>"]
 # A turn is "<|role|> parts <|end|>"; an image part renders as the <image> placeholder, which the
 # processor expands to the image's token count. Rendering a prefix of the conversation gives a prefix
@@ -46,7 +47,9 @@ def make_processor(out: Path):
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.train_from_iterator([" ".join(WORDS)], trainers.WordLevelTrainer(special_tokens=SPECIALS))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="<eos>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="<eos>"
+    )
     images = CLIPImageProcessorPil(
         size={"shortest_edge": IMAGE_SIZE}, crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}
     )
@@ -79,7 +82,11 @@ def make_tiny_llava(out: Path, seed: int = 0):
     model = LlavaForConditionalGeneration(config).float().eval()
     with torch.no_grad():  # every weight random (norms away from 1) so a mapping mistake shows
         for name, p in model.named_parameters():
-            p.copy_(1.0 + 0.2 * torch.randn_like(p) if "norm" in name and p.ndim == 1 else 0.1 * torch.randn_like(p))
+            p.copy_(
+                1.0 + 0.2 * torch.randn_like(p)
+                if "norm" in name and p.ndim == 1
+                else 0.1 * torch.randn_like(p)
+            )
     model.save_pretrained(out)
     return model
 
@@ -123,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="the Hugging Face folder to write")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--data", nargs=3, metavar=("JSONL", "IMAGE_DIR", "N"), help="also write N conversations")
+    parser.add_argument(
+        "--data", nargs=3, metavar=("JSONL", "IMAGE_DIR", "N"), help="also write N conversations"
+    )
     args = parser.parse_args(argv)
     from transformers.utils import logging as hf_logging
 
