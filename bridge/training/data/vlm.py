@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image, UnidentifiedImageError
 
 from bridge.config.checks.split_documents import SPLIT_NAMES, check_split_documents
 from bridge.config.run_plan import DataPlan
@@ -78,8 +79,6 @@ def read_conversations(path: str) -> list[tuple[str, list[dict]]]:
 
 def _images_of(messages: list[dict], folder: Path, where: str) -> list:
     """The conversation's images, opened in order (a missing or unreadable one is a ConfigError)."""
-    from PIL import Image, UnidentifiedImageError
-
     images = []
     for m in messages:
         for part in m["content"] if isinstance(m["content"], list) else ():
