@@ -43,6 +43,14 @@ class VLMModelProvider(GPTModelProvider):
                 "embeddings on the first stage, which sequence parallelism would scatter first",
                 "set model.sequence_parallel=false",
             )
+        if self.context_parallel_size > 1:
+            raise model_error(
+                "context_parallel_size",
+                self.context_parallel_size,
+                "a vision-language model merges each sample's image features into its token embeddings, "
+                "and a context-parallel rank holds only some of the sample's image tokens",
+                "set model.context_parallel_size=1",
+            )
 
     def vision_family(self) -> str:
         """The family folder whose `vision.py` builds this model's image side (from vlm_config)."""

@@ -13,6 +13,8 @@ import torch
 from transformers import AutoModel, LlavaConfig
 from transformers.models.llava.modeling_llava import LlavaMultiModalProjector
 
+from bridge.errors import ConfigError
+
 
 def hf_config(vlm_config: dict[str, Any], text_hidden_size: int) -> LlavaConfig:
     """transformers' LlavaConfig of the image side (the text part: only its hidden size matters here)."""
@@ -41,7 +43,7 @@ class LlavaVision(torch.nn.Module):
     def image_features(self, pixel_values: torch.Tensor, image_sizes: Any = None) -> torch.Tensor:
         """[images * tokens per image, text hidden]: LlavaModel.get_image_features, concatenated."""
         if image_sizes is not None:
-            raise NotImplementedError("LLaVA image_sizes (Pixtral-style variable sizes) are not supported")
+            raise ConfigError("image_sizes (Pixtral-style variable image sizes) are not supported for LLaVA")
         states = self.vision_tower(
             pixel_values.to(self.multi_modal_projector.linear_1.weight.dtype), output_hidden_states=True
         ).hidden_states
@@ -54,4 +56,10 @@ class LlavaVision(torch.nn.Module):
 
 
 def build(vlm_config: dict[str, Any], text_hidden_size: int) -> LlavaVision:
+    vision_type = vlm_config.get("vision_config", {}).get("model_type")
+    if vision_type == "pixtral":
+        raise ConfigError(
+            "HF config vision_config.model_type='pixtral': Pixtral's variable image sizes (image_sizes) are "
+            "not supported by bridge's LLaVA vision side. Fix: use a CLIP / SigLIP vision tower checkpoint"
+        )
     return LlavaVision(hf_config(vlm_config, text_hidden_size))
