@@ -140,3 +140,17 @@ def test_lora_adapter_logits_equal_the_merged_export(tmp_path):
         ref = merged(**batch).logits
     assert (ref - before).abs().max() > 1e-2  # the adapters change the model
     assert (adapted - ref).abs().max() <= 1e-5
+
+
+def test_the_provider_refuses_sequence_and_context_parallelism_and_the_planner_proposes_neither():
+    from bridge.cli.plan import resolve_model
+    from bridge.models import preset
+
+    p = preset("llava15_7b")
+    p.finalize()
+    for field, value in (("sequence_parallel", True), ("context_parallel_size", 2)):
+        q = preset("llava15_7b")
+        setattr(q, field, value)
+        with pytest.raises(ConfigError, match=f"model.{field} = {value}: a vision-language model merges"):
+            q.finalize()
+    assert resolve_model("llava15_7b")[1] == {"sequence_parallel": False}
