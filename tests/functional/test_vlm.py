@@ -3,7 +3,8 @@ TP=2 conversion equals transformers (workers/vlm_training_parity.py, two launche
 
 1 rank: bridge's finetune() from a tiny LLaVA folder (dataset.kind=vlm, full SFT, vision encoder frozen)
 against LlavaForConditionalGeneration + torch.optim.AdamW over the micro batches bridge trained on.
-2 ranks: import at TP=2 (logits and a bit-identical export), then the same finetune at TP=2 and DP=2.
+2 ranks: import at TP=2 (logits and a bit-identical export), then the same finetune at TP=2, PP=2 (the
+vision side on the first stage) and DP=2.
 Per iteration the loss must equal the reference's to 1e-5 relative and the grad norm to 2e-6 (as
 test_training_parity_hf.py: fp32, a 2-layer tower and language model, 5 AdamW steps; the differences are
 summation order, ~1e-7 relative), the learning rate exactly.
@@ -37,7 +38,7 @@ def _close(ours: dict, ref: dict, rel: float) -> None:
         assert abs(ours[it] - ref[it]) <= rel * abs(ref[it]), (it, ours[it], ref[it])
 
 
-@pytest.mark.parametrize("layout", ["tp1", "tp2", "dp2"])
+@pytest.mark.parametrize("layout", ["tp1", "tp2", "pp2", "dp2"])
 def test_image_text_finetune_equals_transformers(out, layout):
     runs = {r["run"]: r for r in payloads(out, "run")}
     ref, ours = runs["transformers"], runs[layout]

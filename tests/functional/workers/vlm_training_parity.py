@@ -5,7 +5,7 @@ trained on (tokens, labels, loss masks and pixel values recorded), the optimizer
 the definitions (training_parity_hf.py's: Megatron's weight-decay groups, clipping, warmup + cosine).
 
 `ref` (1 rank): writes the folder and the conversations, runs bridge at TP=1 and the reference; `layouts`
-(2 ranks): bridge at TP=2 and DP=2 on the same data. Full-batch steps (one global batch = every
+(2 ranks): bridge at TP=2, PP=2 and DP=2 on the same data. Full-batch steps (one global batch = every
 conversation, token mean over it), so the order of the conversations cannot matter.
 """
 
@@ -20,7 +20,11 @@ from vlm_models import save_vlm_model, write_conversations
 
 SEQ = 48  # 16 image tokens + a question and an answer of a few words
 IMAGE_KEYS = ("pixel_values",)
-LAYOUTS = {"tp2": ["model.tensor_model_parallel_size=2"], "dp2": []}
+LAYOUTS = {
+    "tp2": ["model.tensor_model_parallel_size=2"],
+    "pp2": ["model.pipeline_model_parallel_size=2"],  # the vision side on the first stage
+    "dp2": [],
+}
 
 
 def overrides(workdir: str) -> list[str]:
