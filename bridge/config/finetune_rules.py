@@ -20,6 +20,29 @@ SFT_FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 PEFT_STRATEGIES = ("megatron", "ddp")
 
 
+def _check_vlm_data(cfg: ConfigContainer) -> None:
+    """Image-text conversations (bridge.training.data.vlm): a vision-language model and its processor."""
+    if not getattr(cfg.model, "vlm_config", None):
+        raise config_error(
+            "dataset.kind",
+            "vlm",
+            "image-text conversations need a vision-language model, and the model section is a text model",
+            "start from a vision-language Hugging Face folder (checkpoint.pretrained_checkpoint=<folder>)",
+        )
+    if cfg.tokenizer.tokenizer_type != "HuggingFaceTokenizer":
+        raise config_error(
+            "tokenizer.tokenizer_type",
+            cfg.tokenizer.tokenizer_type,
+            "dataset.kind=vlm reads the model's processor (chat template, image processor) from the tokenizer folder",
+            "set tokenizer.tokenizer_type=HuggingFaceTokenizer tokenizer.tokenizer_model=<the model's HF folder>",
+        )
+    for path in cfg.dataset.data_paths:
+        if not str(path).endswith(".jsonl"):
+            raise config_error(
+                "dataset.data_paths", path, "dataset.kind=vlm reads JSON Lines files", "give .jsonl files"
+            )
+
+
 def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
     d = cfg.dataset
     if d.truncation not in S.TRUNCATIONS:
@@ -42,6 +65,8 @@ def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
             "already cut into seq_length windows",
             "set dataset.packed_sequence_size=0, or use dataset.kind=sft / chat",
         )
+    if d.kind == "vlm":
+        _check_vlm_data(cfg)
     if d.kind not in SFT_KINDS:
         return
     for path in d.data_paths:

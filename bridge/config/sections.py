@@ -27,7 +27,7 @@ MUON_COEFFICIENT_TYPES = ("simple", "quintic", "polar_express", "cans", "aol", "
 MUON_TP_MODES = ("blockwise", "duplicated", "distributed")
 MUON_SCALAR_OPTIMIZERS = ("adam",)
 LR_DECAY_STYLES = ("cosine", "linear", "constant")
-DATASET_KINDS = ("mock", "indexed", "jsonl", "sft", "chat", "preference")
+DATASET_KINDS = ("mock", "indexed", "jsonl", "sft", "chat", "preference", "vlm")
 # dpo.loss_type: the DPO paper's sigmoid loss, IPO's squared loss (bridge.training.preference)
 DPO_LOSS_TYPES = ("sigmoid", "ipo")
 # dpo.reference: auto = the base model with the adapters switched off under PEFT, else a frozen copy

@@ -8,6 +8,7 @@ checks as command-line overrides.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any, TypeVar
 
 from omegaconf import OmegaConf
@@ -16,6 +17,7 @@ from omegaconf.errors import OmegaConfBaseException
 from bridge.config import tree
 from bridge.config.automodel import automodel_keys, translate_automodel, translate_automodel_deferred
 from bridge.errors import ConfigError
+from bridge.models.vlm_provider import VLMModelProvider
 
 T = TypeVar("T")
 
@@ -46,7 +48,11 @@ def load_yaml_text(text: str, source: str = "YAML") -> dict[str, Any]:
 def from_yaml(cls: type[T], text: str, source: str = "YAML") -> T:
     """A full tree of type `cls` from YAML in its own shape; unset fields keep their defaults."""
     data = load_yaml_text(text, source)
-    node = OmegaConf.structured(cls)
+    model = data.get("model") if isinstance(data, dict) else None
+    if isinstance(model, dict) and "vlm_config" in model and "model" in {f.name for f in fields(cls)}:
+        node = OmegaConf.structured(cls(model=VLMModelProvider()))  # a vision-language model section
+    else:
+        node = OmegaConf.structured(cls)
     tree.merge_dict(node, data, tree.dotted_keys(_defaults_for_keys(node)), source)
     return tree.to_object(node)
 

@@ -39,6 +39,7 @@ from bridge.conversion.progress import progress_bar
 from bridge.conversion.saved_run import read_saved_run
 from bridge.conversion.stacked_experts import open_checkpoint, stacked_exporter, written_name
 from bridge.conversion.unmapped import complete_export, left_out_mtp
+from bridge.conversion.vlm_config import split as split_vlm_config
 from bridge.conversion.weight_exporter import Exporter
 from bridge.conversion.weight_loader import load_hf_weights
 from bridge.errors import ConfigError
@@ -70,6 +71,8 @@ ASSET_FILES = (
     "merges.txt",
     "chat_template.jinja",
     "chat_template.json",
+    "processor_config.json",  # a vision-language model's processor (image processor settings)
+    "preprocessor_config.json",
 )
 SOURCE_TENSORS = "source_tensors.json"  # HF name -> [file, dtype] of the source checkpoint
 
@@ -101,8 +104,14 @@ class AutoBridge:
         self.hf_config = hf_config
         self.hf_path = Path(hf_path) if hf_path is not None else None
         self.family = registry.family_for(_config_get(hf_config, "architectures"))
+        # The language model's config (a vision-language checkpoint's text part) and its family.
+        self.text_config, text_family, vlm_config = hf_config, self.family, None
+        if self.family.text_config_key is not None:
+            self.family, self.text_config, text_family, vlm_config = split_vlm_config(hf_config, self.family)
         # Validate the translation now: a config we cannot express fails here, not at build time.
-        self._provider_fields = hf_read.provider_fields(hf_config, self.family)
+        self._provider_fields = hf_read.provider_fields(self.text_config, text_family)
+        if vlm_config is not None:
+            self._provider_fields["vlm_config"] = vlm_config
 
     # ---- construction ---------------------------------------------------------------------------
 
@@ -172,10 +181,10 @@ class AutoBridge:
         """
         import_megatron()  # before the provider builds a model
         if not load_weights:
-            return provider_class(self.family.provider_kind)(**self._provider_fields)
+            return self._new_provider()
         source = self._weights_path(hf_path)
         bridge = AutoBridge(self.hf_config, hf_path=source) if source != self.hf_path else self
-        provider = provider_class(self.family.provider_kind)(**self._provider_fields)
+        provider = self._new_provider()
         hook = bridge.load_hf_weights
         if allow_non_finite or omit_unmapped:
             hook = functools.partial(
@@ -219,7 +228,7 @@ class AutoBridge:
             progress=progress,
             allow_non_finite=allow_non_finite,
             omit_unmapped=omit_unmapped,
-            left_out=left_out_mtp(chunks, self.family, self.hf_config, set(ckpt.tensors)),
+            left_out=left_out_mtp(chunks, self.family, self.text_config, set(ckpt.tensors)),
         )
 
     def export_hf_weights(self, model: list, cpu: bool = True) -> Iterator[tuple[str, Any]]:
@@ -348,7 +357,7 @@ class AutoBridge:
                 "export it without --adapter-only"
             )
         import_megatron()
-        provider = provider_class(self.family.provider_kind)(**self._provider_fields)
+        provider = self._new_provider()
         if run is not None and run.model is not None:
             # the MTP layers the run trained (a training choice: e.g. a finetune with mtp_num_layers=0,
             # whose export carries the source's MTP layers back unchanged)
@@ -417,7 +426,12 @@ class AutoBridge:
     # ---- helpers -----------------------------------------------------------------------------------
 
     def _vocab_size(self) -> int:
-        return int(_config_get(self.hf_config, "vocab_size"))
+        return int(_config_get(self.text_config, "vocab_size"))
+
+    def _new_provider(self) -> GPTModelProvider:
+        """The provider of this checkpoint: a VLMModelProvider for a vision-language one."""
+        kind = "vlm" if "vlm_config" in self._provider_fields else self.family.provider_kind
+        return provider_class(kind)(**self._provider_fields)
 
     def _exporter(
         self,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from bridge.conversion.mappings import Mapping, StackedView, make_mapping
+from bridge.errors import ConfigError
 from bridge.models.families import mapping_modules
 from bridge.models.hf_translation.registry import rules_of, unsupported_error
 from bridge.models.hf_translation.rules import FamilyRules
@@ -51,6 +52,10 @@ class Family:
     mtp_copies: tuple[tuple[str, str], ...] = ()
     # The provider kind the family builds (bridge.models.provider_kinds; mapping.py's PROVIDER_KIND).
     provider_kind: str = "gpt"
+    # A vision-language family: the config key of its text model, and where the text family's HF names
+    # move in its checkpoint ((text prefix, checkpoint prefix) pairs); `with_text_family` composes them.
+    text_config_key: str | None = None
+    text_hf_prefixes: tuple[tuple[str, str], ...] = ()
 
     def resolve(self, name: str) -> tuple[Rule, Mapping] | None:
         for rule in self.rules:
@@ -67,6 +72,7 @@ def _compile(row: tuple) -> Rule:
         re.escape(megatron)
         .replace(r"\{layer\}", r"(?P<layer>\d+)")
         .replace(r"\{expert\}", r"(?P<expert>\d+)")
+        .replace(r"\{rest\}", r"(?P<rest>.+)")  # a whole module copied by name (a VLM's image side)
     )
     make_mapping(kind, megatron, hf)  # validates kind and arity once, at load
     return Rule(kind, megatron, hf, re.compile(regex))
@@ -85,6 +91,8 @@ def _load(module_name: str) -> Family:
         stacked_experts=tuple(StackedView(*row) for row in getattr(module, "STACKED_EXPERTS", ())),
         mtp_copies=tuple(tuple(row) for row in getattr(module, "MTP_COPIES", ())),
         provider_kind=getattr(module, "PROVIDER_KIND", "gpt"),
+        text_config_key=getattr(module, "TEXT_CONFIG_KEY", None),
+        text_hf_prefixes=tuple(tuple(pair) for pair in getattr(module, "TEXT_HF_PREFIXES", ())),
     )
 
 
@@ -116,3 +124,33 @@ def family_for(architectures: list[str] | None) -> Family:
         if arch in table:
             return table[arch]
     raise unsupported_error(architectures)
+
+
+def family_named(name: str, model_type: str) -> Family:
+    """The conversion family of folder `name` for HF `model_type` (a VLM's text family)."""
+    return next(f for f in families().values() if f.name == name and f.model_type == model_type)
+
+
+def _moved(name: str, prefixes: tuple[tuple[str, str], ...]) -> str:
+    for text_prefix, checkpoint_prefix in prefixes:
+        if name.startswith(text_prefix):
+            return checkpoint_prefix + name[len(text_prefix) :]
+    raise ConfigError(f"HF tensor {name!r} has no prefix among {[p for p, _ in prefixes]} (TEXT_HF_PREFIXES)")
+
+
+def with_text_family(vlm: Family, text: Family) -> Family:
+    """The conversion family of a vision-language checkpoint whose language model is `text`: the
+    text family's rows (their HF names under the VLM's prefixes) after the VLM's own image-side rows;
+    the text family's config.json rules and provider fields."""
+    if text.stacked_experts:
+        raise ConfigError(
+            f"text family {text.name} stores stacked experts, which {vlm.name}'s checkpoint prefixes "
+            "do not cover. Fix: use a language model without stacked expert tensors"
+        )
+    moved = tuple(
+        dataclasses.replace(rule, hf=tuple(_moved(h, vlm.text_hf_prefixes) for h in rule.hf))
+        for rule in text.rules
+    )
+    return dataclasses.replace(
+        vlm, provider_fields=dict(text.provider_fields), rules=vlm.rules + moved, hf_config=text.hf_config
+    )

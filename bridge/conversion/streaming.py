@@ -219,7 +219,7 @@ def stream_import(
     chunks = _meta_chunks(bridge)
     params = list(local_params(chunks, bridge.family, bridge._vocab_size()))
     used = check_tensors(params, ckpt)  # every check of the import, before anything is written
-    left_out = left_out_mtp(chunks, bridge.family, bridge.hf_config, set(ckpt.tensors))
+    left_out = left_out_mtp(chunks, bridge.family, bridge.text_config, set(ckpt.tensors))
     check_all_used(chunks, ckpt, bridge.family, used, omit_unmapped, left_out)
     strategy = _streaming_strategy(HFTensorSource(params, ckpt, allow_non_finite))
     try:

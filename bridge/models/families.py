@@ -25,6 +25,8 @@ class FamilyInfo:
     presets: tuple[str, ...]  # preset factory names in bridge.models.<name>.presets
     mapping_module: str | None  # bridge.models.<name>.mapping, when the family converts to/from HF
     hf_config_module: str | None = None  # bridge.models.<name>.hf_config: its config.json rules
+    # bridge.models.<name>.vision: a vision-language family's image side (bridge.models.vlm_provider)
+    vision_module: str | None = None
 
     @property
     def presets_module(self) -> str:
@@ -46,11 +48,13 @@ def families() -> dict[str, FamilyInfo]:
         package_module = importlib.import_module(f"bridge.models.{info.name}")  # imports presets.py
         mapping = f"bridge.models.{info.name}.mapping"
         hf_config = f"bridge.models.{info.name}.hf_config"
+        vision = f"bridge.models.{info.name}.vision"
         found[info.name] = FamilyInfo(
             name=info.name,
             presets=tuple(package_module.__all__),
             mapping_module=mapping if _has_module(mapping) else None,
             hf_config_module=hf_config if _has_module(hf_config) else None,
+            vision_module=vision if _has_module(vision) else None,
         )
     return found
 

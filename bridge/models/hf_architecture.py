@@ -10,11 +10,13 @@ bridge.training.hf_start streams the weights in. Pure Python (no torch), so the 
 from __future__ import annotations
 
 import dataclasses
+import json
 from functools import lru_cache
 from pathlib import Path
 
 from bridge.models.gpt_provider import GPTModelProvider
-from bridge.models.hf_translation import common, read, registry, write
+from bridge.models.hf_translation import common, read, registry, vlm, write
+from bridge.models.vlm_provider import VLMModelProvider
 
 
 @lru_cache(maxsize=8)
@@ -30,14 +32,20 @@ def _fields(path: str) -> tuple[tuple[str, object], ...]:
         from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(str(path))
-        fields = read.provider_fields(config, registry.hf_family_for(getattr(config, "architectures", None)))
     else:
-        fields = read.provider_fields(merged, registry.hf_family_for(merged.get("architectures")))
+        config = merged
+    family = registry.hf_family_for(common.get(config, "architectures"))
+    vlm_config = None
+    if family.text_config_key is not None:  # a vision-language model: its language model's fields
+        config, family, vlm_config = vlm.split(config, family)
+    fields = read.provider_fields(config, family)
     math = {k: v for k, v in fields.items() if k not in write.NOT_MATH}
     defaults = {f.name: f.default for f in dataclasses.fields(GPTModelProvider)}
     for name in read.OPTIONAL_MATH_FIELDS:  # absent from this config.json: the provider's default
         if name not in math and name in defaults:
             math[name] = defaults[name]
+    if vlm_config is not None:  # the image side, as JSON text: the cached value stays immutable
+        math["vlm_config"] = json.dumps(vlm_config)
     return tuple(math.items())
 
 
@@ -57,14 +65,21 @@ _DECLARED = {f.name: str(f.type) for f in dataclasses.fields(GPTModelProvider)}
 
 def architecture_fields(path: str) -> dict[str, object]:
     """The model fields config.json fixes (the weights' shapes and the model's function)."""
-    return {k: _as_declared(k, v) for k, v in _fields(str(path))}
+    fields = {k: _as_declared(k, v) for k, v in _fields(str(path))}
+    if "vlm_config" in fields:
+        fields["vlm_config"] = json.loads(fields["vlm_config"])
+    return fields
 
 
 def model_from_hf(model: GPTModelProvider, path: str) -> GPTModelProvider:
     """A copy of `model` (the recipe's: parallel sizes, seq_length, recompute, ...) with the folder's
     architecture. Its vocabulary is not padded (the folder holds exactly vocab_size rows, and padding
     rows would enter Megatron-Core's softmax); an override of model.should_pad_vocab still wins."""
-    return dataclasses.replace(model, **architecture_fields(path), should_pad_vocab=False)
+    fields = architecture_fields(path)
+    if "vlm_config" in fields and not isinstance(model, VLMModelProvider):  # a text recipe's model section
+        base = {f.name: getattr(model, f.name) for f in dataclasses.fields(GPTModelProvider)}
+        model = VLMModelProvider(**base)
+    return dataclasses.replace(model, **fields, should_pad_vocab=False)
 
 
 def check_supported(architecture: str) -> None:

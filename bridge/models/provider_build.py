@@ -195,7 +195,9 @@ def build_stage(
         post_process = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
     block = gpt_block_spec(config, vp_stage=vp_stage, variant=variant)
     mtp = gpt_mtp_block_spec(config, block, vp_stage=vp_stage, variant=variant)
-    model = GPTModel(
+    # A provider kind may build a GPTModel subclass (VLMModelProvider: the image side on the first stage).
+    model_class, extra = p.stage_model(pre_process) if hasattr(p, "stage_model") else (GPTModel, {})
+    model = model_class(
         config=config,
         transformer_layer_spec=block,
         mtp_block_spec=mtp,
@@ -214,6 +216,7 @@ def build_stage(
         scatter_embedding_sequence_parallel=p.scatter_embedding_sequence_parallel,
         seq_len_interpolation_factor=p.seq_len_interpolation_factor,
         vp_stage=vp_stage,
+        **extra,
     )
     _apply_rope_scaling_factors(p, model)
     _apply_yarn(p, model)

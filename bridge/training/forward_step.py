@@ -27,6 +27,8 @@ from functools import partial
 
 import torch
 
+from bridge.training.data.vlm import IMAGE_KEYS
+
 
 def get_batch(data_iterator) -> dict[str, torch.Tensor]:
     """Next micro batch, on this rank's device, sliced for context parallelism when cp > 1.
@@ -124,6 +126,9 @@ def forward_step(data_iterator, model):
         extra["packed_seq_params"] = packed_seq_params(batch["cu_seqlens"])
     if getattr(getattr(model, "config", None), "mtp_num_layers", None):
         extra["loss_mask"] = batch["loss_mask"]  # the MTP losses mask the same tokens (shifted per depth)
+    images = {k: batch[k] for k in IMAGE_KEYS if k in batch}
+    if images:  # image-text rows: the vision-language model merges them on its first stage
+        extra["images"] = images
     output = model(
         batch["tokens"], batch["position_ids"], batch["attention_mask"], labels=batch["labels"], **extra
     )

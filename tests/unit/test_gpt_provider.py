@@ -100,7 +100,7 @@ def test_yaml_round_trip_is_lossless():
     for name in names:
         original = preset(name)
         text = OmegaConf.to_yaml(OmegaConf.structured(original))
-        # the provider kind the fields say (a hybrid's layer pattern: MambaModelProvider)
+        # the provider kind the fields say (a hybrid's layer pattern: MambaModelProvider; a vlm_config: VLMModelProvider)
         kind = class_of_fields(OmegaConf.to_container(OmegaConf.create(text)))
         assert kind is type(original), name
         merged = OmegaConf.merge(OmegaConf.structured(kind), OmegaConf.create(text))

@@ -466,11 +466,32 @@ PUBLISHED = {
         mamba_head_dim=80, ssm_state_size=128, max_position_embeddings=131072)),
 }  # fmt: skip
 # HF architecture of a config class, where it is not the class name with ForCausalLM for Config.
+# Vision-language presets (llava-hf/llava-1.5-{7b,13b}-hf's config.json): their language model's values
+# are those of text_config, checked against the preset in tests/unit/test_vlm_presets.py; the parameter
+# count below builds the whole model (vision tower and projector included).
+_LLAVA15 = dict(
+    image_token_index=32000, projector_hidden_act="gelu", vision_feature_layer=-2,
+    vision_feature_select_strategy="default", vocab_size=32064,
+    vision_config=dict(model_type="clip_vision_model", hidden_size=1024, intermediate_size=4096,
+                       num_hidden_layers=24, num_attention_heads=16, image_size=336, patch_size=14,
+                       projection_dim=768, vocab_size=32000),
+)  # fmt: skip
+_LLAVA15_TEXT = dict(
+    model_type="llama", vocab_size=32064, max_position_embeddings=4096, rms_norm_eps=1e-5,
+)  # fmt: skip
+VLM = {
+    "llava15_7b": ("LlavaConfig", dict(_LLAVA15, text_config=dict(_LLAVA15_TEXT))),
+    "llava15_13b": ("LlavaConfig", dict(_LLAVA15, text_config=dict(
+        _LLAVA15_TEXT, hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
+        num_attention_heads=40, num_key_value_heads=40,
+    ))),
+}  # fmt: skip
+PUBLISHED |= VLM
 ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM", "Qwen3_5TextConfig": "Qwen3_5ForCausalLM"}
 # Vocabularies Megatron pads to a multiple of 128 (the padding rows are not HF parameters).
 VOCAB_PADDING = {
     "phi3_mini_4k": 64, "gemma3_4b": 64, "gemma3_12b": 64, "gemma3_27b": 64, "granite33_2b": 121,
-    "granite33_8b": 121, "olmo3_7b": 74, "olmo3_32b": 74,
+    "granite33_8b": 121, "olmo3_7b": 74, "olmo3_32b": 74, "llava15_7b": 64, "llava15_13b": 64,
 }  # fmt: skip
 # Families whose presets are checked field by field against the provider the HF config converts to
 # (their math lives in fields the generic asserts below do not cover).
@@ -569,7 +590,9 @@ def test_deepseek_preset_math_equals_what_the_published_config_converts_to(name,
 @pytest.mark.parametrize(
     "name",
     sorted(
-        n for n in set(PRESETS) - DEEPSEEK - OWN_EXPERT_KEYS - GPT_OSS if not n.startswith(NOT_RMSNORM_GATED)
+        n
+        for n in set(PRESETS) - DEEPSEEK - OWN_EXPERT_KEYS - GPT_OSS - set(VLM)
+        if not n.startswith(NOT_RMSNORM_GATED)
     ),
 )
 def test_preset_values_equal_published_config(name):
@@ -656,8 +679,9 @@ def single_process_groups():
 def _hf_meta_param_count(name: str) -> int:
     cls, values = PUBLISHED[name]
     config = getattr(transformers, cls)(**values)
+    auto = transformers.AutoModelForImageTextToText if name in VLM else transformers.AutoModelForCausalLM
     with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(config)
+        model = auto.from_config(config)
     # trainable ones: ERNIE 4.5's router correction bias is a frozen parameter there, a buffer in
     # Megatron-Core (as in transformers' other families)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -807,3 +831,31 @@ def test_active_parameter_count_equals_hugging_face(name, experts_key):
     count = count_parameters(preset(name).model_shape())
     assert count.total == total
     assert count.active == total - routed + routed * share
+
+
+@pytest.mark.parametrize("name", sorted(VLM))
+def test_vlm_preset_equals_what_its_published_config_converts_to(name):
+    """The language model's math fields as the conversion reads the published text_config, and the
+    published image side (vision config, projector, image token) carried as the preset's vlm_config."""
+    from bridge import AutoBridge
+    from bridge.models.hf_translation.write import NOT_MATH as _NOT_MATH
+
+    cls, values = PUBLISHED[name]
+    config = getattr(transformers, cls)(**values).to_dict()
+    config["architectures"] = [cls.replace("Config", "ForConditionalGeneration")]
+    converted = AutoBridge.from_hf_config(config).to_megatron_provider(load_weights=False)
+    p = preset(name)
+    differ = {
+        f: (getattr(p, f), getattr(converted, f))
+        for f in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
+                  "vocab_size", "seq_length", "layernorm_epsilon", "rotary_base", "normalization",
+                  "activation_func", "gated_linear_unit", "share_embeddings_and_output_weights")
+        if f not in _NOT_MATH and getattr(p, f) != getattr(converted, f)
+    }  # fmt: skip
+    assert not differ, differ
+    for key, value in values.items():
+        if key == "vision_config":
+            assert {k: p.vlm_config[key][k] for k in value} == value
+        elif key != "text_config":
+            assert p.vlm_config[key] == value, key
+    p.finalize()

@@ -23,6 +23,8 @@ class HfFamily:
     model_type: str
     provider_fields: dict = field(default_factory=dict)
     hf_config: FamilyRules = field(default_factory=FamilyRules)
+    # A vision-language family: the config key of its language model (bridge.models.hf_translation.vlm).
+    text_config_key: str | None = None
 
 
 @functools.cache
@@ -45,7 +47,11 @@ def hf_families() -> dict[str, HfFamily]:
         types = {mapping.HF_MODEL_TYPE, *getattr(mapping, "HF_MODEL_TYPES", {}).values()}
         for model_type in sorted(types):
             table[model_type] = HfFamily(
-                info.name, model_type, dict(mapping.PROVIDER_FIELDS), rules_of(info.name)
+                info.name,
+                model_type,
+                dict(mapping.PROVIDER_FIELDS),
+                rules_of(info.name),
+                getattr(mapping, "TEXT_CONFIG_KEY", None),
             )
     return table
 

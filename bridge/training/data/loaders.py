@@ -14,6 +14,7 @@ from bridge.training.data.preference import build_preference_datasets
 from bridge.training.data.sample import DocumentMasking
 from bridge.training.data.samplers import DataParallelSampler
 from bridge.training.data.sft import build_sft_datasets
+from bridge.training.data.vlm import build_vlm_datasets
 
 
 def build_datasets(data: DataPlan, tokenizer) -> list:
@@ -36,6 +37,8 @@ def build_datasets(data: DataPlan, tokenizer) -> list:
         return build_sft_datasets(data, tokenizer)
     if data.kind == "preference":
         return build_preference_datasets(data, tokenizer)
+    if data.kind == "vlm":
+        return build_vlm_datasets(data, tokenizer)
 
     return build_jsonl_datasets(data, tokenizer, masking)
 
@@ -57,5 +60,6 @@ def build_iterator(
         pin_memory=False,
         persistent_workers=num_workers > 0,
         generator=generator,
+        collate_fn=getattr(dataset, "collate", None),  # image-text rows concatenate their images
     )
     return iter(loader)

@@ -1,0 +1,90 @@
+"""VLMModelProvider: a vision-language model as data: a GPT language model, an image side, their HF config.
+
+The language model is described by the GPTModelProvider fields themselves (a subclass, so every text
+family's fields, layout rules, planner sizing, recipes and mapping rows apply unchanged, and the run's
+`model` section stays one provider); the image side is the HF config of the checkpoint minus its text
+part (`vlm_config`: `architectures`, `vision_config`, the projector and image-token keys), built by the
+family folder's `vision.py` (transformers' own vision tower and projector) on the first pipeline stage.
+Pure data: building imports torch, megatron.core and transformers inside the build functions only.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge.models.families import families
+from bridge.models.gpt_provider import GPTModelProvider
+from bridge.models.hf_translation.registry import hf_family_for
+from bridge.models.provider_checks import model_error
+
+
+@dataclass
+class VLMModelProvider(GPTModelProvider):
+    """GPTModelProvider fields (the language model) plus the image side of a vision-language model."""
+
+    # The HF config.json of the whole model without `text_config`'s values (whose math is the GPT fields):
+    # architectures, model_type, vision_config, projector and image-token keys, text_config.model_type.
+    vlm_config: dict[str, Any] = field(default_factory=dict)
+    freeze_vision_model: bool = (
+        True  # the vision encoder's weights get no gradient (Megatron-Bridge's default)
+    )
+    freeze_vision_projection: bool = False  # the projector trains unless frozen
+
+    def finalize(self) -> None:
+        super().finalize()
+        self.vision_family()
+        if self.sequence_parallel:
+            raise model_error(
+                "sequence_parallel",
+                True,
+                "a vision-language model merges the image features into the full-sequence token "
+                "embeddings on the first stage, which sequence parallelism would scatter first",
+                "set model.sequence_parallel=false",
+            )
+        if self.context_parallel_size > 1:
+            raise model_error(
+                "context_parallel_size",
+                self.context_parallel_size,
+                "a vision-language model merges each sample's image features into its token embeddings, "
+                "and a context-parallel rank holds only some of the sample's image tokens",
+                "set model.context_parallel_size=1",
+            )
+
+    def vision_family(self) -> str:
+        """The family folder whose `vision.py` builds this model's image side (from vlm_config)."""
+        archs = self.vlm_config.get("architectures")
+        if not archs:
+            raise model_error(
+                "vlm_config",
+                "{...}" if self.vlm_config else {},
+                "names no `architectures`: the vision-language family is read from it",
+                "build the provider from the checkpoint (AutoBridge) or a family preset",
+            )
+        name = hf_family_for(archs).name
+        if families()[name].vision_module is None:
+            raise model_error(
+                "vlm_config.architectures",
+                archs,
+                f"family {name} has no vision.py (it is not a vision-language family)",
+                "use a GPTModelProvider for a text model",
+            )
+        return name
+
+    def vision_module(self):
+        """The family's vision module (bridge.models.<family>.vision; imports torch and transformers)."""
+        return importlib.import_module(families()[self.vision_family()].vision_module)
+
+    def stage_model(self, pre_process: bool) -> tuple[type, dict[str, Any]]:
+        """The model class build_stage makes and its extra arguments: the image side on the first stage."""
+        from bridge.models.vlm_model import VisionLanguageModel  # torch / megatron.core: at build only
+
+        vision = None
+        if pre_process:
+            vision = self.vision_module().build(self.vlm_config, self.hidden_size)
+            for param in vision.encoder().parameters():
+                param.requires_grad_(not self.freeze_vision_model)
+            for param in vision.projector().parameters():
+                param.requires_grad_(not self.freeze_vision_projection)
+        return VisionLanguageModel, {"vision": vision}

@@ -1,0 +1,215 @@
+"""Image-text finetuning data (dataset.kind=vlm): conversations with images, through the model's own processor.
+
+    {"messages": [{"role": "user", "content": [{"type": "image", "image": "img/0.png"},
+                                               {"type": "text", "text": "what is this?"}]},
+                  {"role": "assistant", "content": "a cat"}]}
+
+Image paths are relative to the JSONL file's folder (or absolute). The text is the processor's chat
+template; the processor (transformers' AutoProcessor of tokenizer.tokenizer_model, the HF folder) expands
+each image's placeholder into its image tokens and makes the pixels. Loss on the assistant turns only:
+assistant message i spans [len(render(messages[:i] + generation prompt)), len(render(messages[:i+1])))
+tokens, each render processed with the images it holds. A malformed sample (not JSON, no messages, a
+missing or unreadable image, image tokens past model.seq_length) is one ConfigError naming the file, its
+line and the problem; nothing is skipped silently. Samples are processed once, at build.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+
+from bridge.config.checks.split_documents import SPLIT_NAMES, check_split_documents
+from bridge.config.run_plan import DataPlan
+from bridge.errors import ConfigError
+from bridge.parallel.ranks import is_rank_zero
+from bridge.training.data.samples import EpochOrder
+from bridge.training.data.splits import split_ranges
+from bridge.training.logging import logger
+
+HINT = (
+    'each line is {"messages": [{"role": "user", "content": [{"type": "image", "image": "<path>"}, '
+    '{"type": "text", "text": "..."}]}, {"role": "assistant", "content": "..."}]}'
+)
+IMAGE_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "image_sizes",
+)  # processor outputs the model's vision side reads
+
+
+@dataclass
+class VLMSample:
+    ids: np.ndarray  # the conversation's token ids, image placeholders expanded
+    mask: np.ndarray  # 1 on the assistant tokens
+    images: dict[str, torch.Tensor]  # the processor's image tensors (empty: a text-only sample)
+
+
+def _bad(where: str, what: str) -> ConfigError:
+    return ConfigError(f"dataset.data_paths: {where}: {what}; {HINT}")
+
+
+def read_conversations(path: str) -> list[tuple[str, list[dict]]]:
+    """(where, messages) per line of a JSONL file, each checked for shape."""
+    out = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise _bad(where, f"is not JSON ({err})") from None
+        messages = record.get("messages") if isinstance(record, dict) else None
+        if not isinstance(messages, list) or not messages:
+            raise _bad(where, "has no non-empty 'messages' list")
+        for m in messages:
+            if not isinstance(m, dict) or not isinstance(m.get("content"), (str, list)):
+                raise _bad(
+                    where, f"message {m!r:.60} has no 'role' / 'content' (a string or a list of parts)"
+                )
+        out.append((where, messages))
+    return out
+
+
+def _images_of(messages: list[dict], folder: Path, where: str) -> list:
+    """The conversation's images, opened in order (a missing or unreadable one is a ConfigError)."""
+    images = []
+    for m in messages:
+        for part in m["content"] if isinstance(m["content"], list) else ():
+            if not isinstance(part, dict) or part.get("type") != "image":
+                continue
+            name = part.get("image") or part.get("path")
+            if not isinstance(name, str):
+                raise _bad(where, f"image part {part!r:.60} names no file ('image': '<path>')")
+            path = Path(name) if Path(name).is_absolute() else folder / name
+            try:
+                with Image.open(path) as image:
+                    images.append(image.convert("RGB"))
+            except FileNotFoundError:
+                raise _bad(where, f"image {str(path)!r} does not exist") from None
+            except (UnidentifiedImageError, OSError) as err:
+                raise _bad(
+                    where, f"image {str(path)!r} cannot be read ({type(err).__name__}: {err})"
+                ) from None
+    return images
+
+
+def _process(processor, messages: list[dict], folder: Path, where: str, gen: bool = False):
+    images = _images_of(messages, folder, where)
+    try:
+        text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
+        out = processor(text=[text], images=images or None, return_tensors="pt")
+    except (ValueError, TypeError, KeyError) as err:
+        raise _bad(where, f"the processor refuses it ({type(err).__name__}: {str(err)[:200]})") from None
+    return out
+
+
+def process_conversation(
+    processor, messages: list[dict], folder: Path, where: str, seq_length: int
+) -> VLMSample:
+    """One conversation's ids, assistant mask and image tensors (checked against model.seq_length)."""
+    full = _process(processor, messages, folder, where)
+    ids = full["input_ids"][0].numpy().astype(np.int64)
+    mask = np.zeros(len(ids), dtype=np.uint8)
+    for i, m in enumerate(messages):
+        if m.get("role") != "assistant":
+            continue
+        head = _process(processor, messages[:i], folder, where, gen=True)["input_ids"][0].numpy()
+        end = _process(processor, messages[: i + 1], folder, where)["input_ids"][0].numpy()
+        if not (np.array_equal(ids[: len(head)], head) and np.array_equal(ids[: len(end)], end)):
+            raise _bad(
+                where,
+                "the chat template renders its first turns to tokens that are not a prefix of the whole",
+            )
+        mask[len(head) : len(end)] = 1
+    image_id = getattr(processor, "image_token_id", None)
+    if image_id is not None and len(ids) > seq_length + 1 and (ids[seq_length:] == image_id).any():
+        raise _bad(
+            where,
+            f"its image tokens run past model.seq_length={seq_length} ({len(ids)} tokens with its "
+            f"{int((ids == image_id).sum())} image tokens); raise model.seq_length or shorten the sample",
+        )
+    ids, mask = ids[: seq_length + 1], mask[: seq_length + 1]  # text past the limit is cut (right)
+    if not mask[1:].any():
+        raise _bad(where, f"no assistant token is left within model.seq_length={seq_length}")
+    images = {k: full[k] for k in IMAGE_KEYS if k in full}
+    return VLMSample(ids, mask, images)
+
+
+class VLMDataset(torch.utils.data.Dataset):
+    """One conversation per row, padded on the right to seq_length (loss mask 0 on the padding); its
+    images ride along, concatenated over the micro batch by `collate`."""
+
+    def __init__(self, samples: list[VLMSample], num_samples: int, seq_length: int, seed: int, pad: int):
+        self.samples = samples
+        self.num_samples = int(num_samples)
+        self.seq_length = int(seq_length)
+        self.pad = int(pad)
+        self.order = EpochOrder(len(samples), seed)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __getitem__(self, idx: int) -> dict[str, torch.Tensor]:
+        if not 0 <= idx < self.num_samples:
+            raise IndexError(idx)
+        sample = self.samples[self.order(idx)]
+        n, s = len(sample.ids) - 1, self.seq_length
+        tokens = np.full(s, self.pad, dtype=np.int64)
+        labels = np.full(s, self.pad, dtype=np.int64)
+        loss_mask = np.zeros(s, dtype=np.float32)
+        tokens[:n], labels[:n], loss_mask[:n] = sample.ids[:-1], sample.ids[1:], sample.mask[1:]
+        row = {
+            "tokens": torch.from_numpy(tokens),
+            "labels": torch.from_numpy(labels),
+            "loss_mask": torch.from_numpy(loss_mask),
+            "position_ids": torch.arange(s, dtype=torch.int64),
+        }
+        return row | sample.images
+
+    @staticmethod
+    def collate(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        """Token tensors stacked; image tensors (one per image) concatenated in sample order."""
+        out = {
+            k: torch.stack([r[k] for r in rows]) for k in ("tokens", "labels", "loss_mask", "position_ids")
+        }
+        for key in IMAGE_KEYS:
+            parts = [r[key] for r in rows if key in r]
+            if parts:
+                out[key] = torch.cat(parts)
+        return out
+
+
+def build_vlm_datasets(data: DataPlan, tokenizer) -> list[torch.utils.data.Dataset | None]:
+    """Train, valid and test datasets of image-text conversations (None where a split is not read)."""
+    from transformers import AutoProcessor
+
+    try:
+        processor = AutoProcessor.from_pretrained(tokenizer.path, local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise ConfigError(
+            f"tokenizer.tokenizer_model={tokenizer.path!r}: no Hugging Face processor there ({err}); "
+            "dataset.kind=vlm needs the model's processor (its HF folder)"
+        ) from None
+    records = [(w, m, Path(p).resolve().parent) for p in data.paths for w, m in read_conversations(p)]
+    ranges = split_ranges(len(records), data.split)
+    check_split_documents(", ".join(data.paths), ranges, data.sample_counts, data.split_text)
+    pad = tokenizer.pad if tokenizer.pad >= 0 else tokenizer.eod
+    out: list[torch.utils.data.Dataset | None] = []
+    for name, (begin, end), size in zip(SPLIT_NAMES, ranges, data.sample_counts, strict=True):
+        if not size:
+            out.append(None)
+            continue
+        samples = [
+            process_conversation(processor, m, f, w, data.seq_length) for w, m, f in records[begin:end]
+        ]
+        if is_rank_zero():
+            logger.log(logging.INFO, f"dataset ({name} split): {len(samples)} image-text conversations")
+        out.append(VLMDataset(samples, size, data.seq_length, data.seed, pad))
+    return out

@@ -1,0 +1,67 @@
+"""Vision-language models on gloo ranks (slow tier): image-text finetuning equals transformers + torch, and
+TP=2 conversion equals transformers (workers/vlm_training_parity.py, two launches).
+
+1 rank: bridge's finetune() from a tiny LLaVA folder (dataset.kind=vlm, full SFT, vision encoder frozen)
+against LlavaForConditionalGeneration + torch.optim.AdamW over the micro batches bridge trained on.
+2 ranks: import at TP=2 (logits and a bit-identical export), then the same finetune at TP=2, PP=2 (the
+vision side on the first stage) and DP=2.
+Per iteration the loss must equal the reference's to 1e-5 relative and the grad norm to 2e-6 (as
+test_training_parity_hf.py: fp32, a 2-layer tower and language model, 5 AdamW steps; the differences are
+summation order, ~1e-7 relative), the learning rate exactly.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.functional.launch import REPO_ROOT, assert_ok, payloads, torchrun
+
+pytest.importorskip("megatron.core")
+pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.slow
+WORKER = REPO_ROOT / "tests/functional/workers/vlm_training_parity.py"
+LOSS_REL, GRAD_NORM_REL = 1e-5, 2e-6
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+    workdir = str(tmp_path_factory.mktemp("vlm_parity"))
+    text = assert_ok(torchrun(WORKER, 1, "ref", workdir, timeout=420))
+    text += assert_ok(torchrun(WORKER, 2, "layouts", workdir, timeout=560))
+    return text
+
+
+def _close(ours: dict, ref: dict, rel: float) -> None:
+    assert ours.keys() == ref.keys()
+    for it in ref:
+        assert abs(ours[it] - ref[it]) <= rel * abs(ref[it]), (it, ours[it], ref[it])
+
+
+@pytest.mark.parametrize("layout", ["tp1", "tp2", "pp2", "dp2"])
+def test_image_text_finetune_equals_transformers(out, layout):
+    runs = {r["run"]: r for r in payloads(out, "run")}
+    ref, ours = runs["transformers"], runs[layout]
+    _close(ours["losses"], ref["losses"], LOSS_REL)
+    _close(ours["grad_norms"], ref["grad_norms"], GRAD_NORM_REL)
+    assert ours["learning_rates"] == ref["learning_rates"]
+    assert ref["losses"]["5"] < ref["losses"]["1"]  # it learns
+
+
+def test_loss_falls_on_the_assistant_answers_only(out):
+    from tests.functional.workers.vlm_models import tiny_vlm_script
+
+    (masked,) = payloads(out, "masked")
+    assert all(masked["masked"])  # every conversation trains on its answer
+    # the loss never covers an image token or the user turn's marker (ids of the specials before WORDS)
+    specials = len(tiny_vlm_script().SPECIALS)
+    image_id = tiny_vlm_script().SPECIALS.index("<image>")
+    for ids in masked["masked"]:
+        assert image_id not in ids and all(i >= specials or i == 5 for i in ids), ids  # 5: <|end|>
+
+
+def test_tp2_import_equals_transformers_and_export_is_bit_identical(out):
+    (conv,) = payloads(out, "convert_tp2")
+    # fp32, O(1) logits: TP=2 splits each matmul's sum in two partial sums (a few ulps), far below 1e-5
+    assert conv["max_logit_diff"] <= 1e-5
+    assert conv["export_differs"] is None

@@ -1,0 +1,189 @@
+"""Image-text finetuning parity against transformers + torch: bridge's finetune() from a tiny LLaVA folder
+(dataset.kind=vlm, full SFT, vision encoder frozen, projector and language model trained) against
+transformers' LlavaForConditionalGeneration + torch.optim.AdamW over exactly the micro batches bridge
+trained on (tokens, labels, loss masks and pixel values recorded), the optimizer and schedule written from
+the definitions (training_parity_hf.py's: Megatron's weight-decay groups, clipping, warmup + cosine).
+
+`ref` (1 rank): writes the folder and the conversations, runs bridge at TP=1 and the reference; `layouts`
+(2 ranks): bridge at TP=2, PP=2 and DP=2 on the same data. Full-batch steps (one global batch = every
+conversation, token mean over it), so the order of the conversations cannot matter.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from train_common import emit, reset_parallel_state
+from training_parity_hf import BETAS, CLIP, EPS, GLOBAL_BATCH, ITERS, LR, MIN_LR, WARMUP, WEIGHT_DECAY, lr_at
+from vlm_models import save_vlm_model, write_conversations
+
+SEQ = 48  # 16 image tokens + a question and an answer of a few words
+IMAGE_KEYS = ("pixel_values",)
+LAYOUTS = {
+    "tp2": ["model.tensor_model_parallel_size=2"],
+    "pp2": ["model.pipeline_model_parallel_size=2"],  # the vision side on the first stage
+    "dp2": [],
+}
+
+
+def overrides(workdir: str) -> list[str]:
+    hf = f"{workdir}/hf_llava"
+    return [
+        f"checkpoint.pretrained_checkpoint={hf}",
+        "tokenizer.tokenizer_type=HuggingFaceTokenizer",
+        f"tokenizer.tokenizer_model={hf}",
+        "dataset.kind=vlm",
+        f"dataset.data_paths=[{workdir}/data/vlm.jsonl]",
+        'dataset.split="1,0,0"',
+        "dataset.packed_sequence_size=0",
+        "dataset.num_workers=0",
+        f"model.seq_length={SEQ}",
+        "model.calculate_per_token_loss=True",  # the token mean over the step, as the reference
+        "distributed.average_in_collective=False",
+        f"train.global_batch_size={GLOBAL_BATCH}",
+        "train.micro_batch_size=1",
+        f"train.train_iters={ITERS}",
+        "validation.eval_iters=0",
+        "validation.eval_interval=0",
+        "checkpoint.save=null",
+        "checkpoint.save_interval=0",
+        "logger.log_interval=1",
+        "logger.tensorboard_dir=null",
+        f"optimizer.lr={LR}",
+        f"optimizer.min_lr={MIN_LR}",
+        f"optimizer.weight_decay={WEIGHT_DECAY}",
+        f"scheduler.start_weight_decay={WEIGHT_DECAY}",
+        f"scheduler.end_weight_decay={WEIGHT_DECAY}",
+        f"optimizer.clip_grad={CLIP}",
+        f"optimizer.adam_beta1={BETAS[0]}",
+        f"optimizer.adam_beta2={BETAS[1]}",
+        f"optimizer.adam_eps={EPS}",
+        f"scheduler.lr_warmup_iters={WARMUP}",
+        "scheduler.lr_decay_style=cosine",
+    ]
+
+
+def config(workdir: str, *extra: str):
+    from bridge.config.compose import compose
+    from recipes.llama_finetune import llama32_1b_sft_config
+
+    cfg, _ = compose(llama32_1b_sft_config(), overrides=[*overrides(workdir), *extra])
+    return cfg
+
+
+def run_bridge(name: str, cfg, record: list | None = None) -> None:
+    import bridge.training.forward_step as fs
+    from bridge.training import finetune
+
+    original = getattr(fs.get_batch, "__wrapped__", fs.get_batch)
+
+    def get_batch(data_iterator):
+        batch = original(data_iterator)
+        if record is not None:
+            keys = ("tokens", "labels", "loss_mask", *IMAGE_KEYS)
+            record.append({k: batch[k].clone() for k in keys if k in batch})
+        return batch
+
+    get_batch.__wrapped__ = original
+    fs.get_batch = get_batch
+    try:
+        result = finetune(cfg)
+    finally:
+        fs.get_batch = original
+    emit("run", {"run": name, "losses": result.losses, "grad_norms": result.grad_norms,
+                 "learning_rates": result.learning_rates})  # fmt: skip
+    reset_parallel_state()
+
+
+def run_transformers(workdir: str, batches: list[dict]) -> None:
+    """transformers' LlavaForConditionalGeneration (vision tower frozen, as bridge's default) + AdamW."""
+    import torch
+    from transformers import LlavaForConditionalGeneration
+
+    torch.manual_seed(0)
+    model = LlavaForConditionalGeneration.from_pretrained(f"{workdir}/hf_llava", dtype=torch.float32).train()
+    model.model.vision_tower.requires_grad_(False)
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    decay = [p for n, p in trainable if p.ndim > 1 and not n.endswith(".bias")]
+    no_decay = [p for n, p in trainable if p.ndim <= 1 or n.endswith(".bias")]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr_at(0), betas=BETAS, eps=EPS,
+    )  # fmt: skip
+    losses, grad_norms, lrs = {}, {}, {}
+    for it in range(1, ITERS + 1):
+        window = batches[(it - 1) * GLOBAL_BATCH : it * GLOBAL_BATCH]
+        optimizer.zero_grad()
+        total = sum(b["loss_mask"].sum() for b in window)
+        loss_sum = 0.0
+        for b in window:  # one conversation per micro batch, as bridge; the token mean over the step
+            logits = model(input_ids=b["tokens"], pixel_values=b["pixel_values"]).logits.float()
+            per_token = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), b["labels"].reshape(-1), reduction="none"
+            )
+            loss = (per_token * b["loss_mask"].reshape(-1).float()).sum() / total
+            loss.backward()
+            loss_sum += float(loss)
+        norm = torch.nn.utils.clip_grad_norm_([p for _, p in trainable], CLIP)
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at((it - 1) * GLOBAL_BATCH)
+        optimizer.step()
+        losses[it], grad_norms[it], lrs[it] = loss_sum, float(norm), lr_at(it * GLOBAL_BATCH)
+    emit("run", {"run": "transformers", "losses": losses, "grad_norms": grad_norms, "learning_rates": lrs})
+
+
+def convert_tp2(workdir: str) -> None:
+    """Import at TP=2 (the vision side replicated, the language model split): image+text logits against
+    transformers' (gathered vocabulary), and the export's tensors against the source files."""
+    import torch
+    from transformers import LlavaForConditionalGeneration
+
+    from bridge import AutoBridge
+    from tests.functional.workers.convert_models import bit_identical, read_tensors
+    from tests.functional.workers.vlm_models import processed_batch
+
+    folder = Path(workdir) / "hf_llava"
+    batch = processed_batch(folder, Path(workdir) / "data" / "vlm.jsonl", count=2)
+    bridge = AutoBridge.from_hf_pretrained(folder)
+    provider = bridge.to_megatron_provider()
+    provider.tensor_model_parallel_size = 2
+    provider.parallel_output = False  # every rank gets the whole vocabulary
+    chunk = provider.provide_distributed_model(wrap_with_ddp=False)[0]
+    ids = batch["input_ids"]
+    pos = torch.arange(ids.shape[1]).unsqueeze(0).expand_as(ids)
+    hf = LlavaForConditionalGeneration.from_pretrained(folder).eval()
+    with torch.no_grad():
+        ours = chunk(ids, pos, None, images={"pixel_values": batch["pixel_values"]})
+        ref = hf(**batch).logits
+    keep = batch["attention_mask"].bool()
+    vocab = ref.shape[-1]
+    diff = (ours[..., :vocab] - ref)[keep].abs().max().item()
+    out = Path(workdir) / "export_tp2"
+    bridge.save_hf_pretrained([chunk], out)
+    same = (
+        bit_identical(read_tensors(folder), read_tensors(out)) if torch.distributed.get_rank() == 0 else None
+    )
+    emit("convert_tp2", {"max_logit_diff": diff, "export_differs": same})
+    reset_parallel_state()
+
+
+def main(mode: str, workdir: str) -> None:
+    if mode == "ref":
+        save_vlm_model("llava", Path(workdir) / "hf_llava")
+        write_conversations(Path(workdir) / "data", GLOBAL_BATCH, seed=3)
+        batches: list[dict] = []
+        run_bridge("tp1", config(workdir), record=batches)
+        run_transformers(workdir, batches)
+        masked = [b["labels"][b["loss_mask"].bool()].tolist() for b in batches[:GLOBAL_BATCH]]
+        emit("masked", {"masked": masked})
+    elif mode == "layouts":
+        convert_tp2(workdir)
+        for name, extra in LAYOUTS.items():
+            run_bridge(name, config(workdir, *extra))
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

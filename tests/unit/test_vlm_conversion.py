@@ -1,0 +1,122 @@
+"""Vision-language models at TP=1 against transformers' own classes: image+text logits, a bit-identical
+export that from_pretrained loads, and the parameter count of the built model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.functional.workers.convert_models import bit_identical, read_tensors
+from tests.functional.workers.vlm_models import (
+    VLM_FAMILIES,
+    processed_batch,
+    save_vlm_model,
+    write_conversations,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _single_process_groups(single_process_groups):  # tests/unit/conftest.py
+    yield
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vlm")
+    out = {}
+    for family in VLM_FAMILIES:
+        folder = root / family
+        hf = save_vlm_model(family, folder).eval()
+        batch = processed_batch(folder, write_conversations(root / f"{family}_data", 2), count=2)
+        out[family] = (folder, hf, batch)
+    return out
+
+
+def _megatron_logits(chunk, batch, vocab: int) -> torch.Tensor:
+    ids = batch["input_ids"]
+    pos = torch.arange(ids.shape[1]).unsqueeze(0).expand_as(ids)
+    with torch.no_grad():
+        out = chunk(ids, pos, None, images={"pixel_values": batch["pixel_values"]})
+    return out[..., :vocab].float()
+
+
+@pytest.mark.parametrize("family", list(VLM_FAMILIES))
+def test_image_text_logits_match_hf_and_export_is_bit_identical(family, sources, tmp_path):
+    import transformers
+
+    from bridge import AutoBridge
+    from bridge.models.vlm_provider import VLMModelProvider
+
+    folder, hf, batch = sources[family]
+    bridge = AutoBridge.from_hf_pretrained(folder)
+    provider = bridge.to_megatron_provider(load_weights=True)
+    assert isinstance(provider, VLMModelProvider) and provider.freeze_vision_model
+    chunks = provider.provide_distributed_model(wrap_with_ddp=False)
+    vocab = hf.config.text_config.vocab_size
+    # Both sides pad right and attend causally; transformers' padding mask only changes pad rows.
+    keep = batch["attention_mask"].bool()
+    with torch.no_grad():
+        ref = hf(**batch).logits.float()
+    ours = _megatron_logits(chunks[0], batch, vocab)
+    # fp32, a 2-layer vision tower and a 2-layer language model whose logits are O(1): the same
+    # operations in another order (fused qkv, grouped GEMMs) differ by a few ulps of 1, far below 1e-5.
+    diff = (ours - ref)[keep].abs().max().item()
+    assert diff <= 1e-5, f"{family}: max |logits - HF| = {diff}"
+    # the vision encoder is frozen by default, the projector trains
+    vision = chunks[0].vision
+    assert not any(p.requires_grad for p in vision.encoder().parameters())
+    assert all(p.requires_grad for p in vision.projector().parameters())
+
+    out = tmp_path / "export"
+    bridge.save_hf_pretrained(chunks, out)
+    assert bit_identical(read_tensors(folder), read_tensors(out)) is None
+    assert (out / "config.json").read_bytes() == (folder / "config.json").read_bytes()
+    reloaded = getattr(transformers, VLM_FAMILIES[family][1]).from_pretrained(out).eval()
+    with torch.no_grad():
+        assert torch.equal(reloaded(**batch).logits.float(), ref)
+
+
+@pytest.mark.parametrize("family", list(VLM_FAMILIES))
+def test_parameter_count_equals_transformers_meta_model(family, sources):
+    import transformers
+
+    from bridge import AutoBridge
+
+    folder, hf, _ = sources[family]
+    provider = AutoBridge.from_hf_pretrained(folder).to_megatron_provider(load_weights=False)
+    provider.perform_initialization = False
+    with torch.device("meta"):
+        ours = sum(p.numel() for p in provider.provide().parameters())
+        theirs = getattr(transformers, VLM_FAMILIES[family][1])(hf.config)
+    padding = (provider.padded_vocab_size() - provider.vocab_size) * provider.hidden_size * 2  # untied
+    assert ours - padding == sum(p.numel() for p in theirs.parameters())
+
+
+def test_a_text_config_of_an_unknown_family_is_one_clear_error(sources):
+    from bridge import AutoBridge
+    from bridge.errors import ConfigError
+    from bridge.models.hf_translation.common import read_config_json
+
+    config = read_config_json(sources["llava"][0] / "config.json")
+    config["text_config"]["model_type"] = "bloom"
+    with pytest.raises(ConfigError, match=r"text_config.model_type='bloom': no text family converts"):
+        AutoBridge.from_hf_config(config)
+
+
+def test_too_few_image_tokens_is_one_clear_error(sources):
+    from bridge import AutoBridge
+    from bridge.models.vlm_model import ImageTokenMismatch
+
+    folder, _, batch = sources["llava"]
+    chunk = (
+        AutoBridge.from_hf_pretrained(folder)
+        .to_megatron_provider()
+        .provide_distributed_model(wrap_with_ddp=False)[0]
+    )
+    ids = batch["input_ids"].clone()
+    first = int((ids[0] == chunk.vision.image_token_id).nonzero()[0, 0])
+    ids[0, first] = 0  # one placeholder of the first sample's image lost
+    with pytest.raises(ImageTokenMismatch, match="image tokens"):
+        _megatron_logits(chunk, dict(batch, input_ids=ids), 10)

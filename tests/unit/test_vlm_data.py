@@ -1,0 +1,156 @@
+"""Image-text conversations (dataset.kind=vlm) through the tiny LLaVA's own processor: ids and pixels equal
+the processor's on the rendered conversation, loss on the assistant answer only, and each malformed sample
+is one ConfigError naming its file and line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from bridge.errors import ConfigError
+from tests.functional.workers.vlm_models import save_vlm_model, tiny_vlm_script, write_conversations
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vlm_data")
+    tiny_vlm_script().make_processor(root / "hf")  # the processor alone: no model needed here
+    return root
+
+
+@pytest.fixture(scope="module")
+def processor(folder):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(str(folder / "hf"))
+
+
+def _sample(processor, folder, messages, seq_length=64):
+    from bridge.training.data.vlm import process_conversation
+
+    return process_conversation(processor, messages, folder, "data.jsonl:3", seq_length)
+
+
+def test_a_conversation_is_the_processors_render_with_loss_on_the_answer(processor, folder):
+    from PIL import Image
+
+    jsonl = write_conversations(folder / "ok", 1, seed=0)
+    (row,) = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    sample = _sample(processor, jsonl.parent, row["messages"])
+    image = Image.open(jsonl.parent / row["messages"][0]["content"][0]["image"]).convert("RGB")
+    text = processor.apply_chat_template(row["messages"], tokenize=False)
+    ref = processor(text=[text], images=[image], return_tensors="pt")
+    assert sample.ids.tolist() == ref["input_ids"][0].tolist()
+    assert torch.equal(sample.images["pixel_values"], ref["pixel_values"])
+    answer = processor.tokenizer(
+        row["messages"][1]["content"] + " <|end|>", add_special_tokens=False
+    ).input_ids
+    assert sample.ids[sample.mask.astype(bool)].tolist() == answer
+
+
+def test_a_missing_or_unreadable_image_names_the_sample(processor, folder):
+    messages = [
+        {
+            "role": "user",
+            "content": [{"type": "image", "image": "nowhere.png"}, {"type": "text", "text": "cat"}],
+        },
+        {"role": "assistant", "content": "dog"},
+    ]
+    with pytest.raises(ConfigError, match=r"data.jsonl:3: image .*nowhere.png' does not exist"):
+        _sample(processor, folder, messages)
+    (folder / "broken.png").write_bytes(b"not a png")
+    messages[0]["content"][0]["image"] = "broken.png"
+    with pytest.raises(ConfigError, match=r"data.jsonl:3: image .*broken.png' cannot be read"):
+        _sample(processor, folder, messages)
+
+
+def test_image_tokens_past_the_sequence_length_name_the_sample(processor, folder):
+    jsonl = write_conversations(folder / "long", 1, seed=1)
+    (row,) = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    # 16 image tokens after the user marker: a limit of 8 cuts through them
+    with pytest.raises(ConfigError, match=r"data.jsonl:3: its image tokens run past model.seq_length=8"):
+        _sample(processor, jsonl.parent, row["messages"], seq_length=8)
+
+
+def test_a_line_that_is_not_a_conversation_names_file_and_line(tmp_path):
+    from bridge.training.data.vlm import read_conversations
+
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{"text": "no messages"}\n')
+    with pytest.raises(ConfigError, match=r"bad.jsonl:2: has no non-empty 'messages' list"):
+        read_conversations(str(path))
+
+
+def test_collate_concatenates_the_images_of_a_micro_batch():
+    from bridge.training.data.vlm import VLMDataset
+
+    rows = [
+        {k: torch.zeros(4, dtype=torch.long) for k in ("tokens", "labels", "loss_mask", "position_ids")}
+        | {"pixel_values": torch.full((n, 3, 2, 2), float(n))}
+        for n in (1, 2)
+    ]
+    batch = VLMDataset.collate(rows)
+    assert batch["tokens"].shape == (2, 4) and batch["pixel_values"][:, 0, 0, 0].tolist() == [1.0, 2.0, 2.0]
+
+
+def test_vlm_data_needs_a_vision_language_model(tmp_path):
+    from bridge.config.compose import compose
+    from bridge.config.finetune_rules import check_sft_data
+    from recipes.llama_finetune import llama32_1b_sft_config
+
+    (tmp_path / "x.jsonl").write_text("")
+    kind = ["dataset.kind=vlm", f"dataset.data_paths=[{tmp_path}/x.jsonl]", "dataset.packed_sequence_size=0"]
+    cfg, _ = compose(llama32_1b_sft_config(), overrides=kind)
+    with pytest.raises(ConfigError, match="dataset.kind = 'vlm'.*vision-language model"):
+        check_sft_data(cfg, cuda=False)  # the plan's rule for finetuning data
+
+
+@pytest.mark.usefixtures("single_process_groups")
+def test_lora_adapter_logits_equal_the_merged_export(tmp_path):
+    """bridge's LoRA on the language model exported both ways: peft's adapter on transformers' model equals
+    the merged folder (fp32; the merged weight W + s*BA rounds once, the adapter path adds s*B(Ax):
+    differences of a few ulps of O(1) logits)."""
+    from peft import PeftModel
+    from transformers import LlavaForConditionalGeneration
+
+    from bridge import AutoBridge
+    from bridge.peft import apply_peft
+    from bridge.peft.settings import PeftConfig
+    from tests.functional.workers.vlm_models import processed_batch
+
+    hf = tmp_path / "hf"
+    save_vlm_model("llava", hf)
+    batch = processed_batch(hf, write_conversations(tmp_path / "data", 2), 2)
+    bridge = AutoBridge.from_hf_pretrained(hf)
+    chunks = bridge.to_megatron_provider().provide_distributed_model(wrap_with_ddp=False)
+    apply_peft(chunks, PeftConfig(scheme="lora", dim=4, alpha=8.0), seed=0)
+    with torch.no_grad():  # B is zero at init: give the adapters values so the check can fail
+        for name, p in chunks[0].named_parameters():
+            if "adapter" in name or "lora" in name:
+                p.copy_(0.1 * torch.randn_like(p))
+    bridge.save_hf_pretrained(chunks, tmp_path / "merged")
+    bridge.save_hf_adapter(chunks, tmp_path / "adapter")
+    merged = LlavaForConditionalGeneration.from_pretrained(tmp_path / "merged").eval()
+    base = LlavaForConditionalGeneration.from_pretrained(hf).eval()
+    with torch.no_grad():
+        before = base(**batch).logits
+        adapted = PeftModel.from_pretrained(base, tmp_path / "adapter").eval()(**batch).logits
+        ref = merged(**batch).logits
+    assert (ref - before).abs().max() > 1e-2  # the adapters change the model
+    assert (adapted - ref).abs().max() <= 1e-5
+
+
+def test_the_provider_refuses_sequence_and_context_parallelism_and_the_planner_proposes_neither():
+    from bridge.cli.plan import resolve_model
+    from bridge.models import preset
+
+    p = preset("llava15_7b")
+    p.finalize()
+    for field, value in (("sequence_parallel", True), ("context_parallel_size", 2)):
+        q = preset("llava15_7b")
+        setattr(q, field, value)
+        with pytest.raises(ConfigError, match=f"model.{field} = {value}: a vision-language model merges"):
+            q.finalize()
+    assert resolve_model("llava15_7b")[1] == {"sequence_parallel": False}
