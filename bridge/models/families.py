@@ -60,6 +60,17 @@ def families() -> dict[str, FamilyInfo]:
 
 
 @functools.cache
+@functools.cache
+def architecture_families() -> dict[str, str]:
+    """HF architecture -> the family folder whose mapping.py converts it (its ARCHITECTURES)."""
+    table: dict[str, str] = {}
+    for info in families().values():
+        if info.mapping_module is not None:
+            for arch in importlib.import_module(info.mapping_module).ARCHITECTURES:
+                table[arch] = info.name
+    return table
+
+
 def preset_families() -> dict[str, str]:
     """Preset name -> family name, over every family."""
     table: dict[str, str] = {}

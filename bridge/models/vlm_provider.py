@@ -14,9 +14,8 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from bridge.models.families import families
+from bridge.models.families import architecture_families, families
 from bridge.models.gpt_provider import GPTModelProvider
-from bridge.models.hf_translation.registry import hf_family_for
 from bridge.models.provider_checks import model_error
 
 
@@ -62,7 +61,14 @@ class VLMModelProvider(GPTModelProvider):
                 "names no `architectures`: the vision-language family is read from it",
                 "build the provider from the checkpoint (AutoBridge) or a family preset",
             )
-        name = hf_family_for(archs).name
+        name = next((architecture_families()[a] for a in archs if a in architecture_families()), None)
+        if name is None:
+            raise model_error(
+                "vlm_config.architectures",
+                archs,
+                "no family converts these architectures",
+                "build the provider from the checkpoint (AutoBridge) or a family preset",
+            )
         if families()[name].vision_module is None:
             raise model_error(
                 "vlm_config.architectures",
