@@ -170,6 +170,7 @@ def test_family_tables_resolve_global_names():
         "Qwen3NextForCausalLM",
         "Qwen3_5ForCausalLM",
         "Qwen3_5MoeForCausalLM",
+        "LlavaForConditionalGeneration",
         "Olmo3ForCausalLM",
         "SmolLM3ForCausalLM",
         "Ernie4_5ForCausalLM",

@@ -269,6 +269,7 @@ def test_unsupported_architecture(sources, tmp_path):
             "Starcoder2ForCausalLM",
             "Glm4MoeLiteForCausalLM",
             "ExaoneMoeForCausalLM",
+            "LlavaForConditionalGeneration",
         ]
     )
 
