@@ -26,7 +26,7 @@ _REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(_REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(_REPO_ROOT))
 
-from bridge.cli.user_error import EXIT_USER_ERROR, report_user_error  # noqa: E402
+from bridge.cli.user_error import EXIT_USER_ERROR, previous_stop, report_user_error  # noqa: E402
 from bridge.errors import ConfigError  # noqa: E402
 from bridge.parallel.planner.systems import SYSTEMS  # noqa: E402
 from bridge.parallel.ranks import env_world_size  # noqa: E402
@@ -90,6 +90,12 @@ def is_rank_zero() -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 on success, 2 on invalid input (one `error:` line on stderr, no traceback; under
     torchrun every rank fails the same way, the first to fail prints it and all write torchrun's error file)."""
+    stopped = previous_stop()
+    if stopped is not None:  # a torchrun restart after a mistake or a NaN stop would only repeat it
+        return report_user_error(
+            "not retried: an earlier attempt of this launch stopped with a mistake or a NaN stop, which a "
+            f"restart repeats ({stopped.removeprefix('error: ')}). Fix: correct it and launch again"
+        )
     try:
         return run(argv)
     except ConfigError as err:

@@ -16,6 +16,7 @@ import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from tests.functional.launch import REPO_ROOT
+from tests.functional.test_slurm_launch import TINY
 
 WORKER = Path(__file__).parent / "workers" / "restart_kill.py"
 
@@ -56,3 +57,20 @@ def test_killed_ranks_restart_resume_and_end_bit_identical(tmp_path):
     assert a.keys() == b.keys() and len(a) > 5
     for key in a:  # bit-identical: same data, same order of operations, same RNG state restored
         assert torch.equal(a[key], b[key]), key
+
+
+def test_a_mistake_is_not_retried_by_restarts(tmp_path):
+    # a mistake (here 3 key/value heads for 4 query heads; a NaN stop takes the same path) fails every attempt alike:
+    # the restarted attempts stop at once, saying why, instead of repeating the run up to the mistake
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "--max-restarts=2", "--monitor-interval=0.5", str(REPO_ROOT / "scripts/training/run_recipe.py"),
+           *(a for a in TINY if not a.startswith("model.num_query_groups=")), "model.num_query_groups=3"]  # fmt: skip
+    done = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out[-4000:]
+    first = re.findall(r"^error: (?!not retried).*num_query_groups = 3.*$", out, re.M)
+    again = re.findall(
+        r"^error: not retried: an earlier attempt of this launch stopped .*num_query_groups = 3.*$", out, re.M
+    )
+    assert len(first) == 1 and len(again) == 2, out[-4000:]  # attempt 0 ran, attempts 1 and 2 refused

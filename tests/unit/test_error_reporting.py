@@ -295,3 +295,31 @@ def test_bridge_run_help_is_bridges_own_and_a_scripts_help_is_the_scripts():
     assert "--rdzv-backend" not in text  # torchrun's own argparse listing is not printed
     assert launch.asks_for_help(["--nproc_per_node=2", "-h"])
     assert not launch.asks_for_help(["--nproc_per_node=2", "scripts/training/run_recipe.py", "--help"])
+
+
+def test_a_restarted_attempt_finds_the_mistake_of_an_earlier_one(tmp_path, monkeypatch, capsys):
+    # torchrun's layout: <agent dir>/attempt_N/<local rank>/error.json, one agent dir for all attempts
+    def attempt(n: int, restarts: int = 2) -> None:
+        (tmp_path / f"attempt_{n}" / "0").mkdir(parents=True)
+        monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / f"attempt_{n}" / "0" / "error.json"))
+        monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", str(n))
+        monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", str(restarts))
+
+    attempt(0)
+    assert user_error.previous_stop() is None
+    assert user_error.report_user_error(ConfigError("model.x = 1: bad. Fix: 2")) == 2
+    attempt(1)
+    assert user_error.previous_stop() == "error: model.x = 1: bad. Fix: 2"
+    user_error.report_user_error("error: not retried (model.x = 1)")  # keeps the first attempt's line
+    attempt(2)
+    assert user_error.previous_stop() == "error: model.x = 1: bad. Fix: 2"
+    capsys.readouterr()
+
+
+def test_no_restart_left_records_nothing(tmp_path, monkeypatch):
+    (tmp_path / "attempt_0" / "0").mkdir(parents=True)
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / "attempt_0" / "0" / "error.json"))
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "0")
+    user_error.report_user_error(ConfigError("model.x = 1: bad"))
+    assert not (tmp_path / "bridge-deterministic-stop").exists()
