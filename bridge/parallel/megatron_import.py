@@ -14,11 +14,19 @@ calls. Compiled on CPU, inductor generates C++ for the vector ISA it picks (from
 machine this gave NaN logits and gradients where the eager ops (ATen's own kernels for that
 capability) give transformers' numbers. Eager is also ~18 s cheaper per rank (the first compile). Conversion (bridge.conversion.auto_bridge) and
 `runtime.initialize_distributed` call it before anything else imports Megatron-Core.
+
+The import also leaves the root logger as it found it. On megatron-core 0.19 with `emerging-optimizers`
+installed (its Muon), `megatron.core.optimizer` calls that package's registry at import, which logs through
+absl, and absl's `log` runs `logging.basicConfig()` when the root logger has no handler: the process would
+then look as if its application had configured logging, at WARNING, and bridge's own lines (the layout
+line, the iteration lines: bridge.parallel.runtime prints them only where nothing is configured) would
+vanish. Handlers the import added to a root logger that had none are removed.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 
 from bridge.parallel import quiet_warnings
@@ -59,6 +67,7 @@ def import_megatron() -> None:
         return call
 
     torch.compile = deferred_compile
+    root_had_handlers = bool(logging.root.handlers)
     try:
         import megatron.core.dist_checkpointing  # noqa: F401
         import megatron.core.jit  # noqa: F401  (binds jit_fuser while torch.compile is deferred)
@@ -66,3 +75,6 @@ def import_megatron() -> None:
         from megatron.core import parallel_state  # noqa: F401
     finally:
         torch.compile = real
+        if not root_had_handlers:  # an import's implicit logging.basicConfig() (see the module docstring)
+            for handler in list(logging.root.handlers):
+                logging.root.removeHandler(handler)

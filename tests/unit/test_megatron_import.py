@@ -19,7 +19,11 @@ CHECK = textwrap.dedent(
     import torch.nn.functional as F
     from bridge.parallel.megatron_import import import_megatron
 
+    import logging
     import_megatron()
+    import megatron.core.optimizer  # 0.19 + emerging-optimizers: absl's implicit basicConfig at import
+    # the root logger as found (no handler): bridge's own lines print where no logging is configured
+    assert not logging.root.handlers, logging.root.handlers
     from megatron.core.activations import quick_gelu, squared_relu
     from torch._dynamo.utils import counters
 
