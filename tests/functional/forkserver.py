@@ -102,7 +102,12 @@ def fork_is_safe(state: dict) -> tuple[bool, str]:
 
 
 def preload() -> None:
-    """Import what the workers import (nothing starts a thread: fork copies only the calling thread)."""
+    """Import what the workers import (nothing starts a thread: fork copies only the calling thread).
+    Megatron-Core first as every bridge entry point imports it (bridge.parallel.megatron_import: deferred
+    torch.compile, the root logger left as found)."""
+    from bridge.parallel.megatron_import import import_megatron
+
+    import_megatron()
     for name in PRELOAD:
         module, _, attribute = name.partition(":")
         loaded = importlib.import_module(module)
