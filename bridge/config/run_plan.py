@@ -198,10 +198,7 @@ class RunPlan:
         ]
         if isinstance(self.provider, MambaModelProvider):
             # the hybrid's layer pattern as each pipeline stage builds it
-            lines.append(
-                f"hybrid layers per stage: {' | '.join(self.provider.stage_patterns())} (the memory estimate "
-                "counts every layer as attention + MLP, without the SSM states)"
-            )
+            lines.append(f"hybrid layers per stage: {' | '.join(self.provider.stage_patterns())}")
         if self.memory is not None:
             m = self.memory
             lines.append(

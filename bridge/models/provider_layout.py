@@ -66,7 +66,17 @@ def model_shape(p: GPTFields) -> ModelShape:
             else None
         ),
         **_mla_shape(p),
+        **_hybrid_shape(p),
     )
+
+
+def _hybrid_shape(p: GPTFields) -> dict:
+    """A hybrid provider's (MambaModelProvider) pattern and Mamba-2 sizes; nothing for a GPT provider."""
+    pattern = getattr(p, "hybrid_override_pattern", None)
+    if pattern is None:
+        return {}
+    sizes = (p.mamba_state_dim, p.mamba_head_dim, p.mamba_num_groups, p.effective_mamba_num_heads())
+    return {"hybrid_pattern": pattern, "mamba": (*sizes, p.mamba_d_conv, p.mamba_chunk_size)}
 
 
 def stage_split(p: GPTFields) -> StageSplit:

@@ -64,6 +64,18 @@ class ModelShape:
     # (linear_attention_freq, conv kernel, key heads, value heads, key head dim, value head dim), None: none
     attention_output_gate: bool = False
     linear_attention: tuple[int, int, int, int, int, int] | None = None
+    # A hybrid (MambaModel): one of M (Mamba-2), * (attention), - (MLP), E (MoE) per layer, each one
+    # pre-norm + that block; the Mamba-2 sizes (state dim, head dim, groups, heads, conv width, chunk)
+    hybrid_pattern: str | None = None
+    mamba: tuple[int, int, int, int, int, int] | None = None
+
+    def layer_kinds(self) -> list[tuple[bool, bool, str | None]]:
+        """Per layer: (MoE, Gated DeltaNet, hybrid symbol or None for a GPT layer of attention + MLP)."""
+        if self.hybrid_pattern is not None:
+            return [(c == "E", False, c) for c in self.hybrid_pattern]
+        return list(
+            zip(self.moe_layers(), self.linear_attention_layers(), [None] * self.num_layers, strict=True)
+        )
 
     def linear_attention_layers(self) -> list[bool]:
         """Per layer: Gated DeltaNet (True) or softmax attention (Megatron-Core's integer rule)."""
@@ -123,6 +135,15 @@ class ModelShape:
                 f"a per-layer pattern must hold num_layers={self.num_layers} values of 1 (MoE) or 0 (dense)",
                 "give one 0/1 per layer, or an integer N (a MoE layer every N layers)",
             )
+        if self.hybrid_pattern is not None and (
+            len(self.hybrid_pattern) != self.num_layers or self.mamba is None and "M" in self.hybrid_pattern
+        ):
+            fail(
+                "model.hybrid_pattern",
+                self.hybrid_pattern,
+                f"needs one symbol per layer (num_layers={self.num_layers}) and, with M layers, the Mamba sizes",
+                "give the provider's hybrid_override_pattern and model.mamba",
+            )
         groups = self.query_groups
         if self.num_attention_heads % groups:
             fail(
@@ -138,6 +159,8 @@ class ModelShape:
 
     def moe_layers(self) -> tuple[bool, ...]:
         """Per layer: whether it is a MoE layer (all False for a dense model)."""
+        if self.hybrid_pattern is not None:
+            return tuple(c == "E" for c in self.hybrid_pattern)
         if not self.is_moe:
             return (False,) * self.num_layers
         freq = self.moe_layer_freq

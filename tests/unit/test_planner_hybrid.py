@@ -1,0 +1,95 @@
+"""The planner's sizes of hybrid Mamba models and Gated DeltaNet layers: per-rank parameter shares,
+memory, and training FLOPs against Megatron-Core's published formulas (megatron/training/training.py,
+num_floating_point_operations: mamba_layer_flops, gdn_layer_flops, attn_layer_flops). The whole-model
+parameter counts are checked against transformers' NemotronH on the meta device in test_presets.py."""
+
+from dataclasses import replace
+
+import pytest
+
+from bridge.models import preset
+from bridge.parallel.layout import ParallelLayout
+from bridge.parallel.memory import TrainingSetup, estimate_memory
+from bridge.parallel.param_count import count_parameters, padded_vocab_size, params_per_rank
+from bridge.parallel.planner.speed import estimate_step, model_flops_per_token
+from bridge.parallel.planner.stages import choose_split
+from bridge.parallel.planner.systems import SYSTEMS
+
+SEQ = 8192
+
+
+def _shape(name):
+    return replace(preset(name).model_shape(), seq_length=None)
+
+
+def test_nemotronh_flops_are_megatron_cores_hybrid_formula():
+    # nvidia/Nemotron-H-8B: per token, forward (Megatron-Core's hybrid_flops / tokens), times 3 for training.
+    # Megatron-Core leaves out the Mamba conv1d; bridge counts it as 2 FLOPs per weight (as
+    # gdn_layer_flops counts the GDN conv): + 2 * d_conv * (d_inner + 2 * groups * state) per Mamba layer.
+    h, vocab, heads, groups, kv, ffn = 4096, 131072, 32, 8, 128, 21504
+    m_heads, m_head_dim, state, m_groups, d_conv = 128, 64, 128, 8, 4
+    pattern = preset("nemotronh_8b").hybrid_override_pattern
+    n_attn, n_mamba, n_mlp = pattern.count("*"), pattern.count("M"), pattern.count("-")
+    p = kv * heads / h
+    attn = 4 * h * p * (h + h * groups / heads) + 2 * SEQ * h * p
+    mlp = 4 * (ffn / h) * h**2  # squared ReLU: no gate
+    d_in = m_heads * m_head_dim
+    mamba = 2 * h * (2 * d_in + 2 * m_groups * state + m_heads) + 7 * d_in * state + 2 * d_in * h
+    conv = 2 * d_conv * (d_in + 2 * m_groups * state)
+    forward = n_attn * attn + n_mlp * mlp + n_mamba * (mamba + conv) + 2 * h * vocab
+    # float sums of integers below 2^53 in another order: equal to ~1e-15
+    assert model_flops_per_token(_shape("nemotronh_8b"), SEQ) == pytest.approx(3 * forward, rel=1e-12)
+
+
+def test_gated_deltanet_flops_are_megatron_cores_formula():
+    # Qwen3-Next-80B-A3B: 36 Gated DeltaNet layers (gdn_layer_flops), 12 gated softmax-attention layers
+    # (the output gate doubles q's projection), every layer MoE: 10 of 512 experts of 512 and a shared
+    # expert of 512 (SwiGLU: 3 matrices), plus the router (2 * h * experts) and the shared expert's gate
+    # (2 * h), which bridge counts as matrix products and Megatron-Core leaves out.
+    h, vocab, layers = 2048, 151936, 48
+    heads, groups, kv = 16, 2, 256
+    nk, nv, dk, dv, kernel = 16, 32, 128, 128, 4
+    experts, topk, moe_ffn, shared = 512, 10, 512, 512
+    qk_dim, v_dim = nk * dk, nv * dv
+    gdn = 2 * (
+        h * (2 * qk_dim + 2 * v_dim + 2 * nv) + kernel * (2 * qk_dim + v_dim) + nv * dv**2 * 4 + h * v_dim
+    )
+    q, kvs = heads * kv, groups * kv
+    attn = 2 * (h * (2 * q + 2 * kvs) + q * h) + 2 * SEQ * q
+    moe = 2 * h * (3 * moe_ffn * topk + 3 * shared) + 2 * h * experts + 2 * h
+    n_gdn = layers * 3 // 4
+    forward = n_gdn * gdn + (layers - n_gdn) * attn + layers * moe + 2 * h * vocab
+    ours = model_flops_per_token(_shape("qwen3_next_80b_a3b"), SEQ)
+    # bridge counts the q / k norm weights (2 * 256 per attention layer) as matrix weights: 6 * 512 * 12
+    # FLOPs of ~1.3e10, a relative 2e-6
+    # (counting softmax attention in all 48 layers, as before, would add 3 * 36 * 2 * SEQ * q: +5%)
+    assert ours == pytest.approx(3 * forward, rel=1e-5)
+
+
+@pytest.mark.parametrize("tp,pp", [(1, 1), (2, 2), (8, 2)])
+def test_hybrid_rank_shares_add_up_to_the_model(tp, pp):
+    # Every Mamba-2 weight is split by heads over tp; only each layer's pre-norm and the final norm are
+    # copied on every tp rank.
+    shape = _shape("nemotronh_8b")
+    layout = ParallelLayout(tp * pp, tp=tp, pp=pp, sequence_parallel=tp > 1, model=shape)
+    summed = sum(params_per_rank(shape, layout, s).total for s in range(pp)) * tp
+    count = count_parameters(shape)
+    padding = (padded_vocab_size(shape.vocab_size, tp) - shape.vocab_size) * shape.hidden_size * 2
+    assert summed == count.total + (tp - 1) * count.norms + padding
+    assert count.norms == (shape.num_layers + 1) * shape.hidden_size  # one pre-norm per hybrid layer
+
+
+def test_hybrid_memory_and_step_follow_the_layer_kinds():
+    shape = _shape("nemotronh_8b")
+    layout = ParallelLayout(8, tp=2, sequence_parallel=True, model=shape)
+    setup = TrainingSetup(SEQ, 1, 64)
+    mem = estimate_memory(shape, layout, setup)
+    assert mem.params * 1e9 == params_per_rank(shape, layout).total * 2  # bf16 weights
+    # the same layers counted as GPT layers (attention + MLP each) hold more weights and activations
+    as_gpt = replace(shape, hybrid_pattern=None, mamba=None)
+    gpt_mem = estimate_memory(as_gpt, replace(layout, model=as_gpt), setup)
+    assert mem.params < gpt_mem.params and mem.activations < gpt_mem.activations
+    fields, split = choose_split(shape.num_layers, 1, None)
+    est = estimate_step(shape, layout, setup, split, SYSTEMS["h100"], "infiniband")
+    gpt_est = estimate_step(as_gpt, replace(layout, model=as_gpt), setup, split, SYSTEMS["h100"], "infiniband")
+    assert 0 < est.step_time_s < gpt_est.step_time_s
