@@ -65,6 +65,7 @@ def model_shape(p: GPTFields) -> ModelShape:
             if p.experimental_attention_variant == "gated_delta_net"
             else None
         ),
+        mtp_layers=getattr(p, "mtp_num_layers", None) or 0,
         **_mla_shape(p),
         **_hybrid_shape(p),
     )

@@ -68,6 +68,13 @@ class ModelShape:
     # pre-norm + that block; the Mamba-2 sizes (state dim, head dim, groups, heads, conv width, chunk)
     hybrid_pattern: str | None = None
     mamba: tuple[int, int, int, int, int, int] | None = None
+    # Multi-token prediction layers (Megatron-Core's MTP block, on the last pipeline stage): each an
+    # enorm, hnorm, eh_proj [2h -> h], a decoder layer of the last layer's kind and a final norm
+    mtp_layers: int = 0
+
+    def mtp_kind(self) -> tuple[bool, bool, str | None]:
+        """The kind of the MTP block's decoder layer: the last layer's MLP, softmax attention."""
+        return (self.moe_layers()[-1], False, None)
 
     def layer_kinds(self) -> list[tuple[bool, bool, str | None]]:
         """Per layer: (MoE, Gated DeltaNet, hybrid symbol or None for a GPT layer of attention + MLP)."""

@@ -27,7 +27,9 @@ top_k * (2h + 3f_expert) and the router's fp32 logits, split by tp. Full recompu
 layer's input (h) plus one layer's activations for the recompute. Sequence length is split by cp.
 A hybrid's layers (one norm each: 2h) are counted by kind: attention, MLP or MoE as above; a Mamba-2
 layer keeps in_proj's output, the conv output, the scan and gated-norm outputs (split by tp) and, in
-fp32, the SSD scan's chunk states (heads * head_dim * state per chunk) and dt per head.
+fp32, the SSD scan's chunk states (heads * head_dim * state per chunk) and dt per head. MTP layers
+(on the last stage) add their decoder layer's activations, the normed embedding / hidden pair (4h) and
+one more set of logits each.
 
 The `megatron` accounting depends on the layout's data-parallel strategy (ParallelLayout.strategy); the
 activations do not. Per rank, with P_d its dense and P_e its expert parameters (params_per_rank: TP/EP
@@ -236,7 +238,12 @@ def activation_memory(
         total = in_flight * sum(per_kind[kinds[i][2]] for i in ids)
     if stage == layout.pp - 1:
         vocab = padded_vocab_size(shape.vocab_size, layout.tp, shape.make_vocab_size_divisible_by)
-        total += tokens * vocab / layout.tp * (width + 4)  # logits and their fp32 copy for the loss
+        # logits and their fp32 copy for the loss, once for the model and once per MTP layer
+        total += (1 + shape.mtp_layers) * tokens * vocab / layout.tp * (width + 4)
+        if shape.mtp_layers:  # each MTP layer: its decoder layer and its [2h] input (the normed pair)
+            sp = layout.tp if layout.sequence_parallel else 1
+            layer = _act_bytes_per_token_layer(shape, layout.tp, layout.sequence_parallel, width)
+            total += shape.mtp_layers * in_flight * tokens * (layer + 4 * shape.hidden_size * width / sp)
     return total
 
 

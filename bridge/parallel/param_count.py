@@ -35,11 +35,13 @@ class ParamCount:
     norms: int  # the two per-layer norms and the final norm
     active_experts: int  # all layers, the top-k experts one token uses
     mamba: int = 0  # all Mamba-2 mixers of a hybrid (in/out projections, conv, per-head vectors, norm)
+    mtp_proj: int = 0  # the MTP layers' eh_proj [2h -> h] (their decoder layers are in the parts above)
 
     @property
     def total(self) -> int:
         return (
             self.mamba
+            + self.mtp_proj
             + self.embedding
             + self.output
             + self.attention
@@ -213,6 +215,10 @@ def count_parameters(shape: ModelShape) -> ParamCount:
     _require(shape, "hidden_size", "vocab_size")
     h, v = shape.hidden_size, shape.vocab_size
     p = _summed_parts(shape)
+    if shape.mtp_layers:  # each MTP layer: one decoder layer, enorm + hnorm + final norm, eh_proj
+        mtp = _layer_parts(shape, *shape.mtp_kind())
+        p = {k: p.get(k, 0) + shape.mtp_layers * n for k, n in mtp.items()}
+        p["norms"] += shape.mtp_layers * 3 * h
     return ParamCount(
         embedding=v * h,
         output=0 if shape.share_embeddings_and_output_weights else v * h,
@@ -224,6 +230,7 @@ def count_parameters(shape: ModelShape) -> ParamCount:
         norms=p["norms"] + h,
         active_experts=p["active_experts"],
         mamba=p["mamba"],
+        mtp_proj=shape.mtp_layers * 2 * h * h,
     )
 
 
@@ -310,7 +317,8 @@ def _rank_params(
     if shape.multi_latent_attention:
         softmax_norms = _mla_attention(shape)[1]
     by_kind = {}
-    for moe, linear, symbol in {kinds[i] for i in ids}:
+    last = stage == pp - 1
+    for moe, linear, symbol in {kinds[i] for i in ids} | ({shape.mtp_kind()} if last else set()):
         p = _layer_parts(shape, moe, linear, symbol)
         attention_norms = _gated_delta_net(shape)[1] if linear else softmax_norms
         if not p["attention"]:  # a hybrid's Mamba, MLP or MoE layer
@@ -345,6 +353,12 @@ def _rank_params(
         expert += layer_expert
     vocab = padded_vocab_size(shape.vocab_size, tp, multiple)
     table = vocab * h // tp
+    if last and shape.mtp_layers:  # on the last stage; it needs the embedding (a copy when pp > 1)
+        layer_dense, layer_expert = by_kind[shape.mtp_kind()]
+        dense += shape.mtp_layers * (layer_dense + 2 * h * h // tp + 3 * h)
+        expert += shape.mtp_layers * layer_expert
+        if stage != 0:
+            dense += table
     if stage == 0:
         dense += table
     if stage == pp - 1:

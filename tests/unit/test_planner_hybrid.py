@@ -9,7 +9,7 @@ import pytest
 
 from bridge.models import preset
 from bridge.parallel.layout import ParallelLayout
-from bridge.parallel.memory import TrainingSetup, estimate_memory
+from bridge.parallel.memory import TrainingSetup, estimate_memory, stage_memory
 from bridge.parallel.param_count import count_parameters, padded_vocab_size, params_per_rank
 from bridge.parallel.planner.speed import estimate_step, model_flops_per_token
 from bridge.parallel.planner.stages import choose_split
@@ -91,5 +91,41 @@ def test_hybrid_memory_and_step_follow_the_layer_kinds():
     assert mem.params < gpt_mem.params and mem.activations < gpt_mem.activations
     fields, split = choose_split(shape.num_layers, 1, None)
     est = estimate_step(shape, layout, setup, split, SYSTEMS["h100"], "infiniband")
-    gpt_est = estimate_step(as_gpt, replace(layout, model=as_gpt), setup, split, SYSTEMS["h100"], "infiniband")
+    gpt_est = estimate_step(
+        as_gpt, replace(layout, model=as_gpt), setup, split, SYSTEMS["h100"], "infiniband"
+    )
     assert 0 < est.step_time_s < gpt_est.step_time_s
+
+
+@pytest.mark.parametrize("name", ["deepseek_v3", "glm45"])
+def test_an_mtp_layer_adds_megatron_cores_mtp_flops(name):
+    # Megatron-Core's transformer_flops with mtp_num_layers: one more decoder layer of the last layer's kind
+    # (MoE here), the MTP projection 2 * h^2 (its 3 h norms bridge leaves out, as it leaves out every norm)
+    # and one more logits product 2 * h * vocab, forward; x 3 for training.
+    shape = _shape(name)
+    h, vocab = shape.hidden_size, shape.vocab_size
+    deeper = replace(shape, num_layers=shape.num_layers + 1, moe_layer_freq=(*shape.moe_layers(), True))
+    one_more_layer = model_flops_per_token(deeper, SEQ) - model_flops_per_token(shape, SEQ)
+    added = model_flops_per_token(replace(shape, mtp_layers=1), SEQ) - model_flops_per_token(shape, SEQ)
+    # differences of ~1e17-FLOP floats of integers: exact to ~1e-15 of the sum
+    assert added == pytest.approx(one_more_layer + 3 * (2 * 2 * h * h + 2 * h * vocab), rel=1e-9)
+
+
+def test_mtp_layers_sit_on_the_last_stage():
+    # Unsplit (tp = ep = 1), the last stage holds the MTP layer whole and, with pp > 1, a copy of the
+    # embedding for its input; the first stage is unchanged.
+    plain = _shape("glm45_air")
+    shape = replace(plain, mtp_layers=1)
+    layout = ParallelLayout(2, pp=2, model=shape)
+    first, last = (params_per_rank(shape, layout, s).total for s in (0, 1))
+    first_plain, last_plain = (params_per_rank(plain, replace(layout, model=plain), s).total for s in (0, 1))
+    mtp = count_parameters(shape).total - count_parameters(plain).total
+    table = padded_vocab_size(shape.vocab_size, 1) * shape.hidden_size
+    assert first == first_plain
+    assert last - last_plain == mtp + table
+    setup = TrainingSetup(SEQ, 1, 64)
+    with_mtp, without = (stage_memory(m, replace(layout, model=m), setup, 1) for m in (shape, plain))
+    assert with_mtp.params * 1e9 == last * 2  # bf16 weights
+    # its activations: one more MoE layer, the [2h] pair and a second set of logits (fp32 copy too)
+    logits = SEQ * padded_vocab_size(shape.vocab_size, 1) * (2 + 4)
+    assert (with_mtp.activations - without.activations) * 1e9 > logits

@@ -864,3 +864,32 @@ def test_vlm_preset_equals_what_its_published_config_converts_to(name):
         elif key != "text_config":
             assert p.vlm_config[key] == value, key
     p.finalize()
+
+
+@pytest.mark.parametrize("name", ["deepseek_v3", "glm45_air"])
+def test_mtp_parameter_formula_equals_the_built_model(name, single_process_groups):
+    # The planner's count with one multi-token-prediction layer (enorm, hnorm, eh_proj, a decoder layer of
+    # the last layer's kind, final norm) against Megatron-Core's MTP block as built: DeepSeek-V3's and
+    # GLM-4.5-Air's layers, one dense and one MoE layer of 4 experts, on the meta device.
+    import dataclasses
+
+    from bridge.parallel.param_count import count_parameters
+
+    provider = dataclasses.replace(
+        preset(name),
+        num_layers=2,
+        num_moe_experts=4,
+        moe_router_topk=2,
+        moe_layer_freq=[0, 1],
+        mtp_num_layers=1,
+    )
+    for field in ("moe_router_num_groups", "moe_router_group_topk"):  # DeepSeek-V3 routes within 8 groups
+        if getattr(provider, field, None):
+            setattr(provider, field, None)
+    provider.perform_initialization = False
+    with torch.device("meta"):
+        model = provider.provide()
+    built = sum(p.numel() for p in model.parameters())
+    assert any("mtp" in n.split(".") for n, _ in model.named_parameters())  # the block was built
+    count = count_parameters(provider.model_shape())
+    assert count.total == built

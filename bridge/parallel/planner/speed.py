@@ -71,7 +71,8 @@ def model_flops_per_token(shape: ModelShape, seq_length: int) -> float:
     weight (the output layer, Mamba-2's and Gated DeltaNet's projections and depthwise convs included),
     plus per softmax-attention layer causal attention's 3 * seq * heads * (qk + v head dims), per Mamba-2
     layer the SSD scan's 3 * 7 * d_inner * state and per Gated DeltaNet layer the delta rule's
-    3 * 2 * 4 * value_heads * value_head_dim^2 (Megatron-Core's num_floating_point_operations)."""
+    3 * 2 * 4 * value_heads * value_head_dim^2 (Megatron-Core's num_floating_point_operations). An MTP
+    layer is its decoder layer (softmax attention), its eh_proj and one more pass through the output layer."""
     count = count_parameters(shape)
     kinds = shape.layer_kinds()
     mamba_layers = sum(symbol == "M" for _, _, symbol in kinds)
@@ -89,8 +90,10 @@ def model_flops_per_token(shape: ModelShape, seq_length: int) -> float:
         _, _, _, nv, _, dv = shape.linear_attention
         matmul -= linear_layers * (2 * nv + dv)  # A_log, dt_bias, the output norm
         scans += linear_layers * 3 * 2 * 4 * nv * dv * dv
+    if shape.mtp_layers:  # each MTP layer: its own logits through the shared output layer
+        matmul += shape.mtp_layers * shape.vocab_size * shape.hidden_size
     qk, v = _head_dims(shape)
-    attention = 3 * seq_length * shape.num_attention_heads * (qk + v) * softmax_layers
+    attention = 3 * seq_length * shape.num_attention_heads * (qk + v) * (softmax_layers + shape.mtp_layers)
     return 6 * matmul + attention + scans
 
 
@@ -266,7 +269,13 @@ def estimate_step(
     if layout.pp == 1 or split.last == split.heaviest:  # the output layer, forward and backward
         vocab_gemm = 2 * tokens * shape.hidden_size * shape.vocab_size / layout.tp
         peak = system.peak_flops[setup.precision] * k.GEMM_EFFICIENCY[setup.precision]
-        parts["compute"] += 3 * vocab_gemm / peak
+        parts["compute"] += (1 + shape.mtp_layers) * 3 * vocab_gemm / peak
+        if shape.mtp_layers:  # the MTP layers on the last stage: a decoder layer and eh_proj each
+            p = _layer_pass(shape, layout, setup, shape.mtp_kind(), system, links)
+            eh_proj = 3 * 2 * tokens * 2 * shape.hidden_size**2 / layout.tp / peak
+            parts["compute"] += shape.mtp_layers * (p.compute + p.backward + eh_proj)
+            parts["tp"] += shape.mtp_layers * p.tp * (fwd_passes + 1)
+            parts["ep"] += shape.mtp_layers * p.ep * (fwd_passes + 1)
     per_microbatch = sum(parts.values())
     vpp = layout.vpp if layout.interleaved else None
     name = schedules.effective(setup.pp_schedule, vpp)
