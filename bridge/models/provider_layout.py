@@ -68,7 +68,18 @@ def model_shape(p: GPTFields) -> ModelShape:
         mtp_layers=getattr(p, "mtp_num_layers", None) or 0,
         **_mla_shape(p),
         **_hybrid_shape(p),
+        **_vision_shape(p),
     )
+
+
+def _vision_shape(p: GPTFields) -> dict:
+    """A vision-language provider's image side (VLMModelProvider.vision_sizes); nothing otherwise."""
+    sizes = p.vision_sizes() if hasattr(p, "vision_sizes") else None
+    if sizes is None:
+        return {}
+    encoder, projector, tokens = sizes
+    frozen = (encoder if p.freeze_vision_model else 0) + (projector if p.freeze_vision_projection else 0)
+    return {"vision_params": encoder + projector, "frozen_params": frozen, "image_tokens": tokens}
 
 
 def _hybrid_shape(p: GPTFields) -> dict:

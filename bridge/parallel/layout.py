@@ -71,6 +71,11 @@ class ModelShape:
     # Multi-token prediction layers (Megatron-Core's MTP block, on the last pipeline stage): each an
     # enorm, hnorm, eh_proj [2h -> h], a decoder layer of the last layer's kind and a final norm
     mtp_layers: int = 0
+    # A vision-language model's image side (vision tower + projector) on the first stage, whole on every
+    # tp rank; `frozen_params` of it get no gradient or optimizer state; image tokens per image (noted)
+    vision_params: int = 0
+    frozen_params: int = 0
+    image_tokens: int = 0
 
     def mtp_kind(self) -> tuple[bool, bool, str | None]:
         """The kind of the MTP block's decoder layer: the last layer's MLP, softmax attention."""

@@ -59,6 +59,8 @@ For bf16 + Adam that is 6 + 12/(dp*cp) (megatron), 16/(dp_shard*cp) + gathered (
 18/(dp*cp) + gathered (megatron_fsdp) and 18 (ddp) bytes per parameter.
 With PEFT (`TrainingSetup.trainable_params`) only the adapters train: gradients and optimizer state are
 scaled by trainable / total parameters (frozen weights get neither), the weights themselves are not.
+A vision-language model's image side (ModelShape.vision_params) sits whole on every tp rank of the first
+stage; its frozen part (the vision tower by default) has weights only. Its activations are not counted.
 """
 
 from __future__ import annotations
@@ -344,17 +346,21 @@ def stage_memory(
     rank = params_per_rank(shape, layout, stage)
     dense_shards, expert_shards = _shards(layout)
     sharded = rank.dense / dense_shards + rank.expert / expert_shards  # one rank's share of its slice
+    # a frozen vision tower (first stage): weights only, no gradient buffer, no optimizer state
+    frozen = shape.frozen_params if stage == 0 else 0
     gathered = 0.0
     if strategy == "fsdp2":
         # fp32 shards of params, grads and moments; no master copy (the shards are the fp32 weights)
-        params, grads, opt = sharded * 4, sharded * 4, sharded * moments
+        trains = sharded - frozen / dense_shards
+        params, grads, opt = sharded * 4, trains * 4, trains * moments
         gathered = gathered_params(shape, layout, stage) * width
     elif strategy == "megatron_fsdp":
-        params, grads, opt = sharded * width, sharded * 4, sharded * (master + moments)
+        trains = sharded - frozen / dense_shards
+        params, grads, opt = sharded * width, trains * 4, trains * (master + moments)
         gathered = gathered_params(shape, layout, stage) * width
     else:  # megatron: only the optimizer state is sharded (distributed optimizer); ddp: _shards is (1, 1)
-        held = sharded if setup.distributed_optimizer else rank.total
-        params, grads, opt = rank.total * width, rank.total * 4, held * (master + moments)
+        held = sharded - frozen / dense_shards if setup.distributed_optimizer else rank.total - frozen
+        params, grads, opt = rank.total * width, (rank.total - frozen) * 4, held * (master + moments)
     if setup.trainable_params is not None:
         trains = min(1.0, setup.trainable_params / count_parameters(shape).total)
         grads, opt = grads * trains, opt * trains

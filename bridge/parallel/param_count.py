@@ -36,12 +36,14 @@ class ParamCount:
     active_experts: int  # all layers, the top-k experts one token uses
     mamba: int = 0  # all Mamba-2 mixers of a hybrid (in/out projections, conv, per-head vectors, norm)
     mtp_proj: int = 0  # the MTP layers' eh_proj [2h -> h] (their decoder layers are in the parts above)
+    vision: int = 0  # a vision-language model's vision tower and projector
 
     @property
     def total(self) -> int:
         return (
             self.mamba
             + self.mtp_proj
+            + self.vision
             + self.embedding
             + self.output
             + self.attention
@@ -231,6 +233,7 @@ def count_parameters(shape: ModelShape) -> ParamCount:
         active_experts=p["active_experts"],
         mamba=p["mamba"],
         mtp_proj=shape.mtp_layers * 2 * h * h,
+        vision=shape.vision_params,
     )
 
 
@@ -360,7 +363,7 @@ def _rank_params(
         if stage != 0:
             dense += table
     if stage == 0:
-        dense += table
+        dense += table + shape.vision_params  # the image side: whole on every tp rank
     if stage == pp - 1:
         dense += h  # final norm
         if not shape.share_embeddings_and_output_weights or pp > 1:

@@ -702,7 +702,9 @@ def test_parameter_count_equals_hugging_face(name, single_process_groups):
         assert count_parameters(provider.model_shape()).total == _hf_meta_param_count(name)
         return
     hf_count = _hf_meta_param_count(name)
-    if name.startswith(("nemotronh_", "nemotron_nano_")):  # the hybrids: the planner's per-kind count too
+    # the hybrids and the vision-language models: the planner's count (per layer kind; vision tower and
+    # projector from the config) too
+    if name.startswith(("nemotronh_", "nemotron_nano_")) or name in VLM:
         from bridge.parallel.param_count import count_parameters
 
         assert count_parameters(provider.model_shape()).total == hf_count

@@ -78,7 +78,7 @@ def model_flops_per_token(shape: ModelShape, seq_length: int) -> float:
     mamba_layers = sum(symbol == "M" for _, _, symbol in kinds)
     linear_layers = sum(linear for _, linear, _ in kinds)
     softmax_layers = sum(not linear and symbol in (None, "*") for _, linear, symbol in kinds)
-    matmul = count.active - count.embedding - count.norms
+    matmul = count.active - count.embedding - count.norms - count.vision  # per text token: no image side
     if shape.share_embeddings_and_output_weights:
         matmul += count.embedding  # the output product still runs with the tied weights
     scans = 0

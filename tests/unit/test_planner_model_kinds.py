@@ -1,7 +1,8 @@
-"""The planner's sizes of hybrid Mamba models and Gated DeltaNet layers: per-rank parameter shares,
-memory, and training FLOPs against Megatron-Core's published formulas (megatron/training/training.py,
-num_floating_point_operations: mamba_layer_flops, gdn_layer_flops, attn_layer_flops). The whole-model
-parameter counts are checked against transformers' NemotronH on the meta device in test_presets.py."""
+"""The planner's sizes of hybrid Mamba models, Gated DeltaNet and MTP layers and a VLM's image side:
+per-rank shares, memory, and training FLOPs against Megatron-Core's published formulas
+(megatron/training/training.py, num_floating_point_operations: mamba_layer_flops, gdn_layer_flops,
+attn_layer_flops, the MTP terms). Whole-model counts are checked in test_presets.py: hybrids and LLaVA
+against transformers on the meta device, MTP layers against Megatron-Core's built MTP block."""
 
 from dataclasses import replace
 
@@ -129,3 +130,23 @@ def test_mtp_layers_sit_on_the_last_stage():
     # its activations: one more MoE layer, the [2h] pair and a second set of logits (fp32 copy too)
     logits = SEQ * padded_vocab_size(shape.vocab_size, 1) * (2 + 4)
     assert (with_mtp.activations - without.activations) * 1e9 > logits
+
+
+def test_a_frozen_vision_tower_holds_weights_only():
+    # LLaVA-1.5-7B: CLIP ViT-L/14-336 (frozen by default) and its projector on the first stage, whole on
+    # each tp rank; the frozen tower has no fp32 gradient and no optimizer state.
+    provider = preset("llava15_7b")
+    shape = replace(provider.model_shape(), seq_length=None)
+    plain = replace(shape, vision_params=0, frozen_params=0, image_tokens=0)
+    layout = ParallelLayout(4, tp=2, pp=2, model=shape)
+    setup = TrainingSetup(4096, 1, 64)
+    first, first_plain = (stage_memory(m, replace(layout, model=m), setup, 0) for m in (shape, plain))
+    # GB differences of floats: exact to ~1e-6 bytes of 1e9, so within a byte
+    assert (first.params - first_plain.params) * 1e9 == pytest.approx(shape.vision_params * 2, abs=1)  # bf16
+    trained = shape.vision_params - shape.frozen_params  # the projector
+    assert (first.grads - first_plain.grads) * 1e9 == pytest.approx(trained * 4, abs=1)
+    # the projector's fp32 master weights and Adam moments, sharded over dp = 1
+    assert (first.optimizer - first_plain.optimizer) * 1e9 == pytest.approx(trained * 12, abs=1)
+    assert shape.image_tokens == 576  # (336 / 14)^2 patches, the class token dropped
+    # per text token the FLOPs hold no image side
+    assert model_flops_per_token(shape, 4096) == model_flops_per_token(plain, 4096)
