@@ -460,7 +460,24 @@ class ParallelLayout:
             size = getattr(m, name)
             if size is not None and size % tp:
                 fail("tp", tp, f"must divide model.{name} ({size})", f"choose tp dividing {size}")
+        self._check_model_kind(m)
         self.chunk_layers()  # raises the split's ConfigError
+
+    def _check_model_kind(self, m: ModelShape) -> None:
+        """What the hybrid and vision-language providers refuse (bridge.models.hybrid_provider,
+        vlm_provider), so that the planner never proposes it."""
+        if m.mamba is not None and "M" in (m.hybrid_pattern or ""):
+            for name, value in (("mamba_num_heads", m.mamba[3]), ("mamba_num_groups", m.mamba[2])):
+                if value % self.tp:
+                    fail("tp", self.tp, f"must divide model.{name} ({value})", f"choose tp dividing {value}")
+            if self.cp > 1:
+                fail("cp", self.cp, "Mamba layers are not run under context parallelism", "use cp=1")
+        if m.hybrid_pattern is not None and self.vpp:
+            fail("vpp", self.vpp, "a hybrid model builds no virtual pipeline stages", "use vpp=None")
+        if m.vision_params and (self.cp > 1 or self.sequence_parallel):
+            name, value = ("cp", self.cp) if self.cp > 1 else ("sequence_parallel", True)
+            fail(name, value, "a vision-language model merges image features into the whole sequence",
+                 "use cp=1 and sequence_parallel=False")  # fmt: skip
 
     # ---- pipeline stages ------------------------------------------------------------------------------
 

@@ -150,3 +150,23 @@ def test_a_frozen_vision_tower_holds_weights_only():
     assert shape.image_tokens == 576  # (336 / 14)^2 patches, the class token dropped
     # per text token the FLOPs hold no image side
     assert model_flops_per_token(shape, 4096) == model_flops_per_token(plain, 4096)
+
+
+@pytest.mark.parametrize(
+    "name,sizes,field",
+    [
+        ("nemotronh_8b", dict(cp=2), "cp"),  # Mamba layers: no context parallelism
+        ("nemotronh_8b", dict(pp=2, vpp=2), "vpp"),  # MambaStack: no virtual stages
+        ("nemotronh_8b", dict(tp=16), "mamba_num_groups"),  # 8 Mamba groups: tp must divide them
+        ("llava15_7b", dict(cp=2), "cp"),  # image features merge into the whole sequence
+        ("llava15_7b", dict(tp=2, sequence_parallel=True), "sequence_parallel"),
+    ],
+)
+def test_layouts_the_providers_refuse_are_refused_for_the_planner(name, sizes, field):
+    from bridge.errors import ConfigError
+
+    shape = _shape(name)
+    if field == "mamba_num_groups":  # 32 KV heads, so that tp=16 passes the attention rules
+        shape = replace(shape, num_query_groups=32)
+    with pytest.raises(ConfigError, match=field):
+        ParallelLayout(16, model=shape, **sizes)
