@@ -147,6 +147,10 @@ class ModelShape:
                 f"a per-layer pattern must hold num_layers={self.num_layers} values of 1 (MoE) or 0 (dense)",
                 "give one 0/1 per layer, or an integer N (a MoE layer every N layers)",
             )
+        for name in ("mtp_layers", "vision_params", "frozen_params", "image_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                fail(f"model.{name}", value, "must be a non-negative integer", "give 0 or a positive count")
         if self.hybrid_pattern is not None and (
             len(self.hybrid_pattern) != self.num_layers or self.mamba is None and "M" in self.hybrid_pattern
         ):
