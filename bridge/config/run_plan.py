@@ -198,9 +198,13 @@ class RunPlan:
         ]
         if isinstance(self.provider, MambaModelProvider):
             # the hybrid's layer pattern as each pipeline stage builds it
+            lines.append(f"hybrid layers per stage: {' | '.join(self.provider.stage_patterns())}")
+        shape = self.layout.model
+        if shape is not None and shape.vision_params:
             lines.append(
-                f"hybrid layers per stage: {' | '.join(self.provider.stage_patterns())} (the memory estimate "
-                "counts every layer as attention + MLP, without the SSM states)"
+                f"image side: {shape.vision_params / 1e6:.1f}M parameters on the first stage "
+                f"({shape.frozen_params / 1e6:.1f}M frozen), {shape.image_tokens} tokens per image "
+                "(within seq_length)"
             )
         if self.memory is not None:
             m = self.memory

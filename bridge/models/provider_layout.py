@@ -65,8 +65,30 @@ def model_shape(p: GPTFields) -> ModelShape:
             if p.experimental_attention_variant == "gated_delta_net"
             else None
         ),
+        mtp_layers=getattr(p, "mtp_num_layers", None) or 0,
         **_mla_shape(p),
+        **_hybrid_shape(p),
+        **_vision_shape(p),
     )
+
+
+def _vision_shape(p: GPTFields) -> dict:
+    """A vision-language provider's image side (VLMModelProvider.vision_sizes); nothing otherwise."""
+    sizes = p.vision_sizes() if hasattr(p, "vision_sizes") else None
+    if sizes is None:
+        return {}
+    encoder, projector, tokens = sizes
+    frozen = (encoder if p.freeze_vision_model else 0) + (projector if p.freeze_vision_projection else 0)
+    return {"vision_params": encoder + projector, "frozen_params": frozen, "image_tokens": tokens}
+
+
+def _hybrid_shape(p: GPTFields) -> dict:
+    """A hybrid provider's (MambaModelProvider) pattern and Mamba-2 sizes; nothing for a GPT provider."""
+    pattern = getattr(p, "hybrid_override_pattern", None)
+    if pattern is None:
+        return {}
+    sizes = (p.mamba_state_dim, p.mamba_head_dim, p.mamba_num_groups, p.effective_mamba_num_heads())
+    return {"hybrid_pattern": pattern, "mamba": (*sizes, p.mamba_d_conv, p.mamba_chunk_size)}
 
 
 def stage_split(p: GPTFields) -> StageSplit:

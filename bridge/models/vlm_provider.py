@@ -11,6 +11,7 @@ Pure data: building imports torch, megatron.core and transformers inside the bui
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,16 @@ class VLMModelProvider(GPTModelProvider):
                 "use a GPTModelProvider for a text model",
             )
         return name
+
+    def vision_sizes(self) -> tuple[int, int, int] | None:
+        """(vision tower parameters, projector parameters, image tokens per image) from the family's pure
+        `vision_size.py` (no torch), for the planner; None when the family has none."""
+        name = f"bridge.models.{self.vision_family()}.vision_size"
+        if importlib.util.find_spec(name) is None:
+            return None
+        module = importlib.import_module(name)
+        encoder, projector = module.vision_parameters(self.vlm_config, self.hidden_size)
+        return encoder, projector, module.image_tokens(self.vlm_config)
 
     def vision_module(self):
         """The family's vision module (bridge.models.<family>.vision; imports torch and transformers)."""

@@ -64,6 +64,30 @@ class ModelShape:
     # (linear_attention_freq, conv kernel, key heads, value heads, key head dim, value head dim), None: none
     attention_output_gate: bool = False
     linear_attention: tuple[int, int, int, int, int, int] | None = None
+    # A hybrid (MambaModel): one of M (Mamba-2), * (attention), - (MLP), E (MoE) per layer, each one
+    # pre-norm + that block; the Mamba-2 sizes (state dim, head dim, groups, heads, conv width, chunk)
+    hybrid_pattern: str | None = None
+    mamba: tuple[int, int, int, int, int, int] | None = None
+    # Multi-token prediction layers (Megatron-Core's MTP block, on the last pipeline stage): each an
+    # enorm, hnorm, eh_proj [2h -> h], a decoder layer of the last layer's kind and a final norm
+    mtp_layers: int = 0
+    # A vision-language model's image side (vision tower + projector) on the first stage, whole on every
+    # tp rank; `frozen_params` of it get no gradient or optimizer state; image tokens per image (noted)
+    vision_params: int = 0
+    frozen_params: int = 0
+    image_tokens: int = 0
+
+    def mtp_kind(self) -> tuple[bool, bool, str | None]:
+        """The kind of the MTP block's decoder layer: the last layer's MLP, softmax attention."""
+        return (self.moe_layers()[-1], False, None)
+
+    def layer_kinds(self) -> list[tuple[bool, bool, str | None]]:
+        """Per layer: (MoE, Gated DeltaNet, hybrid symbol or None for a GPT layer of attention + MLP)."""
+        if self.hybrid_pattern is not None:
+            return [(c == "E", False, c) for c in self.hybrid_pattern]
+        return list(
+            zip(self.moe_layers(), self.linear_attention_layers(), [None] * self.num_layers, strict=True)
+        )
 
     def linear_attention_layers(self) -> list[bool]:
         """Per layer: Gated DeltaNet (True) or softmax attention (Megatron-Core's integer rule)."""
@@ -123,6 +147,19 @@ class ModelShape:
                 f"a per-layer pattern must hold num_layers={self.num_layers} values of 1 (MoE) or 0 (dense)",
                 "give one 0/1 per layer, or an integer N (a MoE layer every N layers)",
             )
+        for name in ("mtp_layers", "vision_params", "frozen_params", "image_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                fail(f"model.{name}", value, "must be a non-negative integer", "give 0 or a positive count")
+        if self.hybrid_pattern is not None and (
+            len(self.hybrid_pattern) != self.num_layers or self.mamba is None and "M" in self.hybrid_pattern
+        ):
+            fail(
+                "model.hybrid_pattern",
+                self.hybrid_pattern,
+                f"needs one symbol per layer (num_layers={self.num_layers}) and, with M layers, the Mamba sizes",
+                "give the provider's hybrid_override_pattern and model.mamba",
+            )
         groups = self.query_groups
         if self.num_attention_heads % groups:
             fail(
@@ -138,6 +175,8 @@ class ModelShape:
 
     def moe_layers(self) -> tuple[bool, ...]:
         """Per layer: whether it is a MoE layer (all False for a dense model)."""
+        if self.hybrid_pattern is not None:
+            return tuple(c == "E" for c in self.hybrid_pattern)
         if not self.is_moe:
             return (False,) * self.num_layers
         freq = self.moe_layer_freq
@@ -425,7 +464,24 @@ class ParallelLayout:
             size = getattr(m, name)
             if size is not None and size % tp:
                 fail("tp", tp, f"must divide model.{name} ({size})", f"choose tp dividing {size}")
+        self._check_model_kind(m)
         self.chunk_layers()  # raises the split's ConfigError
+
+    def _check_model_kind(self, m: ModelShape) -> None:
+        """What the hybrid and vision-language providers refuse (bridge.models.hybrid_provider,
+        vlm_provider), so that the planner never proposes it."""
+        if m.mamba is not None and "M" in (m.hybrid_pattern or ""):
+            for name, value in (("mamba_num_heads", m.mamba[3]), ("mamba_num_groups", m.mamba[2])):
+                if value % self.tp:
+                    fail("tp", self.tp, f"must divide model.{name} ({value})", f"choose tp dividing {value}")
+            if self.cp > 1:
+                fail("cp", self.cp, "Mamba layers are not run under context parallelism", "use cp=1")
+        if m.hybrid_pattern is not None and self.vpp:
+            fail("vpp", self.vpp, "a hybrid model builds no virtual pipeline stages", "use vpp=None")
+        if m.vision_params and (self.cp > 1 or self.sequence_parallel):
+            name, value = ("cp", self.cp) if self.cp > 1 else ("sequence_parallel", True)
+            fail(name, value, "a vision-language model merges image features into the whole sequence",
+                 "use cp=1 and sequence_parallel=False")  # fmt: skip
 
     # ---- pipeline stages ------------------------------------------------------------------------------
 

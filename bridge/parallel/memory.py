@@ -25,6 +25,11 @@ norm inputs and outputs 4h (split by tp only with sequence parallelism) + Q, K, 
 output 2q + 2kv (split by tp) + the MLP 3f gated / 2f plain (split by tp); for MoE the routed tokens
 top_k * (2h + 3f_expert) and the router's fp32 logits, split by tp. Full recomputation keeps only each
 layer's input (h) plus one layer's activations for the recompute. Sequence length is split by cp.
+A hybrid's layers (one norm each: 2h) are counted by kind: attention, MLP or MoE as above; a Mamba-2
+layer keeps in_proj's output, the conv output, the scan and gated-norm outputs (split by tp) and, in
+fp32, the SSD scan's chunk states (heads * head_dim * state per chunk) and dt per head. MTP layers
+(on the last stage) add their decoder layer's activations, the normed embedding / hidden pair (4h) and
+one more set of logits each.
 
 The `megatron` accounting depends on the layout's data-parallel strategy (ParallelLayout.strategy); the
 activations do not. Per rank, with P_d its dense and P_e its expert parameters (params_per_rank: TP/EP
@@ -54,11 +59,13 @@ For bf16 + Adam that is 6 + 12/(dp*cp) (megatron), 16/(dp_shard*cp) + gathered (
 18/(dp*cp) + gathered (megatron_fsdp) and 18 (ddp) bytes per parameter.
 With PEFT (`TrainingSetup.trainable_params`) only the adapters train: gradients and optimizer state are
 scaled by trainable / total parameters (frozen weights get neither), the weights themselves are not.
+A vision-language model's image side (ModelShape.vision_params) sits whole on every tp rank of the first
+stage; its frozen part (the vision tower by default) has weights only. Its activations are not counted.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bridge.errors import ConfigError
 from bridge.parallel import schedules
@@ -162,7 +169,12 @@ def seed_state_memory(
     return params, params, OPTIMIZER_STATES[optimizer] * params
 
 
-def _act_bytes_per_token_layer(shape: ModelShape, tp: int, sequence_parallel: bool, width: int) -> float:
+def _act_bytes_per_token_layer(
+    shape: ModelShape, tp: int, sequence_parallel: bool, width: int, symbol: str | None = None
+) -> float:
+    """Activation bytes one token leaves in one layer (a hybrid's layer of kind `symbol`: _hybrid_bytes)."""
+    if symbol is not None:
+        return _hybrid_bytes(shape, tp, sequence_parallel, width, symbol)
     h = shape.hidden_size
     kv = shape.kv_channels or h // shape.num_attention_heads
     q, kvs = shape.num_attention_heads * kv, shape.query_groups * kv
@@ -181,22 +193,59 @@ def _act_bytes_per_token_layer(shape: ModelShape, tp: int, sequence_parallel: bo
     return (norms + split / tp) * width + extra_fp32
 
 
+def _hybrid_bytes(shape: ModelShape, tp: int, sequence_parallel: bool, width: int, symbol: str) -> float:
+    """A hybrid layer: its one norm's input and output 2h, and its block's (split by tp). A Mamba-2 mixer
+    keeps in_proj's output (z, x, B, C, dt), the conv output (x, B, C), the scan output and the gated norm
+    output, plus in fp32 the SSD scan's chunk states (heads * head_dim * state per chunk of
+    chunk_size tokens) and dt / its cumulative sum per head."""
+    h = shape.hidden_size
+    norms = 2 * h / (tp if sequence_parallel else 1)
+    if symbol == "M":
+        state, head_dim, groups, heads, _, chunk = shape.mamba
+        d_inner, xbc = heads * head_dim, heads * head_dim + 2 * groups * state
+        split = (d_inner + xbc + heads) + xbc + 2 * d_inner
+        return (norms + split / tp) * width + 4 * (heads * head_dim * state / chunk + 2 * heads) / tp
+    kv = shape.kv_channels or h // shape.num_attention_heads
+    attention = 2 * shape.num_attention_heads * kv + 2 * shape.query_groups * kv
+    if symbol == "*":
+        return (norms + attention / tp) * width
+    # an MLP or MoE layer: the GPT layer's bytes of that kind less its attention and second norm pair
+    gpt = replace(
+        shape,
+        hybrid_pattern=None,
+        mamba=None,
+        num_moe_experts=shape.num_moe_experts if symbol == "E" else None,
+    )
+    return _act_bytes_per_token_layer(gpt, tp, sequence_parallel, width) - (norms + attention / tp) * width
+
+
 def activation_memory(
     shape: ModelShape, layout: ParallelLayout, setup: TrainingSetup, stage: int, *, in_flight: float
 ) -> float:
     """Bytes of activations on one rank of `stage` holding `in_flight` micro batches of its layers."""
     width = 4 if setup.precision == "fp32" else 2
     tokens = setup.seq_length // layout.cp * setup.micro_batch_size
-    per_layer = tokens * _act_bytes_per_token_layer(shape, layout.tp, layout.sequence_parallel, width)
-    layers = len(stage_layer_ids(shape, layout, stage))
+    ids = stage_layer_ids(shape, layout, stage)
+    kinds = shape.layer_kinds()
+    per_kind = {
+        kinds[i][2]: tokens
+        * _act_bytes_per_token_layer(shape, layout.tp, layout.sequence_parallel, width, kinds[i][2])
+        for i in ids
+    }
+    layers = len(ids)
     if setup.recompute == "full":
         kept = tokens * shape.hidden_size * width / (layout.tp if layout.sequence_parallel else 1)
-        total = layers * in_flight * kept + per_layer
+        total = layers * in_flight * kept + max(per_kind.values())
     else:
-        total = layers * in_flight * per_layer
+        total = in_flight * sum(per_kind[kinds[i][2]] for i in ids)
     if stage == layout.pp - 1:
         vocab = padded_vocab_size(shape.vocab_size, layout.tp, shape.make_vocab_size_divisible_by)
-        total += tokens * vocab / layout.tp * (width + 4)  # logits and their fp32 copy for the loss
+        # logits and their fp32 copy for the loss, once for the model and once per MTP layer
+        total += (1 + shape.mtp_layers) * tokens * vocab / layout.tp * (width + 4)
+        if shape.mtp_layers:  # each MTP layer: its decoder layer and its [2h] input (the normed pair)
+            sp = layout.tp if layout.sequence_parallel else 1
+            layer = _act_bytes_per_token_layer(shape, layout.tp, layout.sequence_parallel, width)
+            total += shape.mtp_layers * in_flight * tokens * (layer + 4 * shape.hidden_size * width / sp)
     return total
 
 
@@ -297,17 +346,21 @@ def stage_memory(
     rank = params_per_rank(shape, layout, stage)
     dense_shards, expert_shards = _shards(layout)
     sharded = rank.dense / dense_shards + rank.expert / expert_shards  # one rank's share of its slice
+    # a frozen vision tower (first stage): weights only, no gradient buffer, no optimizer state
+    frozen = shape.frozen_params if stage == 0 else 0
     gathered = 0.0
     if strategy == "fsdp2":
         # fp32 shards of params, grads and moments; no master copy (the shards are the fp32 weights)
-        params, grads, opt = sharded * 4, sharded * 4, sharded * moments
+        trains = sharded - frozen / dense_shards
+        params, grads, opt = sharded * 4, trains * 4, trains * moments
         gathered = gathered_params(shape, layout, stage) * width
     elif strategy == "megatron_fsdp":
-        params, grads, opt = sharded * width, sharded * 4, sharded * (master + moments)
+        trains = sharded - frozen / dense_shards
+        params, grads, opt = sharded * width, trains * 4, trains * (master + moments)
         gathered = gathered_params(shape, layout, stage) * width
     else:  # megatron: only the optimizer state is sharded (distributed optimizer); ddp: _shards is (1, 1)
-        held = sharded if setup.distributed_optimizer else rank.total
-        params, grads, opt = rank.total * width, rank.total * 4, held * (master + moments)
+        held = sharded - frozen / dense_shards if setup.distributed_optimizer else rank.total - frozen
+        params, grads, opt = rank.total * width, (rank.total - frozen) * 4, held * (master + moments)
     if setup.trainable_params is not None:
         trains = min(1.0, setup.trainable_params / count_parameters(shape).total)
         grads, opt = grads * trains, opt * trains

@@ -5,7 +5,8 @@ no linear biases except the optional QKV bias, or a bias on every linear (add_bi
 sink logit per head (attention_sinks); attention is grouped-query or multi-latent (q and kv
 through low-rank latents). With num_moe_experts set, the layers moe_layer_freq marks hold a router,
 the routed experts and the optional (gated) shared expert; the others a dense MLP of ffn_hidden_size.
-Pure Python.
+A hybrid (ModelShape.hybrid_pattern) counts each layer as its one block and one pre-norm: a Mamba-2
+mixer (mamba_mixer), attention, a dense MLP or a MoE. Pure Python.
 """
 
 from __future__ import annotations
@@ -33,11 +34,17 @@ class ParamCount:
     shared_experts: int  # all layers
     norms: int  # the two per-layer norms and the final norm
     active_experts: int  # all layers, the top-k experts one token uses
+    mamba: int = 0  # all Mamba-2 mixers of a hybrid (in/out projections, conv, per-head vectors, norm)
+    mtp_proj: int = 0  # the MTP layers' eh_proj [2h -> h] (their decoder layers are in the parts above)
+    vision: int = 0  # a vision-language model's vision tower and projector
 
     @property
     def total(self) -> int:
         return (
-            self.embedding
+            self.mamba
+            + self.mtp_proj
+            + self.vision
+            + self.embedding
             + self.output
             + self.attention
             + self.mlp
@@ -111,9 +118,24 @@ def _gated_delta_net(shape: ModelShape) -> tuple[int, int]:
     return split, dv
 
 
-def _layer_parts(shape: ModelShape, moe: bool | None = None, linear: bool = False) -> dict[str, int]:
+def mamba_mixer(shape: ModelShape) -> tuple[int, int]:
+    """One Mamba-2 mixer (Megatron-Core's MambaMixer, no linear biases): (matrix weights, the rest).
+    in_proj to z, x, B, C, dt (2 d_inner + 2 groups state + heads), out_proj from d_inner; the depthwise
+    conv over x, B, C (weights: d_conv per channel, counted as matrix work; its bias in the rest), and
+    dt_bias, A_log, D per head and the gated RMSNorm over d_inner. All of it is split over tp by heads."""
+    state, head_dim, groups, heads, d_conv, _ = shape.mamba
+    h, d_inner = shape.hidden_size, heads * head_dim
+    conv = d_inner + 2 * groups * state
+    matrices = h * (conv + d_inner + heads) + d_inner * h + conv * d_conv
+    return matrices, conv + 3 * heads + d_inner
+
+
+def _layer_parts(
+    shape: ModelShape, moe: bool | None = None, linear: bool = False, symbol: str | None = None
+) -> dict[str, int]:
     """Parameters of one transformer layer, by part: a MoE layer or a dense one (default: the model's
-    first layer kind, MoE for a model whose every layer is MoE); Gated DeltaNet attention when `linear`."""
+    first layer kind, MoE for a model whose every layer is MoE); Gated DeltaNet attention when `linear`.
+    A hybrid's layer (`symbol` M, *, - or E) is one pre-norm and its one block."""
     if moe is None:
         moe = shape.is_moe and any(shape.moe_layers())
     _require(shape, "hidden_size")
@@ -136,8 +158,9 @@ def _layer_parts(shape: ModelShape, moe: bool | None = None, linear: bool = Fals
         attention = sum(_gated_delta_net(shape))
     mats = 3 if shape.gated_linear_unit else 2  # gate+up+down, or fc1+fc2
     parts = {
-        "attention": attention,
-        "norms": shape.layer_norms * h,
+        "attention": attention if symbol in (None, "*") else 0,
+        "mamba": sum(mamba_mixer(shape)) if symbol == "M" else 0,
+        "norms": shape.layer_norms * h if symbol is None else h,  # a hybrid layer: its one pre-norm
         "mlp": 0,
         "router": 0,
         "experts": 0,
@@ -145,7 +168,9 @@ def _layer_parts(shape: ModelShape, moe: bool | None = None, linear: bool = Fals
         "active_experts": 0,
         "per_expert": 0,
     }
-    if moe:
+    if symbol in ("M", "*"):
+        pass  # a hybrid's Mamba or attention layer: no MLP
+    elif moe:
         expert_ffn = shape.moe_ffn_hidden_size or shape.ffn_hidden_size
         if expert_ffn is None:
             _require(shape, "moe_ffn_hidden_size")
@@ -176,8 +201,8 @@ def _mlp_biases(shape: ModelShape, ffn: int) -> int:
 
 
 def _summed_parts(shape: ModelShape, layers: range | None = None) -> dict[str, int]:
-    """_layer_parts summed over `layers` (default all), each layer MoE or dense as moe_layer_freq says."""
-    kinds = list(zip(shape.moe_layers(), shape.linear_attention_layers(), strict=True))
+    """_layer_parts summed over `layers` (default all), each layer of its kind (ModelShape.layer_kinds)."""
+    kinds = shape.layer_kinds()
     layers = range(shape.num_layers) if layers is None else layers
     cache = {kind: _layer_parts(shape, *kind) for kind in set(kinds[i] for i in layers)}
     total: dict[str, int] = {}
@@ -192,6 +217,10 @@ def count_parameters(shape: ModelShape) -> ParamCount:
     _require(shape, "hidden_size", "vocab_size")
     h, v = shape.hidden_size, shape.vocab_size
     p = _summed_parts(shape)
+    if shape.mtp_layers:  # each MTP layer: one decoder layer, enorm + hnorm + final norm, eh_proj
+        mtp = _layer_parts(shape, *shape.mtp_kind())
+        p = {k: p.get(k, 0) + shape.mtp_layers * n for k, n in mtp.items()}
+        p["norms"] += shape.mtp_layers * 3 * h
     return ParamCount(
         embedding=v * h,
         output=0 if shape.share_embeddings_and_output_weights else v * h,
@@ -202,6 +231,9 @@ def count_parameters(shape: ModelShape) -> ParamCount:
         shared_experts=p["shared"],
         norms=p["norms"] + h,
         active_experts=p["active_experts"],
+        mamba=p["mamba"],
+        mtp_proj=shape.mtp_layers * 2 * h * h,
+        vision=shape.vision_params,
     )
 
 
@@ -283,22 +315,26 @@ def _rank_params(
     the same sizes under many layouts."""
     h = shape.hidden_size
     dense = expert = 0
-    kinds = list(zip(shape.moe_layers(), shape.linear_attention_layers(), strict=True))
+    kinds = shape.layer_kinds()
     softmax_norms = _replicated_qk_norm_params(shape)  # replicated across tp
     if shape.multi_latent_attention:
         softmax_norms = _mla_attention(shape)[1]
     by_kind = {}
-    for moe, linear in {kinds[i] for i in ids}:
-        p = _layer_parts(shape, moe, linear)
+    last = stage == pp - 1
+    for moe, linear, symbol in {kinds[i] for i in ids} | ({shape.mtp_kind()} if last else set()):
+        p = _layer_parts(shape, moe, linear, symbol)
         attention_norms = _gated_delta_net(shape)[1] if linear else softmax_norms
+        if not p["attention"]:  # a hybrid's Mamba, MLP or MoE layer
+            attention_norms = 0
         norm_like = p["norms"] + attention_norms
         gate = h if p["shared"] and shape.moe_shared_expert_gate else 0  # replicated across tp
         # the biases after a row-parallel linear are whole on every tp rank (the router's: in "router")
-        proj_b = _bias(shape, h)
+        proj_b = _bias(shape, h) if p["attention"] else 0
         mlp_b = _bias(shape, h) if p["mlp"] else 0
         shared_b = _bias(shape, h) if p["shared"] else 0
         layer_dense = (
-            (p["attention"] - attention_norms - proj_b) // tp
+            p["mamba"] // tp  # every Mamba-2 weight is split by heads
+            + (p["attention"] - attention_norms - proj_b) // tp
             + proj_b
             + norm_like
             + (p["mlp"] - mlp_b) // tp
@@ -313,15 +349,21 @@ def _rank_params(
             fc2_bias = _bias(shape, h)  # replicated over etp
             per_expert = (p["per_expert"] - fc2_bias) // etp + fc2_bias
             layer_expert = (shape.num_moe_experts // ep) * per_expert
-        by_kind[(moe, linear)] = (layer_dense, layer_expert)
+        by_kind[(moe, linear, symbol)] = (layer_dense, layer_expert)
     for i in ids:
         layer_dense, layer_expert = by_kind[kinds[i]]
         dense += layer_dense
         expert += layer_expert
     vocab = padded_vocab_size(shape.vocab_size, tp, multiple)
     table = vocab * h // tp
+    if last and shape.mtp_layers:  # on the last stage; it needs the embedding (a copy when pp > 1)
+        layer_dense, layer_expert = by_kind[shape.mtp_kind()]
+        dense += shape.mtp_layers * (layer_dense + 2 * h * h // tp + 3 * h)
+        expert += shape.mtp_layers * layer_expert
+        if stage != 0:
+            dense += table
     if stage == 0:
-        dense += table
+        dense += table + shape.vision_params  # the image side: whole on every tp rank
     if stage == pp - 1:
         dense += h  # final norm
         if not shape.share_embeddings_and_output_weights or pp > 1:

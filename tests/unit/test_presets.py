@@ -701,6 +701,13 @@ def test_parameter_count_equals_hugging_face(name, single_process_groups):
         assert provider.padded_vocab_size() == provider.vocab_size
         assert count_parameters(provider.model_shape()).total == _hf_meta_param_count(name)
         return
+    hf_count = _hf_meta_param_count(name)
+    # the hybrids and the vision-language models: the planner's count (per layer kind; vision tower and
+    # projector from the config) too
+    if name.startswith(("nemotronh_", "nemotron_nano_")) or name in VLM:
+        from bridge.parallel.param_count import count_parameters
+
+        assert count_parameters(provider.model_shape()).total == hf_count
     provider.perform_initialization = False  # meta tensors: nothing to initialise
     with torch.device("meta"):
         model = provider.provide()
@@ -713,7 +720,7 @@ def test_parameter_count_equals_hugging_face(name, single_process_groups):
     padding = provider.padded_vocab_size() - provider.vocab_size
     tables = 1 if provider.share_embeddings_and_output_weights else 2
     assert padding == VOCAB_PADDING.get(name, 0)
-    assert ours - padding * provider.hidden_size * tables == _hf_meta_param_count(name)
+    assert ours - padding * provider.hidden_size * tables == hf_count
     if name == "deepseek_v2_lite":  # the formula COUNTED_BY_FORMULA relies on, against the built model
         from bridge.parallel.param_count import count_parameters
 
@@ -859,3 +866,32 @@ def test_vlm_preset_equals_what_its_published_config_converts_to(name):
         elif key != "text_config":
             assert p.vlm_config[key] == value, key
     p.finalize()
+
+
+@pytest.mark.parametrize("name", ["deepseek_v3", "glm45_air"])
+def test_mtp_parameter_formula_equals_the_built_model(name, single_process_groups):
+    # The planner's count with one multi-token-prediction layer (enorm, hnorm, eh_proj, a decoder layer of
+    # the last layer's kind, final norm) against Megatron-Core's MTP block as built: DeepSeek-V3's and
+    # GLM-4.5-Air's layers, one dense and one MoE layer of 4 experts, on the meta device.
+    import dataclasses
+
+    from bridge.parallel.param_count import count_parameters
+
+    provider = dataclasses.replace(
+        preset(name),
+        num_layers=2,
+        num_moe_experts=4,
+        moe_router_topk=2,
+        moe_layer_freq=[0, 1],
+        mtp_num_layers=1,
+    )
+    for field in ("moe_router_num_groups", "moe_router_group_topk"):  # DeepSeek-V3 routes within 8 groups
+        if getattr(provider, field, None):
+            setattr(provider, field, None)
+    provider.perform_initialization = False
+    with torch.device("meta"):
+        model = provider.provide()
+    built = sum(p.numel() for p in model.parameters())
+    assert any("mtp" in n.split(".") for n, _ in model.named_parameters())  # the block was built
+    count = count_parameters(provider.model_shape())
+    assert count.total == built

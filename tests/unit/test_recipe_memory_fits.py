@@ -79,6 +79,20 @@ OVER_MEMORY = {
     "qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_functional_config": "activations",
     "qwen3_30b_a3b_sft_8gpu_h100_bf16_config": "activations",
     "qwen3_235b_a22b_sft_64gpu_h100_bf16_config": "activations",
+    # Megatron-Bridge's hybrid and Qwen3-Next recipes at DP=1: the bf16 weights, fp32 gradients and
+    # unsharded Adam states alone (counted per layer kind: Mamba-2, attention, MLP, MoE) exceed 72 GB
+    "nemotronh_4b_pretrain_1gpu_h100_bf16_config": "states",
+    "nemotronh_4b_sft_1gpu_h100_bf16_config": "states",
+    "nemotronh_8b_pretrain_2gpu_h100_bf16_config": "states",
+    "nemotronh_8b_sft_2gpu_h100_bf16_config": "states",
+    "nemotronh_47b_pretrain_8gpu_h100_bf16_config": "states",
+    "nemotronh_47b_sft_16gpu_h100_bf16_config": "activations",
+    "nemotronh_56b_pretrain_8gpu_h100_bf16_config": "states",
+    "nemotronh_56b_sft_8gpu_h100_bf16_config": "states",
+    "nemotron_nano_9b_v2_pretrain_2gpu_h100_bf16_config": "states",
+    "nemotron_nano_9b_v2_sft_2gpu_h100_bf16_config": "states",
+    "nemotron_nano_12b_v2_pretrain_4gpu_h100_bf16_config": "activations",
+    "qwen3_next_80b_a3b_sft_16gpu_h100_bf16_config": "states",
 }
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from bridge.parallel import schedules
 from bridge.parallel.layout import ModelShape, ParallelLayout
 from bridge.parallel.memory import TrainingSetup, _act_bytes_per_token_layer
-from bridge.parallel.param_count import _layer_parts, count_parameters, params_per_rank
+from bridge.parallel.param_count import _layer_parts, count_parameters, mamba_mixer, params_per_rank
 from bridge.parallel.planner import systems as k
 from bridge.parallel.planner.stages import StageSplit
 
@@ -67,15 +67,34 @@ class StepEstimate:
 
 @functools.lru_cache(maxsize=256)
 def model_flops_per_token(shape: ModelShape, seq_length: int) -> float:
-    """Training FLOPs per token (forward + backward, no recompute): 6 per active matrix weight, including
-    the output layer, plus causal attention's 3 * seq * heads * (qk + v head dims) per layer."""
+    """Training FLOPs per token (forward + backward = 3 x forward, no recompute): 6 per active matrix
+    weight (the output layer, Mamba-2's and Gated DeltaNet's projections and depthwise convs included),
+    plus per softmax-attention layer causal attention's 3 * seq * heads * (qk + v head dims), per Mamba-2
+    layer the SSD scan's 3 * 7 * d_inner * state and per Gated DeltaNet layer the delta rule's
+    3 * 2 * 4 * value_heads * value_head_dim^2 (Megatron-Core's num_floating_point_operations). An MTP
+    layer is its decoder layer (softmax attention), its eh_proj and one more pass through the output layer."""
     count = count_parameters(shape)
-    matmul = count.active - count.embedding - count.norms
+    kinds = shape.layer_kinds()
+    mamba_layers = sum(symbol == "M" for _, _, symbol in kinds)
+    linear_layers = sum(linear for _, linear, _ in kinds)
+    softmax_layers = sum(not linear and symbol in (None, "*") for _, linear, symbol in kinds)
+    matmul = count.active - count.embedding - count.norms - count.vision  # per text token: no image side
     if shape.share_embeddings_and_output_weights:
         matmul += count.embedding  # the output product still runs with the tied weights
+    scans = 0
+    if mamba_layers:
+        matmul -= mamba_layers * mamba_mixer(shape)[1]  # conv bias, per-head vectors, gated norm
+        state, head_dim, _, heads, _, _ = shape.mamba
+        scans += mamba_layers * 3 * 7 * heads * head_dim * state
+    if linear_layers:
+        _, _, _, nv, _, dv = shape.linear_attention
+        matmul -= linear_layers * (2 * nv + dv)  # A_log, dt_bias, the output norm
+        scans += linear_layers * 3 * 2 * 4 * nv * dv * dv
+    if shape.mtp_layers:  # each MTP layer: its own logits through the shared output layer
+        matmul += shape.mtp_layers * shape.vocab_size * shape.hidden_size
     qk, v = _head_dims(shape)
-    attention = 3 * seq_length * shape.num_attention_heads * (qk + v) * shape.num_layers
-    return 6 * matmul + attention
+    attention = 3 * seq_length * shape.num_attention_heads * (qk + v) * (softmax_layers + shape.mtp_layers)
+    return 6 * matmul + attention + scans
 
 
 def _head_dims(shape: ModelShape) -> tuple[int, int]:
@@ -123,19 +142,32 @@ class _Pass:
 
 
 def _layer_pass(
-    shape: ModelShape, layout: ParallelLayout, setup: TrainingSetup, moe: bool, sys_, links
+    shape: ModelShape, layout: ParallelLayout, setup: TrainingSetup, kind: tuple, sys_, links
 ) -> _Pass:
+    """One layer of `kind` (ModelShape.layer_kinds: MoE, Gated DeltaNet, hybrid symbol)."""
+    moe, linear, symbol = kind
     tp, cp, ep, etp = layout.tp, layout.cp, layout.ep, layout.etp
     h = shape.hidden_size
     width = 4 if setup.precision == "fp32" else 2
     peak = sys_.peak_flops[setup.precision]
     eff = k.GEMM_EFFICIENCY[setup.precision]
     tokens = setup.micro_batch_size * setup.seq_length / cp  # this rank's tokens in the dense path
-    parts = _layer_parts(shape, moe)
-    attention_w = parts["attention"] - _attention_norms(shape)
+    parts = _layer_parts(shape, moe, linear, symbol)
+    softmax = not linear and symbol in (None, "*")
     qk, v = _head_dims(shape)
-    head_width = shape.num_attention_heads * max(qk, v) / tp
-    gemm = _gemm_seconds(2 * tokens * attention_w / tp, min(tokens, h, head_width), peak, eff)
+    gemm = scan_flops = 0.0
+    if parts["attention"]:
+        attention_w = parts["attention"] - (_attention_norms(shape) if softmax else 0)
+        head_width = shape.num_attention_heads * max(qk, v) / tp
+        gemm += _gemm_seconds(2 * tokens * attention_w / tp, min(tokens, h, head_width), peak, eff)
+    if linear:  # the delta rule's 2 * 4 * value_heads * value_head_dim^2 per token
+        _, _, _, nv, _, dv = shape.linear_attention
+        scan_flops = 8 * tokens * nv * dv * dv / tp
+    if parts["mamba"]:
+        state, head_dim, _, heads, _, _ = shape.mamba
+        matrices = mamba_mixer(shape)[0]
+        gemm += _gemm_seconds(2 * tokens * matrices / tp, min(tokens, h, heads * head_dim / tp), peak, eff)
+        scan_flops = 7 * tokens * heads * head_dim * state / tp  # the SSD scan (Megatron-Core's estimate)
     if moe:
         expert_ffn = shape.moe_ffn_hidden_size or shape.ffn_hidden_size
         routed = (
@@ -150,24 +182,31 @@ def _layer_pass(
             gemm += _gemm_seconds(
                 2 * tokens * parts["shared"] / tp, min(tokens, h, shared_ffn / tp), peak, eff
             )
-    else:
+    elif parts["mlp"]:
         gemm += _gemm_seconds(
             2 * tokens * parts["mlp"] / tp, min(tokens, h, shape.ffn_hidden_size / tp), peak, eff
         )
-    # causal attention of this rank's heads over its CP share of each sequence
-    attn_flops = setup.micro_batch_size * setup.seq_length**2 * shape.num_attention_heads / tp * (qk + v) / cp
+    # causal attention of this rank's heads over its CP share of each sequence; the scans at the same rate
+    attn_flops = 0.0
+    if softmax:
+        attn_flops = (
+            setup.micro_batch_size * setup.seq_length**2 * shape.num_attention_heads / tp * (qk + v) / cp
+        )
     attention = attn_flops / (sys_.peak_flops["bf16"] * k.ATTENTION_EFFICIENCY)
-    act_bytes = tokens * _act_bytes_per_token_layer(shape, tp, layout.sequence_parallel, width)
+    scan = scan_flops / (sys_.peak_flops["bf16"] * k.ATTENTION_EFFICIENCY)
+    act_bytes = tokens * _act_bytes_per_token_layer(shape, tp, layout.sequence_parallel, width, symbol)
     elementwise = act_bytes * k.ELEMENTWISE_PASSES / sys_.hbm_bandwidth
     fixed = k.LAYER_OVERHEAD_S + (k.MOE_LAYER_OVERHEAD_S if moe else 0.0)
-    forward = gemm + attention + elementwise / 3 + fixed
-    backward = 2 * gemm + k.ATTENTION_BACKWARD_RATIO * attention + 2 * elementwise / 3 + fixed
-    # two all-gathers + two reduce-scatters of the layer input, (tp-1)/tp of it per GPU
+    forward = gemm + attention + scan + elementwise / 3 + fixed
+    backward = 2 * gemm + k.ATTENTION_BACKWARD_RATIO * attention + 2 * scan + 2 * elementwise / 3 + fixed
+    # an all-gather + a reduce-scatter of the layer input per block (two blocks in a GPT layer, one in a
+    # hybrid's), (tp-1)/tp of it per GPU
     tp_comm = 0.0
     if tp > 1:
-        tp_comm = k.TP_EXPOSED * links.seconds(4 * tokens * h * width * (tp - 1) / tp, tp)
+        blocks = 2 if symbol is None else 1
+        tp_comm = k.TP_EXPOSED * links.seconds(2 * blocks * tokens * h * width * (tp - 1) / tp, tp)
     cp_comm = 0.0
-    if cp > 1:
+    if cp > 1 and softmax:
         kv_bytes = tokens * 2 * shape.query_groups * qk / tp * width
         if shape.multi_latent_attention:
             kv_bytes = tokens * 2 * shape.num_attention_heads * qk / tp * width
@@ -187,11 +226,15 @@ def _attention_norms(shape: ModelShape) -> int:
     return 2 * kv if not shape.qk_layernorm_per_projection else 0
 
 
-def _stage_layers(shape: ModelShape, heaviest: int) -> tuple[int, int]:
-    """(dense, MoE) layers on the heaviest stage, in the model's proportion."""
-    kinds = shape.moe_layers()
-    moe = round(heaviest * sum(kinds) / len(kinds))
-    return heaviest - moe, moe
+def _stage_layers(shape: ModelShape, heaviest: int) -> dict[tuple, int]:
+    """Layers of each kind (ModelShape.layer_kinds) on the heaviest stage, in the model's proportion
+    (largest remainders, so that they add up to `heaviest`)."""
+    kinds = shape.layer_kinds()
+    counts = {kind: kinds.count(kind) * heaviest / len(kinds) for kind in dict.fromkeys(kinds)}
+    whole = {kind: int(c) for kind, c in counts.items()}
+    for kind in sorted(counts, key=lambda kd: whole[kd] - counts[kd])[: heaviest - sum(whole.values())]:
+        whole[kind] += 1
+    return whole
 
 
 def estimate_step(
@@ -210,13 +253,12 @@ def estimate_step(
     if gbs is None:
         gbs = max(unit, TOKENS_PER_STEP_ASSUMED // setup.seq_length // unit * unit)
     m = gbs // unit
-    dense_layers, moe_layers = _stage_layers(shape, split.heaviest)
     parts = {"compute": 0.0, "recompute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0}
     fwd_passes = 2 if setup.recompute == "full" else 1
-    for moe, count in ((False, dense_layers), (True, moe_layers)):
+    for kind, count in _stage_layers(shape, split.heaviest).items():
         if count == 0:
             continue
-        p = _layer_pass(shape, layout, setup, moe, system, links)
+        p = _layer_pass(shape, layout, setup, kind, system, links)
         parts["compute"] += count * (p.compute + p.backward)
         parts["recompute"] += count * p.compute * (fwd_passes - 1)
         passes = fwd_passes + 1
@@ -227,7 +269,13 @@ def estimate_step(
     if layout.pp == 1 or split.last == split.heaviest:  # the output layer, forward and backward
         vocab_gemm = 2 * tokens * shape.hidden_size * shape.vocab_size / layout.tp
         peak = system.peak_flops[setup.precision] * k.GEMM_EFFICIENCY[setup.precision]
-        parts["compute"] += 3 * vocab_gemm / peak
+        parts["compute"] += (1 + shape.mtp_layers) * 3 * vocab_gemm / peak
+        if shape.mtp_layers:  # the MTP layers on the last stage: a decoder layer and eh_proj each
+            p = _layer_pass(shape, layout, setup, shape.mtp_kind(), system, links)
+            eh_proj = 3 * 2 * tokens * 2 * shape.hidden_size**2 / layout.tp / peak
+            parts["compute"] += shape.mtp_layers * (p.compute + p.backward + eh_proj)
+            parts["tp"] += shape.mtp_layers * p.tp * (fwd_passes + 1)
+            parts["ep"] += shape.mtp_layers * p.ep * (fwd_passes + 1)
     per_microbatch = sum(parts.values())
     vpp = layout.vpp if layout.interleaved else None
     name = schedules.effective(setup.pp_schedule, vpp)
