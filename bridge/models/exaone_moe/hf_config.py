@@ -23,7 +23,7 @@ from typing import Any
 from bridge.models.exaone4 import hf_config as exaone4
 from bridge.models.hf_translation.common import BASE_DEFAULTS, get, refuse
 from bridge.models.hf_translation.read import rope_fields
-from bridge.models.hf_translation.sigmoid_routing import sigmoid_routing_fields, sigmoid_routing_hf_fields
+from bridge.models.hf_translation.sigmoid_routing import shared_expert_moe_fields, sigmoid_routing_hf_fields
 
 logger = logging.getLogger(__name__)
 
@@ -90,34 +90,12 @@ def _moe_layer_freq(cfg: Any) -> list[int]:
 
 
 def _moe_fields(cfg: Any) -> dict[str, Any]:
-    experts = int(get(cfg, "num_experts") or 0)
-    shared = int(get(cfg, "num_shared_experts") or 0)
-    if experts < 1 or shared < 1:
-        raise refuse(
-            "num_experts/num_shared_experts",
-            (experts, shared),
-            "transformers builds routed experts and a shared expert of num_shared_experts * "
-            "moe_intermediate_size in every sparse layer",
-            "use the published config.json",
-        )
-    size = int(get(cfg, "moe_intermediate_size"))
-    out: dict[str, Any] = dict(
-        moe_ffn_hidden_size=size,
-        moe_shared_expert_intermediate_size=shared * size,
-        moe_shared_expert_gate=False,
-        moe_router_load_balancing_type="seq_aux_loss",
-        moe_aux_loss_coeff=0.0,
-        moe_token_dispatcher_type="alltoall",
-        moe_grouped_gemm=False,
-        moe_layer_freq=_moe_layer_freq(cfg),
-    )
-    return out | sigmoid_routing_fields(
-        experts,
-        int(get(cfg, "num_experts_per_tok") or 0),
-        bool(get(cfg, "norm_topk_prob", True)),
-        float(get(cfg, "routed_scaling_factor", 1.0)),
-        int(get(cfg, "n_group") or 1),
-        get(cfg, "topk_group"),
+    return shared_expert_moe_fields(
+        cfg,
+        experts_key="num_experts",
+        shared_key="num_shared_experts",
+        aux_loss_coeff=0.0,
+        layer_freq=_moe_layer_freq(cfg),
     )
 
 

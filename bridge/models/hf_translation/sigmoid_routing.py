@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bridge.models.hf_translation.common import refuse
+from bridge.models.hf_translation.common import get, refuse
 
 
 def sigmoid_routing_fields(
@@ -78,3 +78,45 @@ def sigmoid_routing_hf_fields(p: Any) -> dict[str, Any]:
         "n_group": p.moe_router_num_groups or 1,
         "topk_group": p.moe_router_group_topk or 1,
     }
+
+
+def shared_expert_moe_fields(
+    cfg: Any,
+    *,
+    experts_key: str,
+    shared_key: str,
+    aux_loss_coeff: float,
+    layer_freq: list[int],
+) -> dict[str, Any]:
+    """DeepSeek-V3's MoE block as config.json describes it (read with `get`): sigmoid + bias routing
+    (sigmoid_routing_fields), routed experts of moe_intermediate_size and an ungated shared expert of
+    `shared_key` x moe_intermediate_size in every sparse layer of `layer_freq`."""
+    experts = int(get(cfg, experts_key) or 0)
+    shared = int(get(cfg, shared_key) or 0)
+    if experts < 1 or shared < 1:
+        raise refuse(
+            f"{experts_key}/{shared_key}",
+            (experts, shared),
+            f"transformers builds routed experts and a shared expert of {shared_key} * "
+            "moe_intermediate_size in every sparse layer",
+            "use the published config.json",
+        )
+    size = int(get(cfg, "moe_intermediate_size"))
+    out: dict[str, Any] = dict(
+        moe_ffn_hidden_size=size,
+        moe_shared_expert_intermediate_size=shared * size,
+        moe_shared_expert_gate=False,
+        moe_router_load_balancing_type="seq_aux_loss",
+        moe_aux_loss_coeff=aux_loss_coeff,
+        moe_token_dispatcher_type="alltoall",
+        moe_grouped_gemm=False,
+        moe_layer_freq=layer_freq,
+    )
+    return out | sigmoid_routing_fields(
+        experts,
+        int(get(cfg, "num_experts_per_tok") or 0),
+        bool(get(cfg, "norm_topk_prob", True)),
+        float(get(cfg, "routed_scaling_factor", 1.0)),
+        int(get(cfg, "n_group") or 1),
+        get(cfg, "topk_group"),
+    )
