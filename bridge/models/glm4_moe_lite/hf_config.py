@@ -10,8 +10,9 @@
   n_shared_experts * moe_intermediate_size.
 - Dense / MoE layers: mlp_layer_types ("dense" / "sparse"; transformers' default: layer 0 dense). The
   class has no first_k_dense_replace: a config.json key of that name that disagrees is refused.
-- Multi-token prediction (num_nextn_predict_layers): transformers builds no MTP layer, so its tensors
-  (model.layers.<num_hidden_layers + i>.*) are dropped on import with one warning.
+- Multi-token prediction (num_nextn_predict_layers): not converted yet; its tensors
+  (model.layers.<num_hidden_layers + i>.*) are the unmapped-tensor error (bridge.conversion.unmapped), or
+  left out and listed with omit_unmapped.
 """
 
 from __future__ import annotations

@@ -1,18 +1,16 @@
 """Qwen3-Next config.json rules: Qwen3NextConfig defaults; Gated DeltaNet layers by layer_types and the
 linear_* sizes (bridge.models.hf_translation.linear_attention); RoPE over a quarter of each head
-(partial_rotary_factor 0.25, the class default); Qwen2-MoE's gated shared expert; the multi-token
-prediction tensors of the published checkpoints (`mtp.*`) are not built (transformers builds none)."""
+(partial_rotary_factor 0.25, the class default); Qwen2-MoE's gated shared expert. The multi-token
+prediction tensors of the published checkpoints (`mtp.*`) do not convert yet: the unmapped-tensor error
+(bridge.conversion.unmapped), or left out and listed with omit_unmapped."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from bridge.models.hf_translation.common import BASE_DEFAULTS, MOE_DEFAULTS, get, refuse
 from bridge.models.hf_translation.linear_attention import gated_delta_net_fields, gated_delta_net_hf_fields
 from bridge.models.qwen2_moe.hf_config import provider_fields as shared_expert_fields
-
-logger = logging.getLogger(__name__)
 
 PARTIAL_ROTARY_DEFAULT = 0.25
 
@@ -60,13 +58,3 @@ def provider_fields(cfg: Any) -> dict[str, Any]:
 
 def hf_fields(p: Any) -> dict[str, Any]:
     return gated_delta_net_hf_fields(p)
-
-
-def dropped_hf_tensors(cfg: Any, names: set[str]) -> set[str]:
-    """The multi-token-prediction tensors (`mtp.*`), which transformers' Qwen3NextForCausalLM ignores."""
-    dropped = {n for n in names if n.startswith("mtp.")}
-    if dropped:
-        logger.warning(
-            "Qwen3-Next: %d multi-token-prediction tensor(s) dropped (transformers builds none)", len(dropped)
-        )
-    return dropped
