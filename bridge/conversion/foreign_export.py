@@ -18,9 +18,11 @@ from typing import Any
 
 from bridge.checkpoint import foreign
 from bridge.checkpoint.foreign_start import checkpoint_fields, start_folder
+from bridge.conversion.registry import family_for
 from bridge.errors import ConfigError
 from bridge.models.gpt_provider import GPTModelProvider
 from bridge.models.hf_architecture import supported_architectures
+from bridge.models.provider_kinds import provider_class
 
 logger = logging.getLogger("bridge.conversion")
 
@@ -50,6 +52,8 @@ def bridge_for_foreign(
     provider = dataclasses.replace(base, **checkpoint_fields(base, theirs))
     expressing = []
     for architecture in supported_architectures():
+        if provider_class(family_for([architecture]).provider_kind) is not type(provider):
+            continue  # another provider kind's family (a hybrid layer pattern) cannot express this model
         try:
             bridge = from_provider(provider, architecture)
         except (ConfigError, TypeError, ValueError, KeyError):  # its rules cannot write or read this model
