@@ -277,13 +277,18 @@ class ParallelLayout:
             )
         return out
 
-    def describe(self) -> str:
-        """The sizes, then what else shapes the run: virtual stages, sequence parallelism, the strategy
-        (when not megatron) and fsdp2's HSDP split."""
-        line = (
+    def sizes_line(self) -> str:
+        """The process-group sizes: what a checkpoint records as its layout (bridge.training.resume compares
+        it; the per-rank RNG state follows these ranks, not the split of DP into HSDP replicas)."""
+        return (
             f"TP={self.tp} PP={self.pp} CP={self.cp} EP={self.ep} ETP={self.etp} "
             f"DP={self.dp} EDP={self.edp} world={self.world_size}"
         )
+
+    def describe(self) -> str:
+        """The sizes, then what else shapes the run: virtual stages, sequence parallelism, the strategy
+        (when not megatron) and fsdp2's HSDP split."""
+        line = self.sizes_line()
         if self.interleaved:
             line += f" VPP={self.vpp}"
         if self.sequence_parallel:

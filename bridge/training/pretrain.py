@@ -213,7 +213,7 @@ def _resume_and_train(
     is_rank_zero = torch.distributed.get_rank() == 0
     for note in notes if is_rank_zero else ():
         logger.info("checkpoint.save: %s", note)
-    state = resume(cfg, resume_from(plan), model, optimizer, scheduler, plan.layout.describe())
+    state = resume(cfg, resume_from(plan), model, optimizer, scheduler, plan.layout.sizes_line())
     if plan.resume is not None and plan.resume.source == "checkpoint.save" and is_rank_zero:
         logger.info(
             "checkpoint.load is not set: this re-run resumed its own checkpoint.save (%s)",

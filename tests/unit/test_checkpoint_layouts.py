@@ -10,7 +10,7 @@ from bridge.training.resume import optimizer_reshards
 
 
 def line(world: int, **sizes: int) -> str:
-    return ParallelLayout(world_size=world, **sizes).describe()
+    return ParallelLayout(world_size=world, **sizes).sizes_line()
 
 
 @pytest.mark.parametrize(
