@@ -12,6 +12,7 @@ usage: bundle.py WORKDIR CASES_JSON, CASES_JSON a list of {"id": ..., "argv": [s
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import runpy
@@ -39,6 +40,9 @@ def run_case(log: Path, argv: list[str]) -> None:
         if failed:
             raise
     finally:
+        # a case's hang timer (runtime_common's faulthandler.dump_traceback_later) is for that case: left
+        # running, it killed a later, longer case of the same launch
+        faulthandler.cancel_dump_traceback_later()
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(saved[0], 1)
