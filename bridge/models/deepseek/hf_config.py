@@ -375,6 +375,22 @@ def mla_fields(cfg: Any, base: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def mla_hf_fields(p: Any) -> dict[str, Any]:
+    """config.json's sizes of a multi-latent-attention model (the keys every MLA family writes alike)."""
+    return {
+        "hidden_size": p.hidden_size,
+        "intermediate_size": p.ffn_hidden_size,
+        "num_hidden_layers": p.num_layers,
+        "num_attention_heads": p.num_attention_heads,
+        "num_key_value_heads": p.num_attention_heads,
+        "q_lora_rank": p.q_lora_rank,
+        "kv_lora_rank": p.kv_lora_rank,
+        "qk_nope_head_dim": p.qk_head_dim,
+        "qk_rope_head_dim": p.qk_pos_emb_head_dim,
+        "v_head_dim": p.v_head_dim,
+    }
+
+
 def translate(cfg: Any, base: dict[str, Any]) -> dict[str, Any]:
     """The DeepSeek provider fields: `base` (the generic dtype / size fields) with MLA, RoPE and MoE
     (the translator's `translate` hook: it replaces the generic RoPE and expert translation)."""
@@ -409,16 +425,7 @@ def config_dict(p: Any, model_type: str, architecture: str) -> dict[str, Any]:
     size = p.moe_ffn_hidden_size
     shared = (p.moe_shared_expert_intermediate_size or 0) // size if size else 0
     out: dict[str, Any] = {
-        "hidden_size": p.hidden_size,
-        "intermediate_size": p.ffn_hidden_size,
-        "num_hidden_layers": p.num_layers,
-        "num_attention_heads": p.num_attention_heads,
-        "num_key_value_heads": p.num_attention_heads,
-        "q_lora_rank": p.q_lora_rank,
-        "kv_lora_rank": p.kv_lora_rank,
-        "qk_nope_head_dim": p.qk_head_dim,
-        "qk_rope_head_dim": p.qk_pos_emb_head_dim,
-        "v_head_dim": p.v_head_dim,
+        **mla_hf_fields(p),
         "n_routed_experts": p.num_moe_experts,
         "num_experts_per_tok": p.moe_router_topk,
         "moe_intermediate_size": size,

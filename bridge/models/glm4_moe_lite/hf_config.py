@@ -124,16 +124,7 @@ def config_dict(p: Any, model_type: str, architecture: str) -> dict[str, Any]:
     pattern = [int(i % freq == 0) for i in range(p.num_layers)] if isinstance(freq, int) else list(freq)
     size = p.moe_ffn_hidden_size
     out: dict[str, Any] = {
-        "hidden_size": p.hidden_size,
-        "intermediate_size": p.ffn_hidden_size,
-        "num_hidden_layers": p.num_layers,
-        "num_attention_heads": p.num_attention_heads,
-        "num_key_value_heads": p.num_attention_heads,
-        "q_lora_rank": p.q_lora_rank,
-        "kv_lora_rank": p.kv_lora_rank,
-        "qk_nope_head_dim": p.qk_head_dim,
-        "qk_rope_head_dim": p.qk_pos_emb_head_dim,
-        "v_head_dim": p.v_head_dim,
+        **deepseek.mla_hf_fields(p),
         "n_routed_experts": p.num_moe_experts,
         "moe_intermediate_size": size,
         "n_shared_experts": (p.moe_shared_expert_intermediate_size or 0) // size if size else 0,
