@@ -14,10 +14,9 @@ import argparse
 import signal
 import sys
 
-from bridge.cli.user_error import report_user_error
-from bridge.errors import ConfigError, config_error
+from bridge.cli.model_command import run_model_command
+from bridge.errors import config_error
 from bridge.parallel.ranks import env_world_size
-from bridge.parallel.runtime import destroy_distributed, set_verbosity
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -89,17 +88,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-
-    set_verbosity(False)
-    try:
-        check_args(args)
-        run(args)
-    except ConfigError as err:
-        return report_user_error(err)
-    finally:
-        destroy_distributed()
-    return 0
+    return run_model_command(parse_args(argv), check_args, run)
 
 
 if __name__ == "__main__":
