@@ -76,8 +76,15 @@ class GPTModelProvider(GPTFields):
     def provide_stage(
         self, config, pre_process: bool | None, post_process: bool | None, vp_stage: int | None
     ):
-        """One model stage on a built TransformerConfig (a provider kind builds its own model class)."""
-        return provider_build.build_stage(self, config, pre_process, post_process, vp_stage)
+        """One model stage on a built TransformerConfig, of the class `stage_model` names."""
+        return provider_build.build_stage(self, config, pre_process, post_process, vp_stage, self.stage_model)
+
+    def stage_model(self, pre_process: bool) -> tuple[type, dict[str, Any]]:
+        """The model class of a stage and its extra constructor arguments; a provider kind overrides it
+        (VLMModelProvider: the image side on the first stage)."""
+        from megatron.core.models.gpt import GPTModel  # megatron.core at build only: the provider stays light
+
+        return GPTModel, {}
 
     def register_post_build_hook(
         self, hook: Callable[[list], None], *, replaces_weights: bool = False

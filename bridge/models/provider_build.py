@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+from collections.abc import Callable
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
@@ -176,11 +177,16 @@ def _check_context_parallel_attention(p: GPTFields, config, variant: LayerVarian
 
 
 def build_stage(
-    p: GPTFields, config, pre_process: bool | None, post_process: bool | None, vp_stage: int | None
+    p: GPTFields,
+    config,
+    pre_process: bool | None,
+    post_process: bool | None,
+    vp_stage: int | None,
+    stage_model: Callable[[bool], tuple[type, dict[str, Any]]],
 ):
-    """One GPTModel stage of this rank on `config`; pre/post default to this rank's pipeline position."""
+    """One model stage of this rank on `config`, of the class `stage_model(pre_process)` names (GPTModel
+    or a subclass) with its extra arguments; pre/post default to this rank's pipeline position."""
     from megatron.core import parallel_state
-    from megatron.core.models.gpt import GPTModel
 
     variant = p.layer_variant()
     _check_context_parallel_attention(p, config, variant)
@@ -195,8 +201,7 @@ def build_stage(
         post_process = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
     block = gpt_block_spec(config, vp_stage=vp_stage, variant=variant)
     mtp = gpt_mtp_block_spec(config, block, vp_stage=vp_stage, variant=variant)
-    # A provider kind may build a GPTModel subclass (VLMModelProvider: the image side on the first stage).
-    model_class, extra = p.stage_model(pre_process) if hasattr(p, "stage_model") else (GPTModel, {})
+    model_class, extra = stage_model(pre_process)
     model = model_class(
         config=config,
         transformer_layer_spec=block,
