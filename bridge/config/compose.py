@@ -1,7 +1,7 @@
 """One run's config from a base tree (a recipe), an optional YAML file and command-line overrides.
 
 Order: base -> `--config-file` (own shape or AutoModel form) -> overrides (left to right) -> the values
-derived from others -> resolve(). The overrides win over the file by design; within the overrides each
+derived from others -> resolve_config(). The overrides win over the file by design; within the overrides each
 key may appear once (a repeat, in any form: key=, +key=, ++key=, ~key, is a ConfigError naming both).
 Derived after both are merged, unless the file or the command line sets them itself:
 - model.virtual_pipeline_model_parallel_size from the AutoModel `distributed.pipeline.layers_per_stage`
@@ -20,8 +20,10 @@ from typing import TypeVar
 
 from bridge.checkpoint.foreign_start import check_fields_kept, foreign_start, model_with_checkpoint_fields
 from bridge.checkpoint.paths import is_hf_folder
+from bridge.config.container import ConfigContainer
 from bridge.config.ineffective import ineffective_overrides
 from bridge.config.overrides import apply_overrides, override_keys
+from bridge.config.resolve import resolve_config
 from bridge.config.yaml_io import merge_yaml_deferred
 from bridge.errors import ConfigError
 from bridge.models.hf_architecture import model_from_hf
@@ -87,9 +89,8 @@ def _compose_once(base: T, config_file: str | Path | None, overrides: Sequence[s
         derived.apply(cfg, explicit)
         explicit |= derived.explicit_keys
     _packed_size_follows_seq_length(base, cfg, explicit)
-    resolve = getattr(cfg, "resolve", None)
-    if resolve is not None:
-        resolve()
+    if isinstance(cfg, ConfigContainer):  # compose also serves other trees (tests' plain dataclasses)
+        resolve_config(cfg)
     if getattr(cfg, "optimizer", None) is not None and getattr(cfg, "scheduler", None) is not None:
         # the command line's keys only: a config file (a saved run_config.yaml) holds every field
         warnings = [*warnings, *ineffective_overrides(cfg, override_keys(overrides))]

@@ -1,7 +1,7 @@
 """ConfigContainer: the whole description of a run, as one tree of plain dataclasses.
 
 A recipe returns one; `--config-file` and dotted overrides change it (bridge.config.overrides);
-`resolve()` fills the fields that follow others (sequence length, NullTokenizer vocab);
+`bridge.config.resolve.resolve_config` fills the fields that follow others (sequence length, NullTokenizer vocab);
 `bridge.config.run_plan.build_plan(cfg, world_size)` checks every rule across sections (raising
 ConfigError) and returns the frozen RunPlan the run builds; `to_yaml()` /
 `from_yaml()` round-trip it without loss (run_config.yaml next to checkpoints).
@@ -13,7 +13,6 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from bridge.checkpoint.paths import is_hf_folder
 from bridge.config.sections import (
     CheckpointConfig,
     DatasetConfig,
@@ -33,7 +32,6 @@ from bridge.config.sections import (
     TrainingConfig,
     ValidationConfig,
 )
-from bridge.errors import ConfigError
 from bridge.models.gpt_provider import GPTModelProvider
 
 
@@ -57,38 +55,6 @@ class ConfigContainer:
     distill: DistillConfig = field(default_factory=DistillConfig)  # on with a distill.teacher
     ft: FaultToleranceConfig = field(default_factory=FaultToleranceConfig)  # hung ranks: off by default
     straggler: StragglerDetectionConfig = field(default_factory=StragglerDetectionConfig)  # off by default
-
-    # ---- fields that follow others -------------------------------------------------------------
-
-    def resolve(self) -> ConfigContainer:
-        """Fill the fields whose None means "follow another field"; raise if an explicit one disagrees.
-
-        Called after every YAML merge and override (and by build_plan), so the training loop reads one
-        consistent value. Idempotent.
-        """
-        model_seq = self.model.seq_length
-        if self.dataset.seq_length is None:
-            self.dataset.seq_length = model_seq
-        elif self.dataset.seq_length != model_seq:
-            raise ConfigError(
-                f"dataset.seq_length={self.dataset.seq_length} differs from model.seq_length={model_seq}: "
-                "the data and the model must use one sequence length. Set model.seq_length only "
-                "(dataset.seq_length=null follows it), or set both to the same value."
-            )
-        if (
-            self.tokenizer.tokenizer_type == "HuggingFaceTokenizer"
-            and self.tokenizer.tokenizer_model is None
-            and self.checkpoint.pretrained_checkpoint
-        ):
-            if is_hf_folder(self.checkpoint.pretrained_checkpoint):  # None follows the Hugging Face start
-                self.tokenizer.tokenizer_model = self.checkpoint.pretrained_checkpoint
-        if self.tokenizer.tokenizer_type == "NullTokenizer":
-            # Megatron-Core's NullTokenizer adds an EOD id equal to vocab_size: model vocab = vocab_size + 1.
-            if self.tokenizer.vocab_size is None and self.model.vocab_size is not None:
-                self.tokenizer.vocab_size = self.model.vocab_size - 1
-            elif self.model.vocab_size is None and self.tokenizer.vocab_size is not None:
-                self.model.vocab_size = self.tokenizer.vocab_size + 1
-        return self
 
     # ---- YAML ----------------------------------------------------------------------------------
 

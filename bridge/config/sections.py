@@ -158,7 +158,7 @@ class DatasetConfig:
     # indexed: path prefixes (without .bin/.idx); jsonl: files; sft / chat: .jsonl / .json / .parquet files.
     data_paths: list[str] = field(default_factory=list)
     split: str = "969,30,1"  # train,valid,test weights
-    # One source of truth: None follows model.seq_length (filled in by ConfigContainer.resolve());
+    # One source of truth: None follows model.seq_length (filled in by bridge.config.resolve.resolve_config);
     # an explicit value that differs from model.seq_length is a ConfigError.
     seq_length: int | None = None
     seed: int = 1234
@@ -183,7 +183,7 @@ class TokenizerConfig:
     tokenizer_model: str | None = None  # HuggingFaceTokenizer: local path or hub name
     # NullTokenizer only, Megatron-Core's meaning: ids 0..vocab_size-1 plus an EOD id equal to vocab_size.
     # None follows the model (model.vocab_size - 1, so every id fits the embedding); resolved by
-    # ConfigContainer.resolve().
+    # bridge.config.resolve.resolve_config.
     vocab_size: int | None = None
 
 

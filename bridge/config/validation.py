@@ -24,6 +24,7 @@ from bridge.config.checks.rules import positive
 from bridge.config.checks.tokenizer import check_tokenizer
 from bridge.config.checks.train import check_evaluation, check_train
 from bridge.config.layout import run_layout
+from bridge.config.resolve import resolve_config
 from bridge.errors import config_error
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def validate_config(
         raise config_error(
             "world_size", world_size, "must be a positive integer", "pass --world-size N (or WORLD_SIZE)"
         )
-    cfg.resolve()
+    resolve_config(cfg)
     cfg.model.finalize()
     layout = run_layout(cfg, world_size)
     warnings = list(layout.warnings)

@@ -12,6 +12,7 @@ from bridge.config.compose import compose
 from bridge.config.container import ConfigContainer
 from bridge.config.layout import run_layout
 from bridge.config.overrides import apply_overrides
+from bridge.config.resolve import resolve_config
 from bridge.config.run_plan import build_plan
 from bridge.errors import ConfigError
 from bridge.models.gpt_provider import GPTModelProvider
@@ -60,34 +61,36 @@ def test_dataset_seq_length_equal_explicit_value_is_fine():
 
 
 def test_null_tokenizer_vocab_follows_model_and_model_follows_tokenizer():
-    cfg = tiny().resolve()
+    cfg = resolve_config(tiny())
     assert cfg.tokenizer.vocab_size == 1023  # + its EOD id = 1024 ids
     cfg = tiny(vocab_size=None)
     cfg.tokenizer.vocab_size = 500
-    assert cfg.resolve().model.vocab_size == 501
+    assert resolve_config(cfg).model.vocab_size == 501
 
 
 # ---- YAML --------------------------------------------------------------------------------------
 
 
 def test_yaml_round_trip_is_lossless():
-    cfg = apply_overrides(
-        tiny(),
-        [
-            "model.tensor_model_parallel_size=2",
-            "model.sequence_parallel=True",
-            "optimizer.lr=3e-4",
-            "optimizer.adam_eps=1e-8",
-            "dataset.kind=indexed",
-            "dataset.data_paths=['0.3',a,'0.7',b]",
-            "checkpoint.save=/tmp/x",
-            "model.recompute_modules=[core_attn]",
-            "mixed_precision.loss_scale=1024.5",
-            "model.rope_scaling_factor=32.0",
-            'dataset.split="98,1,1"',
-            "logger.wandb_project=yes",
-        ],
-    ).resolve()
+    cfg = resolve_config(
+        apply_overrides(
+            tiny(),
+            [
+                "model.tensor_model_parallel_size=2",
+                "model.sequence_parallel=True",
+                "optimizer.lr=3e-4",
+                "optimizer.adam_eps=1e-8",
+                "dataset.kind=indexed",
+                "dataset.data_paths=['0.3',a,'0.7',b]",
+                "checkpoint.save=/tmp/x",
+                "model.recompute_modules=[core_attn]",
+                "mixed_precision.loss_scale=1024.5",
+                "model.rope_scaling_factor=32.0",
+                'dataset.split="98,1,1"',
+                "logger.wandb_project=yes",
+            ],
+        )
+    )
     text = cfg.to_yaml()
     back = ConfigContainer.from_yaml(text)
     assert back == cfg
