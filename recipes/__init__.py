@@ -21,7 +21,7 @@ from bridge.errors import ConfigError
 from recipes.common import RecipeInfo
 
 # the modules every recipe module draws on, holding no recipe of their own
-SHARED_MODULES = ("common", "composition", "dry_run", "listing", "performance", "runs")
+SHARED_MODULES = ("common", "composition", "dry_run", "gpu_settings", "listing", "runs")
 
 
 def _discover() -> tuple[RecipeInfo, ...]:

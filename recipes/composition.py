@@ -16,7 +16,7 @@ from bridge.config.container import ConfigContainer
 from bridge.models.gpt_provider import GPTModelProvider
 from bridge.parallel.sizes import FIELD_OF
 from recipes.common import RecipeInfo, finetune_config, lora, pretrain_config
-from recipes.performance import apply
+from recipes.gpu_settings import apply
 
 KINDS = ("pretrain", "sft", "peft", "dpo", "distill")
 # the layout keywords every recipe function accepts, with the short names rows use
@@ -44,7 +44,7 @@ class Row:
     run: Mapping[str, Any] = field(default_factory=dict)  # keywords of the kind's base (recipes.common)
     settings: Mapping[str, Any] = field(
         default_factory=dict
-    )  # GPU performance settings (recipes.performance)
+    )  # GPU performance settings (recipes.gpu_settings)
     model: Mapping[str, Any] = field(default_factory=dict)  # other provider fields (recompute, stages, ...)
     config: Mapping[str, Any] = field(default_factory=dict)  # "section.field" -> value after the base
     peft: Mapping[str, Any] = field(default_factory=dict)  # adapter settings over lora()'s defaults

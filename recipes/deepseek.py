@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from bridge.models.deepseek import presets
 from recipes.composition import Row, register, variant
-from recipes.performance import COMMON, FLEX_DISPATCHER, MOE_KERNELS, TE_CROSS_ENTROPY
+from recipes.gpu_settings import COMMON, FLEX_DISPATCHER, MOE_KERNELS, TE_CROSS_ENTROPY
 from recipes.runs import BENCHMARK, FINETUNE_COMMON, FULL_RECOMPUTE
 
 # Megatron-Bridge's DeepSeek / Kimi bridges and recipes: grouped GEMM, fused permutation, TE cross-entropy

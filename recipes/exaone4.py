@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bridge.models.exaone4.presets import exaone4_1p2b
 from recipes.composition import Row, register
-from recipes.performance import COMMON, TE_CROSS_ENTROPY
+from recipes.gpu_settings import COMMON, TE_CROSS_ENTROPY
 from recipes.runs import FINETUNE_COMMON
 
 # Megatron-Bridge's EXAONE 4 recipes: Transformer Engine's fused cross-entropy

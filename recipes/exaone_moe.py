@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from bridge.models.exaone_moe.presets import k_exaone_236b_a23b
 from recipes.composition import Row, register
-from recipes.performance import COMMON, FLEX_DISPATCHER, MOE_KERNELS, TE_CROSS_ENTROPY
+from recipes.gpu_settings import COMMON, FLEX_DISPATCHER, MOE_KERNELS, TE_CROSS_ENTROPY
 from recipes.runs import FULL_RECOMPUTE, SHORT_FINETUNE
 
 # Megatron-Bridge's K-EXAONE recipes: the DeepEP flex dispatcher, grouped GEMM, fused permutation, TE

@@ -9,8 +9,11 @@ from __future__ import annotations
 from bridge.models.gemma2 import presets as gemma2
 from bridge.models.gemma3 import presets as gemma3
 from recipes.composition import Row, register
-from recipes.performance import GEMMA2
+from recipes.gpu_settings import COMMON, NATIVE_CROSS_ENTROPY, PIPELINE_OVERLAP
 from recipes.runs import LONG_PRETRAIN, SHORT_FINETUNE
+
+# Megatron-Bridge's GPU settings for Gemma 2 (its recipes fuse the cross-entropy natively)
+GEMMA2 = {**COMMON, **NATIVE_CROSS_ENTROPY, **PIPELINE_OVERLAP}
 
 GEMMA2_FINETUNE = {**SHORT_FINETUNE, "seq_length": 2048, "global_batch_size": 128}
 GEMMA3_FINETUNE = {**SHORT_FINETUNE, "seq_length": 4096, "global_batch_size": 32}

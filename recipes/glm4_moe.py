@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bridge.models.glm4_moe import presets
 from recipes.composition import Row, register
-from recipes.performance import COMMON, MOE_KERNELS, NATIVE_CROSS_ENTROPY
+from recipes.gpu_settings import COMMON, MOE_KERNELS, NATIVE_CROSS_ENTROPY
 
 # Megatron-Bridge's GLM-4.5 recipes: grouped GEMM, fused permutation, native fused cross-entropy
 GLM45 = {**COMMON, **MOE_KERNELS, **NATIVE_CROSS_ENTROPY}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bridge.models.gpt_oss import presets
 from recipes.composition import Row, register, variant
-from recipes.performance import COMMON, MOE_KERNELS, NATIVE_CROSS_ENTROPY
+from recipes.gpu_settings import COMMON, MOE_KERNELS, NATIVE_CROSS_ENTROPY
 
 # Megatron-Bridge's GPT-OSS recipes: grouped GEMM, fused permutation, native fused cross-entropy
 GPT_OSS = {**COMMON, **MOE_KERNELS, **NATIVE_CROSS_ENTROPY}

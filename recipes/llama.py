@@ -5,13 +5,32 @@ from __future__ import annotations
 
 from bridge.models.llama import presets
 from recipes.composition import Row, register, variant
-from recipes.performance import (
-    LLAMA,
-    LLAMA_70B,
-    USERBUFFERS_BF16_H100_H8192_TP4_MBS1_SEQ8192,
-    USERBUFFERS_BF16_H100_H16384_TP8_CP2_MBS1_SEQ8192,
-)
+from recipes.gpu_settings import COMMON, LAYER_FUSIONS, PIPELINE_OVERLAP, TE_CROSS_ENTROPY
 from recipes.runs import EMBEDDING_AND_LOSS_IN_SPLIT, LONG_PRETRAIN
+
+# Megatron-Bridge's GPU settings for Llama (its Llama bridge and H100 recipes); 70B adds TP overlap
+LLAMA = {**COMMON, **LAYER_FUSIONS, **TE_CROSS_ENTROPY, **PIPELINE_OVERLAP}
+LLAMA_70B = {**LLAMA, "tp_comm_overlap": True}  # + distributed.tp_comm_overlap_cfg below
+# Transformer Engine's ub_cfgs for Llama 3 70B on H100 (hidden 8192, TP4, micro batch 1, 8192 tokens)
+USERBUFFERS_BF16_H100_H8192_TP4_MBS1_SEQ8192 = {
+    "qkv_dgrad": {"method": "bulk", "num_sm": 4, "cga_size": 2, "set_sm_margin": False},
+    "qkv_wgrad": {"method": "bulk", "num_sm": 24, "cga_size": 2, "set_sm_margin": False},
+    "fc1_dgrad": {"method": "bulk", "num_sm": 2, "cga_size": 2, "set_sm_margin": False},
+    "fc1_wgrad": {"method": "bulk", "num_sm": 4, "cga_size": 2, "set_sm_margin": False},
+    "qkv_fprop": {"method": "ring_exchange", "aggregate": False},
+    "proj_dgrad": {"method": "ring_exchange", "aggregate": False},
+    "fc1_fprop": {"method": "ring_exchange", "aggregate": False},
+    "fc2_dgrad": {"method": "ring_exchange", "aggregate": False},
+    "proj_fprop": {"method": "pipeline", "num_sm": 24, "cga_size": 2, "num_splits": 4, "set_sm_margin": True},
+    "fc2_fprop": {"method": "pipeline", "num_sm": 16, "cga_size": 2, "num_splits": 4, "set_sm_margin": True},
+}
+# ... and for Llama 3.1 405B (hidden 16384, TP8, CP2, micro batch 1, 8192 tokens): fewer SMs on three GEMMs
+USERBUFFERS_BF16_H100_H16384_TP8_CP2_MBS1_SEQ8192 = {
+    **USERBUFFERS_BF16_H100_H8192_TP4_MBS1_SEQ8192,
+    "qkv_dgrad": {"method": "bulk", "num_sm": 2, "cga_size": 2, "set_sm_margin": False},
+    "fc1_wgrad": {"method": "bulk", "num_sm": 2, "cga_size": 2, "set_sm_margin": False},
+    "fc2_fprop": {"method": "pipeline", "num_sm": 8, "cga_size": 2, "num_splits": 4, "set_sm_margin": True},
+}
 
 SEQ_16K, SEQ_64K, SEQ_128K = 16384, 65536, 131072
 # TP communication overlapped with Transformer Engine's userbuffers; None = TE's defaults for the shape
@@ -59,6 +78,7 @@ L3_70B = _pretrain(
     config=TP_OVERLAP_8K,
     aliases=("llama3_70b_pretrain_config",),
 )
+
 ROWS = (
     _pretrain(
         "llama32_1b_pretrain_1gpu_h100_bf16_config",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bridge.models.llama import presets
 from recipes.composition import Row, register, variant
-from recipes.performance import LLAMA, LLAMA_70B
+from recipes.llama import LLAMA, LLAMA_70B
 from recipes.runs import EMBEDDING_AND_LOSS_IN_SPLIT
 
 MODELS = {

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from bridge.models.mixtral.presets import mixtral_8x7b
 from recipes.composition import Row, register
-from recipes.performance import MIXTRAL
+from recipes.gpu_settings import COMMON, LAYER_FUSIONS, MOE_KERNELS, PIPELINE_OVERLAP, TE_CROSS_ENTROPY
 from recipes.runs import LONG_PRETRAIN
+
+# Megatron-Bridge's GPU settings for Mixtral
+MIXTRAL = {**COMMON, **LAYER_FUSIONS, **TE_CROSS_ENTROPY, **MOE_KERNELS, **PIPELINE_OVERLAP}
 
 ROWS = (
     Row(

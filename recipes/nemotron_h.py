@@ -19,7 +19,7 @@ from bridge.models.nemotron_h.presets import (
     nemotronh_56b,
 )
 from recipes.composition import Row, register
-from recipes.performance import COMMON, NATIVE_CROSS_ENTROPY
+from recipes.gpu_settings import COMMON, NATIVE_CROSS_ENTROPY
 from recipes.runs import FINETUNE_COMMON
 
 NEMOTRON_H = {**COMMON, **NATIVE_CROSS_ENTROPY}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bridge.models.olmoe.presets import olmoe_1b_7b
 from recipes.composition import Row, register
-from recipes.performance import COMMON, MOE_KERNELS, NATIVE_CROSS_ENTROPY
+from recipes.gpu_settings import COMMON, MOE_KERNELS, NATIVE_CROSS_ENTROPY
 from recipes.runs import FINETUNE_COMMON
 
 # Megatron-Bridge's OLMoE recipes: grouped GEMM, fused permutation, native fused cross-entropy

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from bridge.models.qwen2 import presets
 from recipes.composition import Row, register
-from recipes.performance import QWEN2
+from recipes.gpu_settings import COMMON, LAYER_FUSIONS, NATIVE_CROSS_ENTROPY, PIPELINE_OVERLAP
 from recipes.runs import SHORT_FINETUNE
+
+# Megatron-Bridge's GPU settings for Qwen2 / 2.5
+QWEN2 = {**COMMON, **LAYER_FUSIONS, **NATIVE_CROSS_ENTROPY, **PIPELINE_OVERLAP}
+
 
 # model -> (title, preset, pretrain GPUs and layout, sft GPUs and layout, peft GPUs and layout)
 MODELS = {

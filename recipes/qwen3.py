@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from bridge.models.qwen3 import presets
 from recipes.composition import Row, register, variant
-from recipes.performance import QWEN3
+from recipes.gpu_settings import COMMON, LAYER_FUSIONS, PIPELINE_OVERLAP, TE_CROSS_ENTROPY
 from recipes.runs import BENCHMARK, FULL_RECOMPUTE
+
+# Megatron-Bridge's GPU settings for Qwen3 (its H100 recipes)
+QWEN3 = {**COMMON, **LAYER_FUSIONS, **TE_CROSS_ENTROPY, **PIPELINE_OVERLAP}
 
 # Qwen3 8B's finetuning (and the MoE's): 100 iterations of global batch 32, beta2 0.95, 10 warm-up
 QWEN3_8B_FINETUNE = dict(
@@ -36,6 +39,7 @@ YARN_128K = dict(
     yarn_mscale_all_dim=1.0,
     yarn_correction_range_round_to_int=False,
 )
+
 
 MODELS = {
     "qwen3_600m": ("Qwen3 0.6B", presets.qwen3_600m),

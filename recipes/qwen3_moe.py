@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from bridge.models.qwen3_moe.presets import qwen3_30b_a3b, qwen3_235b_a22b
 from recipes.composition import Row, register, variant
-from recipes.performance import QWEN3_MOE
-from recipes.qwen3 import ATTENTION_LORA, QWEN3_8B_FINETUNE
+from recipes.gpu_settings import FLEX_DISPATCHER, MOE_KERNELS
+from recipes.qwen3 import ATTENTION_LORA, QWEN3, QWEN3_8B_FINETUNE
 from recipes.runs import BENCHMARK, EMBEDDING_AND_LOSS_IN_SPLIT, FULL_RECOMPUTE
+
+# Qwen3's settings, grouped-GEMM experts and DeepEP's flex dispatcher (Megatron-Bridge's Qwen3-MoE recipes)
+QWEN3_MOE = {**QWEN3, **MOE_KERNELS, **FLEX_DISPATCHER}
 
 FINETUNE_RUN = {**QWEN3_8B_FINETUNE, "seq_length": 2048, "eval_interval": 50}
 
@@ -53,6 +56,7 @@ BENCHMARK_16GPU = variant(
     model=dict(recompute_granularity=None, recompute_method=None, recompute_num_layers=None),
     aliases=("qwen3_30b_a3b_pretrain_config",),  # Megatron-Bridge's alias names this benchmark run
 )
+
 
 ROWS = (
     PRETRAIN,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bridge.models.qwen3_next.presets import qwen3_next_80b_a3b
 from recipes.composition import Row, register
-from recipes.performance import QWEN3_MOE
+from recipes.qwen3_moe import QWEN3_MOE
 
 SELECTIVE_RECOMPUTE = dict(
     recompute_granularity="selective",

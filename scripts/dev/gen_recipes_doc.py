@@ -39,7 +39,7 @@ bridge's earlier names): `run_recipe.py --recipe <name>`, `bridge plan --model <
 - **preset** (`bridge/models/<family>/presets.py`): the published Hugging Face config values.
 - **row** (`recipes.composition.Row`, one per published recipe in the family's table file): name, family,
   kind, GPU count, layout (tp / pp / vpp / cp / ep / sp), `run` (keywords of the base: sequence, batches,
-  iterations, learning rate, warm-up, precision), GPU performance settings (`recipes/performance.py`),
+  iterations, learning rate, warm-up, precision), GPU performance settings (`recipes/gpu_settings.py`, composed per family in `recipes/<family>.py`),
   other provider fields (recompute, determinism, YaRN, uneven pipeline stages), dotted config values,
   adapter settings, aliases, and a `note` where a value differs from the published one or cannot run here
   (the note is in the description). `variant(row, name, **changes)` derives a row: a sequence, precision

@@ -1,4 +1,5 @@
-"""A family is one folder: no module under bridge/ outside bridge/models/<family>/ names a family.
+"""A family is one folder: no module under bridge/ outside bridge/models/<family>/, and no shared module of
+recipes/, names a family.
 
 Naming a family is importing bridge.models.<family>, or a string literal equal to a family folder's
 name, to an HF model_type or to an architecture some family registers. Generic code branches on the
@@ -14,7 +15,8 @@ from pathlib import Path
 from bridge.models.families import families
 from bridge.models.hf_translation.registry import hf_families
 
-BRIDGE = Path(__file__).resolve().parents[2] / "bridge"
+ROOT = Path(__file__).resolve().parents[2]
+BRIDGE = ROOT / "bridge"
 
 
 def _family_names() -> tuple[set[str], set[str]]:
@@ -29,8 +31,14 @@ def _family_names() -> tuple[set[str], set[str]]:
 
 
 def _generic_modules(folders: set[str]) -> list[Path]:
+    """bridge/ outside the family folders, and the recipes' shared modules (a family's recipe module,
+    recipes/<family>.py, names its family by design)."""
+    import recipes
+
     family_dirs = {BRIDGE / "models" / name for name in folders}
-    return [p for p in sorted(BRIDGE.rglob("*.py")) if not any(d in p.parents for d in family_dirs)]
+    library = [p for p in sorted(BRIDGE.rglob("*.py")) if not any(d in p.parents for d in family_dirs)]
+    shared = [ROOT / "recipes" / f"{name}.py" for name in (*recipes.SHARED_MODULES, "__init__")]
+    return library + shared
 
 
 def _mentions(source: str, label: str, folders: set[str], names: set[str]) -> list[str]:
@@ -62,7 +70,7 @@ def test_no_generic_module_names_a_family():
         mention
         for path in _generic_modules(folders)
         for mention in _mentions(
-            path.read_text(encoding="utf-8"), str(path.relative_to(BRIDGE)), folders, names
+            path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)), folders, names
         )
     ]
     assert not found, "generic modules naming a family:\n" + "\n".join(found)

@@ -16,7 +16,8 @@ from bridge.config.environment import Environment
 from bridge.config.run_plan import build_plan
 from bridge.errors import ConfigError
 from recipes import get_recipe
-from recipes import performance as recipe_settings
+from recipes import gpu_settings as recipe_settings
+from recipes.llama import LLAMA_70B
 
 CPU = Environment.cpu()
 H100_TE = Environment(
@@ -55,7 +56,7 @@ def test_on_h100_with_transformer_engine_the_70b_recipe_runs_all_of_them():
     p = plan("llama31_70b_pretrain_config", 128, H100_TE)
     s = states(p)
     assert all(state.active for state in p.performance), [x.describe() for x in p.performance]
-    assert set(s) == set(recipe_settings.LLAMA_70B)
+    assert set(s) == set(LLAMA_70B)
     m = p.provider
     assert m.tp_comm_overlap and m.persist_layer_norm and m.cross_entropy_fusion_impl == "te"
     assert (
