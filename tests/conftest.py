@@ -35,6 +35,16 @@ def tiny_hf(tmp_path_factory) -> TinyHFFolders:
     return TinyHFFolders(tmp_path_factory.mktemp("tiny_hf"))
 
 
+def pytest_configure(config):
+    """Import Megatron-Core the way every bridge entry point does, before any test module imports it:
+    bridge.parallel.megatron_import defers its `torch.compile`d kernels to CUDA tensors. Imported
+    directly first, they would compile on CPU in this process (inductor's C++ for the CPU capability it
+    picks, which fails to build under ATEN_CPU_CAPABILITY=default) while the runs under test run eagerly."""
+    from bridge.parallel.megatron_import import import_megatron
+
+    import_megatron()
+
+
 def pytest_collection_modifyitems(config, items):
     try:
         import torch

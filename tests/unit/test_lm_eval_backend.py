@@ -92,7 +92,12 @@ def test_registered_name_builds_from_model_args(setup, both):
         log_samples=True,
         bootstrap_iters=0,
     )
-    assert per_sample(out)["tiny_mc"] == per_sample(both[1])["tiny_mc"][:4]
+    # batch size 2 here, 4 there: other matrix shapes, so the same float32 rounding bound as the HF
+    # comparison (bit-equal only where the CPU kernels happen to block both shapes alike)
+    a, b = list(_leaves(per_sample(out)["tiny_mc"])), list(_leaves(per_sample(both[1])["tiny_mc"][:4]))
+    assert len(a) == len(b) > 0
+    for x, y in zip(a, b, strict=True):
+        assert x == y if isinstance(x, bool) else math.isclose(x, y, abs_tol=ATOL), (x, y)
 
 
 def _leaves(value):
