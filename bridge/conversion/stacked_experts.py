@@ -100,6 +100,12 @@ class StackedCheckpoint:
         part = view.cut(expert_tensor)
         return part[index] if index else part
 
+    def copy_into(self, name: str, index: tuple[slice, ...], dst: torch.Tensor) -> None:
+        if name not in self._virtual:
+            self.ckpt.copy_into(name, index, dst)
+        else:
+            dst.copy_(self.read(name, index))
+
     def close(self) -> None:
         self.ckpt.close()
 

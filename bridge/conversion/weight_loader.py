@@ -2,8 +2,9 @@
 
 Everything is checked before the first weight is copied: every parameter has a mapping, every HF
 tensor it needs exists with the implied shape, and (across all ranks) every tensor in the checkpoint
-is used by some parameter. Then each piece is copied from the memory-mapped file straight into the
-parameter: one copy per byte, no full-model staging; each copied piece is checked for NaN / Inf with one
+is used by some parameter. Then each piece is copied into the parameter, read from the file straight
+into it where the piece is whole rows, else from the memory-mapped file (bridge.conversion.hf_io.copy_into):
+one copy per byte, no full-model staging; each copied piece is checked for NaN / Inf with one
 min/max pass in its own dtype (counted exactly only when one is found), on a second thread while
 the next piece is copied.
 """
@@ -117,7 +118,7 @@ def copy_pieces(lp: LocalParam, data: torch.Tensor, ckpt: HFCheckpoint) -> Itera
             data[piece.dst].zero_()  # vocab padding rows
             continue
         dst = data[piece.dst]
-        dst.copy_(ckpt.read(piece.hf_name, piece.src))
+        ckpt.copy_into(piece.hf_name, piece.src, dst)
         yield dst, piece.hf_name
 
 

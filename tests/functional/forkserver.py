@@ -12,7 +12,7 @@ shared by every rank, exit status 1 for the launch when a rank fails (the others
 after a grace period, as torchrun does). What only a real torchrun shows (its failure summary, its
 handling of signals sent to the launcher, warnings printed while the libraries are imported) is tested
 through real torchrun launches (test_error_line, test_stop_signals, test_checkpoint_faults,
-test_readme_first_command). `BRIDGE_TEST_LAUNCHER=torchrun` runs every launch through torchrun.
+test_readme_commands). `BRIDGE_TEST_LAUNCHER=torchrun` runs every launch through torchrun.
 
 CUDA: a process forked from one that asked the CUDA runtime anything (even `torch.cuda.is_available()`,
 which Megatron-Core and torch.utils.cpp_extension call at import time) is marked "bad fork" by torch and

@@ -157,3 +157,44 @@ def test_direct_writes_equal_buffered_writes(tmp_path, monkeypatch, in_order):
     with safe_open(str(tmp_path / "True" / "model.safetensors"), "pt") as f:
         for name, t in tensors.items():
             assert torch.equal(f.get_tensor(name), t)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.int64])
+def test_copy_into_reads_runs_of_bytes_into_the_tensor_and_maps_the_rest(tmp_path, dtype):
+    """copy_into equals the mapped read's copy for every block; the blocks that are one run of bytes in
+    the file (whole tensor, rows, one row's columns, a scalar) are read straight into the tensor."""
+    full = (torch.arange(6 * 4 * 3) - 30).reshape(6, 4, 3).to(dtype)
+    save_file(
+        {"pad": torch.ones(3, dtype=torch.int8), "t": full, "s": full[0, 0, 0].clone()},
+        str(tmp_path / "model.safetensors"),
+    )
+    ckpt = HFCheckpoint(tmp_path)
+    direct = [
+        (),
+        (slice(None),) * 3,
+        (slice(2, 5), slice(None), slice(None)),
+        (slice(1, 2), slice(1, 3), slice(None)),
+    ]
+    mapped = [(slice(None), slice(0, 2), slice(None)), (slice(0, 6, 2), slice(None), slice(None))]
+    for index in direct + mapped:
+        want = full[index] if index else full
+        dst = torch.full_like(want, 7)
+        assert (ckpt._span_start("t", index, dst) is not None) == (index in direct), index
+        ckpt.copy_into("t", index, dst)
+        assert torch.equal(dst, want), index
+    scalar = torch.zeros((), dtype=dtype)
+    ckpt.copy_into("s", (), scalar)
+    assert scalar.item() == full[0, 0, 0].item()
+    # another dtype or a non-contiguous target: the mapped read, converted by copy_
+    other = torch.zeros(6, 4, 3, dtype=torch.float64)
+    assert ckpt._span_start("t", (), other) is None
+    ckpt.copy_into("t", (), other)
+    assert torch.equal(other, full.double())
+    strided = torch.zeros(4, 3, 6, dtype=dtype).permute(2, 0, 1)
+    ckpt.copy_into("t", (), strided)
+    assert torch.equal(strided, full)
+    # the filled tensor is an ordinary one: its storage can still be freed (streaming.py's writer does)
+    dst = torch.empty(6, 4, 3, dtype=dtype)
+    ckpt.copy_into("t", (), dst)
+    dst.untyped_storage().resize_(0)
+    ckpt.close()
