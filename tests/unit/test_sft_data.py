@@ -324,3 +324,50 @@ def test_splits_epochs_and_build_datasets(tmp_path, tok):
         plan(tmp_path, "chat", [tmp_path / "c.jsonl"], counts=(4, 0, 0), split="8,2,0"), tok
     )
     assert none[1] is None
+
+
+def test_datasets_folders_give_the_same_records_as_jsonl(tmp_path, tok):
+    """A `save_to_disk` folder (Dataset or DatasetDict) and a folder of data files, read by `datasets`
+    itself, give the JSONL file's records and samples; bad folders and rows are one error each."""
+    import datasets
+
+    from bridge.training.data.preference import read_preference_records
+
+    rows = write_sft_jsonl(tmp_path / "a.jsonl", 12, seed=2)
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "saved"))
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "dict"))
+    (tmp_path / "files").mkdir()
+    datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "files" / "train.parquet"))
+    want = [((r["input"], r["output"]), i) for i, r in enumerate(rows)]
+    samples = {}
+    for name in ("a.jsonl", "saved", "dict", "files"):
+        assert [(r.value, r.row) for r in read_records([tmp_path / name], "sft")] == want, name
+        ds = build_sft_datasets(
+            plan(tmp_path, "sft", [tmp_path / name], counts=(12, 0, 0), seq_length=20), tok
+        )
+        samples[name] = [s["tokens"].tolist() + s["loss_mask"].tolist() for s in one_epoch(ds[0])]
+    assert samples["a.jsonl"] == samples["saved"] == samples["dict"] == samples["files"]
+
+    datasets.DatasetDict({"validation": datasets.Dataset.from_list(rows)}).save_to_disk(
+        str(tmp_path / "noval")
+    )
+    with pytest.raises(
+        ConfigError, match=r"holds the splits \['validation'\] and no 'train' split.*noval/validation"
+    ):
+        read_records([tmp_path / "noval"], "sft")
+    (tmp_path / "empty_folder").mkdir()
+    with pytest.raises(ConfigError, match=r"the folder .*empty_folder cannot be read as a dataset"):
+        read_records([tmp_path / "empty_folder"], "sft")
+    datasets.Dataset.from_list([{"input": "a", "output": "b"}, {"input": "c", "output": None}]).save_to_disk(
+        str(tmp_path / "bad")
+    )
+    with pytest.raises(ConfigError, match=r"bad: row 2: has no 'output'"):
+        read_records([tmp_path / "bad"], "sft")
+
+    pairs = [{"prompt": f"q{i}", "chosen": f"good {i}", "rejected": f"bad {i}"} for i in range(5)]
+    datasets.Dataset.from_list(pairs).save_to_disk(str(tmp_path / "pairs"))
+    got = read_preference_records([tmp_path / "pairs"])
+    assert [r.row for r in got] == list(range(5)) and len({repr(r.value) for r in got}) == 5
+    datasets.Dataset.from_list([{"prompt": "q", "chosen": "a"}]).save_to_disk(str(tmp_path / "halfpair"))
+    with pytest.raises(ConfigError, match=r"halfpair: row 1:"):
+        read_preference_records([tmp_path / "halfpair"])

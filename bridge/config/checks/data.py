@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from bridge.config import sections as S
 from bridge.config.checks.rules import one_of, positive
+from bridge.config.finetune_rules import SFT_KINDS
 from bridge.errors import config_error
 
 if TYPE_CHECKING:
@@ -88,13 +89,17 @@ def check_dataset(cfg: ConfigContainer) -> None:
         paths, _ = blend_paths(d.data_paths)
         for path in paths:
             needed = [path + ".bin", path + ".idx"] if d.kind == "indexed" else [path]
-            missing = [p for p in needed if not os.path.isfile(p)]
+            # finetuning records also come from a datasets folder (save_to_disk, or a folder of data files)
+            folder_ok = d.kind in (*SFT_KINDS, "preference")
+            missing = [p for p in needed if not (os.path.isfile(p) or (folder_ok and os.path.isdir(p)))]
             if missing:
                 what = (
                     "an indexed dataset prefix (path without .bin/.idx)"
                     if d.kind == "indexed"
                     else "a JSONL file"
                     if d.kind == "jsonl"
+                    else "a .jsonl / .json / .parquet file or a datasets folder"
+                    if folder_ok
                     else "a .jsonl / .json / .parquet file"
                 )
                 raise config_error(

@@ -25,12 +25,12 @@ from bridge.training.data.sft import (
     Record,
     _bad,
     _empty,
-    _load_table,
     _log,
     _prefix_error,
     _render,
     _tokenize_texts,
     pad_id,
+    read_table,
     require_chat_template,
 )
 from bridge.training.data.splits import split_ranges
@@ -40,17 +40,11 @@ def read_preference_records(paths, cache_dir: str | None = None) -> list[Record]
     """Every record of the files in order; a bad one is one ConfigError naming the file and row."""
     records: list[Record] = []
     for path in map(str, paths):
-        if not os.path.isfile(path) or os.path.getsize(path) == 0:
-            raise (
-                _empty(path)
-                if os.path.isfile(path)
-                else ConfigError(
-                    f"dataset.data_paths entry {path!r} is not a file: give .jsonl, .json or .parquet"
-                )
-            )
-        builder = "parquet" if path.endswith(".parquet") else "json"
+        builder = "folder" if os.path.isdir(path) else "parquet" if path.endswith(".parquet") else "json"
         try:
-            table = _load_table(path, builder, cache_dir)
+            table, builder = read_table(path, cache_dir)
+        except ConfigError:
+            raise
         except Exception as err:  # datasets raises several types for one malformed file
             first = (str(err) or repr(err)).splitlines()[0][:200]
             raise ConfigError(

@@ -156,19 +156,65 @@ def _load_table(path: str, builder: str, cache_dir: str | None) -> dict[str, lis
     return ds[:] if ds.num_rows else {}
 
 
+# what datasets.Dataset.save_to_disk / DatasetDict.save_to_disk write at the top of their folder
+SAVED_DATASET_FILES = ("state.json", "dataset_dict.json")
+
+
+def load_folder_table(path: str, cache_dir: str | None) -> dict[str, list]:
+    """A folder's columns: one `datasets.save_to_disk` folder (a DatasetDict's `train` split), or a folder
+    of .jsonl / .json / .parquet data files as `datasets.load_dataset(folder)` reads it (its train split)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    saved = any(os.path.isfile(os.path.join(path, name)) for name in SAVED_DATASET_FILES)
+    try:
+        ds = datasets.load_from_disk(path) if saved else datasets.load_dataset(path, cache_dir=cache_dir)
+    except Exception as err:  # datasets raises FileNotFoundError, ValueError, DataFilesNotFoundError, ...
+        first = (str(err) or repr(err)).splitlines()[0][:200]
+        raise ConfigError(
+            f"dataset.data_paths: the folder {path} cannot be read as a dataset ({type(err).__name__}: "
+            f"{first}); give a folder written by datasets' save_to_disk, a folder of .jsonl / .json / "
+            ".parquet files, or one such file"
+        ) from None
+    if isinstance(ds, datasets.DatasetDict):
+        if "train" not in ds:
+            splits = sorted(ds)
+            raise ConfigError(
+                f"dataset.data_paths: the folder {path} holds the splits {splits} and no 'train' split, "
+                f"which is the one read; give the split's own folder (e.g. {os.path.join(path, splits[0])}) "
+                "for a save_to_disk dataset, or name the split's files train.* in a folder of data files"
+            )
+        ds = ds["train"]
+    return ds[:] if ds.num_rows else {}
+
+
+def read_table(path: str, cache_dir: str | None) -> tuple[dict[str, list], str]:
+    """(columns, what it was read as: "folder", "parquet" or "json") of one dataset.data_paths entry."""
+    if os.path.isdir(path):
+        table = load_folder_table(path, cache_dir)
+        if not table:
+            raise _empty(path)
+        return table, "folder"
+    if not os.path.isfile(path):
+        raise ConfigError(
+            f"dataset.data_paths entry {path!r} is neither a file nor a folder: give .jsonl, .json or "
+            ".parquet files, or a datasets folder"
+        )
+    if os.path.getsize(path) == 0:
+        raise _empty(path)
+    builder = "parquet" if path.endswith(".parquet") else "json"
+    return _load_table(path, builder, cache_dir), builder
+
+
 def read_records(paths: Sequence[str], kind: str, cache_dir: str | None = None) -> list[Record]:
     """Every record of the files, in order; each mistake is one ConfigError naming the file and line."""
     records: list[Record] = []
     for path in map(str, paths):
-        if not os.path.isfile(path):
-            raise ConfigError(
-                f"dataset.data_paths entry {path!r} is not a file: give .jsonl, .json or .parquet"
-            )
-        builder = "parquet" if path.endswith(".parquet") else "json"
-        if os.path.getsize(path) == 0:
-            raise _empty(path)
+        builder = "folder" if os.path.isdir(path) else "parquet" if path.endswith(".parquet") else "json"
         try:
-            table = _load_table(path, builder, cache_dir)
+            table, builder = read_table(path, cache_dir)
+        except ConfigError:
+            raise
         except Exception as err:  # datasets raises DatasetGenerationError, ValueError, even StopIteration
             if builder == "json":
                 _scan_json(path, kind)  # raises the mistake with its line
@@ -197,7 +243,7 @@ def read_records(paths: Sequence[str], kind: str, cache_dir: str | None = None) 
 
 def where(record: Record) -> str:
     """file:line of a JSON Lines record, file: row N otherwise (found again only for error messages)."""
-    if record.path.endswith(".parquet"):
+    if record.path.endswith(".parquet") or os.path.isdir(record.path):
         return f"{record.path}: row {record.row + 1}"
     with open(record.path, encoding="utf-8") as f:
         head = f.read(4096).lstrip()
