@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bridge.checkpoint.paths import is_hf_folder
+from bridge.checkpoint.paths import HF_ASSETS_DIR, is_hf_folder
 from bridge.errors import ConfigError, config_error
 from bridge.models.gpt_provider import GPTModelProvider
 from bridge.models.hf_architecture import model_from_hf
@@ -22,12 +23,16 @@ if TYPE_CHECKING:
 class DistillPlan:
     """What a distillation run's loss needs (bridge.training.distill reads it)."""
 
-    teacher_path: str  # the Hugging Face folder the teacher's weights stream from
+    teacher_path: (
+        str  # the Hugging Face folder of the teacher's config.json (and weights, without a checkpoint)
+    )
     teacher: GPTModelProvider  # the teacher's architecture with the student's parallel sizes and precision
     temperature: float
     skip_lm_loss: bool
     kd_loss_scale: float
     top_k: int | None
+    # a bridge torch_dist checkpoint the teacher's weights load from (resharded to the student's layout)
+    teacher_checkpoint: str | None = None
 
 
 def distill_plan(
@@ -46,14 +51,21 @@ def distill_plan(
                 "set distill.teacher=<Hugging Face folder with the student's tokenizer>",
             )  # fmt: skip
         return None
+    teacher_checkpoint = None
+    config_folder = str(d.teacher)
     if not is_hf_folder(d.teacher):
-        raise config_error(
-            "distill.teacher",
-            d.teacher,
-            "is not a Hugging Face model folder (config.json and safetensors weights)",
-            "give the teacher's Hugging Face folder (export a bridge checkpoint with convert_checkpoint.py "
-            "export first)",
-        )
+        assets = Path(str(d.teacher)) / HF_ASSETS_DIR
+        if not (assets / "config.json").is_file():
+            raise config_error(
+                "distill.teacher",
+                d.teacher,
+                "is neither a Hugging Face model folder (config.json and safetensors weights) nor a bridge "
+                f"checkpoint that names its architecture ({HF_ASSETS_DIR}/config.json, as "
+                "convert_checkpoint.py import writes)",
+                "give the teacher's Hugging Face folder or imported checkpoint (a trained run's checkpoint: "
+                "export it with convert_checkpoint.py export first)",
+            )
+        teacher_checkpoint, config_folder = str(d.teacher), str(assets)
     t = d.logit_kl_temperature
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not (t > 0 and math.isfinite(t)):
         raise config_error("distill.logit_kl_temperature", t, "must be a finite number > 0", "e.g. 1.0")
@@ -68,7 +80,7 @@ def distill_plan(
             "distill.teacher", d.teacher, "distils on token data, and dataset.kind=preference is DPO's",
             "remove it (~distill.teacher), or use dataset.kind=sft / chat / indexed",
         )  # fmt: skip
-    teacher = model_from_hf(provider, d.teacher)
+    teacher = model_from_hf(provider, config_folder)
     teacher.should_pad_vocab = provider.should_pad_vocab  # the same rows as the student's logits
     if teacher.vocab_size != provider.vocab_size:
         raise config_error(
@@ -115,8 +127,9 @@ def distill_plan(
             "set dataset.packed_sequence_size=0",
         )  # fmt: skip
     return DistillPlan(
-        teacher_path=str(d.teacher),
+        teacher_path=config_folder,
         teacher=teacher,
+        teacher_checkpoint=teacher_checkpoint,
         temperature=float(t),
         skip_lm_loss=bool(d.skip_lm_loss),
         kd_loss_scale=float(d.kd_loss_scale),

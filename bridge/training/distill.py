@@ -23,6 +23,7 @@ from functools import partial
 
 import torch
 
+from bridge.checkpoint import load_checkpoint
 from bridge.config.distill_rules import DistillPlan
 from bridge.training import forward_step
 from bridge.training.frozen_pass import FrozenPass, frozen_chunks, frozen_report
@@ -162,13 +163,18 @@ def _metrics(totals: dict) -> dict[str, float]:
 
 
 def teacher_pass(plan) -> FrozenPass:
-    """The teacher on the student's layout, its weights streamed from its Hugging Face folder; frozen, in
-    eval mode, never saved (it is no chunk of the trained model)."""
+    """The teacher on the student's layout, its weights streamed from its Hugging Face folder or loaded
+    from its bridge checkpoint (resharded); frozen, in eval mode, never saved (no chunk of the trained
+    model)."""
     from bridge.conversion.auto_bridge import AutoBridge
 
     d = plan.distill
     provider = copy.deepcopy(d.teacher)
-    chunks = frozen_chunks(
-        provider, plan, hooks=(AutoBridge.from_hf_pretrained(d.teacher_path).load_hf_weights,)
-    )
+    if d.teacher_checkpoint is None:
+        chunks = frozen_chunks(
+            provider, plan, hooks=(AutoBridge.from_hf_pretrained(d.teacher_path).load_hf_weights,)
+        )
+    else:  # every weight from the checkpoint (strict): the random initialisation is overwritten
+        chunks = frozen_chunks(provider, plan)
+        load_checkpoint(d.teacher_checkpoint, chunks, load_rng=False, strict=True)
     return FrozenPass(chunks, teacher_forward_step, key="teacher_logits", metrics=_metrics)

@@ -6,7 +6,8 @@ batches, for 5 AdamW steps.
 Two launches of one worker. 1 rank: the KD loss alone at temperature 2, and lm loss + 0.5 x KD over the
 teacher's top 8 tokens, at TP=1. 2 ranks: both at TP=2 (each rank holds half the vocabulary: the
 vocab-parallel log-softmax, top-k and KL must equal the full ones), the KD loss at PP=2 (the teacher's
-pass through the pipeline schedule too) and at DP=2.
+pass through the pipeline schedule too) and at DP=2, and the KD loss at TP=2 with the teacher loaded from
+its bridge checkpoint (imported at TP=1, resharded) instead of its Hugging Face folder.
 
 Tolerances, fp32: the loss and the grad norm to 1e-5 relative (the issue's bound; the KL is of order 1 here
 and its terms of order log V ~ 4 nats round to ~1e-6 absolute in fp32), the logged kd / lm loss to 1e-5
@@ -32,6 +33,7 @@ CASES = {
     "mixed_topk_tp2": "torch_mixed_topk",
     "kd_pp2": "torch_kd",
     "kd_dp2": "torch_kd",
+    "kd_tp2_teacher_ckpt": "torch_kd",  # the teacher from its imported bridge checkpoint, resharded
 }
 
 

@@ -101,5 +101,16 @@ def test_bad_distill_settings_are_one_error_each(folders, override, match):
 
 
 def test_a_teacher_that_is_no_hugging_face_folder_is_refused(folders, tmp_path):
-    with pytest.raises(ConfigError, match=r"distill.teacher = .*is not a Hugging Face model folder"):
+    with pytest.raises(ConfigError, match=r"distill.teacher = .*is neither a Hugging Face model folder"):
         build_plan(config(folders, tmp_path), 1, cuda=False)
+
+
+def test_an_imported_checkpoint_teacher_takes_its_architecture_from_its_hf_assets(folders, tmp_path):
+    # the rule reads <checkpoint>/hf_assets/config.json (what convert_checkpoint.py import writes); the
+    # weights loading from such a checkpoint is tests/functional/test_distill_parity.py's
+    ckpt = tmp_path / "teacher_ckpt"
+    (ckpt / "hf_assets").mkdir(parents=True)
+    shutil.copy(folders[1] / "config.json", ckpt / "hf_assets" / "config.json")
+    d = build_plan(config(folders, ckpt, "model.tensor_model_parallel_size=2"), 2, cuda=False).distill
+    assert d.teacher.num_layers == 3 and d.teacher.tensor_model_parallel_size == 2
+    assert (d.teacher_checkpoint, d.teacher_path) == (str(ckpt), str(ckpt / "hf_assets"))

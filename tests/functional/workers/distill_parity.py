@@ -30,13 +30,13 @@ LAYOUTS = {"tp2": ["model.tensor_model_parallel_size=2"], "pp2": ["model.pipelin
 TEACHER = dict(num_hidden_layers=4, initializer_range=0.5)
 
 
-def distill_config(workdir: str, case: str, *extra: str):
+def distill_config(workdir: str, case: str, *extra: str, teacher: str = "teacher"):
     from bridge.config.compose import compose
     from recipes.llama_finetune import llama32_1b_sft_config
 
     c = CASES[case]
     more = [
-        f"distill.teacher={workdir}/teacher",
+        f"distill.teacher={workdir}/{teacher}",
         f"distill.logit_kl_temperature={c['temperature']}",
         f"distill.skip_lm_loss={c['skip_lm_loss']}",
         f"distill.kd_loss_scale={c['scale']}",
@@ -138,6 +138,14 @@ def main(mode: str, workdir: str) -> None:
             run_bridge(f"{case}_tp2", distill_config(workdir, case, *LAYOUTS["tp2"]))
         run_bridge("kd_pp2", distill_config(workdir, "kd", *LAYOUTS["pp2"]))
         run_bridge("kd_dp2", distill_config(workdir, "kd"))  # each data-parallel rank's own teacher pass
+        # the teacher as a bridge checkpoint: imported on both ranks at TP=1 (DP=2), loaded at TP=2
+        from bridge.conversion.auto_bridge import AutoBridge
+
+        AutoBridge.import_ckpt(f"{workdir}/teacher", f"{workdir}/teacher_ckpt")
+        reset_parallel_state()
+        run_bridge(
+            "kd_tp2_teacher_ckpt", distill_config(workdir, "kd", *LAYOUTS["tp2"], teacher="teacher_ckpt")
+        )
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 
