@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from bridge.errors import ConfigError
 from bridge.models import provider_layout
+from bridge.models.expert_grads import reduce_expert_grads_over_expert_dp
 from bridge.models.provider_checks import model_error
 from bridge.models.provider_layout import parallel_sizes
 from bridge.parallel import ranks, runtime
@@ -48,6 +49,7 @@ def provide_distributed_model(
     chunks = _build_chunks(p, config, meta_device)
     for hook in p.post_build_hooks():
         hook(chunks)
+    reduce_expert_grads_over_expert_dp(chunks)
     return _wrap(
         p,
         chunks,

@@ -10,6 +10,7 @@ import math
 
 from bridge.config.run_plan import Precision, SchedulePlan
 from bridge.config.sections import MixedPrecisionConfig, OptimizerConfig, SchedulerConfig
+from bridge.models.expert_grads import count_expert_grads_once_in_norm
 from bridge.parallel.mesh import build_meshes
 
 
@@ -86,7 +87,9 @@ def build_optimizer(
     from megatron.core.optimizer import get_megatron_optimizer
 
     config = megatron_optimizer_config(opt_cfg, precision, mp_cfg, use_distributed_optimizer)
-    return get_megatron_optimizer(config, model_chunks)
+    optimizer = get_megatron_optimizer(config, model_chunks)
+    count_expert_grads_once_in_norm(optimizer)
+    return optimizer
 
 
 def _no_weight_decay(name: str, param) -> bool:

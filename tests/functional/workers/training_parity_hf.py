@@ -50,11 +50,36 @@ HF_QWEN35 = dict(
     linear_num_key_heads=2,
     linear_num_value_heads=4,
 )
+# GPT-OSS against transformers' class: a learnable sink per head, a window (6) on layer 0, biases on
+# q/k/v/o, router and experts, the clamped SwiGLU (limit 0.5 so the clamps bite), YaRN x4 from 16
+# positions; the router's auxiliary loss off on both sides (coefficient 0 in the folder, which bridge reads).
+HF_GPT_OSS = dict(
+    {k: v for k, v in HF_LLAMA.items() if k != "rope_theta"},
+    head_dim=16,
+    intermediate_size=32,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+    sliding_window=6,
+    swiglu_limit=0.5,
+    rope_parameters={
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 16,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "truncate": False,
+        "rope_theta": 10000.0,
+    },
+    router_aux_loss_coef=0.0,
+    output_router_logits=False,
+)
 FAMILIES = {
     "llama": ("LlamaConfig", HF_LLAMA),
     "mixtral": ("MixtralConfig", HF_MIXTRAL),
     "qwen35": ("Qwen3_5TextConfig", HF_QWEN35),
 }
+# launched on their own (slow tier, tests/functional/test_training_parity_hf_gpt_oss.py)
+SLOW_FAMILIES = {"gptoss": ("GptOssConfig", HF_GPT_OSS)}
 LAYOUTS = {
     "tp2": ["model.tensor_model_parallel_size=2"],
     "tp2_sp": ["model.tensor_model_parallel_size=2", "model.sequence_parallel=True"],
@@ -70,6 +95,18 @@ MOE_LAYOUTS = {
     "mixtral_ep2": ["model.expert_model_parallel_size=2"],
     # the Gated DeltaNet split by heads over TP (its output norm's weight gradient summed over TP)
     "qwen35_tp2": ["model.tensor_model_parallel_size=2"],
+}
+SLOW_LAYOUTS = {
+    # GPT-OSS at its recipes' layouts: TP=2 with sequence parallelism (sinks split by heads, the router and
+    # expert biases replicated over TP), EP=2, and both at once (experts not split over TP: 2 ranks)
+    "gptoss_tp2_sp": ["model.tensor_model_parallel_size=2", "model.sequence_parallel=True"],
+    "gptoss_ep2": ["model.expert_model_parallel_size=2"],
+    "gptoss_tp2_ep2": [
+        "model.tensor_model_parallel_size=2",
+        "model.expert_model_parallel_size=2",
+        "model.expert_tensor_parallel_size=1",
+        "model.sequence_parallel=True",
+    ],
 }
 
 
@@ -195,9 +232,10 @@ def run_transformers(workdir: str, family: str, batches: list[dict], lora_init: 
     if lora_init is not None:
         model, name = peft_model(model, lora_init), "peft_lora"
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    # Megatron's weight-decay groups: no decay on biases and 1-D parameters (the norms).
-    decay = [p for n, p in trainable if p.ndim > 1 and not n.endswith(".bias")]
-    no_decay = [p for n, p in trainable if p.ndim <= 1 or n.endswith(".bias")]
+    # Megatron's weight-decay groups: no decay on biases and 1-D parameters (the norms). GPT-OSS's
+    # stacked expert biases (experts.gate_up_proj_bias, 2-D) are biases: Megatron's are 1-D per expert.
+    decay = [p for n, p in trainable if p.ndim > 1 and not n.endswith("bias")]
+    no_decay = [p for n, p in trainable if p.ndim <= 1 or n.endswith("bias")]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
         lr=lr_at(0),
@@ -294,11 +332,11 @@ def lora_config(workdir: str):
     return cfg
 
 
-def write_inputs(workdir: str) -> None:
+def write_hf_models(workdir: str, families: dict) -> None:
     import torch
     import transformers
 
-    for family, (config_class, fields) in FAMILIES.items():
+    for family, (config_class, fields) in families.items():
         torch.manual_seed(0)
         config = getattr(transformers, config_class)(**fields)
         config.torch_dtype = torch.float32
@@ -308,6 +346,10 @@ def write_inputs(workdir: str) -> None:
                 if "norm" in name:
                     p.uniform_(0.5, 1.5)
         model.save_pretrained(Path(workdir) / f"hf_{family}", safe_serialization=True)
+
+
+def write_inputs(workdir: str) -> None:
+    write_hf_models(workdir, FAMILIES)
     write_learnable_indexed_data(f"{workdir}/data/count", n_docs=60)
     from tests.finetune_fixtures import make_tiny_llama, write_sft_jsonl
 
@@ -351,6 +393,16 @@ def main(mode: str, workdir: str) -> None:
         for name, extra in LAYOUTS.items():
             run_bridge(name, config(workdir, "llama", *extra))
         for name, extra in MOE_LAYOUTS.items():
+            run_bridge(name, config(workdir, name.split("_")[0], *extra))
+    elif mode == "slow_ref":
+        write_hf_models(workdir, SLOW_FAMILIES)
+        write_learnable_indexed_data(f"{workdir}/data/count", n_docs=60)
+        for family in SLOW_FAMILIES:
+            batches = []
+            run_bridge(f"{family}_tp1", config(workdir, family), record=batches)
+            run_transformers(workdir, family, batches)
+    elif mode == "slow_layouts":
+        for name, extra in SLOW_LAYOUTS.items():
             run_bridge(name, config(workdir, name.split("_")[0], *extra))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
