@@ -43,7 +43,9 @@ def table() -> str:
         archs = ", ".join(f"`{a}`" for a in sorted(by_family.get(name, ())))
         presets = ", ".join(f"`{p}`" for p in info.presets)
         recipe_cell = ", ".join(f"{k} ({counts[(name, k)]})" for k in KINDS if counts[(name, k)])
-        lines.append(f"| {module.TITLE} (`{name}`) | {archs} | {presets} | {recipe_cell} | {module.REFUSED} |")
+        lines.append(
+            f"| {module.TITLE} (`{name}`) | {archs} | {presets} | {recipe_cell} | {module.REFUSED} |"
+        )
     refused = ", ".join(f"`{a}`" for a in sorted(refused_architectures()))
     lines.append(f"| refused architectures | {refused} | | | the whole architecture (below) |")
     return "\n".join(lines)
