@@ -174,7 +174,7 @@ def teacher_pass(plan) -> FrozenPass:
         chunks = frozen_chunks(
             provider, plan, hooks=(AutoBridge.from_hf_pretrained(d.teacher_path).load_hf_weights,)
         )
-    else:  # every weight from the checkpoint (strict): the random initialisation is overwritten
-        chunks = frozen_chunks(provider, plan)
-        load_checkpoint(d.teacher_checkpoint, chunks, load_rng=False, strict=True)
+    else:  # every weight from the checkpoint (strict), loaded at build: no random initialisation first
+        load = partial(load_checkpoint, d.teacher_checkpoint, load_rng=False, strict=True)
+        chunks = frozen_chunks(provider, plan, hooks=(load,))
     return FrozenPass(chunks, teacher_forward_step, key="teacher_logits", metrics=_metrics)

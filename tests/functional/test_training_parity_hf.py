@@ -88,9 +88,8 @@ def test_the_reference_trains(runs, family):
     assert all(ref["grad_norms"][it] > CLIP_FLOOR for it in ITERS)
 
 
-@pytest.mark.parametrize("run", LAYOUT_RUNS)
-def test_losses_grad_norms_and_learning_rates_equal_transformers(runs, run):
-    ref, got = _reference(runs, run), runs[run]
+def assert_run_equals_reference(run: str, got: dict, ref: dict) -> None:
+    """Per iteration: loss, grad norm and learning rate of bridge's run equal the reference's."""
     assert sorted(got["losses"]) == ITERS
     for it in ITERS:
         assert _rel(got["losses"][it], ref["losses"][it]) < LOSS_REL, (run, it, got["losses"], ref["losses"])
@@ -101,3 +100,9 @@ def test_losses_grad_norms_and_learning_rates_equal_transformers(runs, run):
             ref["grad_norms"],
         )
         assert got["learning_rates"][it] == pytest.approx(ref["learning_rates"][it], rel=1e-12), (run, it)
+
+
+@pytest.mark.parametrize("run", LAYOUT_RUNS)
+def test_losses_grad_norms_and_learning_rates_equal_transformers(runs, run):
+    ref, got = _reference(runs, run), runs[run]
+    assert_run_equals_reference(run, got, ref)

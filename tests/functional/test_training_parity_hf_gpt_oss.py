@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.functional.launch import REPO_ROOT, assert_ok, payloads, torchrun
+from tests.functional.launch import assert_ok, payloads, torchrun
 
 pytest.importorskip("megatron.core")
 pytest.importorskip("transformers")
 
-WORKER = REPO_ROOT / "tests/functional/workers/training_parity_hf.py"
-LOSS_REL = 1e-5  # as test_training_parity_hf.py: fp32, a few ulps times the accumulation depth
-GRAD_NORM_REL = 2e-6  # the 7 significant digits the log prints
-ITERS = ["1", "2", "3", "4", "5"]
+# the same worker, iterations and per-iteration tolerances as test_training_parity_hf.py
+from tests.functional.test_training_parity_hf import ITERS, WORKER, assert_run_equals_reference  # noqa: E402
+
 RUNS = [
     "gptoss_tp1",
     "gptoss_ep2",
@@ -39,10 +38,6 @@ def runs(tmp_path_factory):
     return {r["run"]: r for r in payloads(out, "run")}
 
 
-def _rel(a: float, b: float) -> float:
-    return abs(a - b) / max(abs(b), 1e-12)
-
-
 def test_the_reference_trains(runs):
     ref = runs["transformers_gptoss"]
     assert sorted(ref["losses"]) == ITERS
@@ -53,13 +48,4 @@ def test_the_reference_trains(runs):
 @pytest.mark.parametrize("run", RUNS)
 def test_losses_and_grad_norms_equal_transformers(runs, run):
     ref, got = runs["transformers_gptoss"], runs[run]
-    assert sorted(got["losses"]) == ITERS
-    for it in ITERS:
-        assert _rel(got["losses"][it], ref["losses"][it]) < LOSS_REL, (run, it, got["losses"], ref["losses"])
-        assert _rel(got["grad_norms"][it], ref["grad_norms"][it]) < GRAD_NORM_REL, (
-            run,
-            it,
-            got["grad_norms"],
-            ref["grad_norms"],
-        )
-        assert got["learning_rates"][it] == pytest.approx(ref["learning_rates"][it], rel=1e-12)
+    assert_run_equals_reference(run, got, ref)
