@@ -29,7 +29,9 @@ import torch
 from bridge.config.run_plan import DPOPlan
 from bridge.peft import adapters_disabled
 from bridge.training import forward_step
+from bridge.training.data.blend import SOURCE_KEY
 from bridge.training.frozen_pass import FrozenPass, frozen_chunks, frozen_report, unwrap
+from bridge.training.source_losses import by_source, source_report
 
 ROWS = ("tokens", "labels", "loss_mask", "position_ids")
 OBJECTIVE = "dpo loss"
@@ -71,9 +73,14 @@ def preference_losses(
 
 
 def dpo_loss_func(
-    plan: DPOPlan, loss_mask: torch.Tensor, reference: torch.Tensor, output_tensor: torch.Tensor
+    plan: DPOPlan,
+    loss_mask: torch.Tensor,
+    reference: torch.Tensor,
+    output_tensor: torch.Tensor,
+    source: torch.Tensor | None = None,
 ):
-    """Megatron-Core's three-value loss over the micro batch's pairs: (loss sum, pair count, report)."""
+    """Megatron-Core's three-value loss over the micro batch's pairs: (loss sum, pair count, report);
+    `source` (blended validation pairs, [pairs, sources] one-hot): each source's [sum, pairs] too."""
     policy = answer_logps(output_tensor, loss_mask, average=plan.loss_type == "ipo")
     losses, chosen, rejected = preference_losses(policy, reference, plan)
     m = torch.tensor(float(losses.numel()), device=losses.device)
@@ -89,6 +96,8 @@ def dpo_loss_func(
         "rewards/margins": pair((chosen - rejected).sum()),
         "rewards/accuracies": pair((chosen > rejected).float().sum()),
     }
+    if source is not None:
+        report[by_source(OBJECTIVE)] = source_report(losses, torch.ones_like(losses), source)
     return loss, m.to(torch.int), report
 
 
@@ -97,7 +106,9 @@ def dpo_forward_step(plan: DPOPlan, data_iterator, model):
     batch = _flatten_pairs(forward_step.get_batch(data_iterator))
     output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
     # the reference log-probs exist on the last stage only, where the loss runs
-    return output, partial(dpo_loss_func, plan, batch["loss_mask"], batch.get("ref_logps"))
+    return output, partial(
+        dpo_loss_func, plan, batch["loss_mask"], batch.get("ref_logps"), source=batch.get(SOURCE_KEY)
+    )
 
 
 def _reference_loss_func(average: bool, loss_mask: torch.Tensor, output_tensor: torch.Tensor):
