@@ -131,6 +131,6 @@ def test_dpo_reports_each_sources_mean_over_its_pairs():
         z = (logps[rows, 0] - logps[rows, 1]) - (reference[rows, 0] - reference[rows, 1])
         ref = float(-torch.nn.functional.logsigmoid(0.3 * z).mean())
         assert means[name] == pytest.approx(ref, rel=1e-6)
-    losses, _, _ = preference_losses(logps, reference, plan)
+    losses, _, _ = preference_losses(logps, reference, plan, mask.sum(-1).view(-1, 2))
     assert report["dpo loss"][0] == pytest.approx(float(losses.sum()), rel=1e-6)
     assert by_source("dpo loss") in report and math.isfinite(means["x"])
