@@ -31,6 +31,9 @@ def split(config: Any, family: HfFamily) -> tuple[dict[str, Any], HfFamily, dict
     text = _as_dict(text)
     if "dtype" not in text and "torch_dtype" not in text:  # the checkpoint's dtype is the top-level one
         text["dtype"] = get(config, "dtype") or get(config, "torch_dtype")
+    own_type = text.get("model_type")
+    if family.hf_config.text_config is not None:  # a language model config in its own model type
+        text = family.hf_config.text_config(text)
     model_type = text.get("model_type")
     text_families = {t: f for t, f in hf_families().items() if f.text_config_key is None}
     if model_type not in text_families:
@@ -42,5 +45,13 @@ def split(config: Any, family: HfFamily) -> tuple[dict[str, Any], HfFamily, dict
         )
     completed = with_class_defaults(text)
     rest = {k: v for k, v in _as_dict(config).items() if k != key}
-    vlm_config = dict(rest, **{key: {"model_type": model_type}})
+    vlm_config = dict(rest, **{key: {"model_type": own_type}})
     return completed if completed is not None else text, text_families[model_type], vlm_config
+
+
+def vlm_fields(config: Any, family: Any) -> dict[str, Any]:
+    """The provider fields a vision-language family reads from its whole config (its `provider_fields`
+    hook: e.g. M-RoPE, which its text family does not express), beside its text family's. `family`:
+    the VLM family (conversion's registry Family or an HfFamily: both carry its `hf_config` rules)."""
+    hook = family.hf_config.provider_fields
+    return {} if hook is None else dict(hook(config))
