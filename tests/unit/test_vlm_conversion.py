@@ -35,10 +35,13 @@ def sources(tmp_path_factory):
 
 
 def _megatron_logits(chunk, batch, vocab: int) -> torch.Tensor:
+    from bridge.training.data.vlm import IMAGE_KEYS
+
     ids = batch["input_ids"]
     pos = torch.arange(ids.shape[1]).unsqueeze(0).expand_as(ids)
+    images = {k: batch[k] for k in IMAGE_KEYS if k in batch}  # as forward_step passes them
     with torch.no_grad():
-        out = chunk(ids, pos, None, images={"pixel_values": batch["pixel_values"]})
+        out = chunk(ids, pos, None, images=images)
     return out[..., :vocab].float()
 
 
