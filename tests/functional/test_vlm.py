@@ -61,7 +61,11 @@ def test_loss_falls_on_the_assistant_answers_only(out):
 
 
 def test_tp2_import_equals_transformers_and_export_is_bit_identical(out):
-    (conv,) = payloads(out, "convert_tp2")
-    # fp32, O(1) logits: TP=2 splits each matmul's sum in two partial sums (a few ulps), far below 1e-5
-    assert conv["max_logit_diff"] <= 1e-5
-    assert conv["export_differs"] is None
+    from tests.functional.workers.vlm_models import VLM_FAMILIES
+
+    convs = payloads(out, "convert_tp2")
+    assert {c["family"] for c in convs} == set(VLM_FAMILIES)
+    for conv in convs:
+        # fp32, O(1) logits: TP=2 splits each matmul's sum in two partial sums (a few ulps), far below 1e-5
+        assert conv["max_logit_diff"] <= 1e-5, conv
+        assert conv["export_differs"] is None, conv
