@@ -123,3 +123,37 @@ def test_too_few_image_tokens_is_one_clear_error(sources):
     ids[0, first] = 0  # one placeholder of the first sample's image lost
     with pytest.raises(ImageTokenMismatch, match="image tokens"):
         _megatron_logits(chunk, dict(batch, input_ids=ids), 10)
+
+
+def test_mrope_positions_refuse_video_and_generation_needs_no_cache(sources):
+    """Qwen2.5-VL: a video token is one clear error; greedy generation without the KV cache (every step
+    recomputes the M-RoPE positions of the whole sequence) equals transformers' generate, and with the
+    cache (a step holds only the new token) it is refused."""
+    from bridge import AutoBridge
+    from bridge.errors import ConfigError
+    from bridge.inference.generate import generate
+
+    folder, hf, batch = sources["qwen25_vl"]
+    provider = AutoBridge.from_hf_pretrained(folder).to_megatron_provider()
+    chunk = provider.provide_distributed_model(wrap_with_ddp=False)[0]
+    ids = batch["input_ids"].clone()
+    ids[0, -1] = hf.config.video_token_id
+    with pytest.raises(ConfigError, match="video inputs are not supported"):
+        _megatron_logits(chunk, dict(batch, input_ids=ids), 10)
+    prompt = [int(t) for t in batch["input_ids"][0, 18:23]]  # text tokens after the image
+    with pytest.raises(ConfigError, match="kv_cache = True"):
+        generate([chunk], prompt, 4, vocab_size=provider.vocab_size)
+    ours = generate([chunk], prompt, 4, vocab_size=provider.vocab_size, kv_cache=False).ids
+    with torch.no_grad():
+        ref = hf.generate(torch.tensor([prompt]), max_new_tokens=4, do_sample=False)[0, len(prompt) :]
+    assert ours == ref.tolist()
+
+
+def test_mrope_section_must_split_half_the_head():
+    from bridge.errors import ConfigError
+    from bridge.models import preset
+
+    p = preset("qwen25_vl_7b")
+    p.mrope_section = [16, 24, 16]  # 56, not 64 = 128 / 2
+    with pytest.raises(ConfigError, match=r"mrope_section.*summing to half the rotary head dimension \(64\)"):
+        p.finalize()

@@ -75,19 +75,20 @@ def position_ids(
 ) -> torch.Tensor:
     """[3, b, s] M-RoPE position ids as Qwen2_5_VLForConditionalGeneration computes them with no padding
     mask (bridge pads on the right and attends causally, so the padding's positions reach no kept row):
-    transformers' get_rope_index over the image tokens' grids; text-only rows count 0, 1, 2, ... on all
-    three axes. Video tokens are refused (the data carries no video grids)."""
+    transformers' get_rope_index over the image tokens' grids; a batch without images counts 0, 1, 2, ...
+    on all three axes (as transformers, whatever its tokens). Video tokens beside images are refused (the
+    data carries no video grids)."""
     index = _rope_index(json.dumps(vlm_config, sort_keys=True))
     config = index.config
+    grid = images.get("image_grid_thw")
+    if grid is None:
+        b, s = input_ids.shape
+        return torch.arange(s, device=input_ids.device).view(1, 1, s).expand(3, b, s)
     if bool((input_ids == config.video_token_id).any()):
         raise ConfigError(
             f"the batch holds Qwen2.5-VL video tokens (id {config.video_token_id}): video inputs are not "
             "supported (only images). Fix: give images, not videos"
         )
-    grid = images.get("image_grid_thw")
-    if grid is None:
-        b, s = input_ids.shape
-        return torch.arange(s, device=input_ids.device).view(1, 1, s).expand(3, b, s)
     types = (input_ids == config.image_token_id).to(torch.int32)  # the processor's mm_token_type_ids
     positions, _ = Qwen2_5_VLModel.get_rope_index(index, input_ids, types, image_grid_thw=grid)
     return positions

@@ -36,11 +36,15 @@ MAKERS = {"llava": "make_tiny_llava", "qwen25_vl": "make_tiny_qwen25_vl"}
 PROCESSORS = {"qwen25_vl": "qwen25_vl_processor"}
 
 
+def family_of(model_folder: str | Path) -> str:
+    model_type = json.loads((Path(model_folder) / "config.json").read_text())["model_type"]
+    return {"qwen2_5_vl": "qwen25_vl"}.get(model_type, model_type)
+
+
 def load_processor(model_folder: str | Path):
     from transformers import AutoProcessor
 
-    family = json.loads((Path(model_folder) / "config.json").read_text())["model_type"]
-    family = {"qwen2_5_vl": "qwen25_vl"}.get(family, family)
+    family = family_of(model_folder)
     if family in PROCESSORS:
         return getattr(tiny_vlm_script(), PROCESSORS[family])(Path(model_folder))
     return AutoProcessor.from_pretrained(str(model_folder))
