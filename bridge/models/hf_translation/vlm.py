@@ -20,20 +20,22 @@ def _as_dict(config: Any) -> dict[str, Any]:
 def split(config: Any, family: HfFamily) -> tuple[dict[str, Any], HfFamily, dict[str, Any]]:
     """(the language model's config completed with its class defaults, its text family, vlm_config)."""
     key = family.text_config_key
-    text = get(config, key)
-    if text is None:
-        raise refuse(
-            key,
-            None,
-            f"a {family.name} checkpoint describes its language model there",
-            "save the model with transformers' save_pretrained",
-        )
-    text = _as_dict(text)
+    if family.hf_config.text_config is not None:  # the family splits its config itself (its own layout)
+        text, vlm_config = family.hf_config.text_config(_as_dict(config))
+    else:
+        text = get(config, key)
+        if text is None:
+            raise refuse(
+                key,
+                None,
+                f"a {family.name} checkpoint describes its language model there",
+                "save the model with transformers' save_pretrained",
+            )
+        text = _as_dict(text)
+        rest = {k: v for k, v in _as_dict(config).items() if k != key}
+        vlm_config = dict(rest, **{key: {"model_type": text.get("model_type")}})
     if "dtype" not in text and "torch_dtype" not in text:  # the checkpoint's dtype is the top-level one
         text["dtype"] = get(config, "dtype") or get(config, "torch_dtype")
-    own_type = text.get("model_type")
-    if family.hf_config.text_config is not None:  # a language model config in its own model type
-        text = family.hf_config.text_config(text)
     model_type = text.get("model_type")
     text_families = {t: f for t, f in hf_families().items() if f.text_config_key is None}
     if model_type not in text_families:
@@ -44,8 +46,6 @@ def split(config: Any, family: HfFamily) -> tuple[dict[str, Any], HfFamily, dict
             "convert a checkpoint whose language model is one of those",
         )
     completed = with_class_defaults(text)
-    rest = {k: v for k, v in _as_dict(config).items() if k != key}
-    vlm_config = dict(rest, **{key: {"model_type": own_type}})
     return completed if completed is not None else text, text_families[model_type], vlm_config
 
 

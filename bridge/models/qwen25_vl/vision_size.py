@@ -15,7 +15,7 @@ def vision_parameters(vlm_config: dict[str, Any], text_hidden_size: int) -> tupl
     merged patches (hidden * merge^2) to `out_hidden_size`."""
     v = vlm_config["vision_config"]
     d, i = v["hidden_size"], v["intermediate_size"]
-    patch = v["in_channels"] * d * v["temporal_patch_size"] * v["patch_size"] ** 2
+    patch = v.get("in_channels", v.get("in_chans", 3)) * d * v["temporal_patch_size"] * v["patch_size"] ** 2
     block = 2 * d + (3 * d * d + 3 * d) + (d * d + d) + 2 * (d * i + i) + (i * d + d)
     merged = d * v["spatial_merge_size"] ** 2
     projector = d + (merged * merged + merged) + (merged * v["out_hidden_size"] + v["out_hidden_size"])
