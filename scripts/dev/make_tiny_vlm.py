@@ -1,8 +1,14 @@
 """A tiny random LLaVA (transformers' LlavaForConditionalGeneration: CLIP vision tower, MLP projector,
-Llama language model) saved with its processor as one Hugging Face folder, and image-text conversations
-(PIL-made PNG images) as JSONL; no downloads.
+Llama language model) or Qwen2.5-VL (`--family qwen25_vl`: window-attention vision transformer and merger,
+Qwen2 language model with M-RoPE) saved with its processor as one Hugging Face folder, and image-text
+conversations (PIL-made PNG images) as JSONL; no downloads.
 
     python scripts/dev/make_tiny_vlm.py tiny_vlm --data vlm.jsonl images 8
+    python scripts/dev/make_tiny_vlm.py tiny_qwen_vl --family qwen25_vl
+
+Qwen2.5-VL's folder holds its tokenizer and image processor but no processor_config.json: transformers'
+Qwen2_5_VLProcessor needs a video processor, which needs torchvision (`qwen25_vl_processor(folder)` builds
+the processor without it).
 
 The README's image-text finetune and the VLM tests use it.
 """
