@@ -486,6 +486,35 @@ VLM = {
         num_attention_heads=40, num_key_value_heads=40,
     ))),
 }  # fmt: skip
+# Qwen/Qwen2.5-VL-{3B,7B,32B,72B}-Instruct's config.json (transformers 5 nests the language model in
+# text_config; M-RoPE sections [16, 24, 24]).
+_QWEN25_VL_VISION = dict(
+    depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, hidden_act="silu", in_channels=3,
+    patch_size=14, spatial_merge_size=2, temporal_patch_size=2, tokens_per_second=2, window_size=112,
+    fullatt_block_indexes=[7, 15, 23, 31],
+)  # fmt: skip
+
+
+def _qwen25_vl(tied: bool = False, **text) -> tuple[str, dict]:
+    return ("Qwen2_5_VLConfig", dict(
+        image_token_id=151655, video_token_id=151656, vision_start_token_id=151652, vision_end_token_id=151653,
+        tie_word_embeddings=tied, vision_config=dict(_QWEN25_VL_VISION, out_hidden_size=text["hidden_size"]),
+        text_config=dict(model_type="qwen2_5_vl_text", max_position_embeddings=128000, rms_norm_eps=1e-6,
+                         rope_parameters=dict(rope_type="mrope", mrope_section=[16, 24, 24], rope_theta=1000000.0),
+                         tie_word_embeddings=tied, **text),
+    ))  # fmt: skip
+
+
+VLM |= {
+    "qwen25_vl_3b": _qwen25_vl(True, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                               num_attention_heads=16, num_key_value_heads=2, vocab_size=151936),
+    "qwen25_vl_7b": _qwen25_vl(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                               num_attention_heads=28, num_key_value_heads=4, vocab_size=152064),
+    "qwen25_vl_32b": _qwen25_vl(hidden_size=5120, intermediate_size=27648, num_hidden_layers=64,
+                                num_attention_heads=40, num_key_value_heads=8, vocab_size=152064),
+    "qwen25_vl_72b": _qwen25_vl(hidden_size=8192, intermediate_size=29568, num_hidden_layers=80,
+                                num_attention_heads=64, num_key_value_heads=8, vocab_size=152064),
+}  # fmt: skip
 PUBLISHED |= VLM
 ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM", "Qwen3_5TextConfig": "Qwen3_5ForCausalLM"}
 # Vocabularies Megatron pads to a multiple of 128 (the padding rows are not HF parameters).
@@ -856,7 +885,8 @@ def test_vlm_preset_equals_what_its_published_config_converts_to(name):
         f: (getattr(p, f), getattr(converted, f))
         for f in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
                   "vocab_size", "seq_length", "layernorm_epsilon", "rotary_base", "normalization",
-                  "activation_func", "gated_linear_unit", "share_embeddings_and_output_weights")
+                  "activation_func", "gated_linear_unit", "share_embeddings_and_output_weights",
+                  "add_qkv_bias", "position_embedding_type", "mrope_section")
         if f not in _NOT_MATH and getattr(p, f) != getattr(converted, f)
     }  # fmt: skip
     assert not differ, differ

@@ -93,6 +93,14 @@ OVER_MEMORY = {
     "nemotron_nano_9b_v2_sft_2gpu_h100_bf16_config": "states",
     "nemotron_nano_12b_v2_pretrain_4gpu_h100_bf16_config": "activations",
     "qwen3_next_80b_a3b_sft_16gpu_h100_bf16_config": "states",
+    # Megatron-Bridge's Qwen2.5-VL recipes: 4096-token rows in micro batches of 2, nothing recomputed; its
+    # 72B LoRA names one GPU, where the bf16 weights alone (145 GB) exceed it
+    "qwen25_vl_3b_sft_1gpu_h100_bf16_config": "activations",
+    "qwen25_vl_7b_sft_2gpu_h100_bf16_config": "states",
+    "qwen25_vl_32b_sft_16gpu_h100_bf16_config": "activations",
+    "qwen25_vl_32b_peft_1gpu_h100_bf16_config": "activations",
+    "qwen25_vl_72b_sft_32gpu_h100_bf16_config": "activations",
+    "qwen25_vl_72b_peft_1gpu_h100_bf16_config": "states",
 }
 
 
