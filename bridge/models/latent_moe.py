@@ -16,6 +16,7 @@ functions only.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 _MISSING = object()
@@ -81,8 +82,6 @@ def local_latent_moe_layer_class() -> type:
 
 def with_latent_moe_layer(spec):
     """The MoE spec (0.16.1: a ModuleSpec of MoELayer; 0.19.2: a partial of it) building LocalLatentMoELayer."""
-    import dataclasses
-
     cls = local_latent_moe_layer_class()
     if isinstance(spec, functools.partial):
         return functools.partial(cls, *spec.args, **spec.keywords)
