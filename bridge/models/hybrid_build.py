@@ -118,9 +118,8 @@ def _local_stack_spec(p: MambaModelProvider, config):
         ).submodules
         moe_layer = getattr(transformer_layer, "MoETransformerLayer", TransformerLayer)
         mlp = _swap_expert_fc1(moe.mlp, ColumnParallelLinear, expert_column_parallel_linear())
-        if (
-            p.moe_latent_size
-        ):  # MoELayer builds its latent projections with TE only (bridge.models.latent_moe)
+        # MoELayer builds its latent projections with TE only (bridge.models.latent_moe)
+        if p.moe_latent_size:
             mlp = with_latent_moe_layer(mlp)
         layers["moe_layer"] = ModuleSpec(
             module=moe_layer,
