@@ -6,10 +6,13 @@ transformers' own vision tower and projector, replicated on every tensor-paralle
 stage the token embeddings are computed, the image features replace the embeddings of the image
 placeholder tokens in order (batch-major, as transformers' `masked_scatter` does), and GPTModel runs on
 the merged embeddings (`decoder_input`). Later stages receive hidden states and ignore the images.
+A family whose image tokens attend otherwise than causally (Gemma 3: each image's tokens see each other)
+gives `attention_mask_of`, which every stage applies to its input ids (each stage reads the batch).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -40,9 +43,16 @@ def merge_image_features(
 class VisionLanguageModel(GPTModel):
     """GPTModel whose first stage also holds the family's `vision` module (None on the other stages)."""
 
-    def __init__(self, *args: Any, vision: torch.nn.Module | None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        vision: torch.nn.Module | None,
+        attention_mask_of: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor | None] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.vision = vision
+        self.attention_mask_of = attention_mask_of  # (input ids, mask) -> the language model's mask
 
     def forward(
         self,
@@ -61,6 +71,8 @@ class VisionLanguageModel(GPTModel):
             embeddings = self.embedding(input_ids=input_ids, position_ids=position_ids)
             features = self.vision.image_features(**images)
             decoder_input = merge_image_features(embeddings, input_ids, features, self.vision.image_token_id)
+        if self.attention_mask_of is not None and input_ids is not None:
+            attention_mask = self.attention_mask_of(input_ids, attention_mask)
         return super().forward(
             input_ids, position_ids, attention_mask, decoder_input, labels, *args, **kwargs
         )

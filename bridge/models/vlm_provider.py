@@ -94,14 +94,20 @@ class VLMModelProvider(GPTModelProvider):
         return importlib.import_module(families()[self.vision_family()].vision_module)
 
     def stage_model(self, pre_process: bool) -> tuple[type, dict[str, Any]]:
-        """The model class build_stage makes and its extra arguments: the image side on the first stage."""
+        """The model class build_stage makes and its extra arguments: the image side on the first stage,
+        the family's attention-mask rule (its vision module's `attention_mask_of`, if any) on every stage."""
         from bridge.models.vlm_model import VisionLanguageModel  # torch / megatron.core: at build only
 
+        module = self.vision_module()
+        mask_of = getattr(module, "attention_mask_of", None)
         vision = None
         if pre_process:
-            vision = self.vision_module().build(self.vlm_config, self.hidden_size)
+            vision = module.build(self.vlm_config, self.hidden_size)
             for param in vision.encoder().parameters():
                 param.requires_grad_(not self.freeze_vision_model)
             for param in vision.projector().parameters():
                 param.requires_grad_(not self.freeze_vision_projection)
-        return VisionLanguageModel, {"vision": vision}
+        return VisionLanguageModel, {
+            "vision": vision,
+            "attention_mask_of": mask_of(self.vlm_config) if mask_of is not None else None,
+        }
