@@ -1,8 +1,10 @@
 """A tiny random LLaVA (transformers' LlavaForConditionalGeneration: CLIP vision tower, MLP projector,
-Llama language model) saved with its processor as one Hugging Face folder, and image-text conversations
-(PIL-made PNG images) as JSONL; no downloads.
+Llama language model) or Gemma 3 (Gemma3ForConditionalGeneration: SigLIP tower, average-pooling projector,
+Gemma 3 language model with a sliding-window and a global layer) saved with its processor as one Hugging
+Face folder, and image-text conversations (PIL-made PNG images) as JSONL; no downloads.
 
     python scripts/dev/make_tiny_vlm.py tiny_vlm --data vlm.jsonl images 8
+    python scripts/dev/make_tiny_vlm.py tiny_gemma3_vlm --family gemma3
 
 The README's image-text finetune and the VLM tests use it.
 """
@@ -18,15 +20,21 @@ import numpy as np
 WORDS = "the a cat dog bird sat on mat red blue green big small what is where yes no sky sea run fly tree sun moon".split()
 # 7 specials + 25 words: a vocabulary of 32, which TP=2 splits without padding
 SPECIALS = ["<unk>", "<pad>", "<eos>", "<|user|>", "<|assistant|>", "<|end|>", "<image>"]
+
+
 # A turn is "<|role|> parts <|end|>"; an image part renders as the <image> placeholder, which the
 # processor expands to the image's token count. Rendering a prefix of the conversation gives a prefix
 # of the tokens (answer-only masking relies on it).
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|> "
-    "{% if m['content'] is string %}{{ m['content'] }} {% else %}{% for c in m['content'] %}"
-    "{% if c['type'] == 'image' %}<image> {% else %}{{ c['text'] }} {% endif %}{% endfor %}{% endif %}"
-    "<|end|> {% endfor %}{% if add_generation_prompt %}<|assistant|> {% endif %}"
-)
+def chat_template(image_placeholder: str) -> str:
+    return (
+        "{% for m in messages %}<|{{ m['role'] }}|> "
+        "{% if m['content'] is string %}{{ m['content'] }} {% else %}{% for c in m['content'] %}"
+        f"{{% if c['type'] == 'image' %}}{image_placeholder} {{% else %}}{{{{ c['text'] }}}} {{% endif %}}"
+        "{% endfor %}{% endif %}<|end|> {% endfor %}{% if add_generation_prompt %}<|assistant|> {% endif %}"
+    )
+
+
+CHAT_TEMPLATE = chat_template("<image>")
 IMAGE_SIZE = 28  # pixels; CLIP patches of 7 -> 16 image tokens per image (CLS dropped)
 TINY_VISION = dict(
     hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=IMAGE_SIZE,
@@ -38,18 +46,25 @@ TINY_TEXT = dict(
 )  # fmt: skip
 
 
-def make_processor(out: Path):
-    """A LlavaProcessor: a word-level tokenizer (specials, then WORDS) and CLIP's image processor at 28 px."""
+def word_tokenizer(specials: list[str], **extra):
+    """A word-level fast tokenizer: `specials`, then WORDS."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import LlavaProcessor, PreTrainedTokenizerFast
-    from transformers.models.clip import CLIPImageProcessorPil  # PIL backend: no torchvision needed
+    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.train_from_iterator([" ".join(WORDS)], trainers.WordLevelTrainer(special_tokens=SPECIALS))
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="<eos>"
+    tok.train_from_iterator([" ".join(WORDS)], trainers.WordLevelTrainer(special_tokens=specials))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="<eos>", **extra
     )
+
+
+def make_processor(out: Path):
+    """A LlavaProcessor: a word-level tokenizer (specials, then WORDS) and CLIP's image processor at 28 px."""
+    from transformers import LlavaProcessor
+    from transformers.models.clip import CLIPImageProcessorPil  # PIL backend: no torchvision needed
+
+    fast = word_tokenizer(SPECIALS)
     images = CLIPImageProcessorPil(
         size={"shortest_edge": IMAGE_SIZE}, crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}
     )
@@ -61,6 +76,19 @@ def make_processor(out: Path):
     processor.tokenizer.chat_template = CHAT_TEMPLATE
     processor.save_pretrained(out)
     return processor
+
+
+def _randomize(model) -> None:
+    """Every weight random (norms away from their identity) so a mapping mistake shows."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(
+                1.0 + 0.2 * torch.randn_like(p)
+                if "norm" in name and p.ndim == 1
+                else 0.1 * torch.randn_like(p)
+            )
 
 
 def make_tiny_llava(out: Path, seed: int = 0):
@@ -89,6 +117,72 @@ def make_tiny_llava(out: Path, seed: int = 0):
             )
     model.save_pretrained(out)
     return model
+
+
+# Gemma 3: its processor's image placeholder is the begin-of-image token, expanded to
+# "\n\n<start_of_image>" + image tokens + "<end_of_image>\n\n" (the newlines split away here).
+GEMMA3_SPECIALS = [
+    *SPECIALS[:6],
+    "<start_of_image>",
+    "<image_soft_token>",
+    "<end_of_image>",
+    "<bos>",
+    "<mask>",
+]
+GEMMA3_VISION = dict(
+    model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    num_attention_heads=2, image_size=IMAGE_SIZE, patch_size=7, layer_norm_eps=1e-6,
+)  # fmt: skip
+# Layer 1 slides over 6 keys (shorter than a conversation, longer than an image's 4 tokens), layer 2 is
+# global: both masks of Gemma 3 (causal or same-image, and that within the window) are exercised.
+GEMMA3_TEXT = dict(
+    hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    head_dim=16, query_pre_attn_scalar=16, max_position_embeddings=256, rms_norm_eps=1e-6, sliding_window=6,
+    layer_types=["sliding_attention", "full_attention"],
+    rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0},
+                     "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}},
+)  # fmt: skip
+GEMMA3_IMAGE_TOKENS = 4  # 4x4 patches average-pooled to 2x2
+
+
+def make_tiny_gemma3(out: Path, seed: int = 0):
+    """A random Gemma3ForConditionalGeneration (fp32) and its Gemma3Processor in one Hugging Face folder."""
+    import torch
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3Processor
+    from transformers.models.gemma3 import Gemma3ImageProcessorPil
+
+    out = Path(out)
+    names = {
+        "boi_token": "<start_of_image>",
+        "image_token": "<image_soft_token>",
+        "eoi_token": "<end_of_image>",
+    }
+    fast = word_tokenizer(GEMMA3_SPECIALS, bos_token="<bos>", extra_special_tokens=names)
+    template = chat_template("<start_of_image>")
+    images = Gemma3ImageProcessorPil(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    processor = Gemma3Processor(
+        image_processor=images, tokenizer=fast, chat_template=template, image_seq_length=GEMMA3_IMAGE_TOKENS
+    )
+    processor.tokenizer.chat_template = template
+    processor.save_pretrained(out)
+    ids = fast.convert_tokens_to_ids
+    config = Gemma3Config(
+        vision_config=GEMMA3_VISION,
+        text_config=dict(model_type="gemma3_text", vocab_size=len(fast), **GEMMA3_TEXT),
+        mm_tokens_per_image=GEMMA3_IMAGE_TOKENS,
+        boi_token_index=ids("<start_of_image>"),
+        eoi_token_index=ids("<end_of_image>"),
+        image_token_index=ids("<image_soft_token>"),
+    )
+    config.dtype = torch.float32
+    torch.manual_seed(seed)
+    model = Gemma3ForConditionalGeneration(config).float().eval()
+    _randomize(model)
+    model.save_pretrained(out)
+    return model
+
+
+MAKERS = {"llava": make_tiny_llava, "gemma3": make_tiny_gemma3}
 
 
 def write_image(path: Path, rng) -> Path:
@@ -130,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="the Hugging Face folder to write")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--family", choices=sorted(MAKERS), default="llava")
     parser.add_argument(
         "--data", nargs=3, metavar=("JSONL", "IMAGE_DIR", "N"), help="also write N conversations"
     )
@@ -137,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    make_tiny_llava(args.out, seed=args.seed)
+    MAKERS[args.family](args.out, seed=args.seed)
     if args.data:
         write_vlm_jsonl(Path(args.data[0]), Path(args.data[1]), int(args.data[2]), seed=args.seed)
     return 0

@@ -28,8 +28,9 @@ def tiny_vlm_script():
 # family -> (config class, model class): the model types the VLM suites run over (one tiny folder each)
 VLM_FAMILIES: dict[str, tuple[str, str]] = {
     "llava": ("LlavaConfig", "LlavaForConditionalGeneration"),
+    "gemma3_vl": ("Gemma3Config", "Gemma3ForConditionalGeneration"),
 }
-MAKERS = {"llava": "make_tiny_llava"}
+MAKERS = {"llava": "make_tiny_llava", "gemma3_vl": "make_tiny_gemma3"}
 
 
 def save_vlm_model(family: str, folder: str | Path, seed: int = 0) -> torch.nn.Module:
@@ -55,8 +56,9 @@ def processed_batch(model_folder: str | Path, jsonl: str | Path, count: int = 2)
     texts, images = [], []
     for row in rows:
         texts.append(processor.apply_chat_template(row["messages"], tokenize=False))
+        images.append([])  # each sample's images (Gemma 3's processor counts them per sample)
         for m in row["messages"]:
             for part in m["content"] if isinstance(m["content"], list) else ():
                 if part["type"] == "image":
-                    images.append(Image.open(Path(jsonl).parent / part["image"]).convert("RGB"))
+                    images[-1].append(Image.open(Path(jsonl).parent / part["image"]).convert("RGB"))
     return dict(processor(text=texts, images=images, padding=True, return_tensors="pt"))

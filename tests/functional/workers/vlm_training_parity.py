@@ -133,17 +133,18 @@ def run_transformers(workdir: str, batches: list[dict]) -> None:
     emit("run", {"run": "transformers", "losses": losses, "grad_norms": grad_norms, "learning_rates": lrs})
 
 
-def convert_tp2(workdir: str) -> None:
+def convert_tp2(workdir: str, family: str) -> None:
     """Import at TP=2 (the vision side replicated, the language model split): image+text logits against
     transformers' (gathered vocabulary), and the export's tensors against the source files."""
     import torch
-    from transformers import LlavaForConditionalGeneration
+    import transformers
 
     from bridge import AutoBridge
     from tests.functional.workers.convert_models import bit_identical, read_tensors
-    from tests.functional.workers.vlm_models import processed_batch
+    from tests.functional.workers.vlm_models import VLM_FAMILIES, processed_batch
+    from tests.tolerances import logits_tolerance
 
-    folder = Path(workdir) / "hf_llava"
+    folder = Path(workdir) / f"hf_{family}"
     batch = processed_batch(folder, Path(workdir) / "data" / "vlm.jsonl", count=2)
     bridge = AutoBridge.from_hf_pretrained(folder)
     provider = bridge.to_megatron_provider()
@@ -152,25 +153,27 @@ def convert_tp2(workdir: str) -> None:
     chunk = provider.provide_distributed_model(wrap_with_ddp=False)[0]
     ids = batch["input_ids"]
     pos = torch.arange(ids.shape[1]).unsqueeze(0).expand_as(ids)
-    hf = LlavaForConditionalGeneration.from_pretrained(folder).eval()
+    hf = getattr(transformers, VLM_FAMILIES[family][1]).from_pretrained(folder).eval()
     with torch.no_grad():
         ours = chunk(ids, pos, None, images={"pixel_values": batch["pixel_values"]})
         ref = hf(**batch).logits
     keep = batch["attention_mask"].bool()
     vocab = ref.shape[-1]
     diff = (ours[..., :vocab] - ref)[keep].abs().max().item()
-    out = Path(workdir) / "export_tp2"
+    out = Path(workdir) / f"export_tp2_{family}"
     bridge.save_hf_pretrained([chunk], out)
     same = (
         bit_identical(read_tensors(folder), read_tensors(out)) if torch.distributed.get_rank() == 0 else None
     )
-    emit("convert_tp2", {"max_logit_diff": diff, "export_differs": same})
+    emit("convert_tp2", {"family": family, "max_logit_diff": diff, "export_differs": same,
+                         "bound": logits_tolerance(ref[keep], hf.config)})  # fmt: skip
     reset_parallel_state()
 
 
 def main(mode: str, workdir: str) -> None:
     if mode == "ref":
         save_vlm_model("llava", Path(workdir) / "hf_llava")
+        save_vlm_model("gemma3_vl", Path(workdir) / "hf_gemma3_vl")  # for convert_tp2 only
         write_conversations(Path(workdir) / "data", GLOBAL_BATCH, seed=3)
         batches: list[dict] = []
         run_bridge("tp1", config(workdir), record=batches)
@@ -178,7 +181,8 @@ def main(mode: str, workdir: str) -> None:
         masked = [b["labels"][b["loss_mask"].bool()].tolist() for b in batches[:GLOBAL_BATCH]]
         emit("masked", {"masked": masked})
     elif mode == "layouts":
-        convert_tp2(workdir)
+        for family in ("llava", "gemma3_vl"):
+            convert_tp2(workdir, family)
         for name, extra in LAYOUTS.items():
             run_bridge(name, config(workdir, *extra))
     else:
