@@ -182,15 +182,97 @@ def make_tiny_gemma3(out: Path, seed: int = 0):
     return model
 
 
-MAKERS = {"llava": make_tiny_llava, "gemma3": make_tiny_gemma3}
+MISTRAL3_SPECIALS = [*SPECIALS[:6], "[IMG]", "[IMG_BREAK]", "[IMG_END]"]
+# Pixtral: images resized to at most 42 px (keeping their aspect ratio) in multiples of 14 px (patches of 7
+# merged 2 x 2): a square image is 3 x 3 image tokens, a 1.5-wide one 2 x 3, each row ended by a break.
+PIXTRAL_VISION = dict(
+    model_type="pixtral", hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+    head_dim=16, image_size=42, patch_size=7, rope_theta=10000.0,
+)  # fmt: skip
+MISTRAL_TEXT = dict(
+    model_type="mistral", hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-5, sliding_window=None,
+    tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+)  # fmt: skip
 
 
-def write_image(path: Path, rng) -> Path:
-    """A PNG of random colored rectangles, IMAGE_SIZE * 1.5 pixels (the processor resizes it)."""
+def pixtral_image_processor(folder: Path | None = None):
+    """transformers' PIL Pixtral image processor at 42 px in 14-px steps (the folder's, when given)."""
+    from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil
+
+    if folder is not None:
+        return PixtralImageProcessorPil.from_pretrained(str(folder))
+    step = PIXTRAL_VISION["patch_size"] * 2  # patches merged 2 x 2
+    return PixtralImageProcessorPil(
+        size={"longest_edge": PIXTRAL_VISION["image_size"]}, patch_size={"height": step, "width": step}
+    )
+
+
+def pixtral_inputs(folder: Path, texts: list[str], images: list[list]) -> dict:
+    """What PixtralProcessor makes of `texts` (one [IMG] placeholder per image) and their images, without
+    it: transformers' PixtralProcessor imports torchvision, which this environment lacks. Its rule
+    (processing_pixtral.replace_image_token): an image of h x w pixels becomes h / 14 rows of w / 14 [IMG]
+    tokens, each row ended by [IMG_BREAK], the last by [IMG_END]; pixels and image_sizes are the image
+    processor's."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    image_processor = pixtral_image_processor(folder)
+    step = image_processor.patch_size["height"]
+    flat = [image for sample in images for image in sample]
+    pixels = image_processor(flat, return_tensors="pt")
+    sizes = pixels["image_sizes"].tolist()
+    expanded, k = [], 0
+    for text in texts:
+        parts = text.split("[IMG]")
+        out = parts[0]
+        for part in parts[1:]:
+            h, w = sizes[k]
+            rows = [" ".join(["[IMG]"] * (w // step) + ["[IMG_BREAK]"]) for _ in range(h // step)]
+            out += " ".join(rows).rsplit("[IMG_BREAK]", 1)[0] + "[IMG_END]" + part
+            k += 1
+        expanded.append(out)
+    tokens = tokenizer(expanded, padding=True, return_tensors="pt")
+    return dict(tokens, pixel_values=pixels["pixel_values"], image_sizes=pixels["image_sizes"])
+
+
+def make_tiny_mistral3(out: Path, seed: int = 0):
+    """A random Mistral3ForConditionalGeneration (Pixtral tower, patch merger, Mistral language model; fp32),
+    its tokenizer (with the chat template) and Pixtral image processor in one Hugging Face folder (no
+    processor_config.json: PixtralProcessor needs torchvision; see pixtral_inputs)."""
+    import torch
+    from transformers import Mistral3Config, Mistral3ForConditionalGeneration
+
+    out = Path(out)
+    fast = word_tokenizer(MISTRAL3_SPECIALS)
+    fast.chat_template = chat_template("[IMG]")
+    fast.save_pretrained(out)
+    pixtral_image_processor().save_pretrained(out)
+    config = Mistral3Config(
+        vision_config=PIXTRAL_VISION,
+        text_config=dict(MISTRAL_TEXT, vocab_size=len(fast)),
+        image_token_index=fast.convert_tokens_to_ids("[IMG]"),
+        spatial_merge_size=2,
+        tie_word_embeddings=False,
+    )
+    config.dtype = torch.float32
+    torch.manual_seed(seed)
+    model = Mistral3ForConditionalGeneration(config).float().eval()
+    _randomize(model)
+    model.save_pretrained(out)
+    return model
+
+
+MAKERS = {"llava": make_tiny_llava, "gemma3": make_tiny_gemma3, "mistral3": make_tiny_mistral3}
+
+
+def write_image(path: Path, rng, width_factor: float = 1.0) -> Path:
+    """A PNG of random colored rectangles, IMAGE_SIZE * 1.5 pixels high and `width_factor` times that wide
+    (the processor resizes it: Pixtral keeps the aspect ratio, the others crop)."""
     from PIL import Image, ImageDraw
 
     size = IMAGE_SIZE * 3 // 2
-    image = Image.new("RGB", (size, size), tuple(int(c) for c in rng.integers(0, 256, 3)))
+    image = Image.new("RGB", (int(size * width_factor), size), tuple(int(c) for c in rng.integers(0, 256, 3)))
     draw = ImageDraw.Draw(image)
     for _ in range(3):
         x0, y0 = (int(v) for v in rng.integers(0, size - 8, 2))
@@ -203,15 +285,16 @@ def _sentence(rng, low: int = 2, high: int = 6) -> str:
     return " ".join(rng.choice(WORDS, size=int(rng.integers(low, high))))
 
 
-def write_vlm_jsonl(path: Path, image_dir: Path, n: int, seed: int = 0) -> list[dict]:
+def write_vlm_jsonl(path: Path, image_dir: Path, n: int, seed: int = 0, wide: bool = False) -> list[dict]:
     """`n` records {"messages"}: a user turn with one image (a path relative to `path`'s folder) and a
-    question, and an assistant answer, all random words."""
+    question, and an assistant answer, all random words. `wide`: every second image 1.5 times as wide
+    (images of different sizes in one batch)."""
     rng = np.random.default_rng(seed)
     image_dir = Path(image_dir)
     image_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     for i in range(n):
-        image = write_image(image_dir / f"{i}.png", rng)
+        image = write_image(image_dir / f"{i}.png", rng, 1.5 if wide and i % 2 else 1.0)
         rel = str(image.resolve().relative_to(Path(path).resolve().parent))
         user = [{"type": "image", "image": rel}, {"type": "text", "text": _sentence(rng)}]
         messages = [{"role": "user", "content": user}, {"role": "assistant", "content": _sentence(rng)}]

@@ -3,7 +3,7 @@ TP=2 conversion equals transformers (workers/vlm_training_parity.py, two launche
 
 1 rank: bridge's finetune() from a tiny LLaVA folder (dataset.kind=vlm, full SFT, vision encoder frozen)
 against LlavaForConditionalGeneration + torch.optim.AdamW over the micro batches bridge trained on.
-2 ranks: import at TP=2 (logits and a bit-identical export; LLaVA and Gemma 3), then the same finetune at TP=2, PP=2 (the
+2 ranks: import at TP=2 (logits and a bit-identical export; LLaVA, Gemma 3, Mistral 3), then the same finetune at TP=2, PP=2 (the
 vision side on the first stage) and DP=2.
 Per iteration the loss must equal the reference's to 1e-5 relative and the grad norm to 2e-6 (as
 test_training_parity_hf.py: fp32, a 2-layer tower and language model, 5 AdamW steps; the differences are
@@ -60,7 +60,7 @@ def test_loss_falls_on_the_assistant_answers_only(out):
         assert image_id not in ids and all(i >= specials or i == 5 for i in ids), ids  # 5: <|end|>
 
 
-@pytest.mark.parametrize("family", ["llava", "gemma3_vl"])
+@pytest.mark.parametrize("family", ["llava", "gemma3_vl", "mistral3"])
 def test_tp2_import_equals_transformers_and_export_is_bit_identical(out, family):
     (conv,) = [c for c in payloads(out, "convert_tp2") if c["family"] == family]
     # fp32: TP=2 splits each matmul's sum in two partial sums; tests/tolerances.py's bound (the worker

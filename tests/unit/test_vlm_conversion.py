@@ -8,7 +8,9 @@ import torch
 
 from tests.functional.workers.convert_models import bit_identical, read_tensors
 from tests.functional.workers.vlm_models import (
+    VARIABLE_SIZE,
     VLM_FAMILIES,
+    image_inputs,
     processed_batch,
     save_vlm_model,
     write_conversations,
@@ -30,7 +32,8 @@ def sources(tmp_path_factory):
     for family in VLM_FAMILIES:
         folder = root / family
         hf = save_vlm_model(family, folder).eval()
-        batch = processed_batch(folder, write_conversations(root / f"{family}_data", 2), count=2)
+        data = write_conversations(root / f"{family}_data", 2, wide=family in VARIABLE_SIZE)
+        batch = processed_batch(folder, data, count=2)
         out[family] = (folder, hf, batch)
     return out
 
@@ -39,7 +42,7 @@ def _megatron_logits(chunk, batch, vocab: int) -> torch.Tensor:
     ids = batch["input_ids"]
     pos = torch.arange(ids.shape[1]).unsqueeze(0).expand_as(ids)
     with torch.no_grad():
-        out = chunk(ids, pos, None, images={"pixel_values": batch["pixel_values"]})
+        out = chunk(ids, pos, None, images=image_inputs(batch))
     return out[..., :vocab].float()
 
 
@@ -97,6 +100,10 @@ def test_parameter_count_equals_transformers_meta_model(family, sources):
     tables = 1 if provider.share_embeddings_and_output_weights else 2  # Gemma 3 ties them, LLaVA not
     padding = (provider.padded_vocab_size() - provider.vocab_size) * provider.hidden_size * tables
     assert ours - padding == sum(p.numel() for p in theirs.parameters())
+    # the planner's sizes of the image side (the family's vision_size.py, pure Python) against transformers'
+    encoder, projector, _ = provider.vision_sizes()
+    assert encoder == sum(p.numel() for p in theirs.model.vision_tower.parameters())
+    assert projector == sum(p.numel() for p in theirs.model.multi_modal_projector.parameters())
 
 
 def test_a_text_config_of_an_unknown_family_is_one_clear_error(sources):

@@ -141,7 +141,7 @@ def convert_tp2(workdir: str, family: str) -> None:
 
     from bridge import AutoBridge
     from tests.functional.workers.convert_models import bit_identical, read_tensors
-    from tests.functional.workers.vlm_models import VLM_FAMILIES, processed_batch
+    from tests.functional.workers.vlm_models import VLM_FAMILIES, image_inputs, processed_batch
     from tests.tolerances import logits_tolerance
 
     folder = Path(workdir) / f"hf_{family}"
@@ -155,7 +155,7 @@ def convert_tp2(workdir: str, family: str) -> None:
     pos = torch.arange(ids.shape[1]).unsqueeze(0).expand_as(ids)
     hf = getattr(transformers, VLM_FAMILIES[family][1]).from_pretrained(folder).eval()
     with torch.no_grad():
-        ours = chunk(ids, pos, None, images={"pixel_values": batch["pixel_values"]})
+        ours = chunk(ids, pos, None, images=image_inputs(batch))
         ref = hf(**batch).logits
     keep = batch["attention_mask"].bool()
     vocab = ref.shape[-1]
@@ -174,6 +174,7 @@ def main(mode: str, workdir: str) -> None:
     if mode == "ref":
         save_vlm_model("llava", Path(workdir) / "hf_llava")
         save_vlm_model("gemma3_vl", Path(workdir) / "hf_gemma3_vl")  # for convert_tp2 only
+        save_vlm_model("mistral3", Path(workdir) / "hf_mistral3")  # for convert_tp2 only
         write_conversations(Path(workdir) / "data", GLOBAL_BATCH, seed=3)
         batches: list[dict] = []
         run_bridge("tp1", config(workdir), record=batches)
@@ -181,7 +182,7 @@ def main(mode: str, workdir: str) -> None:
         masked = [b["labels"][b["loss_mask"].bool()].tolist() for b in batches[:GLOBAL_BATCH]]
         emit("masked", {"masked": masked})
     elif mode == "layouts":
-        for family in ("llava", "gemma3_vl"):
+        for family in ("llava", "gemma3_vl", "mistral3"):
             convert_tp2(workdir, family)
         for name, extra in LAYOUTS.items():
             run_bridge(name, config(workdir, *extra))
