@@ -17,7 +17,7 @@ import tempfile
 from bridge.config.container import ConfigContainer
 from bridge.config.finetune_rules import SFT_KINDS
 
-FINETUNE_DATA_KINDS = (*SFT_KINDS, "preference")  # what a finetuning recipe reads from files
+FINETUNE_DATA_KINDS = (*SFT_KINDS, "preference", "vlm")  # what a finetuning recipe reads from files
 
 
 def _empty_checkpoint() -> str:
@@ -35,8 +35,13 @@ def missing_inputs(cfg: ConfigContainer) -> list[str]:
     needed = []
     if cfg.dataset.kind in FINETUNE_DATA_KINDS and not cfg.dataset.data_paths:
         needed.append(
-            f"dataset.data_paths: the run needs {cfg.dataset.kind} data files (.jsonl / .json / .parquet; "
-            "docs/finetuning.md); this plan stands mock data in for them"
+            f"dataset.data_paths: the run needs {cfg.dataset.kind} data files ("
+            + (
+                ".jsonl; docs/vlm.md"
+                if cfg.dataset.kind == "vlm"
+                else ".jsonl / .json / .parquet; docs/finetuning.md"
+            )
+            + "); this plan stands mock data in for them"
         )
     t = cfg.tokenizer
     if t.tokenizer_type == "HuggingFaceTokenizer" and not t.tokenizer_model:

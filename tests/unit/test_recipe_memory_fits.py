@@ -93,6 +93,11 @@ OVER_MEMORY = {
     "nemotron_nano_9b_v2_sft_2gpu_h100_bf16_config": "states",
     "nemotron_nano_12b_v2_pretrain_4gpu_h100_bf16_config": "activations",
     "qwen3_next_80b_a3b_sft_16gpu_h100_bf16_config": "states",
+    # Megatron-Bridge's Gemma 3 VL recipes train the whole 4B on one H100 (fp32 Adam states of 4.3 B
+    # parameters alone are 52 GB) and 12B at DP=1 without recomputation (4096 tokens, micro batch 2)
+    "gemma3_vl_4b_sft_1gpu_h100_bf16_config": "states",
+    "gemma3_vl_12b_sft_4gpu_h100_bf16_config": "activations",
+    "gemma3_vl_12b_peft_1gpu_h100_bf16_config": "activations",
 }
 
 
