@@ -32,6 +32,7 @@ class SoftcapAttention(SDPAttention):
         logit_softcapping: float | None = None,
         rope_score_multiplier: float | None = None,
         local_rope: bool = False,
+        query_position_scale: tuple[float, int] | None = None,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
@@ -41,6 +42,7 @@ class SoftcapAttention(SDPAttention):
                 "has no context-parallel path. Fix: set model.context_parallel_size=1."
             )
         self.logit_softcapping = logit_softcapping
+        self.query_position_scale = query_position_scale
         window = self.config.window_size
         windowed = is_layer_window_attention(window, self.config.window_attn_skip_freq, self.layer_number)
         self.window = tuple(window) if windowed else None
@@ -78,6 +80,13 @@ class SoftcapAttention(SDPAttention):
         if repeat > 1:
             k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
         scores = torch.matmul(q, k.transpose(-1, -2)) * self.score_scale
+        if self.query_position_scale is not None:
+            # Llama 4's query scale by position (queries are the last sq of sk positions), applied to the
+            # query's scores: q * c . k = c * (q . k)
+            beta, original = self.query_position_scale
+            q_pos = torch.arange(sk - sq, sk, device=scores.device, dtype=torch.float32)
+            factor = 1 + beta * torch.log1p(torch.floor(q_pos / original))
+            scores = scores * factor.to(scores.dtype)[:, None]
         if self.logit_softcapping is not None:
             cap = self.logit_softcapping
             scores = torch.tanh(scores / cap) * cap
