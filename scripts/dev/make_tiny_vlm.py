@@ -189,10 +189,15 @@ PIXTRAL_VISION = dict(
     model_type="pixtral", hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
     head_dim=16, image_size=42, patch_size=7, rope_theta=10000.0,
 )  # fmt: skip
-MISTRAL_TEXT = dict(
-    model_type="mistral", hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+# Ministral 3's language model (ministral3): YaRN RoPE and Llama 4's query scale, over 8 original positions
+# here (transformers' default: 16384) so that the scale departs from 1 within a test conversation.
+MINISTRAL3_TEXT = dict(
+    model_type="ministral3", hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
     num_key_value_heads=2, head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-5, sliding_window=None,
-    tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    tie_word_embeddings=False,
+    rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                     "original_max_position_embeddings": 8, "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+                     "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1},
 )  # fmt: skip
 
 
@@ -237,7 +242,7 @@ def pixtral_inputs(folder: Path, texts: list[str], images: list[list]) -> dict:
 
 
 def make_tiny_mistral3(out: Path, seed: int = 0):
-    """A random Mistral3ForConditionalGeneration (Pixtral tower, patch merger, Mistral language model; fp32),
+    """A random Mistral3ForConditionalGeneration (Pixtral tower, patch merger, Ministral 3 language model; fp32),
     its tokenizer (with the chat template) and Pixtral image processor in one Hugging Face folder (no
     processor_config.json: PixtralProcessor needs torchvision; see pixtral_inputs)."""
     import torch
@@ -250,7 +255,7 @@ def make_tiny_mistral3(out: Path, seed: int = 0):
     pixtral_image_processor().save_pretrained(out)
     config = Mistral3Config(
         vision_config=PIXTRAL_VISION,
-        text_config=dict(MISTRAL_TEXT, vocab_size=len(fast)),
+        text_config=dict(MINISTRAL3_TEXT, vocab_size=len(fast)),
         image_token_index=fast.convert_tokens_to_ids("[IMG]"),
         spatial_merge_size=2,
         tie_word_embeddings=False,
