@@ -68,6 +68,13 @@ def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
         )
     if d.kind == "vlm":
         _check_vlm_data(cfg)
+    elif d.skip_malformed_samples:
+        raise config_error(
+            "dataset.skip_malformed_samples",
+            True,
+            f"skips malformed image-text conversations (dataset.kind=vlm), not dataset.kind={d.kind} records",
+            "set dataset.skip_malformed_samples=false",
+        )
     if d.kind not in SFT_KINDS:
         return
     for path in blend_paths(d.data_paths)[0]:  # a blend list's weights are no files

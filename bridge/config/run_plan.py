@@ -86,6 +86,7 @@ class DataPlan:
     pad_seq_to_mult: int = 1  # packing: each sample's segment padded to a multiple of this (2*cp with CP)
     answer_only_loss: bool = True
     truncation: str = "right"  # right | drop
+    skip_malformed_samples: bool = False  # vlm data: malformed conversations skipped and counted
 
 
 @dataclass(frozen=True)
@@ -328,6 +329,7 @@ def build_plan(
         pad_seq_to_mult=finetune_rules.packing_multiple(cfg),
         answer_only_loss=d.answer_only_loss,
         truncation=d.truncation,
+        skip_malformed_samples=d.skip_malformed_samples,
     )
     if data.kind == "indexed":
         check_indexed_splits(data.paths, data.split, data.sample_counts, data.split_text)

@@ -170,6 +170,10 @@ class DatasetConfig:
     pad_seq_to_mult: int | None = None
     answer_only_loss: bool = True  # sft / chat: loss on the output / assistant tokens only
     truncation: str = "right"  # sft / chat: right | drop (TRUNCATIONS)
+    # vlm: a malformed conversation (not JSON, a missing or unreadable image, image tokens past
+    # model.seq_length, ...) is skipped and counted (the count logged when the data is built) instead of
+    # being one ConfigError; at least one conversation must remain in each split read
+    skip_malformed_samples: bool = False
     reset_position_ids: bool = False
     reset_attention_mask: bool = False
     eod_mask_loss: bool = False

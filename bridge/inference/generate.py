@@ -25,6 +25,11 @@ model feeds the same token into the next step.
 Sampling (temperature > 0): logits / temperature, then top-k, then top-p (nucleus) filtering, then a
 draw from a CPU `torch.Generator` seeded with `seed` on every rank (seed=None: rank 0 draws one and
 broadcasts it). temperature == 0 is greedy (argmax; top_k / top_p unused).
+
+Images (a vision-language model, bridge.models.vlm_model): `images` are the processor's image tensors
+(pixel_values, image_sizes, ...) of the prompt, whose placeholder tokens they fill. They go with every
+forward that holds the prompt: the prefill with the cache (later steps feed only new tokens, which hold
+no placeholder and attend to the cached keys), every step without it.
 """
 
 from __future__ import annotations
@@ -192,13 +197,17 @@ def _inference_mode():
     return InferenceMode.active() if hasattr(InferenceMode, "active") else contextlib.nullcontext()
 
 
-def _last_logits(chunks: list, tokens: torch.Tensor, positions: torch.Tensor, context) -> torch.Tensor | None:
+def _last_logits(
+    chunks: list, tokens: torch.Tensor, positions: torch.Tensor, context, images: dict | None = None
+) -> torch.Tensor | None:
     """[padded vocab] logits of the last position on the last pipeline stage; None on the others."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     def forward_step(data_iterator: Iterable, model):
         toks, pos = next(data_iterator)
         kwargs = {"inference_context": context} if context is not None else {}
+        if images:  # the prompt's images (a vision-language model merges them on its first stage)
+            kwargs["images"] = images
         out = model(toks, pos, attention_mask=None, runtime_gather_output=True, **kwargs)
         return out, None  # no loss function: the schedule hands the last stage's output back
 
@@ -271,13 +280,15 @@ def generate(
     seed: int | None = None,
     eos_token_id: int | Sequence[int] | None = None,
     kv_cache: bool = True,
+    images: dict[str, torch.Tensor] | None = None,
 ) -> GenerationResult:
     """Continue `prompt_ids` by up to `max_new_tokens` tokens; every rank of the model calls it.
 
     `model_chunks`: this rank's chunks from provider.provide_distributed_model() (wrappers allowed).
     `vocab_size`: the real (unpadded) vocabulary, e.g. provider.vocab_size. Stops after a token in
     `eos_token_id` (an id or a list of ids), which is included in the result. The chunks are put in
-    eval mode for the call and restored afterwards. Every rank returns the same ids.
+    eval mode for the call and restored afterwards. Every rank returns the same ids. `images`: the
+    prompt's image tensors for a vision-language model (its processor's pixel_values, ...).
     """
     chunks = list(model_chunks) if isinstance(model_chunks, (list, tuple)) else [model_chunks]
     _check_chunks(unwrap_all(chunks))
@@ -315,7 +326,9 @@ def generate(
                 first = context.sequence_len_offset if context is not None else 0
                 tokens = torch.tensor([ids[first:]], dtype=torch.long, device=device)
                 positions = torch.arange(first, len(ids), dtype=torch.long, device=device).unsqueeze(0)
-                logits = _last_logits(chunks, tokens, positions, context)
+                # the images go with the forwards that hold the prompt's placeholders
+                step_images = images if first == 0 else None
+                logits = _last_logits(chunks, tokens, positions, context, step_images)
                 if context is not None:
                     context.sequence_len_offset += tokens.size(1)
                 token = -1

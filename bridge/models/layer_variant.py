@@ -19,6 +19,9 @@ norms. Some families place their norms elsewhere or score attention differently:
     every N (bridge.models.linear_attention), on Megatron-Core's local modules.
   * rope_score_multiplier (YaRN, OLMo 3): the layers rotating with GPTModel's (YaRN-scaled) RoPE
     multiply their scores by YaRN's attention factor squared, in the same explicit attention.
+  * query_position_scale (Ministral 3: Llama 4's (beta, original)): each query's scores times
+    1 + beta * log(1 + floor(position / original)), as transformers scales the query, in the same
+    explicit attention.
   * mla_latent_norm_epsilon (GLM-4.7-Flash): multi-latent attention's q / kv latent norms use this eps,
     not layernorm_epsilon (bridge.models.norms.fixed_eps_norm).
 Transformer Engine's spec has none of these, so a non-default variant always gets the local spec
@@ -40,17 +43,20 @@ class LayerVariant:
     # the scores of the layers rotating with GPTModel's RoPE times this (YaRN's attention factor squared)
     rope_score_multiplier: float | None = None
     mla_latent_norm_epsilon: float | None = None  # None: layernorm_epsilon, as Megatron-Core builds them
+    # (beta, original): each query's scores times 1 + beta * log(1 + floor(position / original)); None: off
+    query_position_scale: tuple[float, int] | None = None
     # Gated DeltaNet layers (bridge.models.linear_attention): one softmax layer every N, None: none
     linear_attention_freq: int | None = None
 
     @property
     def explicit_attention(self) -> bool:
         """Core attention is bridge's SoftcapAttention (soft-capping, per-layer windows and RoPE, or a
-        score multiplier on some layers)."""
+        score multiplier on some layers or by position)."""
         return (
             self.attn_logit_softcapping is not None
             or self.local_rotary_base is not None
             or self.rope_score_multiplier is not None
+            or self.query_position_scale is not None
         )
 
     @property

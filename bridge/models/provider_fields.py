@@ -125,6 +125,11 @@ class GPTFields(TransformerFields):
     yarn_rope_beta_fast: float = 32.0
     yarn_rope_beta_slow: float = 1.0
     yarn_rope_attention_factor: float = 1.0
+    # Llama 4's position-dependent query scale (HF rope_parameters.llama_4_scaling_beta; Ministral 3): the
+    # query at position p is multiplied by 1 + beta * log(1 + floor(p / original)) after RoPE (1 below
+    # `original` positions), in bridge's explicit attention. None: off.
+    llama4_attn_scale_beta: float | None = None
+    llama4_attn_scale_original_max_position_embeddings: int = 16384
     # Multi-latent attention's q / kv latent norms (q_layernorm, kv_layernorm) with this eps instead of
     # layernorm_epsilon (None); transformers' DeepSeek-style MLA fixes theirs at 1e-6 (GLM-4.7-Flash).
     mla_latent_layernorm_epsilon: float | None = None
@@ -154,6 +159,11 @@ class GPTFields(TransformerFields):
                 else None
             ),
             mla_latent_norm_epsilon=self.mla_latent_layernorm_epsilon,
+            query_position_scale=(
+                (self.llama4_attn_scale_beta, self.llama4_attn_scale_original_max_position_embeddings)
+                if self.llama4_attn_scale_beta
+                else None
+            ),
             linear_attention_freq=(
                 self.linear_attention_freq
                 if self.experimental_attention_variant == "gated_delta_net"

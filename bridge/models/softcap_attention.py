@@ -6,7 +6,9 @@ torch's sdpa cannot soft-cap, so this is an explicit masked matmul-softmax (it m
 [b, heads, sq, sk] scores, like Megatron-Core's DotProductAttention). The window is Megatron-Core's
 window_size = (left, right) on the layers `is_layer_window_attention(window_size,
 window_attn_skip_freq, layer_number)` selects: a query at position q sees keys q - left .. q + right
-(right 0: causal). Refused: context parallelism (the model build refuses it first), packed
+(right 0: causal). With an explicit mask (a vision-language model's: Gemma 3's image tokens see the
+later tokens of their image) the mask decides which later keys a query sees and the window adds its left
+bound only, as transformers' sliding_window_overlay (its only bound) on top of the mask. Refused: context parallelism (the model build refuses it first), packed
 sequences, attention bias.
 """
 
@@ -30,6 +32,7 @@ class SoftcapAttention(SDPAttention):
         logit_softcapping: float | None = None,
         rope_score_multiplier: float | None = None,
         local_rope: bool = False,
+        query_position_scale: tuple[float, int] | None = None,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
@@ -39,6 +42,7 @@ class SoftcapAttention(SDPAttention):
                 "has no context-parallel path. Fix: set model.context_parallel_size=1."
             )
         self.logit_softcapping = logit_softcapping
+        self.query_position_scale = query_position_scale
         window = self.config.window_size
         windowed = is_layer_window_attention(window, self.config.window_attn_skip_freq, self.layer_number)
         self.window = tuple(window) if windowed else None
@@ -76,6 +80,13 @@ class SoftcapAttention(SDPAttention):
         if repeat > 1:
             k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
         scores = torch.matmul(q, k.transpose(-1, -2)) * self.score_scale
+        if self.query_position_scale is not None:
+            # Llama 4's query scale by position (queries are the last sq of sk positions), applied to the
+            # query's scores: q * c . k = c * (q . k)
+            beta, original = self.query_position_scale
+            q_pos = torch.arange(sk - sq, sk, device=scores.device, dtype=torch.float32)
+            factor = 1 + beta * torch.log1p(torch.floor(q_pos / original))
+            scores = scores * factor.to(scores.dtype)[:, None]
         if self.logit_softcapping is not None:
             cap = self.logit_softcapping
             scores = torch.tanh(scores / cap) * cap
@@ -94,8 +105,8 @@ class SoftcapAttention(SDPAttention):
 
     def _attend(self, attention_mask, sq: int, sk: int, device) -> torch.Tensor | None:
         """Boolean [.., sq, sk] (True = attend): Megatron's mask (True = masked out), or causal by the
-        construction-time mask type, and the layer's window. Queries are the last sq of sk positions
-        (sq < sk: decoding with cached keys)."""
+        construction-time mask type, and the layer's window (its left bound only under an explicit
+        mask). Queries are the last sq of sk positions (sq < sk: decoding with cached keys)."""
         q_pos = torch.arange(sk - sq, sk, device=device)[:, None]
         k_pos = torch.arange(sk, device=device)[None, :]
         if attention_mask is not None:
@@ -113,7 +124,7 @@ class SoftcapAttention(SDPAttention):
             band = torch.ones(sq, sk, dtype=torch.bool, device=device)
             if left >= 0:
                 band = band & (k_pos >= q_pos - left)
-            if right >= 0:
+            if right >= 0 and attention_mask is None:
                 band = band & (k_pos <= q_pos + right)
             attend = band if attend is None else attend & band
         return attend

@@ -70,6 +70,7 @@ def with_layer_variant(block, variant):
                 logit_softcapping=variant.attn_logit_softcapping,
                 rope_score_multiplier=variant.rope_score_multiplier,
                 local_rope=variant.local_rotary_base is not None,
+                query_position_scale=variant.query_position_scale,
             )
         if attn_changes:
             attention = _with_submodules(attention, **attn_changes)

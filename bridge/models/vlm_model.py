@@ -10,6 +10,8 @@ the merged embeddings (`decoder_input`). Later stages receive hidden states and 
 A family whose RoPE positions depend on the images (M-RoPE: [3, b, s] temporal / height / width ids)
 supplies `positions(input_ids, images) -> position_ids` (its vision module's `position_ids`, bound to
 its config); every stage computes them from the batch, since every stage applies RoPE.
+A family whose image tokens attend otherwise than causally (Gemma 3: each image's tokens see each other)
+gives `attention_mask_of`, which every stage applies to its input ids (each stage reads the batch).
 """
 
 from __future__ import annotations
@@ -50,11 +52,13 @@ class VisionLanguageModel(GPTModel):
         *args: Any,
         vision: torch.nn.Module | None,
         positions: Callable[[torch.Tensor, dict[str, torch.Tensor]], torch.Tensor] | None = None,
+        attention_mask_of: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor | None] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.vision = vision
         self.positions = positions
+        self.attention_mask_of = attention_mask_of  # (input ids, mask) -> the language model's mask
 
     def forward(
         self,
@@ -72,6 +76,8 @@ class VisionLanguageModel(GPTModel):
         `positions`, the position ids are computed from the tokens and images (the given ones ignored)."""
         if self.positions is not None:
             position_ids = self.positions(input_ids, images or {})
+        if self.attention_mask_of is not None and input_ids is not None:
+            attention_mask = self.attention_mask_of(input_ids, attention_mask)
         if images and self.pre_process and decoder_input is None:
             embeddings = self.embedding(input_ids=input_ids, position_ids=position_ids)
             features = self.vision.image_features(**images)

@@ -95,17 +95,25 @@ class VLMModelProvider(GPTModelProvider):
         return importlib.import_module(families()[self.vision_family()].vision_module)
 
     def stage_model(self, pre_process: bool) -> tuple[type, dict[str, Any]]:
-        """The model class build_stage makes and its extra arguments: the image side on the first stage."""
+        """The model class build_stage makes and its extra arguments: the image side on the first stage,
+        the family's position ids (its vision module's `position_ids`) and attention-mask rule
+        (`attention_mask_of`), if any, on every stage."""
         from bridge.models.vlm_model import VisionLanguageModel  # torch / megatron.core: at build only
 
+        module = self.vision_module()
         vision = None
         if pre_process:
-            vision = self.vision_module().build(self.vlm_config, self.hidden_size)
+            vision = module.build(self.vlm_config, self.hidden_size)
             for param in vision.encoder().parameters():
                 param.requires_grad_(not self.freeze_vision_model)
             for param in vision.projector().parameters():
                 param.requires_grad_(not self.freeze_vision_projection)
         # The family's position ids from tokens and images (M-RoPE), on every stage: each applies RoPE.
-        hook = getattr(self.vision_module(), "position_ids", None)
+        hook = getattr(module, "position_ids", None)
         positions = None if hook is None else functools.partial(hook, self.vlm_config)
-        return VisionLanguageModel, {"vision": vision, "positions": positions}
+        mask_of = getattr(module, "attention_mask_of", None)
+        return VisionLanguageModel, {
+            "vision": vision,
+            "positions": positions,
+            "attention_mask_of": mask_of(self.vlm_config) if mask_of is not None else None,
+        }

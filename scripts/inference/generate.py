@@ -3,6 +3,7 @@
     python scripts/inference/generate.py --hf-path HF_DIR --prompt "the cat" --max-new-tokens 16
     torchrun --nproc_per_node=2 scripts/inference/generate.py --hf-path HF_DIR --prompt-ids 1,2,3 --tp 2 --json
     torchrun --nproc_per_node=2 scripts/inference/generate.py --megatron-path CKPT --prompt "the cat" --pp 2
+    python scripts/inference/generate.py --hf-path VLM_DIR --image cat.png --prompt "what is this?"
 
 --hf-path builds the model with AutoBridge and loads this rank's shards of the safetensors;
 --megatron-path builds it from the HF config the checkpoint records (an import by
@@ -11,6 +12,10 @@ an import: the run_config.yaml saved with it), as convert_checkpoint.py export d
 --hf-config HF_DIR (a folder with the config.json it was trained with), then loads the torch_dist weights. --prompt is tokenized with that folder's tokenizer (transformers.AutoTokenizer).
 Greedy by default; --temperature > 0 samples (with --top-k / --top-p / --seed). Generation stops at
 the model's EOS id (generation_config.json, else config.json) unless --ignore-eos.
+--image PATH (repeatable; a vision-language model): the prompt becomes one user turn, the images then
+the --prompt text, rendered with the folder's chat template and a generation prompt, and processed with
+the folder's processor (transformers.AutoProcessor: image placeholders expanded, pixel values made), as
+`processor.apply_chat_template` + `processor(text=..., images=...)` give it to transformers' generate.
 
 Output (rank 0): the decoded text (the ids when there is no tokenizer) and a speed line on stderr;
 with --json the last line is exactly {"ids": [...], "tokens_per_s": x}. Invalid input exits 2 with
@@ -49,6 +54,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--prompt", help="prompt text, tokenized with the model's tokenizer")
     parser.add_argument("--prompt-ids", help="prompt token ids, comma-separated: 1,2,3")
+    parser.add_argument(
+        "--image",
+        action="append",
+        metavar="PATH",
+        help="an image for a vision-language model (repeatable): the prompt becomes one chat user turn "
+        "[images, --prompt text] rendered by the model folder's processor",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=32, help="tokens to generate (default 32)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     parser.add_argument("--top-k", type=int, default=0, help="sample among the k most likely (0 = off)")
@@ -111,6 +123,16 @@ def check_args(args: argparse.Namespace, world_size: int) -> None:
         )
     if args.prompt_ids is not None:
         parse_prompt_ids(args.prompt_ids)
+    if args.image and args.prompt is None:
+        raise _fail(
+            "--image",
+            args.image,
+            "goes with a --prompt text (the chat turn the processor renders around the images)",
+            'pass --prompt "some text" instead of --prompt-ids',
+        )
+    for path in args.image or ():
+        if not Path(path).is_file():
+            raise _fail("--image", path, "is not a file", "pass the path of an image file (PNG, JPEG, ...)")
     if args.prompt is not None and args.prompt == "":
         raise _fail("--prompt", "", "the prompt needs at least one token", "pass some text")
     if args.max_new_tokens < 1:
@@ -259,6 +281,41 @@ def prompt_ids(args: argparse.Namespace, vocab_size: int, folder: Path | None, t
     return ids
 
 
+def image_prompt(args: argparse.Namespace, folder: Path | None) -> tuple[list[int], dict]:
+    """(prompt ids, image tensors): one user turn [images, --prompt] through the folder's processor."""
+    if folder is None or not _has_processor(folder):
+        raise _fail(
+            "--image",
+            args.image,
+            f"needs the model folder's processor (AutoProcessor), and {folder or 'the checkpoint'} records none",
+            "generate from the Hugging Face folder (--hf-path, or --hf-config with --megatron-path)",
+        )
+    from PIL import Image, UnidentifiedImageError
+    from transformers import AutoProcessor
+
+    from bridge.training.data.vlm import IMAGE_KEYS
+
+    images = []
+    for path in args.image:
+        try:
+            images.append(Image.open(path).convert("RGB"))
+        except (OSError, UnidentifiedImageError) as err:
+            raise _fail(
+                "--image", path, f"is not a readable image ({err})", "pass a PNG or JPEG file"
+            ) from None
+    processor = AutoProcessor.from_pretrained(str(folder))
+    content = [{"type": "image"} for _ in images] + [{"type": "text", "text": args.prompt}]
+    text = processor.apply_chat_template(
+        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+    )
+    inputs = processor(text=[text], images=[images], return_tensors="pt")
+    return inputs["input_ids"][0].tolist(), {k: inputs[k] for k in IMAGE_KEYS if k in inputs}
+
+
+def _has_processor(folder: Path) -> bool:
+    return any((folder / n).is_file() for n in ("processor_config.json", "preprocessor_config.json"))
+
+
 def _check_length(args: argparse.Namespace, n_prompt: int, max_len: int) -> None:
     if n_prompt >= max_len:  # no number of new tokens fits: the prompt is what to change
         raise _fail(
@@ -287,7 +344,11 @@ def run(args: argparse.Namespace) -> dict:
     source = hf_source(args) if args.hf_path is not None else megatron_source(args)
     provider = source.provider
     tokenizer = tokenizer_of(source.folder)
-    ids = prompt_ids(args, provider.vocab_size, source.folder, tokenizer)  # checked before the build
+    images = None
+    if args.image:
+        ids, images = image_prompt(args, source.folder)
+    else:
+        ids = prompt_ids(args, provider.vocab_size, source.folder, tokenizer)  # checked before the build
     _check_length(args, len(ids), provider.seq_length)
     eos = None if args.ignore_eos else eos_ids(source.folder)
     result = generate(
@@ -301,6 +362,7 @@ def run(args: argparse.Namespace) -> dict:
         seed=args.seed,
         eos_token_id=eos,
         kv_cache=not args.no_kv_cache,
+        images=images,
     )
     text = tokenizer.decode(text_ids(result.ids, eos)) if tokenizer is not None else None
     return {"ids": result.ids, "tokens_per_s": result.tokens_per_s, "text": text}

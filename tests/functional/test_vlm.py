@@ -1,12 +1,12 @@
 """Vision-language models on gloo ranks (slow tier): image-text finetuning equals transformers + torch, and
 TP=2 conversion equals transformers (workers/vlm_training_parity.py, two launches).
 
-1 rank: bridge's finetune() from each tiny VLM folder (LLaVA, Qwen2.5-VL; dataset.kind=vlm, full SFT,
-vision encoder frozen) against transformers' model class + torch.optim.AdamW over the micro batches bridge
-trained on.
-2 ranks: import of each family at TP=2 (logits and a bit-identical export), then the same finetune at TP=2,
-PP=2 (the vision side on the first stage; Qwen2.5-VL's M-RoPE positions computed on both stages) and, for
-LLaVA, DP=2.
+1 rank: bridge's finetune() from each finetuned tiny VLM folder (LLaVA, Qwen2.5-VL; dataset.kind=vlm, full
+SFT, vision encoder frozen) against transformers' model class + torch.optim.AdamW over the micro batches
+bridge trained on.
+2 ranks: import of every VLM family at TP=2 (logits and a bit-identical export; LLaVA, Qwen2.5-VL, Gemma 3,
+Mistral 3), then the same finetune at TP=2, PP=2 (the vision side on the first stage; Qwen2.5-VL's M-RoPE
+positions computed on both stages) and, for LLaVA, DP=2.
 Per iteration the loss must equal the reference's to 1e-5 relative and the grad norm to 2e-6 (as
 test_training_parity_hf.py: fp32, a 2-layer tower and language model, 5 AdamW steps; the differences are
 summation order, ~1e-7 relative), the learning rate exactly.
@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 
 from tests.functional.launch import REPO_ROOT, assert_ok, payloads, torchrun
+from tests.functional.workers.vlm_models import VLM_FAMILIES
 
 pytest.importorskip("megatron.core")
 pytest.importorskip("transformers")
@@ -66,12 +67,10 @@ def test_loss_falls_on_the_assistant_answers_only(out):
         assert image_id not in ids and all(i >= specials or i == 5 for i in ids), ids  # 5: <|end|>
 
 
-def test_tp2_import_equals_transformers_and_export_is_bit_identical(out):
-    from tests.functional.workers.vlm_models import VLM_FAMILIES
-
-    convs = payloads(out, "convert_tp2")
-    assert {c["family"] for c in convs} == set(VLM_FAMILIES)
-    for conv in convs:
-        # fp32, O(1) logits: TP=2 splits each matmul's sum in two partial sums (a few ulps), far below 1e-5
-        assert conv["max_logit_diff"] <= 1e-5, conv
-        assert conv["export_differs"] is None, conv
+@pytest.mark.parametrize("family", list(VLM_FAMILIES))
+def test_tp2_import_equals_transformers_and_export_is_bit_identical(out, family):
+    (conv,) = [c for c in payloads(out, "convert_tp2") if c["family"] == family]
+    # fp32: TP=2 splits each matmul's sum in two partial sums; tests/tolerances.py's bound (the worker
+    # computes it from the reference logits and the config). Gemma 3: its image tokens see their image.
+    assert conv["max_logit_diff"] <= conv["bound"]
+    assert conv["export_differs"] is None

@@ -487,3 +487,36 @@ def test_mtp_layers_read_as_mtp_num_layers_and_written_back(family):
     arch = hf.architectures[0]
     out = hf_config_dict(GPTModelProvider(**fields), family_for(hf.architectures), arch)
     assert out["num_nextn_predict_layers"] == 1
+
+
+def test_ministral3_yarn_and_llama4_query_scale_read_and_write_back():
+    """Ministral3Config's defaults (YaRN over 16384 positions, Llama 4's query scale beta 0.1) -> the
+    provider's yarn_rope_* and llama4_attn_scale_* fields, written back as transformers reads them."""
+    import transformers
+
+    from bridge.models.gpt_provider import GPTModelProvider
+    from bridge.models.hf_translation.write import hf_config_dict
+
+    hf = transformers.Ministral3Config(
+        architectures=["Ministral3ForCausalLM"], hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=128,
+    )  # fmt: skip
+    fam = family_for(hf.architectures)
+    fields = provider_fields(hf, fam)
+    assert (fields["yarn_rope_factor"], fields["yarn_rope_original_max_position_embeddings"]) == (16.0, 16384)
+    assert fields["yarn_rope_attention_factor"] == 1.0  # mscale = mscale_all_dim
+    assert (
+        fields["llama4_attn_scale_beta"],
+        fields["llama4_attn_scale_original_max_position_embeddings"],
+    ) == (
+        0.1,
+        16384,
+    )
+    provider = GPTModelProvider(**fields)
+    assert provider.layer_variant().query_position_scale == (0.1, 16384)
+    written = hf_config_dict(provider, fam, "Ministral3ForCausalLM")
+    assert provider_fields(transformers.Ministral3Config(**written), fam) == fields
+    with pytest.raises(ConfigError, match=r"rope_parameters.rope_type='llama3': Ministral 3 is built with"):
+        provider_fields(transformers.Ministral3Config(rope_parameters={"rope_type": "llama3", "factor": 8.0,
+                        "rope_theta": 1e6, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                        "original_max_position_embeddings": 8192}), fam)  # fmt: skip

@@ -105,6 +105,11 @@ OVER_MEMORY = {
     "qwen25_vl_32b_peft_1gpu_h100_bf16_config": "activations",
     "qwen25_vl_72b_sft_32gpu_h100_bf16_config": "activations",
     "qwen25_vl_72b_peft_1gpu_h100_bf16_config": "states",
+    # Megatron-Bridge's Gemma 3 VL recipes train the whole 4B on one H100 (fp32 Adam states of 4.3 B
+    # parameters alone are 52 GB) and 12B at DP=1 without recomputation (4096 tokens, micro batch 2)
+    "gemma3_vl_4b_sft_1gpu_h100_bf16_config": "states",
+    "gemma3_vl_12b_sft_4gpu_h100_bf16_config": "activations",
+    "gemma3_vl_12b_peft_1gpu_h100_bf16_config": "activations",
 }
 
 

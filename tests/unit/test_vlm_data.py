@@ -154,3 +154,66 @@ def test_the_provider_refuses_sequence_and_context_parallelism_and_the_planner_p
         with pytest.raises(ConfigError, match=f"model.{field} = {value}: a vision-language model merges"):
             q.finalize()
     assert resolve_model("llava15_7b")[1] == {"sequence_parallel": False}
+
+
+def _plan(path, skip: bool, samples: int = 3):
+    from bridge.config.run_plan import DataPlan
+
+    return DataPlan(
+        kind="vlm", paths=(str(path),), weights=None, split=(1.0, 0.0, 0.0), split_text="1,0,0",
+        seq_length=48, seed=0, reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
+        num_workers=0, cache_dir=None, sample_counts=(samples, 0, 0), skip_malformed_samples=skip,
+    )  # fmt: skip
+
+
+def test_malformed_samples_are_one_error_or_skipped_and_counted(processor, folder, caplog):
+    """dataset.skip_malformed_samples: off (default) the first malformed line is the error; on, the 3 good
+    conversations of 7 are the dataset and the 4 others (not JSON, a missing image, an unreadable image,
+    image tokens past model.seq_length) are counted in one log line."""
+    import logging
+    import types
+
+    from bridge.training.data.vlm import build_vlm_datasets
+
+    jsonl = write_conversations(folder / "mixed", 3, seed=2)
+    good = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    (jsonl.parent / "broken.png").write_bytes(b"not a png")
+
+    def with_images(*names):
+        user = [{"type": "image", "image": n} for n in names] + [{"type": "text", "text": "cat"}]
+        return {"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": "dog"}]}
+
+    first_image = good[0]["messages"][0]["content"][0]["image"]
+    bad = [
+        "{not json",
+        with_images("nowhere.png"),
+        with_images("broken.png"),
+        with_images(*[first_image] * 3),
+    ]
+    lines = [json.dumps(good[0]), bad[0], json.dumps(bad[1]), json.dumps(good[1]), json.dumps(bad[2])]
+    lines += [json.dumps(bad[3]), json.dumps(good[2])]  # 3 images: 48 image tokens, past seq_length 48
+    jsonl.write_text("\n".join(lines) + "\n")
+    tokenizer = types.SimpleNamespace(path=str(folder / "hf"), pad=1, eod=2)
+    with pytest.raises(ConfigError, match=r"vlm.jsonl:2: is not JSON"):
+        build_vlm_datasets(_plan(jsonl, skip=False), tokenizer)
+    with caplog.at_level(logging.INFO):
+        (train, valid, test) = build_vlm_datasets(_plan(jsonl, skip=True), tokenizer)
+    assert valid is None and test is None and len(train.samples) == 3
+    assert [s.ids.tolist() for s in train.samples] == [
+        _sample(processor, jsonl.parent, g["messages"], 48).ids.tolist() for g in good
+    ]
+    (line,) = [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()]
+    assert "skipped 4 malformed image-text conversations" in line and "vlm.jsonl:2: is not JSON" in line
+    jsonl.write_text("\n".join([bad[0], json.dumps(bad[1])]) + "\n")  # nothing left to train on
+    with pytest.raises(ConfigError, match="every conversation of the train split is malformed"):
+        build_vlm_datasets(_plan(jsonl, skip=True, samples=1), tokenizer)
+
+
+def test_skip_malformed_samples_is_for_image_text_data_only(tmp_path):
+    from bridge.config.compose import compose
+    from bridge.config.finetune_rules import check_sft_data
+    from recipes.llama_finetune import llama32_1b_sft_config
+
+    cfg, _ = compose(llama32_1b_sft_config(), overrides=["dataset.skip_malformed_samples=true"])
+    with pytest.raises(ConfigError, match="dataset.skip_malformed_samples = True.*dataset.kind=vlm"):
+        check_sft_data(cfg, cuda=False)

@@ -262,6 +262,8 @@ OPTIONAL_MATH_FIELDS = (
     "yarn_rope_beta_fast",
     "yarn_rope_beta_slow",
     "yarn_rope_attention_factor",
+    "llama4_attn_scale_beta",
+    "llama4_attn_scale_original_max_position_embeddings",
     # Gated DeltaNet layers and the gated softmax attention beside them
     "experimental_attention_variant",
     "linear_attention_freq",

@@ -2,13 +2,17 @@
 
 The VLM family's mapping module names the key of its language model's config (`TEXT_CONFIG_KEY`); that
 part is read by the text family of its `model_type` (its class defaults and rules), and the rest becomes
-VLMModelProvider.vlm_config (the image side, built by transformers from it).
+VLMModelProvider.vlm_config (the image side, built by transformers from it). Of the text config, vlm_config
+keeps its `model_type` and the keys the image side reads (the mapping module's `VISION_TEXT_KEYS`, e.g.
+Mistral 3's projector norm takes the text model's rms_norm_eps), with their class defaults.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
+from bridge.models.families import families
 from bridge.models.hf_translation.common import get, refuse
 from bridge.models.hf_translation.registry import HfFamily, hf_families, with_class_defaults
 
@@ -46,7 +50,16 @@ def split(config: Any, family: HfFamily) -> tuple[dict[str, Any], HfFamily, dict
             "convert a checkpoint whose language model is one of those",
         )
     completed = with_class_defaults(text)
-    return completed if completed is not None else text, text_families[model_type], vlm_config
+    completed = completed if completed is not None else text
+    mapping = importlib.import_module(families()[family.name].mapping_module)
+    kept = {
+        k: get(completed, k)
+        for k in getattr(mapping, "VISION_TEXT_KEYS", ())
+        if get(completed, k) is not None
+    }
+    if kept:
+        vlm_config[key] = {**vlm_config.get(key, {}), **kept}
+    return completed, text_families[model_type], vlm_config
 
 
 def vlm_fields(config: Any, family: Any) -> dict[str, Any]:

@@ -10,7 +10,8 @@ each image's placeholder into its image tokens and makes the pixels. Loss on the
 assistant message i spans [len(render(messages[:i] + generation prompt)), len(render(messages[:i+1])))
 tokens, each render processed with the images it holds. A malformed sample (not JSON, no messages, a
 missing or unreadable image, image tokens past model.seq_length) is one ConfigError naming the file, its
-line and the problem; nothing is skipped silently. Samples are processed once, at build.
+line and the problem; with dataset.skip_malformed_samples=true each is left out instead and the count (and
+the first reason) logged when the data is built. Samples are processed once, at build.
 """
 
 from __future__ import annotations
@@ -50,30 +51,42 @@ class VLMSample:
     images: dict[str, torch.Tensor]  # the processor's image tensors (empty: a text-only sample)
 
 
-def _bad(where: str, what: str) -> ConfigError:
-    return ConfigError(f"dataset.data_paths: {where}: {what}; {HINT}")
+class MalformedSample(ConfigError):
+    """One conversation the reader cannot use (skipped and counted with dataset.skip_malformed_samples)."""
 
 
-def read_conversations(path: str) -> list[tuple[str, list[dict]]]:
-    """(where, messages) per line of a JSONL file, each checked for shape."""
+def _bad(where: str, what: str) -> MalformedSample:
+    return MalformedSample(f"dataset.data_paths: {where}: {what}; {HINT}")
+
+
+def _checked_line(line: str, where: str) -> list[dict]:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise _bad(where, f"is not JSON ({err})") from None
+    messages = record.get("messages") if isinstance(record, dict) else None
+    if not isinstance(messages, list) or not messages:
+        raise _bad(where, "has no non-empty 'messages' list")
+    for m in messages:
+        if not isinstance(m, dict) or not isinstance(m.get("content"), (str, list)):
+            raise _bad(where, f"message {m!r:.60} has no 'role' / 'content' (a string or a list of parts)")
+    return messages
+
+
+def read_conversations(path: str, skipped: list[str] | None = None) -> list[tuple[str, list[dict]]]:
+    """(where, messages) per line of a JSONL file, each checked for shape. A malformed line raises
+    MalformedSample, or with `skipped` (a list) is left out and its error message appended to it."""
     out = []
     for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path}:{n}"
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise _bad(where, f"is not JSON ({err})") from None
-        messages = record.get("messages") if isinstance(record, dict) else None
-        if not isinstance(messages, list) or not messages:
-            raise _bad(where, "has no non-empty 'messages' list")
-        for m in messages:
-            if not isinstance(m, dict) or not isinstance(m.get("content"), (str, list)):
-                raise _bad(
-                    where, f"message {m!r:.60} has no 'role' / 'content' (a string or a list of parts)"
-                )
-        out.append((where, messages))
+            out.append((where, _checked_line(line, where)))
+        except MalformedSample as err:
+            if skipped is None:
+                raise
+            skipped.append(str(err))
     return out
 
 
@@ -197,7 +210,10 @@ def build_vlm_datasets(data: DataPlan, tokenizer) -> list[torch.utils.data.Datas
             f"tokenizer.tokenizer_model={tokenizer.path!r}: no Hugging Face processor there ({err}); "
             "dataset.kind=vlm needs the model's processor (its HF folder)"
         ) from None
-    records = [(w, m, Path(p).resolve().parent) for p in data.paths for w, m in read_conversations(p)]
+    skipped: list[str] | None = [] if data.skip_malformed_samples else None
+    records = [
+        (w, m, Path(p).resolve().parent) for p in data.paths for w, m in read_conversations(p, skipped)
+    ]
     ranges = split_ranges(len(records), data.split)
     check_split_documents(", ".join(data.paths), ranges, data.sample_counts, data.split_text)
     pad = tokenizer.pad if tokenizer.pad >= 0 else tokenizer.eod
@@ -206,10 +222,33 @@ def build_vlm_datasets(data: DataPlan, tokenizer) -> list[torch.utils.data.Datas
         if not size:
             out.append(None)
             continue
-        samples = [
-            process_conversation(processor, m, f, w, data.seq_length) for w, m, f in records[begin:end]
-        ]
+        samples = _processed(processor, records[begin:end], data.seq_length, skipped, name)
         if is_rank_zero():
             logger.log(logging.INFO, f"dataset ({name} split): {len(samples)} image-text conversations")
         out.append(VLMDataset(samples, size, data.seq_length, data.seed, pad))
+    if skipped is not None and is_rank_zero():
+        first = f"; the first: {skipped[0]}" if skipped else ""
+        logger.log(
+            logging.WARNING if skipped else logging.INFO,
+            f"dataset: skipped {len(skipped)} malformed image-text conversations "
+            f"(dataset.skip_malformed_samples=true){first}",
+        )
     return out
+
+
+def _processed(processor, records: list, seq_length: int, skipped: list[str] | None, split: str) -> list:
+    """The split's samples; a malformed one raises, or with `skipped` is left out and counted."""
+    samples = []
+    for where, messages, folder in records:
+        try:
+            samples.append(process_conversation(processor, messages, folder, where, seq_length))
+        except MalformedSample as err:
+            if skipped is None:
+                raise
+            skipped.append(str(err))
+    if not samples:
+        raise ConfigError(
+            f"dataset.skip_malformed_samples=true: every conversation of the {split} split is malformed "
+            f"({len(records)} skipped; the first: {skipped[0] if skipped else 'none'}). Fix: repair the data"
+        )
+    return samples

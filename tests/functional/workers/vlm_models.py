@@ -28,9 +28,18 @@ def tiny_vlm_script():
 # family -> (config class, model class): the model types the VLM suites run over (one tiny folder each)
 VLM_FAMILIES: dict[str, tuple[str, str]] = {
     "llava": ("LlavaConfig", "LlavaForConditionalGeneration"),
+    "gemma3_vl": ("Gemma3Config", "Gemma3ForConditionalGeneration"),
+    "mistral3": ("Mistral3Config", "Mistral3ForConditionalGeneration"),
     "qwen25_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration"),
 }
-MAKERS = {"llava": "make_tiny_llava", "qwen25_vl": "make_tiny_qwen25_vl"}
+MAKERS = {
+    "llava": "make_tiny_llava",
+    "gemma3_vl": "make_tiny_gemma3",
+    "mistral3": "make_tiny_mistral3",
+    "qwen25_vl": "make_tiny_qwen25_vl",
+}
+# Families whose processors keep each image's size: their test conversations mix image sizes.
+VARIABLE_SIZE = {"mistral3"}
 # family -> the maker module's processor loader, where AutoProcessor cannot load the folder (Qwen2.5-VL's
 # processor needs a video processor, which needs torchvision: not a dependency here)
 PROCESSORS = {"qwen25_vl": "qwen25_vl_processor"}
@@ -38,7 +47,7 @@ PROCESSORS = {"qwen25_vl": "qwen25_vl_processor"}
 
 def family_of(model_folder: str | Path) -> str:
     model_type = json.loads((Path(model_folder) / "config.json").read_text())["model_type"]
-    return {"qwen2_5_vl": "qwen25_vl"}.get(model_type, model_type)
+    return {"qwen2_5_vl": "qwen25_vl", "gemma3": "gemma3_vl"}.get(model_type, model_type)
 
 
 def load_processor(model_folder: str | Path):
@@ -54,26 +63,39 @@ def save_vlm_model(family: str, folder: str | Path, seed: int = 0) -> torch.nn.M
     return getattr(tiny_vlm_script(), MAKERS[family])(Path(folder), seed=seed)
 
 
-def write_conversations(folder: str | Path, n: int, seed: int = 0) -> Path:
-    """`n` image-text conversations (JSONL + PNGs) under `folder`; the JSONL path."""
+def write_conversations(folder: str | Path, n: int, seed: int = 0, wide: bool = False) -> Path:
+    """`n` image-text conversations (JSONL + PNGs) under `folder` (`wide`: images of two sizes); the JSONL path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    tiny_vlm_script().write_vlm_jsonl(folder / "vlm.jsonl", folder / "images", n, seed=seed)
+    tiny_vlm_script().write_vlm_jsonl(folder / "vlm.jsonl", folder / "images", n, seed=seed, wide=wide)
     return folder / "vlm.jsonl"
+
+
+def image_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The processor outputs the vision side reads (VisionLanguageModel's `images`), as forward_step passes them."""
+    from bridge.training.data.vlm import IMAGE_KEYS
+
+    return {k: batch[k] for k in IMAGE_KEYS if k in batch}
 
 
 def processed_batch(model_folder: str | Path, jsonl: str | Path, count: int = 2) -> dict[str, torch.Tensor]:
     """The first `count` conversations through the folder's processor (chat template + images), padded
     right: input_ids, attention_mask, pixel_values (and the family's other processor outputs)."""
     from PIL import Image
+    from transformers import AutoTokenizer
 
-    processor = load_processor(model_folder)
+    pixtral = family_of(model_folder) == "mistral3"
+    # Mistral 3: PixtralProcessor needs torchvision; make_tiny_vlm.pixtral_inputs applies its rule
+    processor = AutoTokenizer.from_pretrained(str(model_folder)) if pixtral else load_processor(model_folder)
     rows = [json.loads(line) for line in Path(jsonl).read_text().splitlines()[:count]]
     texts, images = [], []
     for row in rows:
         texts.append(processor.apply_chat_template(row["messages"], tokenize=False))
+        images.append([])  # each sample's images (Gemma 3's processor counts them per sample)
         for m in row["messages"]:
             for part in m["content"] if isinstance(m["content"], list) else ():
                 if part["type"] == "image":
-                    images.append(Image.open(Path(jsonl).parent / part["image"]).convert("RGB"))
+                    images[-1].append(Image.open(Path(jsonl).parent / part["image"]).convert("RGB"))
+    if pixtral:
+        return tiny_vlm_script().pixtral_inputs(Path(model_folder), texts, images)
     return dict(processor(text=texts, images=images, padding=True, return_tensors="pt"))

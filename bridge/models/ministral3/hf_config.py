@@ -1,0 +1,136 @@
+"""Ministral 3 config.json rules: Ministral3Config defaults, its RoPE and Llama 4's query scale.
+
+rope_parameters (one dict; transformers' default: yarn, rope_theta 1e6, factor 16 over 16384 original
+positions, beta_fast 32, beta_slow 1, mscale = mscale_all_dim = 1, llama_4_scaling_beta 0.1): default or
+YaRN RoPE (the provider's yarn_rope_* fields, bridge.models.yarn_rope; the attention factor from mscale /
+mscale_all_dim as transformers infers it), and llama_4_scaling_beta -> llama4_attn_scale_beta with
+original_max_position_embeddings (the query at position p times 1 + beta * log(1 + floor(p / original)),
+transformers' get_llama_4_attn_scale). sliding_window (None by default) windows every layer.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from bridge.models.hf_translation.common import BASE_DEFAULTS, get, refuse
+from bridge.models.hf_translation.write import sliding_window_hf_fields
+
+YARN_DEFAULTS: dict[str, Any] = dict(
+    rope_type="yarn",
+    rope_theta=1_000_000.0,
+    factor=16.0,
+    original_max_position_embeddings=16384,
+    beta_fast=32.0,
+    beta_slow=1.0,
+    mscale=1.0,
+    mscale_all_dim=1.0,
+    llama_4_scaling_beta=0.1,
+)
+
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "ministral3": dict(
+        {k: v for k, v in BASE_DEFAULTS.items() if k != "rope_theta"},
+        vocab_size=131072,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=34,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=262144,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        sliding_window=None,
+        rope_parameters=YARN_DEFAULTS,
+    ),
+}
+
+
+def _mscale(scale: float, mscale: float = 1.0) -> float:
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def rope_fields(cfg: Any) -> dict[str, Any]:
+    """Replaces the generic RoPE translation: default or YaRN, and the Llama 4 query scale."""
+    params = dict(get(cfg, "rope_parameters") or YARN_DEFAULTS)
+    rope_type = params.get("rope_type", params.get("type", "default")) or "default"
+    if rope_type not in ("default", "yarn"):
+        raise refuse(
+            "rope_parameters.rope_type",
+            rope_type,
+            "Ministral 3 is built with default or yarn RoPE",
+            "convert a model with those (the published Ministral 3 configs: yarn)",
+        )
+    if float(params.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise refuse(
+            "rope_parameters.partial_rotary_factor",
+            params["partial_rotary_factor"],
+            "Ministral 3's RoPE rotates whole heads",
+            "convert a model without partial_rotary_factor",
+        )
+    out: dict[str, Any] = dict(
+        position_embedding_type="rope",
+        rotary_percent=1.0,
+        rotary_base=params.get("rope_theta", 1_000_000.0),
+        yarn_rope_factor=None,
+        llama4_attn_scale_beta=None,
+    )
+    original = params.get("original_max_position_embeddings")
+    if rope_type == "yarn":
+        if not params.get("truncate", True):
+            raise refuse(
+                "rope_parameters.truncate",
+                params["truncate"],
+                "the provider's YaRN rounds its ramp bounds to whole channels (truncate=true)",
+                "convert a model with truncate unset or true",
+            )
+        factor = params.get("factor")
+        factor = float(factor) if factor is not None else int(get(cfg, "max_position_embeddings")) / original
+        attention = params.get("attention_factor")
+        if attention is None:
+            mscale, mscale_all_dim = params.get("mscale"), params.get("mscale_all_dim")
+            if mscale and mscale_all_dim:
+                attention = _mscale(factor, mscale) / _mscale(factor, mscale_all_dim)
+            else:
+                attention = _mscale(factor)
+        out.update(
+            yarn_rope_factor=factor,
+            yarn_rope_original_max_position_embeddings=int(original),
+            yarn_rope_beta_fast=float(params.get("beta_fast") or 32),
+            yarn_rope_beta_slow=float(params.get("beta_slow") or 1),
+            yarn_rope_attention_factor=float(attention),
+        )
+    beta = params.get("llama_4_scaling_beta")
+    if beta:
+        if original is None:
+            raise refuse(
+                "rope_parameters.llama_4_scaling_beta",
+                beta,
+                "Llama 4's query scale counts positions in units of original_max_position_embeddings",
+                "set rope_parameters.original_max_position_embeddings",
+            )
+        out.update(
+            llama4_attn_scale_beta=float(beta),
+            llama4_attn_scale_original_max_position_embeddings=int(original),
+        )
+    return out
+
+
+def hf_fields(p: Any) -> dict[str, Any]:
+    """The Ministral 3 keys of config.json for provider `p` (hf_config_dict checks they read back)."""
+    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": p.rotary_base}
+    if p.yarn_rope_factor is not None:
+        rope = {
+            "rope_type": "yarn",
+            "rope_theta": p.rotary_base,
+            "factor": p.yarn_rope_factor,
+            "original_max_position_embeddings": p.yarn_rope_original_max_position_embeddings,
+            "beta_fast": p.yarn_rope_beta_fast,
+            "beta_slow": p.yarn_rope_beta_slow,
+            "attention_factor": p.yarn_rope_attention_factor,
+        }
+    if p.llama4_attn_scale_beta:
+        rope["llama_4_scaling_beta"] = p.llama4_attn_scale_beta
+        rope["original_max_position_embeddings"] = p.llama4_attn_scale_original_max_position_embeddings
+    return {**sliding_window_hf_fields(p), "rope_parameters": rope}
