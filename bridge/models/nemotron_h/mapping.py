@@ -47,3 +47,10 @@ MAPPINGS = (
     ("column", f"{M}.mlp.linear_fc1.weight", f"{L}.mixer.up_proj.weight"),
     ("row", f"{M}.mlp.linear_fc2.weight", f"{L}.mixer.down_proj.weight"),
 )
+
+# HF modules peft 0.21.2 refuses to adapt on this model type (save_hf_adapter refuses adapters on them; the
+# merged export carries them)
+PEFT_REFUSED_MODULES = {
+    "out_proj": "peft 0.21.2 refuses LoRA on a Mamba mixer's out_proj for model_type nemotron_h (its fused "
+    "Mamba-2 kernel reads out_proj.weight directly, past any adapter)",
+}
