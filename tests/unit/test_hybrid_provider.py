@@ -117,3 +117,20 @@ def test_a_recipe_dry_runs_with_the_pattern_split_over_its_stages():
     first, second = plan.provider.stage_patterns()
     assert first + second == plan.provider.hybrid_override_pattern and len(first) == len(second) == 49
     assert f"hybrid layers per stage: {first} | {second}" in plan.summary_lines()
+
+
+def test_a_gpt_recipe_started_from_a_hybrid_folder_becomes_the_hybrid_kind(tmp_path):
+    """checkpoint.pretrained_checkpoint=<NemotronH folder> on a GPT recipe: the model section takes the
+    folder's kind (the recipe's parallel and run fields carried over), not a GPT section with hybrid fields."""
+    from bridge.config.compose import compose
+    from recipes.llama import llama32_1b_pretrain_config
+    from tests.functional.workers.convert_models import save_hf_model
+
+    save_hf_model("nemotron_h", tmp_path / "hf", with_tokenizer=False)
+    cfg, _ = compose(
+        llama32_1b_pretrain_config(),
+        overrides=[f"checkpoint.pretrained_checkpoint={tmp_path / 'hf'}", "model.seq_length=64"],
+    )
+    assert type(cfg.model) is MambaModelProvider
+    assert cfg.model.hybrid_override_pattern == "M*M-" and cfg.model.mamba_num_groups == 2
+    assert cfg.model.seq_length == 64 and cfg.model.hidden_size == 64
