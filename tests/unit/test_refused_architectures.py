@@ -1,6 +1,7 @@
 """The 2026 architectures Megatron-Core cannot compute (DeepSeek sparse attention, DeepSeek-V4, Gemma 4,
-MiMo-V2-Flash) and Falcon-H1's parallel Mamba + attention layers are refused with one error that names what is missing and the releases, from a config.json
-with transformers' model type for it; the DSA reason is checked against the installed Megatron-Core's code."""
+MiMo-V2-Flash, Falcon-H1's parallel Mamba + attention layers) are refused with one error that names what is
+missing and the releases, from a config.json with transformers' model type for it (Falcon-H1: a folder
+transformers saved); the DSA reason is checked against the installed Megatron-Core's code."""
 
 from __future__ import annotations
 
