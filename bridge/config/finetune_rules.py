@@ -11,6 +11,7 @@ from bridge.config.blend_list import blend_paths
 from bridge.errors import config_error
 from bridge.models.hf_architecture import architecture_fields
 from bridge.models.hybrid_provider import MambaModelProvider
+from bridge.peft.names import TARGETS as PEFT_ALL_TARGETS
 
 if TYPE_CHECKING:
     from bridge.config.container import ConfigContainer
@@ -152,6 +153,27 @@ def _check_pad_seq_to_mult(cfg: ConfigContainer, n: int) -> None:
         )
 
 
+_PATTERN_TARGETS = {
+    "M": ("in_proj", "out_proj"),
+    "*": ("linear_qkv", "linear_proj"),
+    "-": ("linear_fc1", "linear_fc2"),
+    "E": ("linear_fc1", "linear_fc2"),
+}
+
+
+def _layer_targets(model) -> set[str]:
+    """The adapter targets some layer of the model holds: a hybrid's by its layer pattern; a GPT's are its
+    attention's and MLP's, and in_proj / out_proj with Gated DeltaNet layers."""
+    if isinstance(model, MambaModelProvider):
+        pattern = model.hybrid_override_pattern or ""
+        return {t for kind in set(pattern) for t in _PATTERN_TARGETS.get(kind, ())}
+    mixers = ("in_proj", "out_proj")
+    found = set(PEFT_ALL_TARGETS) - set(mixers)
+    if getattr(model, "experimental_attention_variant", None) == "gated_delta_net":
+        found |= set(mixers)
+    return found
+
+
 def check_peft(cfg: ConfigContainer) -> None:
     p = cfg.peft
     if p.scheme is None:
@@ -161,12 +183,12 @@ def check_peft(cfg: ConfigContainer) -> None:
             "peft.scheme", p.scheme, f"must be null or one of {', '.join(S.PEFT_SCHEMES)}", "pick one"
         )
     targets = list(p.target_modules)
-    unknown = [t for t in targets if t not in S.PEFT_TARGETS]
+    unknown = [t for t in targets if t not in PEFT_ALL_TARGETS]
     if not targets or unknown or len(set(targets)) != len(targets):
         raise config_error(
             "peft.target_modules",
             targets,
-            f"must be a non-empty list without repeats of {', '.join(S.PEFT_TARGETS)}"
+            f"must be a non-empty list without repeats of {', '.join(PEFT_ALL_TARGETS)}"
             + (f" ({unknown[0]!r} is not one)" if unknown else ""),
             "e.g. peft.target_modules=[linear_qkv,linear_proj]",
         )
@@ -186,13 +208,15 @@ def check_peft(cfg: ConfigContainer) -> None:
             "sharding them buys nothing, and the sharded strategies would also shard the frozen base)",
             "use distributed.strategy=megatron",
         )
-    if isinstance(cfg.model, MambaModelProvider):
+    absent = [t for t in targets if t not in _layer_targets(cfg.model)]
+    if absent:
         raise config_error(
-            "peft.scheme",
-            p.scheme,
-            "adapters on a hybrid model (MambaModelProvider: Mamba layers beside attention and MLP layers) are "
-            "not supported in bridge yet (its LoRA walks attention / MLP layers only)",
-            "finetune the hybrid fully: peft.scheme=null",
+            "peft.target_modules",
+            targets,
+            f"{', '.join(absent)}: no layer of the model has it (in_proj / out_proj are the projections of "
+            "Mamba-2 mixers, `M` in a hybrid's pattern, and of Gated DeltaNet layers; linear_qkv / linear_proj "
+            "of attention layers, `*`; linear_fc1 / linear_fc2 of MLP and MoE layers, `-` / `E`)",
+            f"remove {', '.join(absent)} from peft.target_modules",
         )
     experts = [t for t in targets if t in ("linear_fc1", "linear_fc2")]
     if cfg.model.num_moe_experts and experts:

@@ -4,7 +4,9 @@ peft's names: `base_model.model.<HF module>.lora_A.weight`, `.lora_B.weight` and
 `.lora_magnitude_vector`. Fused Megatron linears are split exactly as their base weight is, by the
 family's own mapping: B's rows (and DoRA's m) of linear_qkv go to q/k/v and those of linear_fc1 to
 gate/up with the mapping of the base weight run on B's shape, and A (the same input) is written once
-per part. For row-parallel bases A's columns are gathered like the base weight's. The bridge
+per part (Gated DeltaNet's in_proj: to in_proj_qkv / _z / _b / _a, or in_proj_qkvz / _ba; a Mamba-2
+in_proj's [z; x; B; C; dt] blocks, each split over TP, back into HF's one in_proj). For row-parallel bases A's
+columns are gathered like the base weight's. The bridge
 Exporter does the TP gather and the PP transfer, so every rank calls these functions and rank 0 writes.
 """
 
@@ -34,8 +36,11 @@ PREFIX = "base_model.model."  # peft's prefix of the wrapped model's module name
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
 # column-parallel mappings an adapter's B (and DoRA's magnitude) follows; the *_packed ones are HF's fused
-# qkv_proj / gate_up_proj (Phi-3), one peft module each
+# qkv_proj / gate_up_proj (Phi-3), one peft module each; a Mamba-2 in_proj is one HF module whose rows are
+# blocks each split over TP, a Gated DeltaNet in_proj two or four HF modules cut by head; the gated attention
+# beside Gated DeltaNet holds its output gate's rows in q_proj
 COLUMN_KINDS = ("column", "qkv", "gated_mlp", "qkv_packed", "gated_mlp_packed")
+COLUMN_KINDS += ("mamba_in_proj", "gdn_in_proj", "gdn_in_proj_grouped", "qkv_gated")
 
 
 def _adapter_params(
@@ -187,6 +192,28 @@ def _check_experts(chunks: list, family: Family, hf_vocab_size: int, settings: d
         raise ConfigError(f"save_hf_adapter: {problem}")
 
 
+def _check_peft_refused(chunks: list, family: Family, hf_vocab_size: int) -> None:
+    """Refuse, on every rank, adapters on HF modules peft will not load for this family (its mapping's
+    PEFT_REFUSED_MODULES); pipeline stages hold different layers, so the ranks exchange what they found."""
+    refused = dict(family.peft_refused_modules)
+    if not refused:
+        return
+    names = (n for lp in adapter_local_params(chunks, family, hf_vocab_size) for n in lp.mapping.hf)
+    mine = {n.split(".")[-3] for n in names if n.split(".")[-3] in refused}  # <module>.lora_A.weight
+    everyone = [mine]
+    if torch.distributed.is_available() and torch.distributed.is_initialized() and ranks.world_size() > 1:
+        everyone = [None] * ranks.world_size()
+        torch.distributed.all_gather_object(everyone, mine)
+    found = sorted(set().union(*everyone))
+    if found:
+        raise ConfigError(
+            f"save_hf_adapter: the model has adapters on {', '.join(found)} of {family.architectures[0]}: "
+            + "; ".join(refused[m] for m in found)
+            + ". Fix: export the merged weights (save_hf_pretrained / the merged export), or train without "
+            f"{', '.join(found)} in peft.target_modules"
+        )
+
+
 def save_hf_adapter(
     chunks: list, path: str | Path, family: Family, hf_vocab_size: int, base_model: str | None = None
 ) -> None:
@@ -197,6 +224,7 @@ def save_hf_adapter(
     target = check_target_dir(path, "path")  # every rank: all raise together
     settings = adapter_settings(chunks)
     _check_experts(chunks, family, hf_vocab_size, settings)  # every rank: all raise together
+    _check_peft_refused(chunks, family, hf_vocab_size)
     exporter = _exporter(chunks, family, hf_vocab_size)
     if not ranks.is_rank_zero():
         for _ in exporter.iterate(dst=0):

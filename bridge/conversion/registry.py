@@ -56,6 +56,9 @@ class Family:
     # move in its checkpoint ((text prefix, checkpoint prefix) pairs); `with_text_family` composes them.
     text_config_key: str | None = None
     text_hf_prefixes: tuple[tuple[str, str], ...] = ()
+    # HF module names (the last part) peft does not adapt on this model type, with why (mapping.py's
+    # PEFT_REFUSED_MODULES): save_hf_adapter refuses adapters on them
+    peft_refused_modules: tuple[tuple[str, str], ...] = ()
 
     def resolve(self, name: str) -> tuple[Rule, Mapping] | None:
         for rule in self.rules:
@@ -93,6 +96,7 @@ def _load(module_name: str) -> Family:
         provider_kind=getattr(module, "PROVIDER_KIND", "gpt"),
         text_config_key=getattr(module, "TEXT_CONFIG_KEY", None),
         text_hf_prefixes=tuple(tuple(pair) for pair in getattr(module, "TEXT_HF_PREFIXES", ())),
+        peft_refused_modules=tuple(getattr(module, "PEFT_REFUSED_MODULES", {}).items()),
     )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bridge.models.gpt_provider import GPTModelProvider
 from bridge.models.hf_translation import common, read, registry, vlm, write
-from bridge.models.vlm_provider import VLMModelProvider
+from bridge.models.provider_kinds import class_of_fields
 
 
 @lru_cache(maxsize=8)
@@ -77,11 +77,14 @@ def architecture_fields(path: str) -> dict[str, object]:
 def model_from_hf(model: GPTModelProvider, path: str) -> GPTModelProvider:
     """A copy of `model` (the recipe's: parallel sizes, seq_length, recompute, ...) with the folder's
     architecture. Its vocabulary is not padded (the folder holds exactly vocab_size rows, and padding
-    rows would enter Megatron-Core's softmax); an override of model.should_pad_vocab still wins."""
+    rows would enter Megatron-Core's softmax); an override of model.should_pad_vocab still wins. The copy
+    is of the folder's provider kind (a text recipe's section started from a vision-language or hybrid
+    folder: the recipe's GPT fields carried over)."""
     fields = architecture_fields(path)
-    if "vlm_config" in fields and not isinstance(model, VLMModelProvider):  # a text recipe's model section
+    kind = class_of_fields(fields)
+    if type(model) is not kind:
         base = {f.name: getattr(model, f.name) for f in dataclasses.fields(GPTModelProvider)}
-        model = VLMModelProvider(**base)
+        model = kind(**base)
     return dataclasses.replace(model, **fields, should_pad_vocab=False)
 
 

@@ -252,29 +252,48 @@ def count_parameters(shape: ModelShape) -> ParamCount:
 def adapter_parameters(shape: ModelShape, targets: Sequence[str], dim: int, magnitude: bool = False) -> int:
     """LoRA / DoRA adapter parameters of the whole model: each adapted linear of `in` -> `out` features gets
     A [dim, in] and B [out, dim] (plus an `out` magnitude vector with DoRA). The targets are Megatron-Core's
-    fused linears: the attention's linear_qkv / linear_proj, and linear_fc1 / linear_fc2 of the dense MLPs
-    only (expert layers take no adapters); multi-latent attention has no linear_qkv."""
+    fused linears, where a layer holds them: the attention's linear_qkv / linear_proj (multi-latent attention
+    has no linear_qkv), linear_fc1 / linear_fc2 of the dense MLPs only (expert layers take no adapters), and
+    in_proj / out_proj of Mamba-2 mixers and Gated DeltaNet layers. A hybrid's layer holds its one block's."""
     _require(shape, "hidden_size")
     h = shape.hidden_size
     kv = shape.kv_channels or h // shape.num_attention_heads
     q_size = shape.num_attention_heads * kv
     proj_in = shape.num_attention_heads * shape.v_head_dim if shape.multi_latent_attention else q_size
     ffn = shape.ffn_hidden_size or 0
+    q_rows = q_size * (2 if shape.attention_output_gate else 1)  # the output gate's rows
     features = {  # target -> (in, out)
-        "linear_qkv": (h, q_size + 2 * shape.query_groups * kv),
+        "linear_qkv": (h, q_rows + 2 * shape.query_groups * kv),
         "linear_proj": (proj_in, h),
         "linear_fc1": (h, ffn * (2 if shape.gated_linear_unit else 1)),
         "linear_fc2": (ffn, h),
     }
+    if shape.linear_attention is not None:  # Gated DeltaNet: in_proj to q, k, v, z, beta, alpha
+        _, _, nk, nv, dk, dv = shape.linear_attention
+        features |= {"in_proj": (h, 2 * nk * dk + 2 * nv * dv + 2 * nv), "out_proj": (nv * dv, h)}
+    if shape.mamba is not None:  # Mamba-2: in_proj to z, x, B, C, dt
+        state, head_dim, groups, heads, _, _ = shape.mamba
+        d_inner = heads * head_dim
+        features |= {"in_proj": (h, 2 * d_inner + 2 * groups * state + heads), "out_proj": (d_inner, h)}
+    held = {  # hybrid symbol -> the targets its layer holds
+        "M": ("in_proj", "out_proj"),
+        "*": ("linear_qkv", "linear_proj"),
+        "-": ("linear_fc1", "linear_fc2"),
+        "E": (),
+    }
     total = 0
-    for moe in shape.moe_layers():
+    for moe, linear, symbol in shape.layer_kinds():
+        if symbol is not None:
+            here = held[symbol]
+        else:
+            attention = ("in_proj", "out_proj") if linear else ("linear_proj",)
+            if not linear and not shape.multi_latent_attention:
+                attention = ("linear_qkv", *attention)
+            here = attention + (() if moe else ("linear_fc1", "linear_fc2"))
         for target in targets:
-            if (moe and target in ("linear_fc1", "linear_fc2")) or (
-                shape.multi_latent_attention and target == "linear_qkv"
-            ):
-                continue
-            fan_in, fan_out = features[target]
-            total += dim * (fan_in + fan_out) + (fan_out if magnitude else 0)
+            if target in here:
+                fan_in, fan_out = features[target]
+                total += dim * (fan_in + fan_out) + (fan_out if magnitude else 0)
     return total
 
 

@@ -25,6 +25,10 @@ Dropout acts on the adapter's input only: DoRA trains m / ||W + s B A||_row * (W
 in evaluation and without dropout.) A replicated input draws from the default generator (the same mask
 on every TP rank), a TP-sharded one (row bases) inside Megatron-Core's model-parallel RNG tracker.
 
+Fused column bases whose checkpoint stores row blocks apart (a Mamba-2 or Gated DeltaNet in_proj: each
+block split over TP, so a rank holds [block 0 rows of r; block 1 rows of r; ...]) give the adapter their
+`row_blocks`; its B (and DoRA's m) is stored by the same blocks, so another TP size reads it back right.
+
 Transformer Engine's TELayerNormColumnParallelLinear takes the input before its fused norm: the adapter
 applies that norm (its `layer_norm_weight`) first. Initialisation does not depend on the layout: A is
 drawn whole (xavier normal) from a generator seeded by (seed, global layer number, target) and this
@@ -159,6 +163,7 @@ class ParallelAdapter(nn.Module):
         dtype: torch.dtype,
         device: torch.device,
         expert: int | None = None,
+        row_blocks: tuple[tuple[str, int], ...] = (),
     ):
         super().__init__()
         if kind not in KINDS or scheme not in SCHEMES:
@@ -173,9 +178,13 @@ class ParallelAdapter(nn.Module):
         self.sequence_parallel = sequence_parallel and tp_size > 1
         self.gated, self.layer_number, self.norm = gated, layer_number, norm
         self.expert = expert  # a routed expert's global index, else None
+        # a fused in_proj's named local row blocks, stored apart in checkpoints (as its base weight is)
+        self.row_blocks = tuple(row_blocks)
         column = kind == "column"
         a_in = in_features if column else in_features // tp_size
         b_out = out_features // tp_size if column else out_features
+        if self.row_blocks and sum(n for _, n in self.row_blocks) != b_out:
+            raise ValueError(f"{target}: row blocks {self.row_blocks} do not cover its {b_out} local rows")
         self.linear_in = LinearWeight(dim, a_in, dtype, device)
         self.linear_out = LinearWeight(b_out, dim, dtype, device)
         _mark(self.linear_in.weight, None if column else 1)
@@ -323,13 +332,25 @@ class ParallelAdapter(nn.Module):
             tp_group=parallel_state.get_tensor_model_parallel_group(),
             dp_cp_group=metadata["dp_cp_group"],
         )
-        if self.gated:
-            for name in ("linear_out.weight", "weight_magnitude"):
-                if f"{prefix}{name}" in sharded:
-                    sharded[f"{prefix}{name}"] = _swiglu_factory(
-                        sharded[f"{prefix}{name}"], sharded_offsets, metadata
-                    )
+        for name in ("linear_out.weight", "weight_magnitude"):
+            key = f"{prefix}{name}"
+            if key in sharded and self.gated:
+                sharded[key] = _swiglu_factory(sharded[key], sharded_offsets, metadata)
+            elif key in sharded and self.row_blocks:
+                sharded[key] = _split_factory()(
+                    sharded[key], [n for _, n in self.row_blocks], [b for b, _ in self.row_blocks], 0
+                )
         return sharded
+
+
+def _split_factory() -> Any:
+    # Megatron-Core's factory that stores a local tensor's row blocks as separate sharded tensors (what its
+    # Mamba mixer and Gated DeltaNet do with in_proj): 0.19 in ssm.utils, 0.16.1 in ssm.mamba_mixer.
+    try:
+        from megatron.core.ssm.utils import _split_tensor_factory
+    except ImportError:
+        from megatron.core.ssm.mamba_mixer import _split_tensor_factory
+    return _split_tensor_factory
 
 
 def _swiglu_factory(sharded_tensor: Any, sharded_offsets: tuple, metadata: dict) -> Any:

@@ -4,7 +4,8 @@
 
 runs on the bare chunks after the weights are loaded (earlier hooks) and before any DDP wrapper: every
 base parameter is frozen and each target linear of every TransformerLayer gets a ParallelAdapter
-sibling (bridge.peft.adapters) wired in by a forward hook.
+sibling (bridge.peft.adapters) wired in by a forward hook. A layer without a target's linear (a hybrid's
+Mamba, attention and MLP layers hold different ones) takes no adapter for it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from bridge.errors import ConfigError
 from bridge.models.adapter_marks import mark_adapters
 from bridge.parallel.wrappers import unwrap, unwrap_all
 from bridge.peft.adapters import AdapterHook, NormSpec, ParallelAdapter, tp_size_rank
-from bridge.peft.names import TARGETS, adapter_name, is_adapter_param
+from bridge.peft.names import TARGETS, adapter_name, holders, is_adapter_param
 
 
 class AdaptedLinear(NamedTuple):
@@ -51,13 +52,16 @@ def _layers(model: nn.Module) -> list[nn.Module]:
 
 def _bases_of(layer: nn.Module, target: str) -> list[tuple[nn.Module, nn.Module, int | None]]:
     """(holder, base linear, global expert index or None) of every linear `target` names in `layer`: one
-    for attention and dense MLPs; in a mixture-of-experts layer linear_fc1 / linear_fc2 name every local
-    routed expert's (Megatron-Bridge's meaning of the two targets)."""
-    holder_name, _ = TARGETS[target]
-    holder = getattr(layer, holder_name, None)
-    if holder_name == "mlp" and holder is not None and hasattr(holder, "experts"):
-        return _expert_bases(layer, holder, target)
-    return [(*_base_of(layer, holder_name, holder, target), None)]
+    for attention, dense MLPs, Mamba-2 mixers and Gated DeltaNet; in a mixture-of-experts layer linear_fc1 /
+    linear_fc2 name every local routed expert's (Megatron-Bridge's meaning of the two targets). None in a
+    layer without it (a hybrid's other layer kinds, a softmax-attention layer beside Gated DeltaNet ones)."""
+    for holder_name in holders(target):
+        holder = getattr(layer, holder_name, None)
+        if holder_name == "mlp" and holder is not None and hasattr(holder, "experts"):
+            return _expert_bases(layer, holder, target)
+        if holder is not None and hasattr(holder, target):
+            return [(*_base_of(layer, holder_name, holder, target), None)]
+    return []
 
 
 def _expert_bases(layer: nn.Module, moe: nn.Module, target: str) -> list[tuple[nn.Module, nn.Module, int]]:
@@ -107,8 +111,35 @@ def _base_of(
     return holder, base
 
 
+def row_blocks(holder: nn.Module | None, target: str) -> tuple[tuple[str, int], ...]:
+    """The named row blocks of a fused in_proj's local weight, as its holder's sharded_state_dict stores them
+    apart (Megatron-Core's Mamba-2 mixer and Gated DeltaNet, 0.16.1 and 0.19): the adapter's B is stored the
+    same way, so that a checkpoint saved at one TP size loads at another. () for every other linear."""
+    if target != "in_proj" or holder is None:
+        return ()
+    if hasattr(holder, "d_inner_local_tp"):  # MambaMixer: [z; x; B; C; dt] of this rank's heads
+        d, gs = holder.d_inner_local_tp, holder.ngroups_local_tp * holder.d_state
+        return (("z", d), ("x", d), ("B", gs), ("C", gs), ("dt", holder.nheads_local_tp))
+    if hasattr(holder, "in_proj_split_names"):  # GatedDeltaNet, 0.19
+        return tuple(zip(holder.in_proj_split_names, map(int, holder.in_proj_split_sections), strict=True))
+    if hasattr(holder, "qk_dim"):  # GatedDeltaNet, 0.16.1: [q; k; v; z; beta; alpha] of this rank's heads
+        tp = holder.tp_size
+        qk, v, heads = holder.qk_dim // tp, holder.v_dim // tp, holder.num_value_heads // tp
+        return (("query", qk), ("key", qk), ("value", v), ("z", v), ("beta", heads), ("alpha", heads))
+    raise ConfigError(
+        f"peft target in_proj of {type(holder).__name__}: adapters know the in_proj of Megatron-Core's "
+        "MambaMixer and GatedDeltaNet; remove in_proj from peft.target_modules"
+    )
+
+
 def build_adapter(
-    base: nn.Module, target: str, peft: Any, config: Any, layer_number: int, expert: int | None = None
+    base: nn.Module,
+    target: str,
+    peft: Any,
+    config: Any,
+    layer_number: int,
+    expert: int | None = None,
+    holder: nn.Module | None = None,
 ) -> ParallelAdapter:
     """The adapter for `base` (not attached): its shapes from the base's local weight and TP size."""
     kind = TARGETS[target][1]
@@ -142,6 +173,7 @@ def build_adapter(
         dtype=base.weight.dtype,
         device=base.weight.device,
         expert=expert,
+        row_blocks=row_blocks(holder, target),
     )
 
 
@@ -172,17 +204,29 @@ def apply_peft(chunks: list, peft: Any, seed: int) -> None:
     models = unwrap_all(chunks)
     if has_adapters(models):
         raise ConfigError("apply_peft: the model already has PEFT adapters")
+    whole = len(models) == 1 and all(getattr(models[0], k, True) for k in ("pre_process", "post_process"))
+    found = dict.fromkeys(peft.target_modules, 0)
+    for model in models:
+        for layer in _layers(model):  # check every layer before changing any
+            for target in peft.target_modules:
+                found[target] += len(_bases_of(layer, target))
+    missing = [t for t, n in found.items() if n == 0]
+    if whole and missing:  # (a pipeline stage may hold none of a hybrid's layers of one kind)
+        where = "; ".join(f"{t} in a layer's {' or '.join(holders(t))}" for t in missing)
+        raise ConfigError(
+            f"peft.target_modules={list(peft.target_modules)!r}: no layer of the model has {where}. Fix: remove "
+            f"{', '.join(missing)}; in_proj / out_proj are the projections of Mamba-2 mixers and Gated DeltaNet"
+        )
     for model in models:
         layers = _layers(model)
-        for layer in layers:  # check every layer before changing any
-            for target in peft.target_modules:
-                _bases_of(layer, target)
         for param in model.parameters():
             param.requires_grad_(False)
         for layer in layers:
             for target in peft.target_modules:
                 for holder, base, expert in _bases_of(layer, target):
-                    adapter = build_adapter(base, target, peft, model.config, layer.layer_number, expert)
+                    adapter = build_adapter(
+                        base, target, peft, model.config, layer.layer_number, expert, holder=holder
+                    )
                     attach_adapter(holder, target, adapter, seed)
         mark_adapters(model, is_adapter_param)  # how the checkpoint tells the adapters from the base
 

@@ -16,8 +16,22 @@ TARGETS: dict[str, tuple[str, str]] = {
     "linear_fc1": ("mlp", "column"),
     "linear_fc2": ("mlp", "row"),
 }
+# Mamba-2 mixers (MambaLayer.mixer) and Gated DeltaNet (TransformerLayer.self_attention) both name their
+# projections in_proj / out_proj: Megatron-Bridge's targets for both. A layer without the linear (a hybrid's
+# attention or MLP layer, a softmax-attention layer beside Gated DeltaNet ones) takes no adapter for it.
+TARGETS |= {
+    "in_proj": ("mixer", "column"),
+    "out_proj": ("mixer", "row"),
+}
+# target -> further holders that may hold it (the first that has the linear is adapted)
+OTHER_HOLDERS: dict[str, tuple[str, ...]] = {"in_proj": ("self_attention",), "out_proj": ("self_attention",)}
 SUFFIX = "_adapter"
 _ADAPTER = re.compile(r"(?:^|\.)(?:" + "|".join(TARGETS) + r")" + SUFFIX + r"(?:\.|$)")
+
+
+def holders(target: str) -> tuple[str, ...]:
+    """The submodules of a layer that may hold `target`, in the order they are looked up."""
+    return (TARGETS[target][0], *OTHER_HOLDERS.get(target, ()))
 
 
 def adapter_name(target: str) -> str:

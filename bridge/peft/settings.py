@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 PEFT_SCHEMES = ("lora", "dora")
-# Megatron-Core module names a PEFT adapter attaches to (Megatron-Bridge's names)
+# Megatron-Core module names a PEFT adapter attaches to by default (Megatron-Bridge's names; every target:
+# bridge.peft.names.TARGETS, with in_proj / out_proj of Mamba-2 mixers and Gated DeltaNet)
 PEFT_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
 
 

@@ -1,6 +1,7 @@
 """PEFT under TP=2 (with and without sequence parallelism) and PP=2 on 2 gloo ranks: LoRA and DoRA
 give the TP=1 losses and adapter gradients over 3 SGD steps, the same HF adapter / merged exports, and
-torch_dist adapter checkpoints load at another layout."""
+torch_dist adapter checkpoints load at another layout. In the same launch, adapters on Mamba-2 mixers and
+Gated DeltaNet (Nemotron-H, Qwen3.5) at TP=2 against peft, and their checkpoint loaded at TP=1."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 
 from tests.functional.launch import assert_ok, torchrun
 from tests.functional.workers.convert_models import read_tensors
+from tests.functional.workers.peft_hybrid import CASES, RESHARDED, RUNS, check_against_peft
 
 WORKER = Path(__file__).parent / "workers" / "peft_parallel.py"
 LAYOUTS = ("tp2", "tp2_sp", "pp2")
@@ -21,6 +23,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 def root(tmp_path_factory, tiny_hf):
     root = tmp_path_factory.mktemp("peft")
     tiny_hf.link("llama", root / "hf")  # the session's folder (tests/conftest.py)
+    for family in CASES:
+        tiny_hf.link(family, root / f"hf_{family}")
     assert_ok(torchrun(WORKER, 2, str(root), timeout=300))
     return root
 
@@ -67,3 +71,23 @@ def test_adapter_checkpoint_loads_at_another_layout(root, phase, source):
     saved, loaded = _record(root, source)["final"], _record(root, phase)
     assert _max_diff(loaded["before"], saved) > 1e-2  # a differently seeded model before loading
     assert _max_diff(loaded["after"], saved) == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,scheme", RUNS)
+def test_hybrid_adapters_at_tp2_match_peft(root, tiny_hf, family, scheme):
+    """TP=2 splits the Mamba heads and groups (in_proj's [z; x; B; C; dt] blocks each over TP) and the Gated
+    DeltaNet heads: the gathered adapter folder and merged export give bridge's TP=2 logits through peft."""
+    name = f"hybrid_{family}_{scheme}"
+    ours = _record(root, name)["logits"]
+    source, _ = tiny_hf.get(family)
+    check_against_peft(source, root / "out" / name / "adapter", root / "out" / name / "merged", ours, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", RESHARDED)
+def test_hybrid_adapter_checkpoint_from_tp2_loads_at_tp1(root, family):
+    """in_proj's B is stored by blocks (as Megatron-Core stores in_proj), so TP=1 reads TP=2's adapters."""
+    record = _record(root, f"hybrid_{family}_load")
+    assert _max_diff(record["before"], record["saved"]) > 1e-2  # other adapters before loading
+    assert _max_diff(record["after"], record["saved"]) == 0.0

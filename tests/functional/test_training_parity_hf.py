@@ -88,10 +88,10 @@ def test_the_reference_trains(runs, family):
     assert all(ref["grad_norms"][it] > CLIP_FLOOR for it in ITERS)
 
 
-def assert_run_equals_reference(run: str, got: dict, ref: dict) -> None:
+def assert_run_equals_reference(run: str, got: dict, ref: dict, iters: list[str] = ITERS) -> None:
     """Per iteration: loss, grad norm and learning rate of bridge's run equal the reference's."""
-    assert sorted(got["losses"]) == ITERS
-    for it in ITERS:
+    assert sorted(got["losses"]) == sorted(iters)
+    for it in iters:
         assert _rel(got["losses"][it], ref["losses"][it]) < LOSS_REL, (run, it, got["losses"], ref["losses"])
         assert _rel(got["grad_norms"][it], ref["grad_norms"][it]) < GRAD_NORM_REL, (
             run,

@@ -88,16 +88,22 @@ def test_cuda_without_mamba_ssm_names_the_package(monkeypatch):
         ssm_backend.ensure_ssm_kernels()
 
 
-def test_lora_on_a_hybrid_is_refused_before_launch():
+def test_lora_on_a_hybrid_checks_its_targets_against_the_pattern():
     from bridge.config.finetune_rules import check_peft
     from bridge.config.overrides import apply_overrides
+    from recipes.llama import llama32_1b_pretrain_config
     from recipes.nemotron_h import nemotronh_4b_sft_config
 
-    cfg = apply_overrides(
-        nemotronh_4b_sft_config(), ["peft.scheme=lora", "checkpoint.pretrained_checkpoint=/x"]
-    )
-    with pytest.raises(ConfigError, match=r"peft.scheme = 'lora'.*hybrid model.*peft.scheme=null"):
-        check_peft(cfg)
+    peft = ["peft.scheme=lora", "checkpoint.pretrained_checkpoint=/x"]
+    every = "peft.target_modules=[linear_qkv,linear_proj,linear_fc1,linear_fc2,in_proj,out_proj]"
+    check_peft(apply_overrides(nemotronh_4b_sft_config(), [*peft, every]))  # M, * and - layers: all six
+    no_mlp = apply_overrides(nemotronh_4b_sft_config(), [*peft, every, "model.hybrid_override_pattern=M*M*"])
+    no_mlp.model.num_layers = 4
+    with pytest.raises(ConfigError, match=r"linear_fc1, linear_fc2: no layer of the model has it"):
+        check_peft(no_mlp)
+    gpt = apply_overrides(llama32_1b_pretrain_config(), [*peft, "peft.target_modules=[linear_qkv,out_proj]"])
+    with pytest.raises(ConfigError, match=r"peft.target_modules.*out_proj: no layer of the model has it"):
+        check_peft(gpt)
 
 
 def test_a_recipe_dry_runs_with_the_pattern_split_over_its_stages():
@@ -111,3 +117,20 @@ def test_a_recipe_dry_runs_with_the_pattern_split_over_its_stages():
     first, second = plan.provider.stage_patterns()
     assert first + second == plan.provider.hybrid_override_pattern and len(first) == len(second) == 49
     assert f"hybrid layers per stage: {first} | {second}" in plan.summary_lines()
+
+
+def test_a_gpt_recipe_started_from_a_hybrid_folder_becomes_the_hybrid_kind(tmp_path):
+    """checkpoint.pretrained_checkpoint=<NemotronH folder> on a GPT recipe: the model section takes the
+    folder's kind (the recipe's parallel and run fields carried over), not a GPT section with hybrid fields."""
+    from bridge.config.compose import compose
+    from recipes.llama import llama32_1b_pretrain_config
+    from tests.functional.workers.convert_models import save_hf_model
+
+    save_hf_model("nemotron_h", tmp_path / "hf", with_tokenizer=False)
+    cfg, _ = compose(
+        llama32_1b_pretrain_config(),
+        overrides=[f"checkpoint.pretrained_checkpoint={tmp_path / 'hf'}", "model.seq_length=64"],
+    )
+    assert type(cfg.model) is MambaModelProvider
+    assert cfg.model.hybrid_override_pattern == "M*M-" and cfg.model.mamba_num_groups == 2
+    assert cfg.model.seq_length == 64 and cfg.model.hidden_size == 64

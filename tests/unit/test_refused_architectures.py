@@ -1,6 +1,7 @@
 """The 2026 architectures Megatron-Core cannot compute (DeepSeek sparse attention, DeepSeek-V4, Gemma 4,
-MiMo-V2-Flash) are refused with one error that names what is missing and the releases, from a config.json
-with transformers' model type for it; the DSA reason is checked against the installed Megatron-Core's code."""
+MiMo-V2-Flash, Falcon-H1's parallel Mamba + attention layers) are refused with one error that names what is
+missing and the releases, from a config.json with transformers' model type for it (Falcon-H1: a folder
+transformers saved); the DSA reason is checked against the installed Megatron-Core's code."""
 
 from __future__ import annotations
 
@@ -48,3 +49,26 @@ def test_dsa_rotation_needs_the_cuda_kernel_and_bf16():
     if importlib.util.find_spec("fast_hadamard_transform") is None:
         with pytest.raises(AssertionError, match="fast_hadamard_transform"):
             dsa.rotate_activation(torch.zeros(2, 8, dtype=torch.bfloat16))
+
+
+def test_a_falcon_h1_folder_is_refused_with_what_megatron_core_lacks(tmp_path):
+    """Converting a tiny FalconH1ForCausalLM saved by transformers: one ConfigError naming its parallel
+    Mamba + attention layers, the multipliers and the releases."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+
+    from bridge import AutoBridge
+
+    config = transformers.FalconH1Config(
+        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=16, mamba_d_ssm=32, mamba_n_heads=2, mamba_d_head=16, mamba_d_state=8,
+        mamba_chunk_size=8, max_position_embeddings=64,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    transformers.FalconH1ForCausalLM(config).save_pretrained(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        AutoBridge.from_hf_pretrained(tmp_path).to_megatron_provider(load_weights=True)
+    message = str(caught.value)
+    assert message.startswith("architectures=['FalconH1ForCausalLM']: Falcon-H1:"), message
+    words = ("side by side", "ssm_multipliers", "hybrid_override_pattern", "0.16.1", "0.19.2", "Nemotron-H")
+    assert all(w in message for w in words), message

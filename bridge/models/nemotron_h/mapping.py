@@ -61,3 +61,26 @@ MAPPINGS = (
     ("replicated", f"{M}.mlp.fc1_latent_proj.weight", f"{L}.mixer.fc1_latent_proj.weight"),
     ("replicated", f"{M}.mlp.fc2_latent_proj.weight", f"{L}.mixer.fc2_latent_proj.weight"),
 )
+
+# HF modules peft 0.21.2 refuses to adapt on this model type (save_hf_adapter refuses adapters on them; the
+# merged export carries them)
+PEFT_REFUSED_MODULES = {
+    "out_proj": "peft 0.21.2 refuses LoRA on a Mamba mixer's out_proj for model_type nemotron_h (its fused "
+    "Mamba-2 kernel reads out_proj.weight directly, past any adapter)",
+}
+
+# Hybrids Megatron-Core's hybrid stack cannot express (ConfigError when converting one)
+REFUSED_ARCHITECTURES = {
+    "FalconH1ForCausalLM": (
+        "Falcon-H1: each decoder layer runs a Mamba-2 mixer and an attention side by side on the same normed "
+        "input and adds their outputs (then an MLP), scaled by muP multipliers (ssm_multipliers on the "
+        "in_proj blocks, ssm_in_multiplier, ssm_out_multiplier, attention_in_multiplier, "
+        "attention_out_multiplier, key_multiplier, mlp_multipliers, embedding_multiplier, "
+        "lm_head_multiplier), its mixer normalising before the gate (mamba_norm_before_gate) or not at all "
+        "(mamba_rms_norm false); megatron-core 0.16.1 and 0.19.2 build a hybrid as a sequence of single-block "
+        "layers (MambaStack / HybridStack: one Mamba, attention, MLP or MoE block per layer of "
+        "hybrid_override_pattern) with no parallel Mamba + attention layer and none of these multipliers, so "
+        "it does not convert. Fix: none in bridge for these releases; Nemotron-H (NemotronHForCausalLM) "
+        "converts"
+    ),
+}

@@ -12,6 +12,9 @@ ROOT/out/<layout>_<scheme>.pt the initial adapters, and per step the loss and th
 Checkpoints: tp2_sp/dora and pp2/lora also save their final adapters with dist_checkpointing; the
 phases load_tp1 (from tp2_sp/dora) and load_tp2 (from pp2/lora) load them into a model of another
 layout whose adapters were seeded differently, and save the adapters they then hold.
+
+Then the hybrids (ROOT/hf_nemotron_h, ROOT/hf_qwen3_5): adapters on Mamba-2 mixers and Gated DeltaNet at TP=2
+and their checkpoint loaded at TP=1 (tests/functional/workers/peft_hybrid.py's tp2_phases).
 """
 
 from __future__ import annotations
@@ -178,6 +181,9 @@ def main() -> None:
                 train(root, phase, scheme)
         # the next layout gets new Megatron-Core groups on the same gloo group
         release_model_parallel_groups()
+    from tests.functional.workers.peft_hybrid import tp2_phases
+
+    tp2_phases(root, root / "out")
     dist.destroy_process_group()
 
 

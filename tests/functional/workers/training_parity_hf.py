@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from pathlib import Path
 
-from train_common import emit, reset_parallel_state, write_learnable_indexed_data
+from train_common import emit, rank, reset_parallel_state, write_learnable_indexed_data
 
 from tests.finetune_fixtures import TINY_LLAMA
 
@@ -80,6 +81,26 @@ FAMILIES = {
 }
 # launched on their own (slow tier, tests/functional/test_training_parity_hf_gpt_oss.py)
 SLOW_FAMILIES = {"gptoss": ("GptOssConfig", HF_GPT_OSS)}
+# A hybrid against transformers' Nemotron-H class (MambaModelProvider): Mamba-2 (2 groups of 4 heads of 16,
+# state 16; chunks of 8 over the 32-token windows, so the SSD scan hands its state on between chunks),
+# attention without RoPE, a squared-ReLU MLP; trained HYBRID_ITERS steps (slow tier, one 2-rank launch:
+# tests/functional/test_training_parity_hf_hybrid.py).
+HF_NEMOTRONH = dict(
+    {k: v for k, v in HF_LLAMA.items() if k not in ("rope_theta", "rms_norm_eps", "num_hidden_layers")},
+    layers_block_type=["linear_attention", "full_attention", "linear_attention", "mlp"],
+    head_dim=16,
+    layer_norm_epsilon=1e-5,
+    ssm_state_size=16,
+    mamba_num_heads=8,
+    mamba_head_dim=16,
+    n_groups=2,
+    conv_kernel=4,
+    chunk_size=8,
+)
+HYBRID_FAMILIES = {"nemotronh": ("NemotronHConfig", HF_NEMOTRONH)}
+HYBRID_ITERS = 12
+# TP=2 splits the Mamba heads and groups (and the attention heads); TP=1 on 2 ranks is DP=2
+HYBRID_LAYOUTS = {"nemotronh_tp2": ["model.tensor_model_parallel_size=2"], "nemotronh_dp2": []}
 LAYOUTS = {
     "tp2": ["model.tensor_model_parallel_size=2"],
     "tp2_sp": ["model.tensor_model_parallel_size=2", "model.sequence_parallel=True"],
@@ -110,12 +131,12 @@ SLOW_LAYOUTS = {
 }
 
 
-def overrides(workdir: str, family: str) -> list[str]:
+def overrides(workdir: str, family: str, iters: int = ITERS) -> list[str]:
     return [
         f"model.seq_length={SEQ}",
         f"train.global_batch_size={GLOBAL_BATCH}",
         "train.micro_batch_size=1",
-        f"train.train_iters={ITERS}",
+        f"train.train_iters={iters}",
         "validation.eval_iters=0",
         "validation.eval_interval=0",
         "checkpoint.save=null",
@@ -143,11 +164,11 @@ def overrides(workdir: str, family: str) -> list[str]:
     ]
 
 
-def config(workdir: str, family: str, *extra: str):
+def config(workdir: str, family: str, *extra: str, iters: int = ITERS):
     from bridge.config.compose import compose
     from recipes.llama import llama32_1b_pretrain_config
 
-    cfg, _ = compose(llama32_1b_pretrain_config(), overrides=[*overrides(workdir, family), *extra])
+    cfg, _ = compose(llama32_1b_pretrain_config(), overrides=[*overrides(workdir, family, iters), *extra])
     return cfg
 
 
@@ -211,16 +232,18 @@ def run_bridge(name: str, cfg, record: list | None = None, finetune: bool = Fals
     reset_parallel_state()
 
 
-def lr_at(samples: int) -> float:
+def lr_at(samples: int, iters: int = ITERS) -> float:
     """Megatron-Core's OptimizerParamScheduler, linear warmup then cosine decay, counted in samples."""
-    warmup, decay = WARMUP * GLOBAL_BATCH, ITERS * GLOBAL_BATCH
+    warmup, decay = WARMUP * GLOBAL_BATCH, iters * GLOBAL_BATCH
     if samples <= warmup:
         return LR * samples / warmup
     ratio = (samples - warmup) / (decay - warmup)
     return MIN_LR + (LR - MIN_LR) * 0.5 * (math.cos(math.pi * ratio) + 1.0)
 
 
-def run_transformers(workdir: str, family: str, batches: list[dict], lora_init: dict | None = None) -> None:
+def run_transformers(
+    workdir: str, family: str, batches: list[dict], lora_init: dict | None = None, iters: int = ITERS
+) -> None:
     """The reference: the family's transformers class + torch.optim.AdamW over the windows bridge trained on;
     with `lora_init` ({bridge adapter parameter name: tensor}), peft's LoRA on it, started from those."""
     import torch
@@ -238,12 +261,12 @@ def run_transformers(workdir: str, family: str, batches: list[dict], lora_init: 
     no_decay = [p for n, p in trainable if p.ndim <= 1 or n.endswith("bias")]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr_at(0),
+        lr=lr_at(0, iters),
         betas=BETAS,
         eps=EPS,
     )
     losses, grad_norms, lrs = {}, {}, {}
-    for it in range(1, ITERS + 1):
+    for it in range(1, iters + 1):
         window = batches[(it - 1) * GLOBAL_BATCH : it * GLOBAL_BATCH]
         tokens = torch.cat([b["tokens"] for b in window])
         labels = torch.cat([b["labels"] for b in window])  # Megatron's labels: already shifted
@@ -257,9 +280,9 @@ def run_transformers(workdir: str, family: str, batches: list[dict], lora_init: 
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_([p for _, p in trainable], CLIP)  # the norm before clipping
         for group in optimizer.param_groups:
-            group["lr"] = lr_at((it - 1) * GLOBAL_BATCH)
+            group["lr"] = lr_at((it - 1) * GLOBAL_BATCH, iters)
         optimizer.step()
-        losses[it], grad_norms[it], lrs[it] = float(loss), float(norm), lr_at(it * GLOBAL_BATCH)
+        losses[it], grad_norms[it], lrs[it] = float(loss), float(norm), lr_at(it * GLOBAL_BATCH, iters)
     emit(
         "run",
         {"run": name, "losses": losses, "grad_norms": grad_norms, "learning_rates": lrs},
@@ -404,6 +427,20 @@ def main(mode: str, workdir: str) -> None:
     elif mode == "slow_layouts":
         for name, extra in SLOW_LAYOUTS.items():
             run_bridge(name, config(workdir, name.split("_")[0], *extra))
+    elif mode == "hybrid":  # 2 ranks: the layouts, then the reference on rank 0 over TP=2's windows
+        ready = Path(workdir) / "inputs_written"
+        if rank() == 0:
+            write_hf_models(workdir, HYBRID_FAMILIES)
+            write_learnable_indexed_data(f"{workdir}/data/count", n_docs=60)
+            ready.touch()
+        while not ready.exists():  # no process group before pretrain() makes one
+            time.sleep(0.1)
+        batches = []
+        for name, extra in HYBRID_LAYOUTS.items():
+            cfg = config(workdir, "nemotronh", *extra, iters=HYBRID_ITERS)
+            run_bridge(name, cfg, record=batches if not batches else None)
+        if rank() == 0:
+            run_transformers(workdir, "nemotronh", batches, iters=HYBRID_ITERS)
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 
