@@ -1,7 +1,7 @@
 """Nothing dropped in silence, and multi-token prediction (MTP) in and out of Hugging Face folders (TP=1).
 
 A checkpoint tensor no parameter maps is an error naming it, or (omit_unmapped) a listed omission that
-an export carries back; DeepSeek-V3 / GLM-4.5 MTP layers, named as the published checkpoints
+an export carries back; DeepSeek-V3 / GLM-4.5 / GLM-4.7-Flash MTP layers, named as the published checkpoints
 (tests/functional/workers/mtp_checkpoint.py), import into Megatron-Core's MTP block and export
 bit-identically; a model built with mtp_num_layers=0 lists them as left out and the export carries them.
 """
@@ -16,7 +16,7 @@ import torch
 
 from bridge.errors import ConfigError
 from tests.functional.workers.convert_models import read_tensors
-from tests.functional.workers.mtp_checkpoint import save_mtp_folder
+from tests.functional.workers.mtp_checkpoint import longer_overrides, save_mtp_folder
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -26,11 +26,27 @@ def _single_process_groups(single_process_groups):  # tests/unit/conftest.py
     yield
 
 
+_FOLDERS: dict = {}
+
+
+def _mtp_folder(tmp_path_factory, family: str):
+    """`family`'s tiny folder with one MTP layer (made once per module)."""
+    if family not in _FOLDERS:
+        folder = tmp_path_factory.mktemp(f"{family}_mtp") / "hf"
+        model, extra = save_mtp_folder(family, folder)
+        _FOLDERS[family] = folder, model, extra
+    return _FOLDERS[family]
+
+
 @pytest.fixture(scope="module")
 def v3_mtp(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("v3_mtp") / "hf"
-    model, extra = save_mtp_folder("deepseek_v3", folder)
-    return folder, model, extra
+    return _mtp_folder(tmp_path_factory, "deepseek_v3")
+
+
+# DeepSeek-V3's MTP layer, and GLM-4.7-Flash's in the same layout (MLA + GLM's router in the MTP layer)
+@pytest.fixture(scope="module", params=["deepseek_v3", "glm4_moe_lite"])
+def mtp_folder(request, tmp_path_factory):
+    return _mtp_folder(tmp_path_factory, request.param)
 
 
 def _build(folder, **fields):
@@ -84,8 +100,38 @@ def test_unknown_tensor_is_an_error_and_omit_unmapped_lists_it_and_export_carrie
     assert src.keys() == out.keys() and all(torch.equal(src[k], out[k]) for k in src)
 
 
-def test_deepseek_v3_mtp_round_trip_is_bit_identical(v3_mtp, tmp_path):
-    folder, _, extra = v3_mtp
+@pytest.mark.parametrize(
+    "family, names, reason",
+    [
+        (  # the published ERNIE-4.5-*-A*B-PT names (transformers' MtpModel reads them)
+            "ernie4_5_moe",
+            ("model.mtp_emb_norm.0.weight", "model.mtp_linear_proj.0.weight", "model.mtp_block.0.mlp.up_proj.weight"),
+            r"ERNIE 4\.5's multi-token-prediction layer \(model\.mtp_\*\) has a dense MLP .* reuses model\.norm",
+        ),
+        (  # the published K-EXAONE names (Megatron-Bridge's EXAONE-MoE bridge maps them)
+            "exaone_moe",
+            ("mtp.fc.weight", "mtp.pre_fc_norm_embedding.weight", "mtp.layers.0.mlp.gate_proj.weight"),
+            r"EXAONE-MoE's multi-token-prediction layer \(mtp\.\*\) has a dense MLP, while Megatron-Core's MTP "
+            r"block repeats the last \(MoE\) decoder layer",
+        ),
+    ],
+    ids=["ernie4_5_moe", "exaone_moe"],
+)  # fmt: skip
+def test_mtp_layers_megatron_core_computes_differently_are_refused_with_the_reason(
+    family, names, reason, family_sources, tmp_path
+):
+    from bridge import AutoBridge
+
+    folder = tmp_path / family
+    shutil.copytree(family_sources[family][0], folder)
+    _add(folder, {name: torch.ones(4) for name in names})
+    with pytest.raises(ConfigError, match=reason) as e:
+        AutoBridge.import_ckpt(folder, tmp_path / "never")
+    assert all(name in str(e.value) for name in names) and "--omit-unmapped" in str(e.value)
+
+
+def test_mtp_round_trip_is_bit_identical(mtp_folder, tmp_path):
+    folder, _, extra = mtp_folder
     bridge, provider, chunks = _build(folder)
     assert provider.mtp_num_layers == 1 and len(extra) > 25  # a full MoE layer + the MTP modules
     model = chunks[0]
@@ -136,7 +182,7 @@ def _rms(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
-def test_mtp_loss_equals_the_published_formula_over_the_checkpoint_tensors(v3_mtp):
+def test_mtp_loss_equals_the_published_formula_over_the_checkpoint_tensors(mtp_folder):
     """DeepSeek-V3 report sec. 2.2, depth k = 1 (D = 1): h'_i = M [RMSNorm(Emb(t_{i+1})); RMSNorm(h_i)]
     with h_i the main model's output representation (after its final norm) and the published eh_proj's
     input order (embedding first, as inference engines read the released checkpoints), then the
@@ -150,15 +196,16 @@ def test_mtp_loss_equals_the_published_formula_over_the_checkpoint_tensors(v3_mt
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    folder, hf, _ = v3_mtp
+    folder, hf, _ = mtp_folder
     n, eps = hf.config.num_hidden_layers, hf.config.rms_norm_eps
+    longer = longer_overrides(hf.config, 1)  # the folder read as its architecture one layer longer
     g = torch.Generator().manual_seed(3)
     x = torch.randint(0, hf.config.vocab_size, (2, 17), generator=g)
     toks, labels, s = x[:, :16], x[:, 1:], 16
 
     # --- the reference
     t = load_file(str(folder / "model.safetensors"))
-    ref = AutoModelForCausalLM.from_pretrained(folder, num_hidden_layers=n + 1, attn_implementation="eager")
+    ref = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", **longer)
     ref = ref.float().eval()
     for p in ref.parameters():
         p.requires_grad_(False)
@@ -170,7 +217,7 @@ def test_mtp_loss_equals_the_published_formula_over_the_checkpoint_tensors(v3_mt
     hh = _rms(h, t[f"model.layers.{n}.hnorm.weight"], eps)
     inp = torch.cat([emb, hh], -1) @ eh.T
     layer = (
-        AutoModelForCausalLM.from_pretrained(folder, num_hidden_layers=n + 1, attn_implementation="eager")
+        AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", **longer)
         .float()
         .eval()
         .model

@@ -1,4 +1,4 @@
-"""A tiny DeepSeek-V3 / GLM-4.5 Hugging Face folder carrying multi-token-prediction layers, named as the
+"""A tiny DeepSeek-V3 / GLM-4.5 / GLM-4.7-Flash Hugging Face folder carrying multi-token-prediction layers, named as the
 published checkpoints (DeepSeek-V3's model.safetensors.index.json: layer 61 of a 61-layer model).
 
 transformers builds no MTP layer, so the folder is transformers' own model (save_pretrained) plus, for each
@@ -17,7 +17,17 @@ import torch
 
 from tests.functional.workers.convert_models import make_hf_config, make_hf_model, save_hf_model
 
-MTP_FAMILIES = ("deepseek_v3", "glm4_moe")  # the families whose checkpoints carry num_nextn_predict_layers
+# the families whose checkpoints carry num_nextn_predict_layers in DeepSeek-V3's layout
+MTP_FAMILIES = ("deepseek_v3", "glm4_moe", "glm4_moe_lite")
+
+
+def longer_overrides(config, depth: int) -> dict:
+    """The config fields of `config`'s architecture built `depth` layers longer: its MTP layers are decoder
+    layers of the last layer's kind (GLM-4.7-Flash lists each layer's MLP kind in mlp_layer_types)."""
+    out = {"num_hidden_layers": config.num_hidden_layers + depth}
+    if getattr(config, "mlp_layer_types", None):
+        out["mlp_layer_types"] = list(config.mlp_layer_types) + [config.mlp_layer_types[-1]] * depth
+    return out
 
 
 def mtp_tensors(family: str, base: torch.nn.Module, depth: int, seed: int = 7) -> dict[str, torch.Tensor]:
@@ -27,7 +37,7 @@ def mtp_tensors(family: str, base: torch.nn.Module, depth: int, seed: int = 7) -
     from safetensors.torch import load_file
 
     n = base.config.num_hidden_layers
-    longer = make_hf_model(family, seed=seed, num_hidden_layers=n + depth)
+    longer = make_hf_model(family, seed=seed, **longer_overrides(base.config, depth))
     with tempfile.TemporaryDirectory() as tmp:  # the names as saved (transformers fuses experts in memory)
         longer.save_pretrained(tmp)
         state = load_file(f"{tmp}/model.safetensors")
