@@ -13,9 +13,9 @@ families; also checks export_hf_weights on every rank), pp2_uneven (PP=2 on 3-la
 first-stage count and a layout string), ckpt_import_tp2 / ckpt_export_pp2
 (scripts/conversion/convert_checkpoint.py import --tp 2, then export --pp 2, of ROOT/hf/llama_bf16),
 ckpt_moe_tp2 (every MoE family: convert_checkpoint.py import, then export --tp 2), mtp (ROOT/hf/<family>_mtp,
-DeepSeek-V3 and GLM-4.5 with one multi-token-prediction layer: imported into Megatron-Core's MTP block at TP=2
-with sequence parallelism and at PP=2, where the MTP layer lives on the last stage, and exported into
-ROOT/out/mtp_tp2|mtp_pp2/<family>).
+DeepSeek-V3, GLM-4.5, GLM-4.7-Flash and Qwen3-Next with one multi-token-prediction layer: imported into
+Megatron-Core's MTP block at TP=2 with sequence parallelism and at PP=2, where the MTP layer lives on the last
+stage, and exported into ROOT/out/mtp_tp2|mtp_pp2/<family>).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from tests.functional.workers.convert_models import (  # noqa: E402
     tokens,
 )
 from tests.functional.workers.convert_models import MOE_FAMILIES as MOE  # noqa: E402
-from tests.functional.workers.mtp_checkpoint import MTP_FAMILIES  # noqa: E402
+from tests.functional.workers.mtp_checkpoint import MTP_FAMILIES, OWN_LAYOUT  # noqa: E402
 
 
 def check(ok: bool, message: str) -> None:
@@ -278,7 +278,9 @@ def run_mtp(root: Path) -> None:
     }
     for phase, fields in layouts.items():
         for family in MTP_FAMILIES:
-            bridge, provider = provider_for(root / "hf" / f"{family}_mtp", **fields)
+            # Qwen3-Next's config.json counts no MTP layer: the run asks for the checkpoint's one
+            own = {"mtp_num_layers": 1} if family in OWN_LAYOUT else {}
+            bridge, provider = provider_for(root / "hf" / f"{family}_mtp", **fields, **own)
             chunks = provider.provide_distributed_model(wrap_with_ddp=False)
             model = unwrap(chunks[0])
             last = phase == "mtp_tp2" or dist.get_rank() == 1  # PP=2: the MTP layer is the last stage's
