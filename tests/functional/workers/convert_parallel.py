@@ -15,7 +15,8 @@ first-stage count and a layout string), ckpt_import_tp2 / ckpt_export_pp2
 ckpt_moe_tp2 (every MoE family: convert_checkpoint.py import, then export --tp 2), mtp (ROOT/hf/<family>_mtp,
 DeepSeek-V3, GLM-4.5, GLM-4.7-Flash and Qwen3-Next with one multi-token-prediction layer: imported into
 Megatron-Core's MTP block at TP=2 with sequence parallelism and at PP=2, where the MTP layer lives on the last
-stage, and exported into ROOT/out/mtp_tp2|mtp_pp2/<family>).
+stage, and exported into ROOT/out/mtp_tp2|mtp_pp2/<family>), mtp_train (DeepSeek-V3's MTP folder trained 3 steps at TP=1 (DP=2), TP=2
+with sequence parallelism and PP=2: each step's lm loss and mtp_1 loss).
 """
 
 from __future__ import annotations
@@ -292,6 +293,41 @@ def run_mtp(root: Path) -> None:
                 print(f"RESULT {phase} {family} done (at {time.perf_counter() - START:.1f} s)", flush=True)
 
 
+MTP_TRAIN_LAYOUTS = {
+    "tp1": [],  # DP=2
+    "tp2_sp": ["model.tensor_model_parallel_size=2", "model.sequence_parallel=True"],
+    "pp2": ["model.pipeline_model_parallel_size=2"],
+}
+
+
+def run_mtp_train(root: Path) -> None:
+    """DeepSeek-V3's tiny folder with its MTP layer trained 3 steps (model.mtp_num_layers=1) from the same
+    weights at TP=1 (DP=2), TP=2 with sequence parallelism and PP=2, the same global batches: each step's
+    `lm loss` and `mtp_1 loss` printed as a RESULT line (JSON)."""
+    import json
+
+    from bridge.config.compose import compose
+    from bridge.config.run_plan import build_plan
+    from bridge.training.pretrain import finetune
+    from recipes import get_recipe
+    from tests.functional.workers.train_common import SHORT_RUN
+
+    run = [o for o in SHORT_RUN if not o.startswith("train.global_batch_size")]
+    base = [
+        *run, f"checkpoint.pretrained_checkpoint={root / 'hf' / 'deepseek_v3_mtp'}", "model.mtp_num_layers=1",
+        "dataset.kind=mock", "dataset.packed_sequence_size=0", "tokenizer.tokenizer_type=NullTokenizer",
+        "model.seq_length=32", "train.train_iters=3", "train.global_batch_size=4",
+    ]  # fmt: skip
+    for name, extra in MTP_TRAIN_LAYOUTS.items():
+        cfg = compose(get_recipe("llama32_1b_sft_config")(), overrides=[*base, *extra])[0]
+        result = finetune(build_plan(cfg, dist.get_world_size(), cuda=False))
+        steps = {it: [result.losses[it], result.metrics[it]["mtp_1 loss"]] for it in sorted(result.losses)}
+        end_layout()
+        if dist.get_rank() == 0:
+            line = json.dumps(steps, separators=(",", ":"))
+            print(f"RESULT mtp_train {name} {line} (at {time.perf_counter() - START:.1f} s)", flush=True)
+
+
 def main() -> None:
     root, phases = Path(sys.argv[1]), sys.argv[2:]
     dist.init_process_group("gloo")
@@ -304,6 +340,8 @@ def main() -> None:
             ckpt_moe_export_tp2(root)
         elif phase == "mtp":
             run_mtp(root)
+        elif phase == "mtp_train":
+            run_mtp_train(root)
         elif phase == "pp2_uneven":
             for name in UNEVEN:
                 run_family(root, phase, name)
