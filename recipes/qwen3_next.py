@@ -16,8 +16,8 @@ SELECTIVE_RECOMPUTE = dict(
     recompute_num_layers=None,
 )
 MTP_NOTE = (
-    "Megatron-Bridge adds one multi-token-prediction layer (mtp_num_layers=1); bridge's Qwen3-Next builds "
-    "none (transformers' Qwen3NextForCausalLM has none, and conversion drops the checkpoint's mtp.* tensors)"
+    "Megatron-Bridge adds one multi-token-prediction layer (mtp_num_layers=1); bridge's recipe leaves it off "
+    "(model.mtp_num_layers=1 trains it, the checkpoint's mtp.* layer when finetuning: docs/conversion.md)"
 )
 
 

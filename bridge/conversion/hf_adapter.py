@@ -23,7 +23,7 @@ import torch
 from bridge.checkpoint.atomic import atomic_dir, check_target_dir
 from bridge.conversion.expert_adapters import expert_export_problem, summarize
 from bridge.conversion.mappings import Mapping, make_mapping
-from bridge.conversion.model_params import LocalParam, canonical_name, current_ranks, model_dims
+from bridge.conversion.model_params import LocalParam, canonical_name, current_ranks, model_dims, resolve
 from bridge.conversion.registry import Family, Rule
 from bridge.errors import ConfigError
 from bridge.parallel import ranks
@@ -87,7 +87,7 @@ def adapter_local_params(chunks: list, family: Family, hf_vocab_size: int) -> li
         dims = model_dims(model, hf_vocab_size)
         for item in adapted_linears([model]):
             base = canonical_name(model, f"{item.name}.weight", ranks_)
-            found = family.resolve(base)
+            found = resolve(model, family, base)
             if found is None:
                 raise ConfigError(f"{base}: no row in the {family.name} mapping table for an adapted weight")
             out += _adapter_params(item.adapter, base, *found, dims)

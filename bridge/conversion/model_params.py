@@ -8,6 +8,7 @@ tensor-parallel rank and size that cut it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from bridge.peft.names import is_adapter_param
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
 # An MTP layer's transformer layer: `transformer_layer` in megatron-core 0.16, `mtp_model_layer` in 0.19.
 _MTP_LAYER = re.compile(r"^mtp\.layers\.(\d+)\.(transformer_layer\.|mtp_model_layer\.)?")
+_HF_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
 _LOCAL_EXPERT = re.compile(r"\.mlp\.experts\.local_experts\.(\d+)\.")
 _TE_GROUPED_EXPERT = re.compile(r"\.mlp\.experts\.(linear_fc[12])\.(weight|bias)(\d+)$")
 # Transformer Engine fuses the norms into the next linear; the tables use the local spec's names.
@@ -178,6 +180,36 @@ def _check_split(lp: LocalParam) -> None:
         )
 
 
+def mtp_hf_name(family: Family, name: str, num_layers: int) -> str:
+    """`name` (a row's HF name) where the checkpoint keeps it: the MTP layers of a family whose checkpoints
+    do not hold them as DeepSeek-V3's model.layers.<num_layers + k> are renamed by its MTP_HF_NAMES."""
+    m = _HF_LAYER.match(name)
+    if not family.mtp_hf_names or not m or int(m.group(1)) < num_layers:
+        return name
+    k, rest = int(m.group(1)) - num_layers, name[m.end() :]
+    for suffix, target in family.mtp_hf_names:
+        if not suffix:
+            return target.format(k=k) + rest
+        if rest == suffix:
+            if k:
+                raise ConfigError(
+                    f"model.mtp_num_layers={k + 1}: a {family.name} checkpoint holds one multi-token-prediction "
+                    f"layer ({target} has no depth index). Fix: set model.mtp_num_layers=1"
+                )
+            return target
+    return name
+
+
+def resolve(model: torch.nn.Module, family: Family, name: str) -> tuple[Rule, Mapping] | None:
+    """The family's row for the canonical `name`, its HF names as the checkpoint spells them."""
+    found = family.resolve(name)
+    if found is None or not family.mtp_hf_names:
+        return found
+    rule, mapping = found
+    hf = tuple(mtp_hf_name(family, n, model.config.num_layers) for n in mapping.hf)
+    return rule, (mapping if hf == mapping.hf else dataclasses.replace(mapping, hf=hf))
+
+
 def _parameters_and_mapped_buffers(model: torch.nn.Module, family: Family, ranks: Ranks):
     """The parameters, then the persistent buffers the family maps (e.g. a router's expert_bias,
     HF e_score_correction_bias); other buffers (RoPE frequencies, token counters) are not weights."""
@@ -201,7 +233,7 @@ def local_params(chunks: list[torch.nn.Module], family: Family, hf_vocab_size: i
             name = canonical_name(model, raw, ranks)
             # A tied output layer (last stage when PP > 1) holds the input embedding.
             lookup = EMBEDDING if tied and name == OUTPUT else name
-            found = family.resolve(lookup)
+            found = resolve(model, family, lookup)
             if found is None:
                 raise ConfigError(
                     f"Megatron parameter {raw!r} (canonical {name!r}) has no row in the {family.name} mapping "

@@ -50,6 +50,15 @@ class Family:
     # (HF template with {layer}, EMBEDDING | OUTPUT): tensors an MTP layer of the checkpoint repeats
     # (bridge.conversion.unmapped.copies).
     mtp_copies: tuple[tuple[str, str], ...] = ()
+    # (regex, reason): why the family maps no parameter to the checkpoint tensors the regex matches (e.g.
+    # an MTP layer Megatron-Core computes differently); the unmapped-tensor error says it (mapping.py's
+    # UNMAPPED_WHY).
+    unmapped_why: tuple[tuple[re.Pattern, str], ...] = ()
+    # Where the checkpoint keeps its MTP layers when not in DeepSeek-V3's layout (the rows' layout,
+    # model.layers.<num_layers + k>.<rest>): (rest, name) pairs, rest "" naming the prefix of the layer's other
+    # tensors ({k} its depth); bridge.conversion.model_params.mtp_hf_name applies them (mapping.py's
+    # MTP_HF_NAMES).
+    mtp_hf_names: tuple[tuple[str, str], ...] = ()
     # The provider kind the family builds (bridge.models.provider_kinds; mapping.py's PROVIDER_KIND).
     provider_kind: str = "gpt"
     # A vision-language family: the config key of its text model, and where the text family's HF names
@@ -93,6 +102,8 @@ def _load(module_name: str) -> Family:
         hf_config=rules_of(name),
         stacked_experts=tuple(StackedView(*row) for row in getattr(module, "STACKED_EXPERTS", ())),
         mtp_copies=tuple(tuple(row) for row in getattr(module, "MTP_COPIES", ())),
+        unmapped_why=tuple((re.compile(rx), why) for rx, why in getattr(module, "UNMAPPED_WHY", ())),
+        mtp_hf_names=tuple(tuple(row) for row in getattr(module, "MTP_HF_NAMES", ())),
         provider_kind=getattr(module, "PROVIDER_KIND", "gpt"),
         text_config_key=getattr(module, "TEXT_CONFIG_KEY", None),
         text_hf_prefixes=tuple(tuple(pair) for pair in getattr(module, "TEXT_HF_PREFIXES", ())),

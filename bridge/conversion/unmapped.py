@@ -92,11 +92,19 @@ def check_copies(ckpt, aliases: dict[str, str], tied_head: str | None) -> None:
             )
 
 
-def unmapped_error(folder, names: list[str]) -> ConfigError:
+def unmapped_error(folder, names: list[str], family: Family | None = None) -> ConfigError:
+    """The error for `names`, with the family's reason for the ones it knows it does not convert."""
+    why = [
+        reason
+        for pattern, reason in (family.unmapped_why if family else ())
+        if any(pattern.search(n) for n in names)
+    ]
     return ConfigError(
         f"checkpoint {folder} has {len(names)} tensor(s) the model does not use: {shown(names)}; "
         "no parameter of the model built from config.json maps them (wrong architecture, or modules the "
-        "conversion does not build). Fix: convert a checkpoint of this architecture, or leave them out on "
+        "conversion does not build"
+        + "".join(f"; {reason}" for reason in why)
+        + "). Fix: convert a checkpoint of this architecture, or leave them out on "
         "purpose with omit_unmapped=True (convert_checkpoint.py import --omit-unmapped): every omitted name "
         "is listed, and an export carries them back from the source folder"
     )

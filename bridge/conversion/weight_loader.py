@@ -149,7 +149,7 @@ def check_all_used(
     )
     unexpected = sorted(names - used - set(aliases) - left_out)
     if unexpected and not omit_unmapped:
-        raise unmapped_error(ckpt.folder, unexpected)
+        raise unmapped_error(ckpt.folder, unexpected, family)
     log_left_out(ckpt.folder, unexpected, "omit_unmapped=True")
     return sorted(out + unexpected)
 

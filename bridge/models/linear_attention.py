@@ -66,6 +66,19 @@ def linear_attention_layers(num_layers: int, freq: int) -> list[bool]:
     return [(i + 1) % freq != 0 for i in range(num_layers)]
 
 
+def check_mtp_layer(config) -> None:
+    """Megatron-Core's MTP layer repeats the decoder's last layer spec: with Gated DeltaNet layers that
+    must be a softmax-attention layer, as the MTP layers of hybrid checkpoints are (ConfigError else)."""
+    if config.mtp_num_layers and linear_attention_layers(config.num_layers, config.linear_attention_freq)[-1]:
+        raise ConfigError(
+            f"model.mtp_num_layers={config.mtp_num_layers} with Gated DeltaNet: Megatron-Core's MTP layer "
+            f"repeats the decoder's last layer, which num_layers={config.num_layers} and "
+            f"linear_attention_freq={config.linear_attention_freq} make a Gated DeltaNet layer, while the "
+            "MTP layer of a hybrid checkpoint uses softmax attention. Fix: a num_layers that is a multiple "
+            "of linear_attention_freq (the last layer softmax), or model.mtp_num_layers=0"
+        )
+
+
 def ensure_kernels() -> None:
     """The gated delta rule's kernels: fla on CUDA (a ConfigError naming it when absent), the CPU
     backend's reference versions without CUDA."""

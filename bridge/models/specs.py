@@ -118,6 +118,10 @@ def gpt_mtp_block_spec(config, block, vp_stage: int | None = None, variant=None)
         return None
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_mtp_block_spec
 
+    if getattr(config, "experimental_attention_variant", None) == "gated_delta_net":
+        from bridge.models.linear_attention import check_mtp_layer
+
+        check_mtp_layer(config)
     te = uses_te_spec(variant)
     spec = get_gpt_mtp_block_spec(config, block, use_transformer_engine=te, vp_stage=vp_stage)
     if spec is None or te:

@@ -78,13 +78,16 @@ def test_tp2_round_trip_and_torch_dist_import(root, tp2_results):
     _check_round_trips(root, tp2_results, "tp2")
 
 
-def test_pp2_ep2_and_torch_dist_export_round_trip(root, tp2_results):
-    # a second launch (each well under 30 s on an idle machine) exports what the first imported
-    results = _results(
-        assert_ok(
-            torchrun(WORKER, 2, str(root), "pp2", "ep2", "ckpt_export_pp2", "pp2_uneven", "mtp", timeout=600)
-        )
-    )
+@pytest.fixture(scope="module")
+def pp2_results(root, tp2_results):
+    """The second launch (each phase well under 30 s on an idle machine): it exports what the first
+    imported, and trains DeepSeek-V3's MTP folder at three layouts (mtp_train)."""
+    phases = ("pp2", "ep2", "ckpt_export_pp2", "pp2_uneven", "mtp", "mtp_train")
+    return _results(assert_ok(torchrun(WORKER, 2, str(root), *phases, timeout=600)))
+
+
+def test_pp2_ep2_and_torch_dist_export_round_trip(root, pp2_results):
+    results = pp2_results
     for phase in ("mtp_tp2", "mtp_pp2"):  # MTP layers through TP=2 (SP) and PP=2 (last stage): the same bytes
         for family in MTP_FAMILIES:
             assert results[(phase, family)] == "done", (phase, family, results)
@@ -120,3 +123,39 @@ def test_every_moe_family_exports_at_tp2(root):
         exported = root / "out" / "ckpt_moe_tp2" / family
         diff = bit_identical(read_tensors(root / "hf" / family), read_tensors(exported))
         assert diff is None, (family, diff)
+
+
+def test_mtp_trains_equal_at_tp2_and_pp2(root, pp2_results):
+    """DeepSeek-V3's tiny folder with model.mtp_num_layers=1, 3 steps from the same weights and batches:
+    TP=2 with sequence parallelism and PP=2 (the MTP layer on the last stage) log the `lm loss` and
+    `mtp_1 loss` of TP=1 (DP=2) at every step.
+
+    Tolerance: each loss is a mean cross-entropy; cross-entropy moves at most twice as far as the logits
+    (logsumexp and the target logit are 1-Lipschitz in the max norm), and the logits of two correct fp32
+    layouts differ by at most tests/tolerances.py's bound, here over the main layers and the MTP layer
+    (num_hidden_layers + 1 deep) at the reference logits' magnitude. The updates between steps differ by
+    the learning rate times the gradients' relative rounding (Adam normalises each coordinate), which moves
+    the next step's logits orders below that bound. A layout that averaged the MTP loss over the wrong
+    group, dropped micro batches or mis-scaled it per pipeline schedule moves it by 1e-2 or more.
+
+    The run keeps the SFT recipe's learning rate (5e-6, then 2.5e-6): at 3e-3 TP=2 leaves TP=1 by 2e-3 at
+    step 3 with or without MTP: one backward's gradients first differ at the last layer's kv down
+    projection, where Megatron-Core's local-spec multi-latent attention splits k_pos_emb out of a
+    column-parallel output gathered over TP, whose backward keeps only this rank's heads' share (an open
+    issue of the main model, not of MTP); PP=2 stays equal at 3e-3."""
+    from transformers import AutoModelForCausalLM
+
+    folder = root / "hf" / "deepseek_v3_mtp"
+    config = json.loads((folder / "config.json").read_text())
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").float().eval()
+    deeper = {**config, "num_hidden_layers": config["num_hidden_layers"] + 1}
+    bound = 2 * logits_tolerance(hf_logits(model, tokens()), deeper)
+    runs = {name: json.loads(pp2_results[("mtp_train", name)]) for name in ("tp1", "tp2_sp", "pp2")}
+    ref = runs["tp1"]
+    assert sorted(ref, key=int) == ["1", "2", "3"], ref
+    for name in ("tp2_sp", "pp2"):
+        for it, (lm, mtp) in runs[name].items():
+            assert abs(lm - ref[it][0]) <= bound, (name, it, lm, ref[it][0], bound)
+            assert abs(mtp - ref[it][1]) <= bound, (name, it, mtp, ref[it][1], bound)
+    # the MTP loss is its own quantity, not the LM loss again: a fresh layer predicts t_{i+2} worse
+    assert all(abs(ref[it][1] - ref[it][0]) > 10 * bound for it in ref), ref

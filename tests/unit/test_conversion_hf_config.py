@@ -469,7 +469,7 @@ def test_deepseek_settings_megatron_core_computes_differently_are_refused(family
         fields_of(make_hf_config(family, **change))
 
 
-@pytest.mark.parametrize("family", ["deepseek_v3", "glm4_moe"])
+@pytest.mark.parametrize("family", ["deepseek_v3", "glm4_moe", "glm4_moe_lite"])
 def test_mtp_layers_read_as_mtp_num_layers_and_written_back(family):
     from bridge.models.gpt_provider import GPTModelProvider
     from bridge.models.hf_translation.write import hf_config_dict

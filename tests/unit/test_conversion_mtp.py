@@ -1,7 +1,7 @@
 """Nothing dropped in silence, and multi-token prediction (MTP) in and out of Hugging Face folders (TP=1).
 
 A checkpoint tensor no parameter maps is an error naming it, or (omit_unmapped) a listed omission that
-an export carries back; DeepSeek-V3 / GLM-4.5 MTP layers, named as the published checkpoints
+an export carries back; DeepSeek-V3 / GLM-4.5 / GLM-4.7-Flash MTP layers, named as the published checkpoints
 (tests/functional/workers/mtp_checkpoint.py), import into Megatron-Core's MTP block and export
 bit-identically; a model built with mtp_num_layers=0 lists them as left out and the export carries them.
 """
@@ -16,7 +16,12 @@ import torch
 
 from bridge.errors import ConfigError
 from tests.functional.workers.convert_models import read_tensors
-from tests.functional.workers.mtp_checkpoint import save_mtp_folder
+from tests.functional.workers.mtp_checkpoint import (
+    OWN_LAYOUT,
+    checkpoint_name,
+    longer_overrides,
+    save_mtp_folder,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -26,11 +31,29 @@ def _single_process_groups(single_process_groups):  # tests/unit/conftest.py
     yield
 
 
+_FOLDERS: dict = {}
+
+
+def _mtp_folder(tmp_path_factory, family: str):
+    """`family`'s tiny folder with one MTP layer (made once per module)."""
+    if family not in _FOLDERS:
+        folder = tmp_path_factory.mktemp(f"{family}_mtp") / "hf"
+        model, extra = save_mtp_folder(family, folder)
+        _FOLDERS[family] = folder, model, extra
+    return _FOLDERS[family]
+
+
 @pytest.fixture(scope="module")
 def v3_mtp(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("v3_mtp") / "hf"
-    model, extra = save_mtp_folder("deepseek_v3", folder)
-    return folder, model, extra
+    return _mtp_folder(tmp_path_factory, "deepseek_v3")
+
+
+# DeepSeek-V3's MTP layer, GLM-4.7-Flash's in the same layout (MLA + GLM's router in the MTP layer), and
+# Qwen3-Next's under mtp.* (a gated softmax-attention + MoE layer behind Gated DeltaNet layers; config.json
+# counts none, so model.mtp_num_layers=1 builds it)
+@pytest.fixture(scope="module", params=["deepseek_v3", "glm4_moe_lite", "qwen3_next"])
+def mtp_folder(request, tmp_path_factory):
+    return _mtp_folder(tmp_path_factory, request.param)
 
 
 def _build(folder, **fields):
@@ -84,9 +107,44 @@ def test_unknown_tensor_is_an_error_and_omit_unmapped_lists_it_and_export_carrie
     assert src.keys() == out.keys() and all(torch.equal(src[k], out[k]) for k in src)
 
 
-def test_deepseek_v3_mtp_round_trip_is_bit_identical(v3_mtp, tmp_path):
-    folder, _, extra = v3_mtp
-    bridge, provider, chunks = _build(folder)
+@pytest.mark.parametrize(
+    "family, names, reason",
+    [
+        (  # the published ERNIE-4.5-*-A*B-PT names (transformers' MtpModel reads them)
+            "ernie4_5_moe",
+            ("model.mtp_emb_norm.0.weight", "model.mtp_linear_proj.0.weight", "model.mtp_block.0.mlp.up_proj.weight"),
+            r"ERNIE 4\.5's multi-token-prediction layer \(model\.mtp_\*\) has a dense MLP .* reuses model\.norm",
+        ),
+        (  # the published K-EXAONE names (Megatron-Bridge's EXAONE-MoE bridge maps them)
+            "exaone_moe",
+            ("mtp.fc.weight", "mtp.pre_fc_norm_embedding.weight", "mtp.layers.0.mlp.gate_proj.weight"),
+            r"EXAONE-MoE's multi-token-prediction layer \(mtp\.\*\) has a dense MLP, while Megatron-Core's MTP "
+            r"block repeats the last \(MoE\) decoder layer",
+        ),
+    ],
+    ids=["ernie4_5_moe", "exaone_moe"],
+)  # fmt: skip
+def test_mtp_layers_megatron_core_computes_differently_are_refused_with_the_reason(
+    family, names, reason, family_sources, tmp_path
+):
+    from bridge import AutoBridge
+
+    folder = tmp_path / family
+    shutil.copytree(family_sources[family][0], folder)
+    _add(folder, {name: torch.ones(4) for name in names})
+    with pytest.raises(ConfigError, match=reason) as e:
+        AutoBridge.import_ckpt(folder, tmp_path / "never")
+    assert all(name in str(e.value) for name in names) and "--omit-unmapped" in str(e.value)
+
+
+def _mtp_fields(hf) -> dict:
+    """Qwen3-Next's config.json counts no MTP layer: the run asks for the checkpoint's one."""
+    return {"mtp_num_layers": 1} if hf.config.model_type in OWN_LAYOUT else {}
+
+
+def test_mtp_round_trip_is_bit_identical(mtp_folder, tmp_path):
+    folder, hf, extra = mtp_folder
+    bridge, provider, chunks = _build(folder, **_mtp_fields(hf))
     assert provider.mtp_num_layers == 1 and len(extra) > 25  # a full MoE layer + the MTP modules
     model = chunks[0]
     assert len(model.mtp.layers) == 1
@@ -96,7 +154,23 @@ def test_deepseek_v3_mtp_round_trip_is_bit_identical(v3_mtp, tmp_path):
     assert [k for k in src if not torch.equal(src[k], out[k])] == []
     # every MTP tensor went through a Megatron parameter: the MTP block holds them
     params = dict(model.named_parameters())
-    assert torch.equal(params["mtp.layers.0.eh_proj.weight"], extra["model.layers.2.eh_proj.weight"])
+    eh_proj = checkpoint_name(hf.config.model_type, hf.config.num_hidden_layers, 0, "eh_proj.weight")
+    assert torch.equal(params["mtp.layers.0.eh_proj.weight"], extra[eh_proj])
+
+
+def test_qwen3_next_mtp_left_out_unless_asked_and_carried_back(tmp_path_factory, tmp_path, caplog):
+    """Built without MTP (config.json counts none), a Qwen3-Next folder's mtp.* tensors are listed as left
+    out and the export carries them back byte for byte; model.mtp_num_layers=2 is refused (one layer)."""
+    folder, _, extra = _mtp_folder(tmp_path_factory, "qwen3_next")
+    caplog.set_level(logging.WARNING)
+    bridge, provider, chunks = _build(folder)
+    assert not provider.mtp_num_layers
+    assert "fewer model.mtp_num_layers" in caplog.text and all(n in caplog.text for n in extra)
+    bridge.save_hf_pretrained(chunks, tmp_path / "out")
+    src, out = read_tensors(folder), read_tensors(tmp_path / "out")
+    assert src.keys() == out.keys() and all(torch.equal(src[k], out[k]) for k in src)
+    with pytest.raises(ConfigError, match=r"model\.mtp_num_layers=2: a qwen3_next checkpoint holds one"):
+        _build(folder, mtp_num_layers=2)
 
 
 def test_mtp_copies_must_equal_the_main_tensors(v3_mtp, tmp_path):
@@ -132,11 +206,23 @@ def test_mtp_switched_off_lists_the_layer_and_export_carries_it_back(v3_mtp, tmp
     assert src.keys() == out.keys() and all(torch.equal(src[k], out[k]) for k in src)
 
 
+def test_mtp_with_gated_deltanet_needs_a_softmax_last_layer(family_sources):
+    """Megatron-Core's MTP layer repeats the last decoder layer; hybrid checkpoints' MTP layers use softmax
+    attention, so a Gated DeltaNet last layer (3 layers, a softmax one every 2nd: linear last) is refused."""
+    from bridge import AutoBridge
+
+    provider = AutoBridge.from_hf_pretrained(family_sources["qwen3_next"][0]).to_megatron_provider()
+    assert provider.linear_attention_freq == 2
+    provider.num_layers, provider.mtp_num_layers = 3, 1
+    with pytest.raises(ConfigError, match=r"model\.mtp_num_layers=1 with Gated DeltaNet: .*num_layers=3"):
+        provider.provide_distributed_model(wrap_with_ddp=False)
+
+
 def _rms(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
-def test_mtp_loss_equals_the_published_formula_over_the_checkpoint_tensors(v3_mtp):
+def test_mtp_loss_equals_the_published_formula_over_the_checkpoint_tensors(mtp_folder, tmp_path):
     """DeepSeek-V3 report sec. 2.2, depth k = 1 (D = 1): h'_i = M [RMSNorm(Emb(t_{i+1})); RMSNorm(h_i)]
     with h_i the main model's output representation (after its final norm) and the published eh_proj's
     input order (embedding first, as inference engines read the released checkpoints), then the
@@ -145,32 +231,53 @@ def test_mtp_loss_equals_the_published_formula_over_the_checkpoint_tensors(v3_mt
 
     Computed in plain torch over the checkpoint's own tensors: h_i and the depth's layer are transformers'
     DeepseekV3 modules holding the folder's weights (the layer is model.layers.<num_hidden_layers>, read by
-    transformers as one more decoder layer); nothing from bridge."""
+    transformers as one more decoder layer; Qwen3-Next's mtp.layers.0 is read under that name, and its norms
+    scale by 1 + weight as Qwen3NextRMSNorm does); nothing from bridge."""
     from megatron.core.transformer.multi_token_prediction import MTPLossAutoScaler, MTPLossLoggingHelper
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file, save_file
     from transformers import AutoModelForCausalLM
 
-    folder, hf, _ = v3_mtp
+    folder, hf, _ = mtp_folder
+    family = hf.config.model_type
     n, eps = hf.config.num_hidden_layers, hf.config.rms_norm_eps
+    longer = longer_overrides(hf.config, 1)  # the folder read as its architecture one layer longer
     g = torch.Generator().manual_seed(3)
     x = torch.randint(0, hf.config.vocab_size, (2, 17), generator=g)
     toks, labels, s = x[:, :16], x[:, 1:], 16
 
     # --- the reference
     t = load_file(str(folder / "model.safetensors"))
-    ref = AutoModelForCausalLM.from_pretrained(folder, num_hidden_layers=n + 1, attn_implementation="eager")
+
+    def name(rest: str) -> str:  # the checkpoint's name of the MTP layer's tensor `rest`
+        return checkpoint_name(family, n, 0, rest)
+
+    def scale(w):
+        return 1.0 + w if family == "qwen3_next" else w
+
+    ref_folder = folder
+    if family in OWN_LAYOUT:  # the MTP layer under the name transformers reads as one more decoder layer
+        ref_folder = tmp_path / "as_layer_n"
+        ref_folder.mkdir()
+        shutil.copy(folder / "config.json", ref_folder)
+        prefix = name("")
+        renamed = {
+            f"model.layers.{n}.{k.removeprefix(prefix)}": v for k, v in t.items() if k.startswith(prefix)
+        }
+        main = {k: v for k, v in t.items() if not k.startswith("mtp.")}
+        save_file({**main, **renamed}, str(ref_folder / "model.safetensors"), metadata={"format": "pt"})
+    ref = AutoModelForCausalLM.from_pretrained(ref_folder, attn_implementation="eager", **longer)
     ref = ref.float().eval()
     for p in ref.parameters():
         p.requires_grad_(False)
     with torch.no_grad():
         ref.model.layers = ref.model.layers[:n]  # the main model: layers 0 .. n-1
         h = ref.model(toks).last_hidden_state[:, : s - 1]  # h_i (after the final norm) whose t_{i+2} exists
-    eh = t[f"model.layers.{n}.eh_proj.weight"].clone().requires_grad_(True)
-    emb = _rms(t["model.embed_tokens.weight"][toks[:, 1:s]], t[f"model.layers.{n}.enorm.weight"], eps)
-    hh = _rms(h, t[f"model.layers.{n}.hnorm.weight"], eps)
+    eh = t[name("eh_proj.weight")].clone().requires_grad_(True)
+    emb = _rms(t["model.embed_tokens.weight"][toks[:, 1:s]], scale(t[name("enorm.weight")]), eps)
+    hh = _rms(h, scale(t[name("hnorm.weight")]), eps)
     inp = torch.cat([emb, hh], -1) @ eh.T
     layer = (
-        AutoModelForCausalLM.from_pretrained(folder, num_hidden_layers=n + 1, attn_implementation="eager")
+        AutoModelForCausalLM.from_pretrained(ref_folder, attn_implementation="eager", **longer)
         .float()
         .eval()
         .model
@@ -180,16 +287,14 @@ def test_mtp_loss_equals_the_published_formula_over_the_checkpoint_tensors(v3_mt
     mask = torch.full((s - 1, s - 1), float("-inf")).triu(1)[None, None].expand(2, 1, -1, -1)
     out = layer.layers[n](inp, attention_mask=mask, position_ids=pos, position_embeddings=cos_sin)
     out = out[0] if isinstance(out, tuple) else out
-    logits = (
-        _rms(out, t[f"model.layers.{n}.shared_head.norm.weight"], eps)
-        @ t[f"model.layers.{n}.shared_head.head.weight"].T
-    )
+    head = t.get(name("shared_head.head.weight"), t["lm_head.weight"])  # Qwen3-Next keeps no copy
+    logits = _rms(out, scale(t[name("shared_head.norm.weight")]), eps) @ head.T
     ref_loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 2:].reshape(-1))
 
     # --- bridge: the MTP block of the imported model, in training mode (the MTP loss is a training loss)
     # (without the experts' load-balancing loss, another term of the objective whose gradient also
     # reaches eh_proj through the MTP layer's router)
-    _, provider, chunks = _build(folder, moe_aux_loss_coeff=0.0)
+    _, provider, chunks = _build(folder, moe_aux_loss_coeff=0.0, **_mtp_fields(hf))
     model = chunks[0]
     assert provider.hidden_dropout == 0 and provider.attention_dropout == 0
     lam = provider.mtp_loss_scaling_factor

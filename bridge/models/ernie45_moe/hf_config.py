@@ -12,8 +12,9 @@
 - moe_num_shared_experts * moe_intermediate_size: an ungated shared expert in every MoE layer.
 - MoE layers: (i + 1) % moe_layer_interval == 0 and moe_layer_start_index <= i <= moe_layer_end_index
   (-1: the last); the others dense MLPs of intermediate_size (moe_layer_freq list).
-- Multi-token-prediction tensors ("mtp" in the name) have no mapping: importing a checkpoint holding them
-  is an error naming them unless the user omits them on purpose (omit_unmapped, listed).
+- Multi-token prediction (model.mtp_*): not Megatron-Core's MTP layer (a dense layer reusing model.norm,
+  mapping.UNMAPPED_WHY): importing a checkpoint holding it is an error naming the tensors and that reason
+  unless the user omits them on purpose (omit_unmapped, listed; an export carries them back).
 """
 
 from __future__ import annotations

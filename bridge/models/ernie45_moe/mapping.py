@@ -27,3 +27,18 @@ MOE = (
 )
 
 MAPPINGS = EMBEDDINGS + ATTENTION + MOE + DENSE_MLP
+
+# The published checkpoints' multi-token-prediction layer (model.mtp_block.k, mtp_emb_norm.k, mtp_hidden_norm.k,
+# mtp_linear_proj.k; transformers 5.25's MtpModel reads them) is not what Megatron-Core's MTP block computes:
+# transformers builds its decoder layer as layer k of the model (layer 0: a dense MLP of intermediate_size
+# wherever moe_layer_start_index > 0, as published) and normalises its output with the main model's
+# model.norm, while Megatron-Core's MTP layer repeats the decoder's last layer spec (a MoE layer) and holds
+# a final norm of its own (one tensor cannot be two parameters that train apart).
+UNMAPPED_WHY = (
+    (
+        r"^model\.mtp_",
+        "ERNIE 4.5's multi-token-prediction layer (model.mtp_*) has a dense MLP where moe_layer_start_index > 0 "
+        "and reuses model.norm as its final norm, while Megatron-Core's MTP block repeats the last (MoE) "
+        "decoder layer with a final norm of its own, so bridge does not convert it",
+    ),
+)

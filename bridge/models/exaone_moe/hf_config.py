@@ -8,8 +8,9 @@
   times routed_scaling_factor (hf_translation.sigmoid_routing); a shared expert of
   num_shared_experts * moe_intermediate_size, ungated.
 - Dense / MoE layers: mlp_layer_types ("dense" / "sparse"), else the first first_k_dense_replace dense.
-- Multi-token prediction (num_nextn_predict_layers): not converted yet; its tensors (mtp.*) are the
-  unmapped-tensor error (bridge.conversion.unmapped), or left out and listed with omit_unmapped.
+- Multi-token prediction (num_nextn_predict_layers, tensors mtp.*): a dense-MLP layer, not Megatron-Core's
+  MTP layer (which repeats the last, MoE, decoder layer; mapping.UNMAPPED_WHY): the unmapped-tensor error
+  with that reason (bridge.conversion.unmapped), or left out and listed with omit_unmapped.
 - Keys of later EXAONE-MoE configs that transformers 5.25's ExaoneMoe does not read (per-layer SwiGLU
   clamps swiglu_limits, per-layer windows sliding_windows) would change the math of the checkpoint
   without changing transformers' model: refused.

@@ -32,3 +32,15 @@ MOE = (
 )
 
 MAPPINGS = EMBEDDINGS + ATTENTION + QK_NORM + MOE + DENSE_MLP
+
+# The published checkpoint's multi-token-prediction block (mtp.fc, mtp.pre_fc_norm_embedding / _hidden,
+# mtp.norm, mtp.layers.k.*) has a dense MLP (mtp.layers.k.mlp.gate_proj / up_proj / down_proj, as
+# Megatron-Bridge's EXAONE-MoE provider builds it with a dense layer spec of its own), while Megatron-Core's
+# MTP block (get_gpt_mtp_block_spec) repeats the decoder's last layer spec, a MoE layer here.
+UNMAPPED_WHY = (
+    (
+        r"^mtp\.",
+        "EXAONE-MoE's multi-token-prediction layer (mtp.*) has a dense MLP, while Megatron-Core's MTP block "
+        "repeats the last (MoE) decoder layer, so bridge does not convert it",
+    ),
+)

@@ -10,9 +10,9 @@
   n_shared_experts * moe_intermediate_size.
 - Dense / MoE layers: mlp_layer_types ("dense" / "sparse"; transformers' default: layer 0 dense). The
   class has no first_k_dense_replace: a config.json key of that name that disagrees is refused.
-- Multi-token prediction (num_nextn_predict_layers): not converted yet; its tensors
-  (model.layers.<num_hidden_layers + i>.*) are the unmapped-tensor error (bridge.conversion.unmapped), or
-  left out and listed with omit_unmapped.
+- Multi-token prediction (num_nextn_predict_layers): Megatron-Core's mtp_num_layers, its layers held as
+  DeepSeek-V3's (model.layers.<num_hidden_layers + k>.*: an MLA + MoE decoder layer, enorm, hnorm,
+  eh_proj, shared_head), as Megatron-Bridge's GLM-4.7-Flash bridge maps them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from bridge.errors import ConfigError
 from bridge.models.deepseek import hf_config as deepseek
-from bridge.models.hf_translation.common import BASE_DEFAULTS, get, refuse
+from bridge.models.hf_translation.common import BASE_DEFAULTS, get, mtp_layer_tensors, refuse
 from bridge.models.hf_translation.sigmoid_routing import shared_expert_moe_fields, sigmoid_routing_hf_fields
 
 logger = logging.getLogger(__name__)
@@ -106,16 +106,15 @@ def translate(cfg: Any, base: dict[str, Any]) -> dict[str, Any]:
     fields |= deepseek.rope_fields(cfg, has_rope_interleave=True)
     fields["mla_latent_layernorm_epsilon"] = LATENT_NORM_EPS
     fields |= _moe_fields(cfg)
+    fields["mtp_num_layers"] = int(get(cfg, "num_nextn_predict_layers", 0) or 0) or None
     return fields
+
+
+mtp_hf_tensors = mtp_layer_tensors  # the family hook: MTP layers at model.layers.<num_hidden_layers + k>
 
 
 def config_dict(p: Any, model_type: str, architecture: str) -> dict[str, Any]:
     """config.json for a GLM-4.7-Flash provider (the caller checks that it reads back as the provider)."""
-    if p.mtp_num_layers:
-        raise ConfigError(
-            f"model.mtp_num_layers={p.mtp_num_layers!r}: a {architecture} checkpoint as transformers builds it "
-            "holds no multi-token-prediction layers. Fix: set model.mtp_num_layers=null before exporting"
-        )
     if not p.num_moe_experts:
         raise ConfigError(
             f"model.num_moe_experts=None: a {architecture} checkpoint has MoE layers. Fix: set the experts"
@@ -130,7 +129,7 @@ def config_dict(p: Any, model_type: str, architecture: str) -> dict[str, Any]:
         "n_shared_experts": (p.moe_shared_expert_intermediate_size or 0) // size if size else 0,
         "mlp_layer_types": ["sparse" if moe else "dense" for moe in pattern],
         "rope_interleave": True,
-        "num_nextn_predict_layers": 0,
+        "num_nextn_predict_layers": p.mtp_num_layers or 0,
     } | sigmoid_routing_hf_fields(p)
     if p.rope_type == "yarn":
         out["rope_scaling"] = {

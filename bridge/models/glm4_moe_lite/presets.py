@@ -4,7 +4,8 @@ Multi-latent attention (20 heads, q latent 768, kv latent 512, q/k heads of 192 
 heads of 256), plain RoPE (base 1e6) over 202752 positions, RMSNorm eps 1e-5 (the q/kv latent norms 1e-6,
 as transformers builds them), untied embeddings; layer 0 dense, then 64 routed experts (4 per token,
 sigmoid scores with an expert bias, renormalised, x1.8) and one shared expert of the expert size. The
-published multi-token-prediction layer is left out (mtp_num_layers=None), as transformers builds none.
+published multi-token-prediction layer is a training choice the preset leaves off (mtp_num_layers=None;
+model.mtp_num_layers=1 trains it, docs/conversion.md).
 """
 
 from bridge.models.gpt_provider import GPTModelProvider

@@ -1,8 +1,11 @@
 """Qwen3-Next config.json rules: Qwen3NextConfig defaults; Gated DeltaNet layers by layer_types and the
 linear_* sizes (bridge.models.hf_translation.linear_attention); RoPE over a quarter of each head
-(partial_rotary_factor 0.25, the class default); Qwen2-MoE's gated shared expert. The multi-token
-prediction tensors of the published checkpoints (`mtp.*`) do not convert yet: the unmapped-tensor error
-(bridge.conversion.unmapped), or left out and listed with omit_unmapped."""
+(partial_rotary_factor 0.25, the class default); Qwen2-MoE's gated shared expert.
+
+Multi-token prediction: the published checkpoints hold one MTP layer (`mtp.*`, mapping.MTP_HF_NAMES) that
+config.json does not count (Qwen3NextConfig has no num_nextn_predict_layers; vLLM reads one). It is a
+training choice (model.mtp_num_layers=1 builds and loads it, as Megatron-Bridge's recipe trains it); a model
+built without it lists its tensors as left out and an export carries them back."""
 
 from __future__ import annotations
 
@@ -54,6 +57,11 @@ def check(cfg: Any) -> None:
 
 def provider_fields(cfg: Any) -> dict[str, Any]:
     return gated_delta_net_fields(cfg) | shared_expert_fields(cfg)
+
+
+def mtp_hf_tensors(cfg: Any, names: set[str], keep: int) -> set[str]:
+    """The checkpoint's MTP tensors a model with `keep` MTP layers leaves out (it holds one: mtp.*)."""
+    return {n for n in names if n.startswith("mtp.")} if keep < 1 else set()
 
 
 def hf_fields(p: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ gdn_in_proj_grouped), the depthwise conv1d over [q; k; v] channels (gdn_conv), A
 head, the gated output RMSNorm (its scale as is) and out_proj.
 """
 
+from bridge.models.deepseek import mapping as deepseek
 from bridge.models.llama.mapping import DENSE_MLP, EMBEDDINGS, L, M
 from bridge.models.qwen2_moe.mapping import MOE
 from bridge.models.qwen3.mapping import QK_NORM
@@ -52,4 +53,18 @@ GATED_DELTA_NET = (
     *GDN_COMMON,
 )
 
-MAPPINGS = EMBEDDINGS + NORMS + GATED_ATTENTION + QK_NORM + GATED_DELTA_NET + MOE + DENSE_MLP
+# Multi-token prediction: the published checkpoints' one MTP layer (mtp.*, as vLLM's Qwen3NextMTP and
+# Megatron-Bridge's Qwen3-Next bridge read it) is Megatron-Core's MTP layer: fc(cat[pre_fc_norm_embedding(
+# embedding), pre_fc_norm_hidden(hidden)]), a decoder layer of the last layer's kind (softmax attention + MoE;
+# Megatron-Core repeats the last layer spec, which the layer_types rule makes a softmax layer), mtp.norm.
+# The rows are DeepSeek-V3's layout (model.layers.<num_hidden_layers>.*); MTP_HF_NAMES puts them where
+# the checkpoint keeps them (bridge.conversion.model_params.mtp_hf_name). No embedding / head copies.
+MTP_HF_NAMES = (
+    ("eh_proj.weight", "mtp.fc.weight"),
+    ("enorm.weight", "mtp.pre_fc_norm_embedding.weight"),
+    ("hnorm.weight", "mtp.pre_fc_norm_hidden.weight"),
+    ("shared_head.norm.weight", "mtp.norm.weight"),
+    ("", "mtp.layers.{k}."),  # the decoder layer's tensors
+)
+
+MAPPINGS = EMBEDDINGS + NORMS + GATED_ATTENTION + QK_NORM + GATED_DELTA_NET + MOE + DENSE_MLP + deepseek.MTP

@@ -13,9 +13,10 @@ families; also checks export_hf_weights on every rank), pp2_uneven (PP=2 on 3-la
 first-stage count and a layout string), ckpt_import_tp2 / ckpt_export_pp2
 (scripts/conversion/convert_checkpoint.py import --tp 2, then export --pp 2, of ROOT/hf/llama_bf16),
 ckpt_moe_tp2 (every MoE family: convert_checkpoint.py import, then export --tp 2), mtp (ROOT/hf/<family>_mtp,
-DeepSeek-V3 and GLM-4.5 with one multi-token-prediction layer: imported into Megatron-Core's MTP block at TP=2
-with sequence parallelism and at PP=2, where the MTP layer lives on the last stage, and exported into
-ROOT/out/mtp_tp2|mtp_pp2/<family>).
+DeepSeek-V3, GLM-4.5, GLM-4.7-Flash and Qwen3-Next with one multi-token-prediction layer: imported into
+Megatron-Core's MTP block at TP=2 with sequence parallelism and at PP=2, where the MTP layer lives on the last
+stage, and exported into ROOT/out/mtp_tp2|mtp_pp2/<family>), mtp_train (DeepSeek-V3's MTP folder trained 3 steps at TP=1 (DP=2), TP=2
+with sequence parallelism and PP=2: each step's lm loss and mtp_1 loss).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from tests.functional.workers.convert_models import (  # noqa: E402
     tokens,
 )
 from tests.functional.workers.convert_models import MOE_FAMILIES as MOE  # noqa: E402
-from tests.functional.workers.mtp_checkpoint import MTP_FAMILIES  # noqa: E402
+from tests.functional.workers.mtp_checkpoint import MTP_FAMILIES, OWN_LAYOUT  # noqa: E402
 
 
 def check(ok: bool, message: str) -> None:
@@ -278,7 +279,9 @@ def run_mtp(root: Path) -> None:
     }
     for phase, fields in layouts.items():
         for family in MTP_FAMILIES:
-            bridge, provider = provider_for(root / "hf" / f"{family}_mtp", **fields)
+            # Qwen3-Next's config.json counts no MTP layer: the run asks for the checkpoint's one
+            own = {"mtp_num_layers": 1} if family in OWN_LAYOUT else {}
+            bridge, provider = provider_for(root / "hf" / f"{family}_mtp", **fields, **own)
             chunks = provider.provide_distributed_model(wrap_with_ddp=False)
             model = unwrap(chunks[0])
             last = phase == "mtp_tp2" or dist.get_rank() == 1  # PP=2: the MTP layer is the last stage's
@@ -288,6 +291,41 @@ def run_mtp(root: Path) -> None:
             end_layout()
             if dist.get_rank() == 0:
                 print(f"RESULT {phase} {family} done (at {time.perf_counter() - START:.1f} s)", flush=True)
+
+
+MTP_TRAIN_LAYOUTS = {
+    "tp1": [],  # DP=2
+    "tp2_sp": ["model.tensor_model_parallel_size=2", "model.sequence_parallel=True"],
+    "pp2": ["model.pipeline_model_parallel_size=2"],
+}
+
+
+def run_mtp_train(root: Path) -> None:
+    """DeepSeek-V3's tiny folder with its MTP layer trained 3 steps (model.mtp_num_layers=1) from the same
+    weights at TP=1 (DP=2), TP=2 with sequence parallelism and PP=2, the same global batches: each step's
+    `lm loss` and `mtp_1 loss` printed as a RESULT line (JSON)."""
+    import json
+
+    from bridge.config.compose import compose
+    from bridge.config.run_plan import build_plan
+    from bridge.training.pretrain import finetune
+    from recipes import get_recipe
+    from tests.functional.workers.train_common import SHORT_RUN
+
+    run = [o for o in SHORT_RUN if not o.startswith("train.global_batch_size")]
+    base = [
+        *run, f"checkpoint.pretrained_checkpoint={root / 'hf' / 'deepseek_v3_mtp'}", "model.mtp_num_layers=1",
+        "dataset.kind=mock", "dataset.packed_sequence_size=0", "tokenizer.tokenizer_type=NullTokenizer",
+        "model.seq_length=32", "train.train_iters=3", "train.global_batch_size=4",
+    ]  # fmt: skip
+    for name, extra in MTP_TRAIN_LAYOUTS.items():
+        cfg = compose(get_recipe("llama32_1b_sft_config")(), overrides=[*base, *extra])[0]
+        result = finetune(build_plan(cfg, dist.get_world_size(), cuda=False))
+        steps = {it: [result.losses[it], result.metrics[it]["mtp_1 loss"]] for it in sorted(result.losses)}
+        end_layout()
+        if dist.get_rank() == 0:
+            line = json.dumps(steps, separators=(",", ":"))
+            print(f"RESULT mtp_train {name} {line} (at {time.perf_counter() - START:.1f} s)", flush=True)
 
 
 def main() -> None:
@@ -302,6 +340,8 @@ def main() -> None:
             ckpt_moe_export_tp2(root)
         elif phase == "mtp":
             run_mtp(root)
+        elif phase == "mtp_train":
+            run_mtp_train(root)
         elif phase == "pp2_uneven":
             for name in UNEVEN:
                 run_family(root, phase, name)
