@@ -241,7 +241,8 @@ def adapter_parameters(shape: ModelShape, targets: Sequence[str], dim: int, magn
     """LoRA / DoRA adapter parameters of the whole model: each adapted linear of `in` -> `out` features gets
     A [dim, in] and B [out, dim] (plus an `out` magnitude vector with DoRA). The targets are Megatron-Core's
     fused linears: the attention's linear_qkv / linear_proj, and linear_fc1 / linear_fc2 of the dense MLPs
-    only (expert layers take no adapters); multi-latent attention has no linear_qkv."""
+    only (expert layers take no adapters); multi-latent attention has no linear_qkv but its own
+    projections (_mla_adapter_features)."""
     _require(shape, "hidden_size")
     h = shape.hidden_size
     kv = shape.kv_channels or h // shape.num_attention_heads
@@ -253,6 +254,7 @@ def adapter_parameters(shape: ModelShape, targets: Sequence[str], dim: int, magn
         "linear_proj": (proj_in, h),
         "linear_fc1": (h, ffn * (2 if shape.gated_linear_unit else 1)),
         "linear_fc2": (ffn, h),
+        **(_mla_adapter_features(shape) if shape.multi_latent_attention else {}),
     }
     total = 0
     for moe in shape.moe_layers():
@@ -264,6 +266,19 @@ def adapter_parameters(shape: ModelShape, targets: Sequence[str], dim: int, magn
             fan_in, fan_out = features[target]
             total += dim * (fan_in + fan_out) + (fan_out if magnitude else 0)
     return total
+
+
+def _mla_adapter_features(shape: ModelShape) -> dict[str, tuple[int, int]]:
+    """(in, out) of multi-latent attention's adaptable projections (Megatron-Core's MLASelfAttention)."""
+    h, heads = shape.hidden_size, shape.num_attention_heads
+    q_out = heads * (shape.qk_head_dim + shape.qk_pos_emb_head_dim)
+    return {
+        "linear_q_proj": (h, q_out),
+        "linear_q_down_proj": (h, shape.q_lora_rank or 0),
+        "linear_q_up_proj": (shape.q_lora_rank or 0, q_out),
+        "linear_kv_down_proj": (h, shape.kv_lora_rank + shape.qk_pos_emb_head_dim),
+        "linear_kv_up_proj": (shape.kv_lora_rank, heads * (shape.qk_head_dim + shape.v_head_dim)),
+    }
 
 
 def padded_vocab_size(vocab_size: int, tp: int, make_vocab_size_divisible_by: int = 128) -> int:

@@ -7,6 +7,14 @@ from dataclasses import dataclass, field
 PEFT_SCHEMES = ("lora", "dora")
 # Megatron-Core module names a PEFT adapter attaches to (Megatron-Bridge's names)
 PEFT_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+# multi-latent attention's projections (it has no linear_qkv; linear_proj is its output projection)
+MLA_PEFT_TARGETS = (
+    "linear_q_proj",
+    "linear_q_down_proj",
+    "linear_q_up_proj",
+    "linear_kv_down_proj",
+    "linear_kv_up_proj",
+)
 
 
 @dataclass
