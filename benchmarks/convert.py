@@ -17,6 +17,9 @@ subprocess; the table gives medians over the repeats:
 - imports (torch, safetensors; for bridge also `bridge.conversion.auto_bridge` and the Megatron-Core
   modules conversion imports, `bridge.conversion.megatron_import`) are timed apart from the work, in
   their own row. transformers is not imported: config.json is read as JSON.
+- the command-line rows: `scripts/conversion/convert_checkpoint.py import` (HF folder -> Megatron
+  torch_dist checkpoint) and `export` (that checkpoint -> HF folder), whole processes, against a floor
+  that reads every tensor and writes them to one file with fsync (a checkpoint is published durably).
 - whole process rows: from the launch to the exit of the child; every child (floor too) ends as
   `scripts/conversion/convert_checkpoint.py` does (`bridge.process_exit.skip_final_collections`).
 - peak RSS: the process's high-water mark over the timed work (reset after imports, so the baseline
@@ -156,6 +159,19 @@ def child(work: str, src: Path, out: Path) -> dict:
         save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
         result["work_s"] = time.perf_counter() - t
         result["peak_rss"] = _status("VmHWM")
+    elif work == "floor_write_fsync":
+        # the command-line conversions' floor: read, write, fsync (both publish durably)
+        _reset_peak()
+        cpu0 = _cpu()
+        t = time.perf_counter()
+        tensors = load_file(str(src / "model.safetensors"))
+        out.mkdir()
+        save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+        fd = os.open(out / "model.safetensors", os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        result["work_s"] = time.perf_counter() - t
+        result["peak_rss"] = _status("VmHWM")
     elif work == "floor_export":
         _reset_peak()
         cpu0 = _cpu()
@@ -211,6 +227,25 @@ def run_child(work: str, src: Path, out: Path, keep: bool = False) -> dict:
     return result
 
 
+def run_cli(args: list[str]) -> dict:
+    """One convert_checkpoint.py process, as a user runs it: wall and CPU time from launch to exit."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    script = REPO / "scripts" / "conversion" / "convert_checkpoint.py"
+    t = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"convert_checkpoint.py {args[0]} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return {"wall_s": wall, "process_cpu_s": cpu, "peak_rss": after.ru_maxrss * 1024}
+
+
 def check_export(src: Path, out: Path) -> None:
     # the benchmark is only meaningful if the export is right: compare every tensor once
     import torch
@@ -253,15 +288,37 @@ def main() -> None:
         )
         runs: dict[str, list[dict]] = {
             w: []
-            for w in ("floor_import", "bridge_import", "floor_export", "floor_export_mem", "bridge_export")
+            for w in (
+                "floor_import",
+                "bridge_import",
+                "floor_export",
+                "floor_export_mem",
+                "bridge_export",
+                "floor_write_fsync",
+                "cli_import",
+                "cli_export",
+            )
         }
         for i in range(args.repeats):
             for work in runs:
+                if work.startswith("cli_"):
+                    continue
                 check = work == "bridge_export" and i == 0
                 runs[work].append(run_child(work, src, out, keep=check))
                 if check:
                     check_export(src, out)
                     shutil.rmtree(out)
+            ckpt, hf_out = tmp / "torch_dist", tmp / "hf_out"
+            runs["cli_import"].append(
+                run_cli(["import", "--hf-path", str(src), "--megatron-path", str(ckpt)])
+            )
+            runs["cli_export"].append(
+                run_cli(["export", "--megatron-path", str(ckpt), "--hf-path", str(hf_out)])
+            )
+            if i == 0:
+                check_export(src, hf_out)
+            shutil.rmtree(ckpt)
+            shutil.rmtree(hf_out)
             print(f"repeat {i + 1}/{args.repeats} done", flush=True)
         print_table(runs, args.repeats)
     finally:
@@ -331,6 +388,26 @@ def print_table(runs: dict[str, list[dict]], repeats: int) -> None:
             "whole export process, CPU time (s)",
             stat("floor_export", "process_cpu_s"),
             stat("bridge_export", "process_cpu_s"),
+        ),
+        (
+            "convert_checkpoint.py import, whole process, CPU time (s; floor: read + write + fsync)",
+            stat("floor_write_fsync", "process_cpu_s"),
+            stat("cli_import", "process_cpu_s"),
+        ),
+        (
+            "convert_checkpoint.py export, whole process, CPU time (s; floor: read + write + fsync)",
+            stat("floor_write_fsync", "process_cpu_s"),
+            stat("cli_export", "process_cpu_s"),
+        ),
+        (
+            "convert_checkpoint.py import, whole process, wall (s)",
+            stat("floor_write_fsync", "wall_s"),
+            stat("cli_import", "wall_s"),
+        ),
+        (
+            "convert_checkpoint.py export, whole process, wall (s)",
+            stat("floor_write_fsync", "wall_s"),
+            stat("cli_export", "wall_s"),
         ),
     ]
     print(f"\nmedian [min-max] of {repeats} fresh processes each (OMP_NUM_THREADS=1)\n")

@@ -19,7 +19,7 @@ the same mock token stream (bridge's MockDataset and loader, the recipe's loader
 
 Per side: --warmup steps are run and dropped, then the median of --steps timed steps (each step's wall
 time, host-synchronised). tokens/s/GPU = global batch x seq / median step; TFLOP/s/GPU from
-bridge.training.flops (the same model FLOPs per token for both sides: matrix multiplies, fwd + bwd);
+bridge.parallel.planner.speed.model_flops_per_token (the same model FLOPs per token for both sides: matrix multiplies, fwd + bwd);
 MFU against bridge.training.peak_flops' dense bf16 peak for the device. Peak memory: the CUDA
 allocator's max allocated in each process.
 
@@ -273,10 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     python = os.path.relpath(sys.executable)  # the interpreter that ran it (a venv inside the checkout)
     python = sys.executable if python.startswith("..") else python
     command = shlex.join([python, os.path.relpath(__file__), *forwarded])
-    from bridge.training.flops import training_flops_per_token
+    from bridge.parallel.planner.speed import model_flops_per_token
 
     cfg = run_config(args)
-    flops_per_token = training_flops_per_token(cfg.model, args.seq_length)
+    flops_per_token = model_flops_per_token(cfg.model.model_shape(), args.seq_length)
     tokens_per_step = args.global_batch_size * args.seq_length
     # --cpu-smoke runs on CPU even where a GPU is present: the workers see no CUDA device
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""} if args.cpu_smoke else None

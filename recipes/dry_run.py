@@ -17,7 +17,7 @@ import tempfile
 from bridge.config.container import ConfigContainer
 from bridge.config.finetune_rules import SFT_KINDS
 
-FINETUNE_DATA_KINDS = (*SFT_KINDS, "preference")  # what a finetuning recipe reads from files
+FINETUNE_DATA_KINDS = (*SFT_KINDS, "preference", "vlm")  # what a finetuning recipe reads from files
 
 
 def _empty_checkpoint() -> str:
@@ -34,9 +34,14 @@ def missing_inputs(cfg: ConfigContainer) -> list[str]:
     """What a finetuning run of `cfg` still needs, one line each (empty when nothing is missing)."""
     needed = []
     if cfg.dataset.kind in FINETUNE_DATA_KINDS and not cfg.dataset.data_paths:
+        files = (
+            "image-text .jsonl files; docs/vlm.md"
+            if cfg.dataset.kind == "vlm"
+            else ".jsonl / .json / .parquet; docs/finetuning.md"
+        )
         needed.append(
-            f"dataset.data_paths: the run needs {cfg.dataset.kind} data files (.jsonl / .json / .parquet; "
-            "docs/finetuning.md); this plan stands mock data in for them"
+            f"dataset.data_paths: the run needs {cfg.dataset.kind} data files ({files}); this plan stands "
+            "mock data in for them"
         )
     t = cfg.tokenizer
     if t.tokenizer_type == "HuggingFaceTokenizer" and not t.tokenizer_model:

@@ -1,4 +1,5 @@
-"""Nemotron-H (4B, 8B, 47B, 56B) and Nemotron Nano 2 (9B, 12B) recipes, pretraining and full SFT:
+"""Nemotron-H (4B, 8B, 47B, 56B), Nemotron Nano 2 (9B, 12B) and Nemotron 3 Nano (30B-A3B) recipes,
+pretraining and full SFT:
 Megatron-Bridge's H100 tables (recipes/nemotronh/h100/nemotronh.py and nemotron_nano_v2.py), one row per
 published recipe, composed by recipes.composition. The models are hybrids (MambaModelProvider).
 
@@ -6,11 +7,18 @@ Pretraining: 8192-token sequences (Nano 2: the same), global batch 768 of micro 
 iterations with 2000 warm-up. SFT: Megatron-Bridge's finetuning base with 8192-token packed rows (Nano 2:
 2048) and a minimum learning rate of 1e-6. Native fused cross-entropy. Megatron-Bridge's LoRA recipes
 adapt the Mamba in/out projections too, which bridge's LoRA does not target yet: not listed.
+
+Nemotron 3 Nano (recipes/nemotronh/{h100,gb200}/nemotron_3_nano.py): 8 GPUs with its 128 experts over EP=8;
+pretraining 39,735 iterations at lr 1.6e-3 (min 1.6e-5, 333 warm-up), global batch 1024 of 8192-token
+sequences on H100 (512 micro batches of 2 x 4096 tokens on GB200); SFT of 2048-token packed rows with
+beta2 0.95. Megatron-Bridge dispatches the tokens with its HybridEP / DeepEP "flex" dispatcher and uses CUDA
+graphs; bridge keeps the all-to-all dispatcher (the same tokens, other kernels).
 """
 
 from __future__ import annotations
 
 from bridge.models.nemotron_h.presets import (
+    nemotron_3_nano_30b_a3b,
     nemotron_nano_9b_v2,
     nemotron_nano_12b_v2,
     nemotronh_4b,
@@ -56,10 +64,50 @@ def _row(model: str, title: str, preset, kind: str, gpus: int, layout: dict) -> 
     )
 
 
+# Nemotron 3 Nano: Megatron-Bridge's values (see the module docstring)
+NANO3_PRETRAIN_RUN = dict(
+    seq_length=8192, global_batch_size=1024, micro_batch_size=1, train_iters=39_735, lr=1.6e-3, min_lr=1.6e-5,
+    lr_warmup_iters=333,
+)  # fmt: skip
+NANO3_SFT_RUN = {**FINETUNE_COMMON, "seq_length": 2048, "adam_beta2": 0.95}
+_NANO3_NOTE = "Megatron-Bridge dispatches with HybridEP / DeepEP ('flex'); bridge with all-to-all"
+
+
+def _nano3(name: str, kind: str, run: dict, aliases: tuple[str, ...] = ()) -> Row:
+    return Row(
+        name=name,
+        family="nemotron_h",
+        kind=kind,
+        title="Nemotron 3 Nano 30B-A3B",
+        preset=nemotron_3_nano_30b_a3b,
+        gpus=8,
+        layout=dict(ep=8),
+        run=run,
+        settings=NEMOTRON_H,
+        aliases=aliases,
+        note=_NANO3_NOTE,
+    )
+
+
 ROWS = tuple(
     _row(model, title, preset, kind, *published)
     for model, title, preset, pretrain, sft in _MODELS
     for kind, published in (("pretrain", pretrain), ("sft", sft))
+) + (
+    _nano3(
+        "nemotron_3_nano_pretrain_8gpu_h100_bf16_config",
+        "pretrain",
+        NANO3_PRETRAIN_RUN,
+        ("nemotron_3_nano_pretrain_config",),
+    ),
+    _nano3(
+        "nemotron_3_nano_pretrain_8gpu_gb200_bf16_config",
+        "pretrain",
+        {**NANO3_PRETRAIN_RUN, "seq_length": 4096, "global_batch_size": 512, "micro_batch_size": 2},
+    ),
+    _nano3(
+        "nemotron_3_nano_sft_8gpu_h100_bf16_config", "sft", NANO3_SFT_RUN, ("nemotron_3_nano_sft_config",)
+    ),
 )
 
 
@@ -91,4 +139,9 @@ nemotron_nano_12b_v2_pretrain_4gpu_h100_bf16_config = _functions["nemotron_nano_
 nemotron_nano_12b_v2_pretrain_config = nemotron_nano_12b_v2_pretrain_4gpu_h100_bf16_config
 nemotron_nano_12b_v2_sft_4gpu_h100_bf16_config = _functions["nemotron_nano_12b_v2_sft_4gpu_h100_bf16_config"]
 nemotron_nano_12b_v2_sft_config = nemotron_nano_12b_v2_sft_4gpu_h100_bf16_config
+nemotron_3_nano_pretrain_8gpu_h100_bf16_config = _functions["nemotron_3_nano_pretrain_8gpu_h100_bf16_config"]
+nemotron_3_nano_pretrain_config = nemotron_3_nano_pretrain_8gpu_h100_bf16_config
+nemotron_3_nano_pretrain_8gpu_gb200_bf16_config = _functions["nemotron_3_nano_pretrain_8gpu_gb200_bf16_config"]
+nemotron_3_nano_sft_8gpu_h100_bf16_config = _functions["nemotron_3_nano_sft_8gpu_h100_bf16_config"]
+nemotron_3_nano_sft_config = nemotron_3_nano_sft_8gpu_h100_bf16_config
 # fmt: on

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from bridge.checkpoint.paths import is_hf_folder
 from bridge.config import sections as S
+from bridge.config.blend_list import blend_paths
 from bridge.errors import config_error
 from bridge.models.hf_architecture import architecture_fields
 from bridge.models.hybrid_provider import MambaModelProvider
@@ -69,7 +70,7 @@ def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
         _check_vlm_data(cfg)
     if d.kind not in SFT_KINDS:
         return
-    for path in d.data_paths:
+    for path in blend_paths(d.data_paths)[0]:  # a blend list's weights are no files
         if not str(path).endswith(SFT_FILE_SUFFIXES):
             raise config_error(
                 "dataset.data_paths",

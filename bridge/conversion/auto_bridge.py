@@ -48,6 +48,7 @@ from bridge.models.gpt_provider import GPTModelProvider
 from bridge.models.hf_translation import common as hf_common
 from bridge.models.hf_translation import read as hf_read
 from bridge.models.hf_translation import registry as hf_registry
+from bridge.models.hf_translation import vlm as hf_vlm
 from bridge.models.hf_translation import write as hf_write
 from bridge.models.provider_kinds import provider_class
 from bridge.parallel import ranks
@@ -107,10 +108,12 @@ class AutoBridge:
         # The language model's config (a vision-language checkpoint's text part) and its family.
         self.text_config, text_family, vlm_config = hf_config, self.family, None
         if self.family.text_config_key is not None:
+            vlm_fields = hf_vlm.vlm_fields(hf_config, self.family)
             self.family, self.text_config, text_family, vlm_config = split_vlm_config(hf_config, self.family)
         # Validate the translation now: a config we cannot express fails here, not at build time.
         self._provider_fields = hf_read.provider_fields(self.text_config, text_family)
         if vlm_config is not None:
+            self._provider_fields |= vlm_fields
             self._provider_fields["vlm_config"] = vlm_config
 
     # ---- construction ---------------------------------------------------------------------------

@@ -281,6 +281,14 @@ def generate(
     """
     chunks = list(model_chunks) if isinstance(model_chunks, (list, tuple)) else [model_chunks]
     _check_chunks(unwrap_all(chunks))
+    if kv_cache and getattr(unwrap_all(chunks)[0], "positions", None) is not None:
+        raise config_error(
+            "kv_cache",
+            True,
+            "this model computes its position ids from the whole sequence and its images (M-RoPE), and a "
+            "cached decoding step holds only the new tokens",
+            "generate with kv_cache=False (each step recomputes the whole sequence)",
+        )
     max_len = getattr(unwrap_all(chunks)[0], "max_sequence_length", None)
     prompt = list(prompt_ids)
     check_request(prompt, max_new_tokens, vocab_size, max_len, temperature, top_k, top_p)

@@ -37,8 +37,11 @@ def _fields(path: str) -> tuple[tuple[str, object], ...]:
     family = registry.hf_family_for(common.get(config, "architectures"))
     vlm_config = None
     if family.text_config_key is not None:  # a vision-language model: its language model's fields
+        extra = vlm.vlm_fields(config, family)
         config, family, vlm_config = vlm.split(config, family)
     fields = read.provider_fields(config, family)
+    if vlm_config is not None:
+        fields |= extra
     math = {k: v for k, v in fields.items() if k not in write.NOT_MATH}
     defaults = {f.name: f.default for f in dataclasses.fields(GPTModelProvider)}
     for name in read.OPTIONAL_MATH_FIELDS:  # absent from this config.json: the provider's default

@@ -18,6 +18,7 @@ import dataclasses
 import functools
 from typing import Any
 
+from bridge.models.latent_moe import with_latent_moe_layer
 from bridge.models.specs import expert_column_parallel_linear, local_core_attention, use_transformer_engine
 from bridge.parallel.ssm_backend import ensure_ssm_kernels
 
@@ -117,6 +118,9 @@ def _local_stack_spec(p: MambaModelProvider, config):
         ).submodules
         moe_layer = getattr(transformer_layer, "MoETransformerLayer", TransformerLayer)
         mlp = _swap_expert_fc1(moe.mlp, ColumnParallelLinear, expert_column_parallel_linear())
+        # MoELayer builds its latent projections with TE only (bridge.models.latent_moe)
+        if p.moe_latent_size:
+            mlp = with_latent_moe_layer(mlp)
         layers["moe_layer"] = ModuleSpec(
             module=moe_layer,
             submodules=TransformerLayerSubmodules(

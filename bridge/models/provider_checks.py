@@ -45,8 +45,8 @@ LAYERNORM_PLACEMENTS = ("pre", "post", "sandwich")
 QK_LAYERNORM_SCOPES = ("head", "projection")
 
 # GPTModel position embeddings the provider can build ("yarn" from the provider's yarn_* fields;
-# "mrope" needs settings TransformerConfig does not carry in this release).
-POSITION_EMBEDDINGS = ("learned_absolute", "rope", "yarn", "none")
+# "mrope" from mrope_section, with [3, b, s] position ids a vision-language model computes).
+POSITION_EMBEDDINGS = ("learned_absolute", "rope", "yarn", "mrope", "none")
 
 
 def check_fields(p: GPTFields) -> None:
@@ -120,6 +120,24 @@ def _check_names(p: GPTFields) -> None:
     for name, known in checks:
         if getattr(p, name) not in known:
             raise model_error(name, getattr(p, name), f"must be one of {list(known)}", "pick one of those")
+    if p.position_embedding_type == "mrope":
+        _check_mrope(p)
+
+
+def _check_mrope(p: GPTFields) -> None:
+    """M-RoPE rotates the head's first rotary_percent share in (temporal, height, width) sections whose
+    frequency counts sum to half of it (Megatron-Core's MultimodalRotaryEmbedding)."""
+    head = p.kv_channels or p.hidden_size // p.num_attention_heads
+    half = int(head * p.rotary_percent) // 2
+    section = p.mrope_section
+    if not section or len(section) != 3 or sum(section) != half:
+        raise model_error(
+            "mrope_section",
+            section,
+            f"position_embedding_type='mrope' needs 3 frequency counts (temporal, height, width) summing to "
+            f"half the rotary head dimension ({half})",
+            "set model.mrope_section from the checkpoint's rope_parameters.mrope_section",
+        )
 
 
 def _check_precision_and_vocab(p: GPTFields) -> None:

@@ -47,6 +47,7 @@ def model_shape(p: GPTFields) -> ModelShape:
         moe_ffn_hidden_size=p.moe_ffn_hidden_size,
         moe_shared_expert_intermediate_size=p.moe_shared_expert_intermediate_size,
         moe_shared_expert_gate=bool(p.moe_shared_expert_gate),
+        moe_latent_size=p.moe_latent_size,
         moe_layer_freq=(tuple(p.moe_layer_freq) if isinstance(p.moe_layer_freq, list) else p.moe_layer_freq),
         layer_norms=4 if p.layernorm_placement == "sandwich" else 2,
         qk_layernorm_per_projection=p.qk_layernorm and p.qk_layernorm_scope == "projection",

@@ -6,10 +6,15 @@ transformers' own vision tower and projector, replicated on every tensor-paralle
 stage the token embeddings are computed, the image features replace the embeddings of the image
 placeholder tokens in order (batch-major, as transformers' `masked_scatter` does), and GPTModel runs on
 the merged embeddings (`decoder_input`). Later stages receive hidden states and ignore the images.
+
+A family whose RoPE positions depend on the images (M-RoPE: [3, b, s] temporal / height / width ids)
+supplies `positions(input_ids, images) -> position_ids` (its vision module's `position_ids`, bound to
+its config); every stage computes them from the batch, since every stage applies RoPE.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -40,9 +45,16 @@ def merge_image_features(
 class VisionLanguageModel(GPTModel):
     """GPTModel whose first stage also holds the family's `vision` module (None on the other stages)."""
 
-    def __init__(self, *args: Any, vision: torch.nn.Module | None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        vision: torch.nn.Module | None,
+        positions: Callable[[torch.Tensor, dict[str, torch.Tensor]], torch.Tensor] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.vision = vision
+        self.positions = positions
 
     def forward(
         self,
@@ -56,7 +68,10 @@ class VisionLanguageModel(GPTModel):
         **kwargs: Any,
     ):
         """GPTModel.forward; `images` (the processor's image tensors, e.g. pixel_values) are encoded by
-        the vision side and merged into the token embeddings on the first stage."""
+        the vision side and merged into the token embeddings on the first stage. With the family's
+        `positions`, the position ids are computed from the tokens and images (the given ones ignored)."""
+        if self.positions is not None:
+            position_ids = self.positions(input_ids, images or {})
         if images and self.pre_process and decoder_input is None:
             embeddings = self.embedding(input_ids=input_ids, position_ids=position_ids)
             features = self.vision.image_features(**images)

@@ -10,6 +10,7 @@ Pure data: building imports torch, megatron.core and transformers inside the bui
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 from dataclasses import dataclass, field
@@ -104,4 +105,7 @@ class VLMModelProvider(GPTModelProvider):
                 param.requires_grad_(not self.freeze_vision_model)
             for param in vision.projector().parameters():
                 param.requires_grad_(not self.freeze_vision_projection)
-        return VisionLanguageModel, {"vision": vision}
+        # The family's position ids from tokens and images (M-RoPE), on every stage: each applies RoPE.
+        hook = getattr(self.vision_module(), "position_ids", None)
+        positions = None if hook is None else functools.partial(hook, self.vlm_config)
+        return VisionLanguageModel, {"vision": vision, "positions": positions}

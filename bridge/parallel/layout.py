@@ -41,6 +41,9 @@ class ModelShape:
     moe_ffn_hidden_size: int | None = None
     moe_shared_expert_intermediate_size: int | None = None
     moe_shared_expert_gate: bool = False  # a [1, hidden] sigmoid gate on the shared expert
+    # Megatron-Core's moe_latent_size: the routed experts work on tokens projected from hidden_size to
+    # it (fc1_latent_proj) and back (fc2_latent_proj), both whole on every tp rank; None: no projection
+    moe_latent_size: int | None = None
     # Megatron-Core's moe_layer_freq: N = a MoE layer every N layers (layer % N == 0), or a per-layer
     # tuple of 1 (MoE) / 0 (dense MLP of ffn_hidden_size)
     moe_layer_freq: int | tuple[int, ...] = 1
@@ -108,6 +111,7 @@ class ModelShape:
             "kv_channels",
             "moe_ffn_hidden_size",
             "moe_shared_expert_intermediate_size",
+            "moe_latent_size",
         ):
             check_positive_int(f"model.{name}", getattr(self, name), allow_none=True)
         if self.num_moe_experts is not None and (

@@ -184,7 +184,12 @@ def _act_bytes_per_token_layer(
     extra_fp32 = 0.0
     if shape.is_moe:
         expert_ffn = shape.moe_ffn_hidden_size or shape.ffn_hidden_size
-        split += shape.moe_router_topk * (2 * h + mats * expert_ffn)
+        routed_size = (
+            shape.moe_latent_size or h
+        )  # the routed tokens' size (latent: projected before dispatch)
+        split += shape.moe_router_topk * (2 * routed_size + mats * expert_ffn)
+        if shape.moe_latent_size:  # the latent tokens before dispatch and after combine
+            split += 2 * shape.moe_latent_size
         if shape.moe_shared_expert_intermediate_size:
             split += mats * shape.moe_shared_expert_intermediate_size
         extra_fp32 = 4 * shape.num_moe_experts / tp

@@ -4,7 +4,9 @@ Assumes the GPT family bridge builds: rotary positions (no position table), RMSN
 no linear biases except the optional QKV bias, or a bias on every linear (add_bias_linear) and a learned
 sink logit per head (attention_sinks); attention is grouped-query or multi-latent (q and kv
 through low-rank latents). With num_moe_experts set, the layers moe_layer_freq marks hold a router,
-the routed experts and the optional (gated) shared expert; the others a dense MLP of ffn_hidden_size.
+the routed experts and the optional (gated) shared expert, and with moe_latent_size the two latent
+projections (routed experts then take and give moe_latent_size, not hidden_size); the others a dense MLP
+of ffn_hidden_size.
 A hybrid (ModelShape.hybrid_pattern) counts each layer as its one block and one pre-norm: a Mamba-2
 mixer (mamba_mixer), attention, a dense MLP or a MoE. Pure Python.
 """
@@ -37,11 +39,13 @@ class ParamCount:
     mamba: int = 0  # all Mamba-2 mixers of a hybrid (in/out projections, conv, per-head vectors, norm)
     mtp_proj: int = 0  # the MTP layers' eh_proj [2h -> h] (their decoder layers are in the parts above)
     vision: int = 0  # a vision-language model's vision tower and projector
+    latent_proj: int = 0  # all MoE layers' fc1 / fc2 latent projections (moe_latent_size)
 
     @property
     def total(self) -> int:
         return (
             self.mamba
+            + self.latent_proj
             + self.mtp_proj
             + self.vision
             + self.embedding
@@ -167,6 +171,7 @@ def _layer_parts(
         "shared": 0,
         "active_experts": 0,
         "per_expert": 0,
+        "latent": 0,
     }
     if symbol in ("M", "*"):
         pass  # a hybrid's Mamba or attention layer: no MLP
@@ -174,8 +179,14 @@ def _layer_parts(
         expert_ffn = shape.moe_ffn_hidden_size or shape.ffn_hidden_size
         if expert_ffn is None:
             _require(shape, "moe_ffn_hidden_size")
-        per_expert = mats * h * expert_ffn + _mlp_biases(shape, expert_ffn)
+        latent = shape.moe_latent_size
+        width = latent or h  # what the routed experts take and give
+        per_expert = mats * width * expert_ffn + _bias(
+            shape, expert_ffn * (2 if shape.gated_linear_unit else 1) + width
+        )
         parts["per_expert"] = per_expert
+        if latent:  # hidden -> latent before the experts, latent -> hidden after
+            parts["latent"] = 2 * h * latent + _bias(shape, latent + h)
         parts["router"] = (h + _bias(shape, 1)) * shape.num_moe_experts
         parts["experts"] = shape.num_moe_experts * per_expert
         parts["active_experts"] = shape.moe_router_topk * per_expert
@@ -234,6 +245,7 @@ def count_parameters(shape: ModelShape) -> ParamCount:
         mamba=p["mamba"],
         mtp_proj=shape.mtp_layers * 2 * h * h,
         vision=shape.vision_params,
+        latent_proj=p.get("latent", 0),
     )
 
 
@@ -358,10 +370,11 @@ def _rank_params(
             + (p["shared"] - gate - shared_b) // tp
             + shared_b
             + gate
+            + p["latent"]  # whole on every tp rank
         )
         layer_expert = 0
         if moe:
-            fc2_bias = _bias(shape, h)  # replicated over etp
+            fc2_bias = _bias(shape, shape.moe_latent_size or h)  # replicated over etp
             per_expert = (p["per_expert"] - fc2_bias) // etp + fc2_bias
             layer_expert = (shape.num_moe_experts // ep) * per_expert
         by_kind[(moe, linear, symbol)] = (layer_dense, layer_expert)

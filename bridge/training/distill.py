@@ -26,7 +26,9 @@ import torch
 from bridge.checkpoint import load_checkpoint
 from bridge.config.distill_rules import DistillPlan
 from bridge.training import forward_step
+from bridge.training.data.blend import SOURCE_KEY
 from bridge.training.frozen_pass import FrozenPass, frozen_chunks, frozen_report
+from bridge.training.source_losses import by_source, source_report
 
 METRICS = ("kd loss", "lm loss")
 
@@ -113,25 +115,35 @@ def kd_per_token(
 
 
 def distill_loss_func(
-    plan: DistillPlan, vocab_size: int, labels, loss_mask, teacher_logits, output_tensor: torch.Tensor
+    plan: DistillPlan,
+    vocab_size: int,
+    labels,
+    loss_mask,
+    teacher_logits,
+    output_tensor: torch.Tensor,
+    source: torch.Tensor | None = None,
 ):
-    """Megatron-Core's three-value loss: (objective sum, token count, report of distill / kd / lm loss)."""
+    """Megatron-Core's three-value loss: (objective sum, token count, report of distill / kd / lm loss);
+    `source` (blended validation rows, [rows, sources] one-hot): each source's objective [sum, count] too."""
     from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
 
     mask = loss_mask.float()
     n = mask.sum()
-    kd = (kd_per_token(output_tensor, teacher_logits, plan, vocab_size) * mask).sum()
+    kd_rows = (kd_per_token(output_tensor, teacher_logits, plan, vocab_size) * mask).sum(-1)
     # the lm loss's cross entropy is vocab-parallel too: [s, b, V_local] logits, [s, b] labels
     ce = vocab_parallel_cross_entropy(
         output_tensor.float().transpose(0, 1).contiguous(), labels.t().contiguous()
     )
-    lm = (ce.t() * mask).sum()
-    loss = kd if plan.skip_lm_loss else lm + plan.kd_loss_scale * kd
+    lm_rows = (ce.t() * mask).sum(-1)
+    rows = kd_rows if plan.skip_lm_loss else lm_rows + plan.kd_loss_scale * kd_rows
+    kd, lm, loss = kd_rows.sum(), lm_rows.sum(), rows.sum()
 
     def pair(total: torch.Tensor) -> torch.Tensor:
         return torch.stack([total.detach().float(), n.detach()])
 
     report = {"distill loss": pair(loss), "kd loss": pair(kd), "lm loss": pair(lm)}
+    if source is not None:
+        report[by_source("distill loss")] = source_report(rows, mask.sum(-1), source)
     return loss, n.to(torch.int), report
 
 
@@ -140,7 +152,15 @@ def distill_forward_step(plan: DistillPlan, vocab_size: int, data_iterator, mode
     batch = forward_step.get_batch(data_iterator)
     output = model(batch["tokens"], batch["position_ids"], batch["attention_mask"])
     teacher = batch.get("teacher_logits")  # the last stage only, where the loss runs
-    return output, partial(distill_loss_func, plan, vocab_size, batch["labels"], batch["loss_mask"], teacher)
+    return output, partial(
+        distill_loss_func,
+        plan,
+        vocab_size,
+        batch["labels"],
+        batch["loss_mask"],
+        teacher,
+        source=batch.get(SOURCE_KEY),
+    )
 
 
 def teacher_forward_step(data_iterator, model):

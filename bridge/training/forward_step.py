@@ -27,7 +27,9 @@ from functools import partial
 
 import torch
 
+from bridge.training.data.blend import SOURCE_KEY
 from bridge.training.data.vlm import IMAGE_KEYS
+from bridge.training.source_losses import by_source, source_report
 
 
 def get_batch(data_iterator) -> dict[str, torch.Tensor]:
@@ -44,10 +46,13 @@ def get_batch(data_iterator) -> dict[str, torch.Tensor]:
     batch.setdefault("attention_mask", None)
     if parallel_state.get_context_parallel_world_size() > 1:
         cp_group = parallel_state.get_context_parallel_group()
+        source = batch.pop(SOURCE_KEY, None)  # [rows, sources]: no sequence dimension to split
         if "cu_seqlens" in batch:
             batch = split_packed_batch_for_cp(batch, cp_group)
         else:
             batch = split_batch_for_cp(batch, cp_group)
+        if source is not None:
+            batch[SOURCE_KEY] = source
     return batch
 
 
@@ -76,18 +81,26 @@ def split_batch_for_cp(batch: dict, cp_group) -> dict:
     return get_batch_on_this_cp_rank(batch, cp_group=cp_group)
 
 
-def loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor, cp_group=None):
-    """Megatron-Core's three-value loss; `cp_group` (cp > 1, per-microbatch mean): see the module doc."""
+def loss_func(
+    loss_mask: torch.Tensor, output_tensor: torch.Tensor, cp_group=None, source: torch.Tensor | None = None
+):
+    """Megatron-Core's three-value loss; `cp_group` (cp > 1, per-microbatch mean): see the module doc;
+    `source` (blended validation rows, [rows, sources] one-hot): each source's [sum, count] reported too."""
     losses = output_tensor.float().view(-1)
     mask = loss_mask.view(-1).float()
     loss = torch.sum(losses * mask)
     num_tokens = mask.sum().to(torch.int)
-    report = torch.stack([loss.detach(), num_tokens.detach().to(loss.dtype)])
+    reports = {"lm loss": torch.stack([loss.detach(), num_tokens.detach().to(loss.dtype)])}
+    if source is not None:
+        rows = source.shape[0]
+        row_mask = loss_mask.float().reshape(rows, -1)
+        row_sums = (output_tensor.float().reshape(rows, -1) * row_mask).sum(-1)
+        reports[by_source("lm loss")] = source_report(row_sums, row_mask.sum(-1), source)
     if cp_group is not None and cp_group.size() > 1:
         total_tokens = num_tokens.clone()
         torch.distributed.all_reduce(total_tokens, group=cp_group)
-        return loss * cp_group.size(), total_tokens, {"lm loss": report}
-    return loss, num_tokens, {"lm loss": report}
+        return loss * cp_group.size(), total_tokens, reports
+    return loss, num_tokens, reports
 
 
 def _cp_group_for_loss(model):
@@ -132,4 +145,6 @@ def forward_step(data_iterator, model):
     output = model(
         batch["tokens"], batch["position_ids"], batch["attention_mask"], labels=batch["labels"], **extra
     )
-    return output, partial(loss_func, batch["loss_mask"], cp_group=_cp_group_for_loss(model))
+    return output, partial(
+        loss_func, batch["loss_mask"], cp_group=_cp_group_for_loss(model), source=batch.get(SOURCE_KEY)
+    )

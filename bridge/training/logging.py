@@ -93,11 +93,14 @@ def throughput_unit() -> str:
     return "GPU" if torch.cuda.is_available() else "rank"
 
 
-def format_validation_line(iteration: int, losses: dict[str, float]) -> str:
+def format_validation_line(iteration: int, losses: dict[str, float], source: str | None = None) -> str:
+    """Megatron's validation line; `source` (one source of blended data): ` validation-<source> loss ...`,
+    as Megatron-LM names its multiple validation sets."""
     body = " | ".join(
         f"{k} value: {v:.6E} | {k} PPL: {math.exp(min(20.0, v)):.6E}" for k, v in losses.items()
     )
-    return f" validation loss at iteration {iteration} | {body} |"
+    name = "validation" if source is None else f"validation-{source}"
+    return f" {name} loss at iteration {iteration} | {body} |"
 
 
 class MetricWriters:

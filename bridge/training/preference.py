@@ -15,7 +15,8 @@ Per pair, with r = beta * (log pi(y) - log ref(y)) the implicit rewards and z = 
     sigmoid: -(1 - eps) log sigmoid(z) - eps log sigmoid(-z)   (eps: dpo.label_smoothing)
     ipo:     (z / beta - 1 / (2 beta))^2 with log-probs averaged over each answer's tokens (as TRL does)
 The step's loss is the mean over its pairs; the rewards, their margin and accuracy (the fraction of
-pairs with r_chosen > r_rejected) are logged beside it.
+pairs with r_chosen > r_rejected) are logged beside it, the rewards from the summed log-probs for every loss
+type (as TRL's DPOTrainer logs them, IPO included).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ import torch
 from bridge.config.run_plan import DPOPlan
 from bridge.peft import adapters_disabled
 from bridge.training import forward_step
+from bridge.training.data.blend import SOURCE_KEY
 from bridge.training.frozen_pass import FrozenPass, frozen_chunks, frozen_report, unwrap
+from bridge.training.source_losses import by_source, source_report
 
 ROWS = ("tokens", "labels", "loss_mask", "position_ids")
 OBJECTIVE = "dpo loss"
@@ -55,14 +58,18 @@ def answer_logps(per_token_loss: torch.Tensor, loss_mask: torch.Tensor, average:
 
 
 def preference_losses(
-    policy: torch.Tensor, reference: torch.Tensor, plan: DPOPlan
+    policy: torch.Tensor, reference: torch.Tensor, plan: DPOPlan, tokens: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-pair losses [m] and the chosen / rejected rewards [m] (detached) from [m, 2] log-probs."""
+    """Per-pair losses [m] and the chosen / rejected rewards [m] (detached) from [m, 2] summed log-probs;
+    IPO averages them over each answer's `tokens` [m, 2] (as TRL does). The rewards are beta x the summed
+    log-ratios for every loss type, as TRL's DPOTrainer logs them."""
     reference = reference.to(policy)
-    z = (policy[:, 0] - policy[:, 1]) - (reference[:, 0] - reference[:, 1])
     if plan.loss_type == "ipo":
+        count = tokens.to(policy).clamp(min=1.0)
+        z = (policy[:, 0] - reference[:, 0]) / count[:, 0] - (policy[:, 1] - reference[:, 1]) / count[:, 1]
         losses = (z - 1.0 / (2.0 * plan.beta)) ** 2
     else:
+        z = (policy[:, 0] - policy[:, 1]) - (reference[:, 0] - reference[:, 1])
         eps = plan.label_smoothing
         logsig = torch.nn.functional.logsigmoid
         losses = -(1.0 - eps) * logsig(plan.beta * z) - eps * logsig(-plan.beta * z)
@@ -71,11 +78,17 @@ def preference_losses(
 
 
 def dpo_loss_func(
-    plan: DPOPlan, loss_mask: torch.Tensor, reference: torch.Tensor, output_tensor: torch.Tensor
+    plan: DPOPlan,
+    loss_mask: torch.Tensor,
+    reference: torch.Tensor,
+    output_tensor: torch.Tensor,
+    source: torch.Tensor | None = None,
 ):
-    """Megatron-Core's three-value loss over the micro batch's pairs: (loss sum, pair count, report)."""
-    policy = answer_logps(output_tensor, loss_mask, average=plan.loss_type == "ipo")
-    losses, chosen, rejected = preference_losses(policy, reference, plan)
+    """Megatron-Core's three-value loss over the micro batch's pairs: (loss sum, pair count, report);
+    `source` (blended validation pairs, [pairs, sources] one-hot): each source's [sum, pairs] too."""
+    policy = answer_logps(output_tensor, loss_mask, average=False)
+    tokens = loss_mask.float().sum(-1).view(-1, 2)
+    losses, chosen, rejected = preference_losses(policy, reference, plan, tokens)
     m = torch.tensor(float(losses.numel()), device=losses.device)
     loss = losses.sum()
 
@@ -89,6 +102,8 @@ def dpo_loss_func(
         "rewards/margins": pair((chosen - rejected).sum()),
         "rewards/accuracies": pair((chosen > rejected).float().sum()),
     }
+    if source is not None:
+        report[by_source(OBJECTIVE)] = source_report(losses, torch.ones_like(losses), source)
     return loss, m.to(torch.int), report
 
 
@@ -97,17 +112,20 @@ def dpo_forward_step(plan: DPOPlan, data_iterator, model):
     batch = _flatten_pairs(forward_step.get_batch(data_iterator))
     output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
     # the reference log-probs exist on the last stage only, where the loss runs
-    return output, partial(dpo_loss_func, plan, batch["loss_mask"], batch.get("ref_logps"))
+    return output, partial(
+        dpo_loss_func, plan, batch["loss_mask"], batch.get("ref_logps"), source=batch.get(SOURCE_KEY)
+    )
 
 
-def _reference_loss_func(average: bool, loss_mask: torch.Tensor, output_tensor: torch.Tensor):
-    return frozen_report(answer_logps(output_tensor.detach(), loss_mask, average), output_tensor)
+def _reference_loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor):
+    return frozen_report(answer_logps(output_tensor.detach(), loss_mask, average=False), output_tensor)
 
 
-def reference_forward_step(average: bool, data_iterator, model):
+def reference_forward_step(data_iterator, model):
+    """The reference's summed answer log-probs (IPO averages them in the policy's loss)."""
     batch = _flatten_pairs(forward_step.get_batch(data_iterator))
     output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
-    return output, partial(_reference_loss_func, average, batch["loss_mask"])
+    return output, partial(_reference_loss_func, batch["loss_mask"])
 
 
 def reference_pass(plan, policy: list) -> FrozenPass:
@@ -123,7 +141,7 @@ def reference_pass(plan, policy: list) -> FrozenPass:
 
     return FrozenPass(
         chunks,
-        partial(reference_forward_step, dpo.loss_type == "ipo"),
+        reference_forward_step,
         key="ref_logps",
         rows_per_sample=2,
         weights=adapters_disabled if chunks is None else None,

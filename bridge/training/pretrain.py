@@ -29,6 +29,7 @@ from bridge.config.finetune_rules import check_finetune_start
 from bridge.config.run_plan import RunPlan
 from bridge.errors import ConfigError
 from bridge.parallel import ranks, runtime
+from bridge.parallel.planner.speed import model_flops_per_token
 from bridge.peft import apply_peft
 from bridge.training.comm_overlap import initialize_tp_userbuffers
 from bridge.training.consolidated import consolidated_writer
@@ -36,7 +37,6 @@ from bridge.training.context import TrainingContext
 from bridge.training.data.loaders import build_datasets, build_iterator
 from bridge.training.data.tokenizer import build_tokenizer
 from bridge.training.distill import distill_forward_step, teacher_pass
-from bridge.training.flops import training_flops_per_token
 from bridge.training.forward_step import forward_step as default_forward_step
 from bridge.training.hf_start import stream_hf_weights
 from bridge.training.logging import MetricWriters, ensure_console_logging, logger
@@ -270,7 +270,8 @@ def _resume_and_train(
         state=state,
         megatron_ddp=wrapped.megatron_ddp,
         overlap_param_gather=overlap_param_gather,
-        flops_per_token=training_flops_per_token(plan.provider, plan.data.seq_length),
+        # the planner's FLOPs model: Mamba, Gated DeltaNet, MLA and MTP layers counted as it plans them
+        flops_per_token=model_flops_per_token(plan.layout.model, plan.data.seq_length),
         writers=writers,
         run_config_yaml=cfg.to_yaml() if cfg.checkpoint.save else None,
         pipeline_runner=build_runner(plan, model, forward_step_func),  # None: Megatron-Core's schedules

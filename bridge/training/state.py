@@ -33,6 +33,8 @@ class TrainResult:
     grad_norms: dict[int, float | None] = field(default_factory=dict)
     learning_rates: dict[int, float] = field(default_factory=dict)
     validation_losses: dict[int, float] = field(default_factory=dict)
+    # blended validation data: each source's validation loss by iteration, {path: loss} (every rank)
+    validation_source_losses: dict[int, dict[str, float]] = field(default_factory=dict)
     # lm-eval scores by iteration, {"task/metric": value} (validation.lm_eval_tasks; every rank)
     benchmark_scores: dict[int, dict[str, float]] = field(default_factory=dict)
     skipped_iterations: int = 0

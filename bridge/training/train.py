@@ -29,6 +29,7 @@ from bridge.training.mtp_metrics import mtp_step_losses
 from bridge.training.profiling import StepProfiler
 from bridge.training.qk_clip import clip_qk
 from bridge.training.saves import finish_pending, log_rank, non_finite_message, save, sync_params_for
+from bridge.training.source_losses import source_means
 from bridge.training.state import NonFiniteLossError, TrainResult
 from bridge.training.stragglers import StragglerDetector
 from bridge.training.watchdog import Heartbeat, Watchdog, job_store
@@ -122,8 +123,25 @@ def train_step(ctx: TrainingContext) -> tuple[float, float | None, bool]:
     return loss, grad_norm, bool(update_successful)
 
 
-def evaluate(ctx: TrainingContext) -> float:
-    """Mean lm loss over validation.eval_iters global batches (forward only)."""
+def _broadcast_source_losses(ctx: TrainingContext, sums: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Blended validation data: each source's mean objective (bridge.training.source_losses), from the
+    logging rank to every rank; {} for unblended data."""
+    names = ctx.plan.data.paths if ctx.plan.data.weights else ()
+    if not names:
+        return {}
+    device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
+    values = torch.full((len(names),), float("nan"), dtype=torch.float64, device=device)
+    means = source_means(sums, ctx.objective, names)
+    for j, name in enumerate(names):
+        if name in means:
+            values[j] = means[name]
+    torch.distributed.broadcast(values, src=log_rank())
+    return {name: v for name, v in zip(names, values.tolist(), strict=True) if math.isfinite(v)}
+
+
+def evaluate(ctx: TrainingContext) -> tuple[float, dict[str, float]]:
+    """Mean objective over validation.eval_iters global batches (forward only), and with blended data
+    each source's (by path)."""
     for chunk in ctx.model:
         chunk.eval()
     sums: dict[str, torch.Tensor] = {}
@@ -136,7 +154,7 @@ def evaluate(ctx: TrainingContext) -> float:
             ctx.state.consumed_valid_samples += ctx.cfg.train.global_batch_size
     for chunk in ctx.model:
         chunk.train()
-    return _broadcast_loss(sums)
+    return _broadcast_loss(sums), _broadcast_source_losses(ctx, sums)
 
 
 def _memory_note() -> str:
@@ -375,13 +393,19 @@ def _maybe_evaluate(ctx: TrainingContext, result: TrainResult, loop: _LoopState,
     if collect:
         gc.collect()
     with sync_params_for(ctx):
-        val = evaluate(ctx)
+        val, per_source = evaluate(ctx)
     if collect:
         gc.collect()
     result.validation_losses[it] = val
+    if per_source:
+        result.validation_source_losses[it] = per_source
     if loop.is_log_rank:
         logger.info(format_validation_line(it, {ctx.objective: val}))
-        ctx.writers.write(it, {f"validation {ctx.objective}": val})
+        scalars = {f"validation {ctx.objective}": val}
+        for name, loss in per_source.items():  # Megatron-LM's multiple validation sets' names
+            logger.info(format_validation_line(it, {ctx.objective: loss}, name))
+            scalars[f"{ctx.objective} validation-{name}"] = loss
+        ctx.writers.write(it, scalars)
 
 
 def _maybe_benchmark(ctx: TrainingContext, result: TrainResult, loop: _LoopState, it: int) -> None:

@@ -91,9 +91,14 @@ but these:
 - K-EXAONE 2.0 750B-A37B (`exaone_moe_2_0_750b_a37_{pretrain,sft}_512gpu_h100_bf16_config`,
   `exaone_moe_2_0_750b_a37_peft_128gpu_h100_bf16_config`, aliased `exaone_moe_{pretrain,sft,peft}_config`):
   its checkpoint's config.json is not published, so there is no preset; the K-EXAONE-236B-A23B recipes are here.
+- Nemotron 3 Super 120B-A12B (`nemotron_3_super_{pretrain,sft}_16gpu_h100_bf16_config`,
+  `nemotron_3_super_sft_16gpu_h100_bf16_32k_config`, `nemotron_3_super_peft_{1,16}gpu_h100_bf16_config`):
+  Megatron-Bridge reads its sizes from the hub (its source holds none, so there is no preset), and its
+  multi-token-prediction layers do not convert. Nemotron 3 Nano's LoRA recipe
+  (`nemotron_3_nano_peft_8gpu_h100_bf16_config`) adapts the Mamba projections, as Nemotron-H's do.
 
 Megatron-Bridge's recipes of models no bridge family converts: DeepSeek-V4 (Flash / Pro), GLM-5.2,
-Qwen3-Next, Qwen3.5, Gemma 4, EXAONE 4.5 (VL), Kimi-K2.5-VL, Nemotron-H, GPT-3 175B and the other
+Qwen3-Next, Qwen3.5, Gemma 4, EXAONE 4.5 (VL), Kimi-K2.5-VL, Nemotron 3.5 Lightning, GPT-3 175B and the other
 vision / audio / diffusion recipes. Bridge's families with no Megatron-Bridge recipe: Gemma (1), GLM-4,
 Mistral, Phi-3, Qwen2-MoE, OLMo 2 / 3, Nemotron, Granite, StarCoder2, SmolLM3, ERNIE 4.5 (dense and MoE),
 MiniMax-M2 (Mixtral's recipe is NeMo's).

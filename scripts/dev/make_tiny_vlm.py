@@ -1,8 +1,14 @@
 """A tiny random LLaVA (transformers' LlavaForConditionalGeneration: CLIP vision tower, MLP projector,
-Llama language model) saved with its processor as one Hugging Face folder, and image-text conversations
-(PIL-made PNG images) as JSONL; no downloads.
+Llama language model) or Qwen2.5-VL (`--family qwen25_vl`: window-attention vision transformer and merger,
+Qwen2 language model with M-RoPE) saved with its processor as one Hugging Face folder, and image-text
+conversations (PIL-made PNG images) as JSONL; no downloads.
 
     python scripts/dev/make_tiny_vlm.py tiny_vlm --data vlm.jsonl images 8
+    python scripts/dev/make_tiny_vlm.py tiny_qwen_vl --family qwen25_vl
+
+Qwen2.5-VL's folder holds its tokenizer and image processor but no processor_config.json: transformers'
+Qwen2_5_VLProcessor needs a video processor, which needs torchvision (`qwen25_vl_processor(folder)` builds
+the processor without it).
 
 The README's image-text finetune and the VLM tests use it.
 """
@@ -91,6 +97,117 @@ def make_tiny_llava(out: Path, seed: int = 0):
     return model
 
 
+# Qwen2.5-VL: its vision markers and placeholders, patches of 4 px merged 2x2; a 42 px image resizes
+# to 32x32 (max_pixels 1024) -> an 8x8 patch grid -> 16 image tokens; windows of 16 px (2x2 merged
+# patches) so the window-attention layer (block 0) differs from the full-attention one (block 1).
+QWEN_SPECIALS = SPECIALS[:6] + [
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+QWEN_TEMPLATE = CHAT_TEMPLATE.replace("<image> ", "<|vision_start|> <|image_pad|> <|vision_end|> ")
+TINY_QWEN_VISION = dict(
+    depth=2, hidden_size=32, intermediate_size=48, num_heads=2, patch_size=4, spatial_merge_size=2,
+    temporal_patch_size=2, window_size=16, fullatt_block_indexes=[1], out_hidden_size=64,
+)  # fmt: skip
+
+
+def make_qwen25_vl_processor(out: Path):
+    """A Qwen2_5_VLProcessor: a word-level tokenizer with Qwen's vision tokens and Qwen2-VL's image
+    processor (PIL backend) at 1024 pixels."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2_5_VLProcessor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.train_from_iterator([" ".join(WORDS)], trainers.WordLevelTrainer(special_tokens=QWEN_SPECIALS))
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="<eos>"
+    )
+    v = TINY_QWEN_VISION
+    images = Qwen2VLImageProcessorPil(
+        size={"shortest_edge": 256, "longest_edge": 1024}, patch_size=v["patch_size"],
+        temporal_patch_size=v["temporal_patch_size"], merge_size=v["spatial_merge_size"],
+    )  # fmt: skip
+    fast.chat_template = QWEN_TEMPLATE
+    fast.save_pretrained(out)  # the processor's parts (its own save needs the absent video processor)
+    images.save_pretrained(out)
+    return _without_video(Qwen2_5_VLProcessor, images, fast, QWEN_TEMPLATE)
+
+
+def qwen25_vl_processor(folder: Path):
+    """The Qwen2_5_VLProcessor of a folder make_tiny_qwen25_vl wrote (its tokenizer and image processor)."""
+    from transformers import AutoTokenizer, Qwen2_5_VLProcessor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    images = Qwen2VLImageProcessorPil.from_pretrained(folder)
+    return _without_video(Qwen2_5_VLProcessor, images, tokenizer, tokenizer.chat_template)
+
+
+def _without_video(cls, images, tokenizer, template: str):
+    """The processor with no video processor (transformers' video processors need torchvision, which is
+    not a dependency here): its __init__'s class check of the absent one is skipped. AutoProcessor cannot
+    load such a folder, so dataset.kind=vlm cannot use it without torchvision."""
+    check = cls.check_argument_for_proper_class
+    cls.check_argument_for_proper_class = lambda self, name, arg: (
+        None if arg is None else check(self, name, arg)
+    )
+    try:
+        return cls(image_processor=images, tokenizer=tokenizer, video_processor=None, chat_template=template)
+    finally:
+        cls.check_argument_for_proper_class = check
+
+
+def make_tiny_qwen25_vl(out: Path, seed: int = 0):
+    """A random Qwen2_5_VLForConditionalGeneration (fp32) and its processor in one Hugging Face folder:
+    M-RoPE sections [2, 3, 3] of the 16-wide heads."""
+    import torch
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    out = Path(out)
+    processor = make_qwen25_vl_processor(out)
+    ids = processor.tokenizer.convert_tokens_to_ids
+    text = dict(TINY_TEXT, vocab_size=len(processor.tokenizer), rope_theta=10000.0)
+    text["rope_parameters"] = dict(
+        rope_type="mrope", mrope_section=[2, 3, 3], rope_theta=text.pop("rope_theta")
+    )
+    config = Qwen2_5_VLConfig(
+        vision_config=dict(TINY_QWEN_VISION),
+        text_config=text,
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+        tie_word_embeddings=False,
+    )
+    config.dtype = torch.float32
+    return _randomized(Qwen2_5_VLForConditionalGeneration(config), seed, out)
+
+
+def _randomized(model, seed: int, out: Path):
+    """Every weight random (norms away from 1, so a mapping mistake shows); saved in fp32."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = model.float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(
+                1.0 + 0.2 * torch.randn_like(p)
+                if "norm" in name and p.ndim == 1
+                else 0.1 * torch.randn_like(p)
+            )
+    model.save_pretrained(out)
+    return model
+
+
+MAKERS = {"llava": make_tiny_llava, "qwen25_vl": make_tiny_qwen25_vl}
+
+
 def write_image(path: Path, rng) -> Path:
     """A PNG of random colored rectangles, IMAGE_SIZE * 1.5 pixels (the processor resizes it)."""
     from PIL import Image, ImageDraw
@@ -130,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="the Hugging Face folder to write")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--family", choices=sorted(MAKERS), default="llava")
     parser.add_argument(
         "--data", nargs=3, metavar=("JSONL", "IMAGE_DIR", "N"), help="also write N conversations"
     )
@@ -137,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    make_tiny_llava(args.out, seed=args.seed)
+    MAKERS[args.family](args.out, seed=args.seed)
     if args.data:
         write_vlm_jsonl(Path(args.data[0]), Path(args.data[1]), int(args.data[2]), seed=args.seed)
     return 0

@@ -19,14 +19,13 @@ import os
 import sys
 from pathlib import Path
 
-from bridge.config.run_plan import build_plan
-
 # Runnable as `python scripts/training/run_recipe.py` (and under torchrun) without installing the package.
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(_REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(_REPO_ROOT))
 
 from bridge.cli.user_error import EXIT_USER_ERROR, previous_stop, report_user_error  # noqa: E402
+from bridge.config.run_plan import build_plan  # noqa: E402
 from bridge.errors import ConfigError  # noqa: E402
 from bridge.parallel.planner.systems import SYSTEMS  # noqa: E402
 from bridge.parallel.ranks import env_world_size  # noqa: E402

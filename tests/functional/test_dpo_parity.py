@@ -10,6 +10,10 @@ each against the reference over exactly the micro batches bridge trained on. 2 r
 (the answers' log-probs through Megatron-Core's vocab-parallel cross entropy), PP=2 (the reference
 pass through the pipeline schedule too) and DP=2, against the TP=1 reference.
 
+The `ref` launch also runs TRL's DPOTrainer (its collator and `compute_loss`: TRL 1.16's own log-probs,
+loss and logged rewards) over the same micro batches with the same AdamW steps (workers/dpo_trl.py), for
+DPO and IPO; without trl installed those tests skip, saying so.
+
 Tolerances, fp32 throughout: the loss to 1e-5 relative (the issue's bound; the sums over <= 32 tokens of
 log-probs of magnitude ~6 and 5 AdamW steps at lr <= 3e-3 move the loss by ~1e-6 relative between two
 fp32 summation orders), the grad norm to 1e-5 likewise, the logged rewards to 1e-5 absolute (beta * a
@@ -42,11 +46,15 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def launches(tmp_path_factory) -> str:
     workdir = str(tmp_path_factory.mktemp("dpo_parity"))
     out = assert_ok(torchrun(WORKER, 1, "ref", workdir, timeout=420))
-    out += assert_ok(torchrun(WORKER, 2, "layouts", workdir, timeout=420))
-    return {r["run"]: r for r in payloads(out, "run")}
+    return out + assert_ok(torchrun(WORKER, 2, "layouts", workdir, timeout=420))
+
+
+@pytest.fixture(scope="module")
+def runs(launches):
+    return {r["run"]: r for r in payloads(launches, "run")}
 
 
 def _rel(a: float, b: float) -> float:
@@ -79,3 +87,18 @@ def test_rewards_margins_and_accuracies_equal_the_reference(runs, run):
     for it in ITERS:
         for key, value in ref["metrics"][it].items():
             assert got["metrics"][it][key] == pytest.approx(value, abs=REWARD_ABS), (run, it, key)
+
+
+@pytest.mark.parametrize("loss_type", ["sigmoid", "ipo"])
+def test_trl_dpo_trainer_gives_bridges_losses_and_rewards(launches, runs, loss_type):
+    missing = payloads(launches, "trl_missing")
+    if missing:
+        pytest.skip(missing[0]["reason"])
+    got, trl = runs[f"{loss_type}_tp1"], runs[f"trl_{loss_type}"]
+    for it in ITERS:
+        assert _rel(got["losses"][it], trl["losses"][it]) < REL, (loss_type, it, got["losses"], trl["losses"])
+        assert _rel(got["grad_norms"][it], trl["grad_norms"][it]) < REL, (loss_type, it)
+        for key, value in trl["metrics"][it].items():
+            assert got["metrics"][it][key] == pytest.approx(value, abs=REWARD_ABS), (loss_type, it, key)
+    # not a trivial match: by the last step the policy left the reference and ranks the pairs
+    assert trl["metrics"]["5"]["rewards/margins"] > 0.1

@@ -1,10 +1,12 @@
 """Vision-language models on gloo ranks (slow tier): image-text finetuning equals transformers + torch, and
 TP=2 conversion equals transformers (workers/vlm_training_parity.py, two launches).
 
-1 rank: bridge's finetune() from a tiny LLaVA folder (dataset.kind=vlm, full SFT, vision encoder frozen)
-against LlavaForConditionalGeneration + torch.optim.AdamW over the micro batches bridge trained on.
-2 ranks: import at TP=2 (logits and a bit-identical export), then the same finetune at TP=2, PP=2 (the
-vision side on the first stage) and DP=2.
+1 rank: bridge's finetune() from each tiny VLM folder (LLaVA, Qwen2.5-VL; dataset.kind=vlm, full SFT,
+vision encoder frozen) against transformers' model class + torch.optim.AdamW over the micro batches bridge
+trained on.
+2 ranks: import of each family at TP=2 (logits and a bit-identical export), then the same finetune at TP=2,
+PP=2 (the vision side on the first stage; Qwen2.5-VL's M-RoPE positions computed on both stages) and, for
+LLaVA, DP=2.
 Per iteration the loss must equal the reference's to 1e-5 relative and the grad norm to 2e-6 (as
 test_training_parity_hf.py: fp32, a 2-layer tower and language model, 5 AdamW steps; the differences are
 summation order, ~1e-7 relative), the learning rate exactly.
@@ -38,10 +40,14 @@ def _close(ours: dict, ref: dict, rel: float) -> None:
         assert abs(ours[it] - ref[it]) <= rel * abs(ref[it]), (it, ours[it], ref[it])
 
 
-@pytest.mark.parametrize("layout", ["tp1", "tp2", "pp2", "dp2"])
-def test_image_text_finetune_equals_transformers(out, layout):
+@pytest.mark.parametrize(
+    "family, layout",
+    [("llava", "tp1"), ("llava", "tp2"), ("llava", "pp2"), ("llava", "dp2"),
+     ("qwen25_vl", "tp1"), ("qwen25_vl", "tp2"), ("qwen25_vl", "pp2")],
+)  # fmt: skip
+def test_image_text_finetune_equals_transformers(out, family, layout):
     runs = {r["run"]: r for r in payloads(out, "run")}
-    ref, ours = runs["transformers"], runs[layout]
+    ref, ours = runs[f"{family}:transformers"], runs[f"{family}:{layout}"]
     _close(ours["losses"], ref["losses"], LOSS_REL)
     _close(ours["grad_norms"], ref["grad_norms"], GRAD_NORM_REL)
     assert ours["learning_rates"] == ref["learning_rates"]
@@ -61,7 +67,11 @@ def test_loss_falls_on_the_assistant_answers_only(out):
 
 
 def test_tp2_import_equals_transformers_and_export_is_bit_identical(out):
-    (conv,) = payloads(out, "convert_tp2")
-    # fp32, O(1) logits: TP=2 splits each matmul's sum in two partial sums (a few ulps), far below 1e-5
-    assert conv["max_logit_diff"] <= 1e-5
-    assert conv["export_differs"] is None
+    from tests.functional.workers.vlm_models import VLM_FAMILIES
+
+    convs = payloads(out, "convert_tp2")
+    assert {c["family"] for c in convs} == set(VLM_FAMILIES)
+    for conv in convs:
+        # fp32, O(1) logits: TP=2 splits each matmul's sum in two partial sums (a few ulps), far below 1e-5
+        assert conv["max_logit_diff"] <= 1e-5, conv
+        assert conv["export_differs"] is None, conv

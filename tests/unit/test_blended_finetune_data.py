@@ -84,3 +84,32 @@ def test_a_source_without_records_in_a_split_it_must_feed_is_an_error(tmp_path, 
     b = write_jsonl(tmp_path / "b.jsonl", [{"input": "dog", "output": "no"}])  # 1 record: all train
     with pytest.raises(ConfigError, match=r"b.jsonl has no records in the valid split, and its blend weight"):
         build_datasets(plan(tmp_path, "sft", [a, b], (0.5, 0.5), (4, 4, 0), split="9,1,0"), tok)
+
+
+@pytest.fixture(scope="module")
+def hf(tmp_path_factory) -> Path:
+    from tests.finetune_fixtures import make_tiny_llama
+
+    return make_tiny_llama(tmp_path_factory.mktemp("blend_hf") / "hf")
+
+
+def _sft_plan(hf: Path, data_paths: str):
+    from bridge.config.compose import compose
+    from bridge.config.run_plan import build_plan
+    from recipes.llama_finetune import llama32_1b_sft_config
+
+    overrides = [
+        f"checkpoint.pretrained_checkpoint={hf}", f"tokenizer.tokenizer_model={hf}", "dataset.kind=sft",
+        f"dataset.data_paths={data_paths}", "model.seq_length=16", "dataset.packed_sequence_size=0",
+    ]  # fmt: skip
+    return build_plan(compose(llama32_1b_sft_config(), overrides=overrides)[0], 1, cuda=False)
+
+
+def test_a_weighted_sft_blend_plans_and_a_weight_of_zero_or_below_is_one_error(tmp_path, hf):
+    a = write_jsonl(tmp_path / "a.jsonl", [{"input": "cat", "output": "yes"}] * 10)
+    b = write_jsonl(tmp_path / "b.jsonl", [{"input": "dog", "output": "no"}] * 10)
+    plan_ = _sft_plan(hf, f"['0.7',{a},'0.3',{b}]")  # the weights are no files (the finetuning rules)
+    assert (plan_.data.paths, plan_.data.weights) == ((a, b), (0.7, 0.3))
+    for weight in ("0", "-0.5"):
+        with pytest.raises(ConfigError, match=r"dataset.data_paths = .*blend weights must be > 0"):
+            _sft_plan(hf, f"['{weight}',{a},'1.0',{b}]")

@@ -464,6 +464,14 @@ PUBLISHED = {
         hybrid_override_pattern="M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M-",
         hidden_size=5120, intermediate_size=20480, num_attention_heads=40, mamba_num_heads=128,
         mamba_head_dim=80, ssm_state_size=128, max_position_embeddings=131072)),
+    # nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 (the sizes as Megatron-Bridge's Nemotron 3 Nano recipe
+    # lists them; the context length is not math and is left at the class default)
+    "nemotron_3_nano_30b_a3b": ("NemotronHConfig", dict(_NEMOTRON_H,
+        hybrid_override_pattern="MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", hidden_size=2688,
+        intermediate_size=1856, num_attention_heads=32, num_key_value_heads=2, mamba_num_heads=64,
+        mamba_head_dim=64, ssm_state_size=128, n_routed_experts=128, moe_intermediate_size=1856,
+        moe_shared_expert_intermediate_size=3712, num_experts_per_tok=6, routed_scaling_factor=2.5,
+        n_group=1, topk_group=1, norm_topk_prob=True)),
 }  # fmt: skip
 # HF architecture of a config class, where it is not the class name with ForCausalLM for Config.
 # Vision-language presets (llava-hf/llava-1.5-{7b,13b}-hf's config.json): their language model's values
@@ -486,6 +494,35 @@ VLM = {
         num_attention_heads=40, num_key_value_heads=40,
     ))),
 }  # fmt: skip
+# Qwen/Qwen2.5-VL-{3B,7B,32B,72B}-Instruct's config.json (transformers 5 nests the language model in
+# text_config; M-RoPE sections [16, 24, 24]).
+_QWEN25_VL_VISION = dict(
+    depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, hidden_act="silu", in_channels=3,
+    patch_size=14, spatial_merge_size=2, temporal_patch_size=2, tokens_per_second=2, window_size=112,
+    fullatt_block_indexes=[7, 15, 23, 31],
+)  # fmt: skip
+
+
+def _qwen25_vl(tied: bool = False, **text) -> tuple[str, dict]:
+    return ("Qwen2_5_VLConfig", dict(
+        image_token_id=151655, video_token_id=151656, vision_start_token_id=151652, vision_end_token_id=151653,
+        tie_word_embeddings=tied, vision_config=dict(_QWEN25_VL_VISION, out_hidden_size=text["hidden_size"]),
+        text_config=dict(model_type="qwen2_5_vl_text", max_position_embeddings=128000, rms_norm_eps=1e-6,
+                         rope_parameters=dict(rope_type="mrope", mrope_section=[16, 24, 24], rope_theta=1000000.0),
+                         tie_word_embeddings=tied, **text),
+    ))  # fmt: skip
+
+
+VLM |= {
+    "qwen25_vl_3b": _qwen25_vl(True, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
+                               num_attention_heads=16, num_key_value_heads=2, vocab_size=151936),
+    "qwen25_vl_7b": _qwen25_vl(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                               num_attention_heads=28, num_key_value_heads=4, vocab_size=152064),
+    "qwen25_vl_32b": _qwen25_vl(hidden_size=5120, intermediate_size=27648, num_hidden_layers=64,
+                                num_attention_heads=40, num_key_value_heads=8, vocab_size=152064),
+    "qwen25_vl_72b": _qwen25_vl(hidden_size=8192, intermediate_size=29568, num_hidden_layers=80,
+                                num_attention_heads=64, num_key_value_heads=8, vocab_size=152064),
+}  # fmt: skip
 PUBLISHED |= VLM
 ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM", "Qwen3_5TextConfig": "Qwen3_5ForCausalLM"}
 # Vocabularies Megatron pads to a multiple of 128 (the padding rows are not HF parameters).
@@ -498,7 +535,7 @@ VOCAB_PADDING = {
 CONVERTED_FIELDS = (
     "olmo2", "gemma2", "gemma3", "glm4", "minimax_m2", "ernie45", "smollm3", "exaone4", "granite", "olmo3", "olmoe",
     "gpt_oss", "gemma_", "minitron", "starcoder2", "glm47", "k_exaone", "nemotronh", "nemotron_nano",
-    "qwen3_next", "qwen35_",
+    "qwen3_next", "qwen35_", "nemotron_3_",
 )  # fmt: skip
 # Presets whose config.json names its experts otherwise (n_routed_experts, moe_num_experts) and routes
 # by sigmoid + bias: checked against the provider their published config converts to (above) instead.
@@ -508,7 +545,7 @@ OWN_EXPERT_KEYS = {
 }  # fmt: skip
 # Presets of families with LayerNorm and an MLP without gate, outside the generic asserts below (which
 # state the RMSNorm / gated-MLP families' values); checked field by field as converted instead.
-NOT_RMSNORM_GATED = ("minitron", "starcoder2", "nemotronh", "nemotron_nano")  # and the hybrids
+NOT_RMSNORM_GATED = ("minitron", "starcoder2", "nemotronh", "nemotron_nano", "nemotron_3_")  # and the hybrids
 QKV_BIAS = {
     *("glm4_9b", "glm4_32b_0414"),
     *("qwen2_500m", "qwen2_1p5b", "qwen2_7b", "qwen2_72b"),
@@ -528,7 +565,7 @@ GPT_OSS = {"gpt_oss_20b", "gpt_oss_120b"}
 COUNTED_BY_FORMULA = {
     "deepseek_v2", "deepseek_v3", "kimi_k2", "glm45", "glm46", "glm45_air", "minimax_m2", "ernie45_21b_a3b",
     "ernie45_300b_a47b", "qwen3_235b_a22b", "llama31_405b", "glm47_flash", "k_exaone_236b_a23b",
-    "qwen3_next_80b_a3b",
+    "qwen3_next_80b_a3b", "nemotron_3_nano_30b_a3b",
 }  # fmt: skip
 # Megatron-Core allocates the attention sinks on the current device, never the meta one (0.16.1 and
 # 0.19.2): GPT-OSS is counted by the formula, which equals the built model below. So does its Gated
@@ -856,7 +893,8 @@ def test_vlm_preset_equals_what_its_published_config_converts_to(name):
         f: (getattr(p, f), getattr(converted, f))
         for f in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
                   "vocab_size", "seq_length", "layernorm_epsilon", "rotary_base", "normalization",
-                  "activation_func", "gated_linear_unit", "share_embeddings_and_output_weights")
+                  "activation_func", "gated_linear_unit", "share_embeddings_and_output_weights",
+                  "add_qkv_bias", "position_embedding_type", "mrope_section")
         if f not in _NOT_MATH and getattr(p, f) != getattr(converted, f)
     }  # fmt: skip
     assert not differ, differ

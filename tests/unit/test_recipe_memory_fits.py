@@ -81,6 +81,10 @@ OVER_MEMORY = {
     "qwen3_235b_a22b_sft_64gpu_h100_bf16_config": "activations",
     # Megatron-Bridge's hybrid and Qwen3-Next recipes at DP=1: the bf16 weights, fp32 gradients and
     # unsharded Adam states alone (counted per layer kind: Mamba-2, attention, MLP, MoE) exceed 72 GB
+    # Nemotron 3 Nano on 8 H100: EP=8 leaves each rank's 3.7B expert weights unsharded over data
+    # parallelism (expert DP 1): their fp32 main weights and Adam states alone are 44 GB (82.6 GB states)
+    "nemotron_3_nano_pretrain_8gpu_h100_bf16_config": "states",
+    "nemotron_3_nano_sft_8gpu_h100_bf16_config": "states",
     "nemotronh_4b_pretrain_1gpu_h100_bf16_config": "states",
     "nemotronh_4b_sft_1gpu_h100_bf16_config": "states",
     "nemotronh_8b_pretrain_2gpu_h100_bf16_config": "states",
@@ -93,6 +97,14 @@ OVER_MEMORY = {
     "nemotron_nano_9b_v2_sft_2gpu_h100_bf16_config": "states",
     "nemotron_nano_12b_v2_pretrain_4gpu_h100_bf16_config": "activations",
     "qwen3_next_80b_a3b_sft_16gpu_h100_bf16_config": "states",
+    # Megatron-Bridge's Qwen2.5-VL recipes: 4096-token rows in micro batches of 2, nothing recomputed; its
+    # 72B LoRA names one GPU, where the bf16 weights alone (145 GB) exceed it
+    "qwen25_vl_3b_sft_1gpu_h100_bf16_config": "activations",
+    "qwen25_vl_7b_sft_2gpu_h100_bf16_config": "states",
+    "qwen25_vl_32b_sft_16gpu_h100_bf16_config": "activations",
+    "qwen25_vl_32b_peft_1gpu_h100_bf16_config": "activations",
+    "qwen25_vl_72b_sft_32gpu_h100_bf16_config": "activations",
+    "qwen25_vl_72b_peft_1gpu_h100_bf16_config": "states",
 }
 
 

@@ -17,7 +17,8 @@ from bridge.checkpoint.paths import write_tracker as _write_tracker
 from bridge.config.run_plan import build_plan
 from bridge.config.sections import LoggerConfig
 from bridge.errors import ConfigError
-from bridge.training.flops import training_flops_per_token
+from bridge.parallel.layout import ModelShape
+from bridge.parallel.planner.speed import model_flops_per_token
 from bridge.training.logging import IterationStats, format_iteration_line, format_validation_line
 
 
@@ -53,21 +54,21 @@ def test_validation_line():
 
 
 def test_flops_per_token_hand_computed():
-    # 1 layer, h=4, 2 heads of 2, MHA, ffn 8 non-gated, vocab 10, seq 6
-    m = SimpleNamespace(
+    # the log line's FLOPs are the planner's model_flops_per_token over the plan's shape:
+    # 1 layer, h=4, 2 heads of 2, MHA, ffn 8 non-gated, untied vocab 10, seq 6
+    shape = ModelShape(
         num_layers=1,
-        hidden_size=4,
         num_attention_heads=2,
-        num_query_groups=None,
-        kv_channels=None,
+        hidden_size=4,
         ffn_hidden_size=8,
-        gated_linear_unit=False,
         vocab_size=10,
+        make_vocab_size_divisible_by=1,
+        gated_linear_unit=False,
     )
     attn_proj = 4 * 4 + 2 * 4 * 4 + 4 * 4  # q, k+v, out
     mlp = 2 * 4 * 8
-    scores = 6 * 4  # causal half of 2 * s * heads * d
-    assert training_flops_per_token(m, 6) == 6 * (attn_proj + mlp + scores + 4 * 10)
+    scores = 3 * 6 * 2 * (2 + 2)  # causal QK^T and AV: 3 x seq x heads x (qk + v head dims), fwd + bwd
+    assert model_flops_per_token(shape, 6) == 6 * (attn_proj + mlp + 4 * 10) + scores
 
 
 def test_tracker_is_replaced_atomically(tmp_path):
@@ -228,7 +229,6 @@ def test_mfu_hidden_when_unknown():
     ],
 )
 def test_mfu_device_is_read_once_and_an_unknown_one_said_once(monkeypatch, device, precision, note):
-    from types import SimpleNamespace
 
     import torch
 

@@ -35,10 +35,13 @@ def sources(tmp_path_factory):
 
 
 def _megatron_logits(chunk, batch, vocab: int) -> torch.Tensor:
+    from bridge.training.data.vlm import IMAGE_KEYS
+
     ids = batch["input_ids"]
     pos = torch.arange(ids.shape[1]).unsqueeze(0).expand_as(ids)
+    images = {k: batch[k] for k in IMAGE_KEYS if k in batch}  # as forward_step passes them
     with torch.no_grad():
-        out = chunk(ids, pos, None, images={"pixel_values": batch["pixel_values"]})
+        out = chunk(ids, pos, None, images=images)
     return out[..., :vocab].float()
 
 
@@ -120,3 +123,91 @@ def test_too_few_image_tokens_is_one_clear_error(sources):
     ids[0, first] = 0  # one placeholder of the first sample's image lost
     with pytest.raises(ImageTokenMismatch, match="image tokens"):
         _megatron_logits(chunk, dict(batch, input_ids=ids), 10)
+
+
+def test_mrope_positions_refuse_video_and_generation_needs_no_cache(sources):
+    """Qwen2.5-VL: a video token is one clear error; greedy generation without the KV cache (every step
+    recomputes the M-RoPE positions of the whole sequence) equals transformers' generate, and with the
+    cache (a step holds only the new token) it is refused."""
+    from bridge import AutoBridge
+    from bridge.errors import ConfigError
+    from bridge.inference.generate import generate
+
+    folder, hf, batch = sources["qwen25_vl"]
+    provider = AutoBridge.from_hf_pretrained(folder).to_megatron_provider()
+    chunk = provider.provide_distributed_model(wrap_with_ddp=False)[0]
+    ids = batch["input_ids"].clone()
+    ids[0, -1] = hf.config.video_token_id
+    with pytest.raises(ConfigError, match="video inputs are not supported"):
+        _megatron_logits(chunk, dict(batch, input_ids=ids), 10)
+    prompt = [int(t) for t in batch["input_ids"][0, 18:23]]  # text tokens after the image
+    with pytest.raises(ConfigError, match="kv_cache = True"):
+        generate([chunk], prompt, 4, vocab_size=provider.vocab_size)
+    ours = generate([chunk], prompt, 4, vocab_size=provider.vocab_size, kv_cache=False).ids
+    with torch.no_grad():
+        ref = hf.generate(torch.tensor([prompt]), max_new_tokens=4, do_sample=False)[0, len(prompt) :]
+    assert ours == ref.tolist()
+
+
+def test_mrope_section_must_split_half_the_head():
+    from bridge.errors import ConfigError
+    from bridge.models import preset
+
+    p = preset("qwen25_vl_7b")
+    p.mrope_section = [16, 24, 16]  # 56, not 64 = 128 / 2
+    with pytest.raises(ConfigError, match=r"mrope_section.*summing to half the rotary head dimension \(64\)"):
+        p.finalize()
+
+
+def test_qwen25_vl_class_defaults_equal_transformers():
+    """The keys a Qwen2.5-VL config.json may omit are read as transformers' config classes fill them."""
+    from transformers import Qwen2_5_VLConfig
+
+    from bridge.models.qwen25_vl.hf_config import CLASS_DEFAULTS
+
+    config = Qwen2_5_VLConfig()
+    for model_type, cfg in (("qwen2_5_vl", config), ("qwen2_5_vl_text", config.text_config)):
+        for key, value in CLASS_DEFAULTS[model_type].items():
+            if key == "rope_theta":
+                have = cfg.rope_parameters["rope_theta"]
+            elif key == "sliding_window":  # an instance keeps the class default only with use_sliding_window
+                have = getattr(type(cfg), key)
+            elif key == "tie_word_embeddings":  # the outer config's (transformers 5 ties by it)
+                have = config.tie_word_embeddings
+            else:
+                have = getattr(cfg, key)
+            assert have == value, (model_type, key, have, value)
+
+
+def test_qwen25_vl_flat_config_reads_as_the_nested_one(sources):
+    """The published checkpoints' flat config.json (text keys at the top level, rope_scaling
+    {"type": "mrope"}) converts to the provider of the transformers 5 nested one, as Qwen2_5_VLConfig reads it."""
+    import dataclasses
+
+    from transformers import Qwen2_5_VLConfig
+
+    from bridge import AutoBridge
+    from bridge.models.hf_translation.common import read_config_json
+
+    nested = read_config_json(sources["qwen25_vl"][0] / "config.json")
+    text = dict(nested["text_config"])
+    rope = text.pop("rope_parameters")
+    flat = {k: v for k, v in nested.items() if k != "text_config"} | {
+        k: v for k, v in text.items() if k not in ("model_type", "tie_word_embeddings")
+    }
+    flat |= {
+        "rope_theta": rope["rope_theta"],
+        "rope_scaling": {"type": "mrope", "mrope_section": rope["mrope_section"]},
+    }
+    # transformers reads both alike (but for a leftover legacy "type" key and where it keeps the tie)
+    read = [Qwen2_5_VLConfig(**c).text_config.to_dict() for c in (flat, nested)]
+    for r in read:
+        r.pop("tie_word_embeddings", None)
+        r["rope_parameters"].pop("type", None)
+    assert read[0] == read[1]
+    ours = [
+        dataclasses.asdict(AutoBridge.from_hf_config(c).to_megatron_provider(load_weights=False))
+        for c in (flat, nested)
+    ]
+    assert ours[0] == ours[1]
+    assert (ours[0]["position_embedding_type"], ours[0]["mrope_section"]) == ("mrope", [2, 3, 3])

@@ -4,7 +4,8 @@ rules        one_of / positive: the shapes most rules share
 train        train, validation (evaluation)
 optimizer    optimizer, scheduler (and scheduler_iters: the lengths Megatron-Core's scheduler gets)
 muon         optimizer=muon: the release, package, strategy and precision Megatron-Core's Muon runs with
-data         dataset: kind, split, blend list, files present (parse_split, blend_paths)
+data         dataset: kind, split, blend list, files present (parse_split; blend_paths from
+             bridge.config.blend_list)
 tokenizer    tokenizer: type and vocabulary size against the model's
 files        what the run reads, checked without torch: data files non-empty, a Hugging Face tokenizer
              folder with an eos token, NullTokenizer JSONL holding token ids

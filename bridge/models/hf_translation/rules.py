@@ -24,6 +24,10 @@ functions (cfg: a config.json dict or a PretrainedConfig; p: a GPTModelProvider)
   hf_fields(p)            extra config.json keys, after the generic ones
   moe_hf_fields(p)        replaces the generic expert keys of config.json
   config_dict(p, model_type, architecture)  replaces the generic size and expert keys of config.json
+  text_config(cfg)        a vision-language family that splits its config.json itself (a flat layout,
+                          a language model of its own model type): (the language model's config in its
+                          text family's terms, vlm_config: the rest); the VLM's own
+                          provider_fields(cfg) (the whole config) add what that family does not read
   mtp_hf_tensors(cfg, names, keep)  the checkpoint tensors of the multi-token-prediction layers of
                           depth >= keep (left out, listed, when a model is built with mtp_num_layers=keep
                           below the checkpoint's count)
@@ -59,6 +63,7 @@ class FamilyRules:
     moe_hf_fields: Callable[[Any], Fields] | None = None
     config_dict: Callable[[Any, str, str], Fields] | None = None
     mtp_hf_tensors: Callable[[Any, set[str], int], set[str]] | None = None
+    text_config: Callable[[dict[str, Any]], tuple[dict[str, Any], dict[str, Any]]] | None = None
 
     @classmethod
     def from_module(cls, module: ModuleType) -> FamilyRules:
@@ -72,6 +77,7 @@ class FamilyRules:
             "moe_hf_fields",
             "config_dict",
             "mtp_hf_tensors",
+            "text_config",
         )
         return cls(
             module=module.__name__,

@@ -5,9 +5,17 @@ layers_block_type   one entry per layer (linear_attention = Mamba-2, full_attent
                     hold the pattern itself (hybrid_override_pattern)
 ssm_state_size, mamba_num_heads, mamba_head_dim, n_groups, conv_kernel, chunk_size -> the SSM sizes
 mlp_hidden_act      relu2 -> squared ReLU without gate; attention without position embedding
+moe layers (Nemotron 3): transformers' NemotronHMoE is Megatron-Core's MoELayer: routed experts of
+                    moe_intermediate_size (squared ReLU, no gate) on the hidden states projected to
+                    moe_latent_size when set (fc1_latent_proj before the experts, fc2_latent_proj after their
+                    weighted sum: moe_latent_size), sigmoid routing with e_score_correction_bias (the router's
+                    expert_bias; bridge.models.hf_translation.sigmoid_routing), plus one shared expert of
+                    moe_shared_expert_intermediate_size on the full hidden states (n_shared_experts is not
+                    read by transformers' class, nor here)
 Refused with the reason: what Megatron-Core's mixer computes otherwise (conv without bias, biased
-projections, a dt clamp, another gated-norm epsilon or activation, fp32 residuals) and the MoE layers
-of Nemotron 3 (latent / sigmoid-routed experts, not converted by this bridge).
+projections, a dt clamp, another gated-norm epsilon or activation, fp32 residuals), MLP / latent biases
+(mlp_bias) and multi-token-prediction layers (num_nextn_predict_layers: transformers builds none and the
+hybrid provider builds none).
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import math
 from typing import Any
 
 from bridge.models.hf_translation.common import BASE_DEFAULTS, get, refuse
+from bridge.models.hf_translation.sigmoid_routing import sigmoid_routing_fields, sigmoid_routing_hf_fields
 
 # transformers' NemotronHConfig defaults of every field the translation reads.
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -44,6 +53,16 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         layer_norm_epsilon=1e-5,
         residual_in_fp32=False,
         layers_block_type=["linear_attention", "moe", "full_attention", "mlp"],
+        n_routed_experts=8,
+        moe_intermediate_size=7688,
+        moe_shared_expert_intermediate_size=7688,
+        moe_latent_size=None,
+        num_experts_per_tok=2,
+        routed_scaling_factor=1.0,
+        n_group=1,
+        topk_group=1,
+        norm_topk_prob=True,
+        num_nextn_predict_layers=0,
     ),
 }
 
@@ -90,6 +109,7 @@ def check(cfg: Any) -> None:
         ("use_conv_bias", True, "Megatron-Core's Mamba mixer always has a conv bias"),
         ("mamba_proj_bias", False, "Megatron-Core's Mamba mixer has no in/out projection biases"),
         ("use_bias", False, "the mapping has no linear biases"),
+        ("mlp_bias", False, "the mapping has no MLP, expert or latent-projection biases"),
         ("residual_in_fp32", False, "MambaModel keeps residuals in the model dtype"),
     )
     for key, want, why in rules:
@@ -113,13 +133,14 @@ def check(cfg: Any) -> None:
             f"convert a model with layer_norm_epsilon={_MIXER_NORM_EPS}",
         )
     pattern = layer_pattern(cfg)
-    if "E" in pattern:
+    mtp = int(get(cfg, "num_nextn_predict_layers", 0) or 0)
+    if mtp:
         raise refuse(
-            "layers_block_type",
-            "moe",
-            "Nemotron 3's MoE layers (sigmoid-routed experts with latent projections) are not converted by this "
-            "bridge",
-            "convert a Nemotron-H / Nemotron Nano 2 model (Mamba, attention and MLP layers)",
+            "num_nextn_predict_layers",
+            mtp,
+            "bridge's hybrid provider builds no multi-token-prediction layers (transformers' class builds "
+            "none either), so the checkpoint's mtp.* tensors would go unused",
+            "convert a checkpoint without MTP layers (num_nextn_predict_layers=0)",
         )
     layers = get(cfg, "num_hidden_layers")
     if isinstance(cfg, dict) and layers is not None and int(layers) != len(pattern):
@@ -128,20 +149,58 @@ def check(cfg: Any) -> None:
         )
 
 
+def _moe_fields(cfg: Any) -> dict[str, Any]:
+    """Megatron-Core's MoE fields of Nemotron 3's `moe` layers (see the module docstring)."""
+    shared = int(get(cfg, "moe_shared_expert_intermediate_size") or 0)
+    if shared < 1:
+        raise refuse(
+            "moe_shared_expert_intermediate_size",
+            shared,
+            "transformers' NemotronHMoE always adds a shared expert of this size",
+            "use the published config.json",
+        )
+    latent = get(cfg, "moe_latent_size")
+    routing = sigmoid_routing_fields(
+        int(get(cfg, "n_routed_experts") or 0),
+        int(get(cfg, "num_experts_per_tok") or 0),
+        bool(get(cfg, "norm_topk_prob", True)),
+        float(get(cfg, "routed_scaling_factor", 1.0)),
+        int(get(cfg, "n_group") or 1),
+        get(cfg, "topk_group"),
+    )
+    return routing | dict(
+        moe_ffn_hidden_size=int(get(cfg, "moe_intermediate_size")),
+        moe_shared_expert_intermediate_size=shared,
+        moe_shared_expert_gate=False,
+        moe_shared_expert_overlap=False,  # Megatron-Core refuses it with latent projections
+        moe_latent_size=None if latent is None else int(latent),
+        # Megatron-Bridge's values for Nemotron 3 (training only: transformers computes no aux loss)
+        moe_router_load_balancing_type="seq_aux_loss",
+        moe_aux_loss_coeff=1e-4,
+        moe_token_dispatcher_type="alltoall",
+        moe_grouped_gemm=False,
+    )
+
+
 def translate(cfg: Any, base: dict[str, Any]) -> dict[str, Any]:
     pattern = layer_pattern(cfg)
-    return base | dict(
-        num_layers=len(pattern),
-        hybrid_override_pattern=pattern,
-        activation_func="squared_relu",
-        gated_linear_unit=False,
-        position_embedding_type="none",
-        mamba_state_dim=int(get(cfg, "ssm_state_size")),
-        mamba_head_dim=int(get(cfg, "mamba_head_dim")),
-        mamba_num_groups=int(get(cfg, "n_groups")),
-        mamba_num_heads=int(get(cfg, "mamba_num_heads")),
-        mamba_d_conv=int(get(cfg, "conv_kernel")),
-        mamba_chunk_size=int(get(cfg, "chunk_size")),
+    moe = _moe_fields(cfg) if "E" in pattern else {}
+    return (
+        base
+        | moe
+        | dict(
+            num_layers=len(pattern),
+            hybrid_override_pattern=pattern,
+            activation_func="squared_relu",
+            gated_linear_unit=False,
+            position_embedding_type="none",
+            mamba_state_dim=int(get(cfg, "ssm_state_size")),
+            mamba_head_dim=int(get(cfg, "mamba_head_dim")),
+            mamba_num_groups=int(get(cfg, "n_groups")),
+            mamba_num_heads=int(get(cfg, "mamba_num_heads")),
+            mamba_d_conv=int(get(cfg, "conv_kernel")),
+            mamba_chunk_size=int(get(cfg, "chunk_size")),
+        )
     )
 
 
@@ -161,4 +220,13 @@ def config_dict(p: Any, model_type: str, architecture: str) -> dict[str, Any]:
         "n_groups": p.mamba_num_groups,
         "conv_kernel": p.mamba_d_conv,
         "chunk_size": p.mamba_chunk_size,
+    } | (_moe_hf_fields(p) if "E" in p.hybrid_override_pattern else {})
+
+
+def _moe_hf_fields(p: Any) -> dict[str, Any]:
+    return sigmoid_routing_hf_fields(p) | {
+        "n_routed_experts": p.num_moe_experts,
+        "moe_intermediate_size": p.moe_ffn_hidden_size,
+        "moe_shared_expert_intermediate_size": p.moe_shared_expert_intermediate_size,
+        "moe_latent_size": p.moe_latent_size,
     }

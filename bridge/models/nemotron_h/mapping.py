@@ -7,6 +7,9 @@ Mamba layers `norm` + `mixer.*`, attention layers `input_layernorm` + `self_atte
 packed in_proj [z; x; B; C; dt] and conv1d [x; B; C] are cut per block for tensor parallelism
 (bridge.conversion.mappings.MambaInProj / MambaConv1d). Megatron-Core 0.16.1 names the conv
 `mixer.conv1d.weight` / `.bias`, 0.19 `mixer.conv1d_weight` / `conv1d_bias`: rows for both.
+Nemotron 3's MoE layers (`mixer.gate`, `mixer.experts.N`, `mixer.shared_experts`, the latent projections)
+are MoELayer's (`mlp.router`, `mlp.experts.local_experts.N`, `mlp.shared_experts`, `mlp.fc1/fc2_latent_proj`,
+full on every TP rank); the checkpoints hold one up/down pair per expert (transformers stacks them on load).
 """
 
 ARCHITECTURES = ("NemotronHForCausalLM",)
@@ -16,6 +19,8 @@ PROVIDER_FIELDS: dict = {}
 
 L = "backbone.layers.{layer}"
 M = "decoder.layers.{layer}"
+E = f"{M}.mlp.experts.local_experts.{{expert}}"
+X = f"{L}.mixer.experts.{{expert}}"
 
 MAPPINGS = (
     ("vocab", "embedding.word_embeddings.weight", "backbone.embeddings.weight"),
@@ -46,4 +51,13 @@ MAPPINGS = (
     # squared-ReLU MLP without gate
     ("column", f"{M}.mlp.linear_fc1.weight", f"{L}.mixer.up_proj.weight"),
     ("row", f"{M}.mlp.linear_fc2.weight", f"{L}.mixer.down_proj.weight"),
+    # Nemotron 3's MoE: sigmoid router with its score-correction bias, squared-ReLU experts without gate
+    ("replicated", f"{M}.mlp.router.weight", f"{L}.mixer.gate.weight"),
+    ("replicated", f"{M}.mlp.router.expert_bias", f"{L}.mixer.gate.e_score_correction_bias"),
+    ("column", f"{E}.linear_fc1.weight", f"{X}.up_proj.weight"),
+    ("row", f"{E}.linear_fc2.weight", f"{X}.down_proj.weight"),
+    ("column", f"{M}.mlp.shared_experts.linear_fc1.weight", f"{L}.mixer.shared_experts.up_proj.weight"),
+    ("row", f"{M}.mlp.shared_experts.linear_fc2.weight", f"{L}.mixer.shared_experts.down_proj.weight"),
+    ("replicated", f"{M}.mlp.fc1_latent_proj.weight", f"{L}.mixer.fc1_latent_proj.weight"),
+    ("replicated", f"{M}.mlp.fc2_latent_proj.weight", f"{L}.mixer.fc2_latent_proj.weight"),
 )

@@ -1,6 +1,7 @@
-"""Nemotron-H and Nemotron Nano 2 providers with the values of the published checkpoints
-(nvidia/Nemotron-H-{4B,8B,47B,56B}-Base-8K, nvidia/NVIDIA-Nemotron-Nano-{9B,12B}-v2; the layer patterns
-and sizes as Megatron-Bridge's recipes hold them)."""
+"""Nemotron-H, Nemotron Nano 2 and Nemotron 3 providers with the values of the published checkpoints
+(nvidia/Nemotron-H-{4B,8B,47B,56B}-Base-8K, nvidia/NVIDIA-Nemotron-Nano-{9B,12B}-v2,
+nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16; the layer patterns and sizes as Megatron-Bridge's recipes hold
+them)."""
 
 from typing import Any
 
@@ -36,11 +37,26 @@ _H_56B = (
 )
 _NANO_9B = "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-"
 _NANO_12B = "M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M*-M-M-M-M-"
+_NANO3_30B = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"  # 52 layers, 23 of them MoE
+# Nemotron 3's MoE layers (E): sigmoid routing with a score-correction bias (the router's expert_bias),
+# top-k renormalised and scaled, squared-ReLU experts without gate plus one shared expert; Megatron-Bridge's
+# router dtype, sequence-level aux loss of 1e-4 and all-to-all dispatcher.
+_NEMOTRON_3_MOE: dict[str, Any] = dict(
+    moe_router_score_function="sigmoid",
+    moe_router_pre_softmax=False,
+    moe_router_enable_expert_bias=True,
+    moe_router_dtype="fp32",
+    moe_router_load_balancing_type="seq_aux_loss",
+    moe_aux_loss_coeff=1e-4,
+    moe_token_dispatcher_type="alltoall",
+    moe_grouped_gemm=False,
+    moe_shared_expert_gate=False,
+)
 
 
 def _hybrid(pattern: str, **fields: Any) -> MambaModelProvider:
     return MambaModelProvider(
-        **_NEMOTRON_H, num_layers=len(pattern), hybrid_override_pattern=pattern, **fields
+        **(_NEMOTRON_H | fields), num_layers=len(pattern), hybrid_override_pattern=pattern
     )
 
 
@@ -89,4 +105,15 @@ def nemotron_nano_12b_v2() -> MambaModelProvider:
     return _hybrid(
         _NANO_12B, hidden_size=5120, ffn_hidden_size=20480, num_attention_heads=40, mamba_num_heads=128,
         mamba_head_dim=80, mamba_state_dim=128, seq_length=131072,
+    )  # fmt: skip
+
+
+def nemotron_3_nano_30b_a3b() -> MambaModelProvider:
+    """nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16: 128 experts of 1856, top-6 scaled by 2.5, a shared
+    expert of 3712, GQA with 2 KV heads; no latent projection."""
+    return _hybrid(
+        _NANO3_30B, **_NEMOTRON_3_MOE, hidden_size=2688, ffn_hidden_size=1856, num_attention_heads=32,
+        num_query_groups=2, mamba_num_heads=64, mamba_head_dim=64, mamba_state_dim=128, seq_length=8192,
+        num_moe_experts=128, moe_ffn_hidden_size=1856, moe_shared_expert_intermediate_size=3712,
+        moe_router_topk=6, moe_router_topk_scaling_factor=2.5,
     )  # fmt: skip

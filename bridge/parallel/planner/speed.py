@@ -174,9 +174,15 @@ def _layer_pass(
             tokens / tp * shape.moe_router_topk
         )  # sequence-parallel share, times the experts each token visits
         per_expert_tokens = routed * ep / shape.num_moe_experts
+        routed_size = shape.moe_latent_size or h  # the routed experts' input and output size
         gemm += _gemm_seconds(
-            2 * routed * parts["per_expert"] / etp, min(per_expert_tokens, h, expert_ffn / etp), peak, eff
+            2 * routed * parts["per_expert"] / etp,
+            min(per_expert_tokens, routed_size, expert_ffn / etp),
+            peak,
+            eff,
         )
+        if parts["latent"]:  # the two latent projections, whole on every tp rank, on its share of tokens
+            gemm += _gemm_seconds(2 * tokens / tp * parts["latent"], min(tokens / tp, routed_size), peak, eff)
         if parts["shared"]:
             shared_ffn = shape.moe_shared_expert_intermediate_size
             gemm += _gemm_seconds(

@@ -33,17 +33,26 @@ def blend_indices(weights: Sequence[float], size: int) -> tuple[np.ndarray, np.n
     return source, index
 
 
-class BlendedDataset(torch.utils.data.Dataset):
-    """Sample i = sources[source[i]][index[i]]."""
+SOURCE_KEY = "source"  # a tagged sample's one-hot [number of sources] vector
 
-    def __init__(self, sources: list, source: np.ndarray, index: np.ndarray):
-        self.sources, self.source, self.index = sources, source, index
+
+class BlendedDataset(torch.utils.data.Dataset):
+    """Sample i = sources[source[i]][index[i]]; with `tag`, its one-hot source vector under SOURCE_KEY."""
+
+    def __init__(self, sources: list, source: np.ndarray, index: np.ndarray, tag: bool = False):
+        self.sources, self.source, self.index, self.tag = sources, source, index, tag
 
     def __len__(self) -> int:
         return len(self.source)
 
     def __getitem__(self, i: int):
-        return self.sources[int(self.source[i])][int(self.index[i])]
+        j = int(self.source[i])
+        sample = self.sources[j][int(self.index[i])]
+        if not self.tag:
+            return sample
+        one_hot = torch.zeros(len(self.sources), dtype=torch.float32)
+        one_hot[j] = 1.0
+        return {**sample, SOURCE_KEY: one_hot}
 
 
 def blended_split(
@@ -74,7 +83,8 @@ def blended_split(
         for j, path in enumerate(paths)
     )
     log(logging.INFO, f"dataset blend ({split} split, {size} samples): {shares}")
-    return BlendedDataset(datasets, source, index)
+    # validation / test samples name their source: the losses are reported per source there
+    return BlendedDataset(datasets, source, index, tag=split != "train")
 
 
 def build_blended(data, sources: list[list], dataset: Callable, log: Callable) -> list:

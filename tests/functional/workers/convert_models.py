@@ -550,6 +550,36 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
             tie_word_embeddings=False,
         ),
     ),
+    # Nemotron 3 (Nano / Super): Nemotron-H with MoE layers (E): 4 squared-ReLU experts without gate on a
+    # latent size of 32 (not the hidden 64), top-2 sigmoid routing with a score-correction bias, limited to
+    # 1 of 2 groups (each ranked by its best two, Megatron-Core's top-k // group-top-k), scaled by 2.5, and a
+    # shared expert of 48; the 4 layers split ME | *E on 2 stages.
+    "nemotron_h_moe": (
+        "NemotronHConfig",
+        "NemotronHForCausalLM",
+        dict(
+            layers_block_type=["linear_attention", "moe", "full_attention", "moe"],
+            num_hidden_layers=4,
+            head_dim=16,
+            layer_norm_epsilon=1e-5,
+            ssm_state_size=16,
+            mamba_num_heads=8,
+            mamba_head_dim=16,
+            n_groups=2,
+            conv_kernel=4,
+            chunk_size=8,
+            tie_word_embeddings=False,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            moe_shared_expert_intermediate_size=48,
+            moe_latent_size=32,
+            n_group=2,
+            topk_group=1,
+            routed_scaling_factor=2.5,
+            norm_topk_prob=True,
+        ),
+    ),
 }
 # 3-layer tiny models (ROOT/hf/<name>, refs/<name>.pt) on 2 pipeline stages that cannot split them evenly:
 # Llama's tied embedding with 2 + 1 layers by the first-stage count, DeepSeek-V3's MLA with its dense

@@ -141,7 +141,6 @@ def run_reference(
         betas=BETAS,
         eps=EPS,
     )
-    average = loss_type == "ipo"
     losses, grad_norms, lrs, metrics = {}, {}, {}, {}
     for it in range(1, ITERS + 1):
         window = batches[(it - 1) * GLOBAL_BATCH : it * GLOBAL_BATCH]
@@ -150,16 +149,17 @@ def run_reference(
         labels = torch.cat([b["labels"].reshape(-1, s) for b in window])
         mask = torch.cat([b["loss_mask"].reshape(-1, s) for b in window]).float()
         optimizer.zero_grad()
-        policy = answer_logps(model, tokens, labels, mask, average).view(-1, 2)
+        policy = answer_logps(model, tokens, labels, mask, False).view(-1, 2)
         with torch.no_grad():
             if lora_init is not None:
                 with model.disable_adapter():
-                    ref = answer_logps(model, tokens, labels, mask, average).view(-1, 2)
+                    ref = answer_logps(model, tokens, labels, mask, False).view(-1, 2)
             else:
-                ref = answer_logps(frozen, tokens, labels, mask, average).view(-1, 2)
+                ref = answer_logps(frozen, tokens, labels, mask, False).view(-1, 2)
         z = (policy[:, 0] - policy[:, 1]) - (ref[:, 0] - ref[:, 1])
-        if loss_type == "ipo":
-            loss = ((z - 1.0 / (2.0 * BETA)) ** 2).mean()
+        if loss_type == "ipo":  # eq. 17 on log-ratios averaged per answer token (TRL's normalisation)
+            ratio = (policy - ref) / mask.sum(-1).view(-1, 2)
+            loss = ((ratio[:, 0] - ratio[:, 1] - 1.0 / (2.0 * BETA)) ** 2).mean()
         else:
             loss = -torch.nn.functional.logsigmoid(BETA * z).mean()
         loss.backward()
@@ -167,6 +167,7 @@ def run_reference(
         for group in optimizer.param_groups:
             group["lr"] = lr_at((it - 1) * GLOBAL_BATCH)
         optimizer.step()
+        # the rewards: beta x the summed log-ratios for every loss type (what TRL's DPOTrainer logs)
         chosen, rejected = (BETA * (policy - ref)).detach().unbind(-1)
         metrics[it] = {
             "rewards/chosen": float(chosen.mean()),
@@ -181,6 +182,18 @@ def run_reference(
     )
 
 
+def run_trl_if_installed(workdir: str, batches: list[dict], loss_type: str) -> None:
+    """TRL's DPOTrainer over the same micro batches (workers/dpo_trl.py); without trl, a record saying so."""
+    import importlib.util
+
+    if importlib.util.find_spec("trl") is None:
+        emit("trl_missing", {"reason": "trl is not installed (pip install trl, or the project's test extra)"})
+        return
+    from dpo_trl import run_trl
+
+    emit("run", {"run": f"trl_{loss_type}", **run_trl(workdir, batches, loss_type, BETA, ITERS)})
+
+
 def main(mode: str, workdir: str) -> None:
     if mode == "ref":
         make_tiny_llama(Path(workdir) / "hf")
@@ -189,6 +202,7 @@ def main(mode: str, workdir: str) -> None:
             batches: list[dict] = []
             run_bridge(f"{loss_type}_tp1", dpo_config(workdir, loss_type), record=batches)
             run_reference(workdir, f"torch_{loss_type}", batches, loss_type)
+            run_trl_if_installed(workdir, batches, loss_type)
         batches, adapters = [], {}
         record_adapters(adapters)
         run_bridge("lora_tp1", dpo_config(workdir, "sigmoid", True), record=batches)

@@ -28,8 +28,26 @@ def tiny_vlm_script():
 # family -> (config class, model class): the model types the VLM suites run over (one tiny folder each)
 VLM_FAMILIES: dict[str, tuple[str, str]] = {
     "llava": ("LlavaConfig", "LlavaForConditionalGeneration"),
+    "qwen25_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration"),
 }
-MAKERS = {"llava": "make_tiny_llava"}
+MAKERS = {"llava": "make_tiny_llava", "qwen25_vl": "make_tiny_qwen25_vl"}
+# family -> the maker module's processor loader, where AutoProcessor cannot load the folder (Qwen2.5-VL's
+# processor needs a video processor, which needs torchvision: not a dependency here)
+PROCESSORS = {"qwen25_vl": "qwen25_vl_processor"}
+
+
+def family_of(model_folder: str | Path) -> str:
+    model_type = json.loads((Path(model_folder) / "config.json").read_text())["model_type"]
+    return {"qwen2_5_vl": "qwen25_vl"}.get(model_type, model_type)
+
+
+def load_processor(model_folder: str | Path):
+    from transformers import AutoProcessor
+
+    family = family_of(model_folder)
+    if family in PROCESSORS:
+        return getattr(tiny_vlm_script(), PROCESSORS[family])(Path(model_folder))
+    return AutoProcessor.from_pretrained(str(model_folder))
 
 
 def save_vlm_model(family: str, folder: str | Path, seed: int = 0) -> torch.nn.Module:
@@ -46,11 +64,10 @@ def write_conversations(folder: str | Path, n: int, seed: int = 0) -> Path:
 
 def processed_batch(model_folder: str | Path, jsonl: str | Path, count: int = 2) -> dict[str, torch.Tensor]:
     """The first `count` conversations through the folder's processor (chat template + images), padded
-    right: input_ids, attention_mask, pixel_values."""
+    right: input_ids, attention_mask, pixel_values (and the family's other processor outputs)."""
     from PIL import Image
-    from transformers import AutoProcessor
 
-    processor = AutoProcessor.from_pretrained(str(model_folder))
+    processor = load_processor(model_folder)
     rows = [json.loads(line) for line in Path(jsonl).read_text().splitlines()[:count]]
     texts, images = [], []
     for row in rows:

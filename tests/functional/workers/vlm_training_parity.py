@@ -1,12 +1,14 @@
-"""Image-text finetuning parity against transformers + torch: bridge's finetune() from a tiny LLaVA folder
+"""Image-text finetuning parity against transformers + torch: bridge's finetune() from a tiny VLM folder
 (dataset.kind=vlm, full SFT, vision encoder frozen, projector and language model trained) against
-transformers' LlavaForConditionalGeneration + torch.optim.AdamW over exactly the micro batches bridge
-trained on (tokens, labels, loss masks and pixel values recorded), the optimizer and schedule written from
-the definitions (training_parity_hf.py's: Megatron's weight-decay groups, clipping, warmup + cosine).
+transformers' model class (LlavaForConditionalGeneration, Qwen2_5_VLForConditionalGeneration) +
+torch.optim.AdamW over exactly the micro batches bridge trained on (tokens, labels, loss masks and image
+tensors recorded), the optimizer and schedule written from the definitions (training_parity_hf.py's:
+Megatron's weight-decay groups, clipping, warmup + cosine).
 
-`ref` (1 rank): writes the folder and the conversations, runs bridge at TP=1 and the reference; `layouts`
-(2 ranks): bridge at TP=2, PP=2 and DP=2 on the same data. Full-batch steps (one global batch = every
-conversation, token mean over it), so the order of the conversations cannot matter.
+`ref` (1 rank): writes the folders and the conversations, runs bridge at TP=1 and the reference for every
+family; `layouts` (2 ranks): the TP=2 conversions, then bridge at TP=2, PP=2 (and LLaVA at DP=2) on the same
+data. Full-batch steps (one global batch = every conversation, token mean over it), so the order of the
+conversations cannot matter. Runs are named `<family>:<layout>`.
 """
 
 from __future__ import annotations
@@ -16,19 +18,58 @@ from pathlib import Path
 
 from train_common import emit, reset_parallel_state
 from training_parity_hf import BETAS, CLIP, EPS, GLOBAL_BATCH, ITERS, LR, MIN_LR, WARMUP, WEIGHT_DECAY, lr_at
-from vlm_models import save_vlm_model, write_conversations
+from vlm_models import VLM_FAMILIES, save_vlm_model, write_conversations
 
 SEQ = 48  # 16 image tokens + a question and an answer of a few words
-IMAGE_KEYS = ("pixel_values",)
+IMAGE_KEYS = ("pixel_values", "image_grid_thw")
 LAYOUTS = {
     "tp2": ["model.tensor_model_parallel_size=2"],
     "pp2": ["model.pipeline_model_parallel_size=2"],  # the vision side on the first stage
     "dp2": [],
 }
+# the 2-rank layouts each family trains at (M-RoPE: PP=2 checks the positions of the second stage)
+FAMILY_LAYOUTS = {"llava": ("tp2", "pp2", "dp2"), "qwen25_vl": ("tp2", "pp2")}
 
 
-def overrides(workdir: str) -> list[str]:
-    hf = f"{workdir}/hf_llava"
+def _freeze_encoder(family: str, model) -> None:
+    """The reference's frozen vision encoder, as bridge's freeze_vision_model default (the projector trains)."""
+    if family == "llava":
+        model.model.vision_tower.requires_grad_(False)
+    else:  # Qwen2.5-VL: the vision transformer but its merger (the projector)
+        model.model.visual.requires_grad_(False)
+        model.model.visual.merger.requires_grad_(True)
+
+
+def _hf_inputs(family: str, model, b: dict) -> dict:
+    """transformers' inputs of a recorded micro batch (no padding mask: bridge attends causally; Qwen2.5-VL's
+    M-RoPE positions need the processor's mm_token_type_ids, 1 on the image tokens)."""
+    inputs = {"input_ids": b["tokens"], "pixel_values": b["pixel_values"]}
+    if family == "qwen25_vl":
+        inputs["image_grid_thw"] = b["image_grid_thw"]
+        inputs["mm_token_type_ids"] = (b["tokens"] == model.config.image_token_id).int()
+    return inputs
+
+
+def processor_without_torchvision() -> None:
+    """AutoProcessor of a folder whose processor transformers cannot load here (Qwen2.5-VL's needs a video
+    processor, which needs torchvision): the same processor class built from the folder's tokenizer and
+    image processor (vlm_models.load_processor). Only the loading is replaced: the data module renders,
+    expands and processes with transformers' own processor."""
+    from transformers import AutoProcessor
+    from vlm_models import PROCESSORS, family_of, load_processor
+
+    original = AutoProcessor.from_pretrained
+
+    def from_pretrained(path, *args, **kwargs):
+        if family_of(path) in PROCESSORS:
+            return load_processor(path)
+        return original(path, *args, **kwargs)
+
+    AutoProcessor.from_pretrained = staticmethod(from_pretrained)
+
+
+def overrides(workdir: str, family: str = "llava") -> list[str]:
+    hf = f"{workdir}/hf_{family}"
     return [
         f"checkpoint.pretrained_checkpoint={hf}",
         "tokenizer.tokenizer_type=HuggingFaceTokenizer",
@@ -64,11 +105,11 @@ def overrides(workdir: str) -> list[str]:
     ]
 
 
-def config(workdir: str, *extra: str):
+def config(workdir: str, *extra: str, family: str = "llava"):
     from bridge.config.compose import compose
     from recipes.llama_finetune import llama32_1b_sft_config
 
-    cfg, _ = compose(llama32_1b_sft_config(), overrides=[*overrides(workdir), *extra])
+    cfg, _ = compose(llama32_1b_sft_config(), overrides=[*overrides(workdir, family), *extra])
     return cfg
 
 
@@ -96,14 +137,15 @@ def run_bridge(name: str, cfg, record: list | None = None) -> None:
     reset_parallel_state()
 
 
-def run_transformers(workdir: str, batches: list[dict]) -> None:
-    """transformers' LlavaForConditionalGeneration (vision tower frozen, as bridge's default) + AdamW."""
+def run_transformers(workdir: str, batches: list[dict], family: str) -> None:
+    """transformers' model class (vision encoder frozen, as bridge's default) + AdamW."""
     import torch
-    from transformers import LlavaForConditionalGeneration
+    import transformers
 
     torch.manual_seed(0)
-    model = LlavaForConditionalGeneration.from_pretrained(f"{workdir}/hf_llava", dtype=torch.float32).train()
-    model.model.vision_tower.requires_grad_(False)
+    cls = getattr(transformers, VLM_FAMILIES[family][1])
+    model = cls.from_pretrained(f"{workdir}/hf_{family}", dtype=torch.float32).train()
+    _freeze_encoder(family, model)
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     decay = [p for n, p in trainable if p.ndim > 1 and not n.endswith(".bias")]
     no_decay = [p for n, p in trainable if p.ndim <= 1 or n.endswith(".bias")]
@@ -118,7 +160,7 @@ def run_transformers(workdir: str, batches: list[dict]) -> None:
         total = sum(b["loss_mask"].sum() for b in window)
         loss_sum = 0.0
         for b in window:  # one conversation per micro batch, as bridge; the token mean over the step
-            logits = model(input_ids=b["tokens"], pixel_values=b["pixel_values"]).logits.float()
+            logits = model(**_hf_inputs(family, model, b)).logits.float()
             per_token = torch.nn.functional.cross_entropy(
                 logits.reshape(-1, logits.shape[-1]), b["labels"].reshape(-1), reduction="none"
             )
@@ -130,20 +172,22 @@ def run_transformers(workdir: str, batches: list[dict]) -> None:
             group["lr"] = lr_at((it - 1) * GLOBAL_BATCH)
         optimizer.step()
         losses[it], grad_norms[it], lrs[it] = loss_sum, float(norm), lr_at(it * GLOBAL_BATCH)
-    emit("run", {"run": "transformers", "losses": losses, "grad_norms": grad_norms, "learning_rates": lrs})
+    emit("run", {"run": f"{family}:transformers", "losses": losses, "grad_norms": grad_norms,
+                 "learning_rates": lrs})  # fmt: skip
 
 
-def convert_tp2(workdir: str) -> None:
+def convert_tp2(workdir: str, family: str) -> None:
     """Import at TP=2 (the vision side replicated, the language model split): image+text logits against
     transformers' (gathered vocabulary), and the export's tensors against the source files."""
     import torch
-    from transformers import LlavaForConditionalGeneration
+    import transformers
 
     from bridge import AutoBridge
+    from bridge.training.data.vlm import IMAGE_KEYS
     from tests.functional.workers.convert_models import bit_identical, read_tensors
-    from tests.functional.workers.vlm_models import processed_batch
+    from tests.functional.workers.vlm_models import VLM_FAMILIES, processed_batch
 
-    folder = Path(workdir) / "hf_llava"
+    folder = Path(workdir) / f"hf_{family}"
     batch = processed_batch(folder, Path(workdir) / "data" / "vlm.jsonl", count=2)
     bridge = AutoBridge.from_hf_pretrained(folder)
     provider = bridge.to_megatron_provider()
@@ -152,35 +196,41 @@ def convert_tp2(workdir: str) -> None:
     chunk = provider.provide_distributed_model(wrap_with_ddp=False)[0]
     ids = batch["input_ids"]
     pos = torch.arange(ids.shape[1]).unsqueeze(0).expand_as(ids)
-    hf = LlavaForConditionalGeneration.from_pretrained(folder).eval()
+    hf = getattr(transformers, VLM_FAMILIES[family][1]).from_pretrained(folder).eval()
+    images = {k: batch[k] for k in IMAGE_KEYS if k in batch}  # as forward_step passes them
     with torch.no_grad():
-        ours = chunk(ids, pos, None, images={"pixel_values": batch["pixel_values"]})
+        ours = chunk(ids, pos, None, images=images)
         ref = hf(**batch).logits
     keep = batch["attention_mask"].bool()
     vocab = ref.shape[-1]
     diff = (ours[..., :vocab] - ref)[keep].abs().max().item()
-    out = Path(workdir) / "export_tp2"
+    out = Path(workdir) / f"export_tp2_{family}"
     bridge.save_hf_pretrained([chunk], out)
     same = (
         bit_identical(read_tensors(folder), read_tensors(out)) if torch.distributed.get_rank() == 0 else None
     )
-    emit("convert_tp2", {"max_logit_diff": diff, "export_differs": same})
+    emit("convert_tp2", {"family": family, "max_logit_diff": diff, "export_differs": same})
     reset_parallel_state()
 
 
 def main(mode: str, workdir: str) -> None:
+    processor_without_torchvision()
     if mode == "ref":
-        save_vlm_model("llava", Path(workdir) / "hf_llava")
         write_conversations(Path(workdir) / "data", GLOBAL_BATCH, seed=3)
-        batches: list[dict] = []
-        run_bridge("tp1", config(workdir), record=batches)
-        run_transformers(workdir, batches)
-        masked = [b["labels"][b["loss_mask"].bool()].tolist() for b in batches[:GLOBAL_BATCH]]
-        emit("masked", {"masked": masked})
+        for family in VLM_FAMILIES:
+            save_vlm_model(family, Path(workdir) / f"hf_{family}")
+            batches: list[dict] = []
+            run_bridge(f"{family}:tp1", config(workdir, family=family), record=batches)
+            run_transformers(workdir, batches, family)
+            if family == "llava":
+                masked = [b["labels"][b["loss_mask"].bool()].tolist() for b in batches[:GLOBAL_BATCH]]
+                emit("masked", {"masked": masked})
     elif mode == "layouts":
-        convert_tp2(workdir)
-        for name, extra in LAYOUTS.items():
-            run_bridge(name, config(workdir, *extra))
+        for family in VLM_FAMILIES:
+            convert_tp2(workdir, family)
+        for family in VLM_FAMILIES:
+            for name in FAMILY_LAYOUTS[family]:
+                run_bridge(f"{family}:{name}", config(workdir, *LAYOUTS[name], family=family))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

@@ -1,0 +1,65 @@
+"""The vision-language finetuning recipes (recipes/qwen25_vl.py): Megatron-Bridge's published values
+(recipes/qwen_vl/h100/qwen25_vl.py), validated at their published GPU counts with image-text data."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.config.run_plan import build_plan
+from recipes import get_recipe, recipe_info
+
+# name -> (GPUs, tp, pp, layers, hidden, lr, min_lr, LoRA)
+PUBLISHED = {
+    "qwen25_vl_3b_sft_config": (1, 1, 1, 36, 2048, 5e-6, 1e-6, False),
+    "qwen25_vl_7b_sft_config": (2, 2, 1, 28, 3584, 5e-6, 1e-6, False),
+    "qwen25_vl_32b_sft_config": (16, 8, 2, 64, 5120, 5e-6, 1e-6, False),
+    "qwen25_vl_72b_sft_config": (32, 8, 4, 80, 8192, 5e-6, 1e-6, False),
+    "qwen25_vl_3b_peft_config": (1, 1, 1, 36, 2048, 1e-4, 1e-5, True),
+    "qwen25_vl_7b_peft_config": (1, 1, 1, 28, 3584, 1e-4, 1e-5, True),
+    "qwen25_vl_32b_peft_config": (1, 1, 1, 64, 5120, 1e-4, 1e-5, True),
+    "qwen25_vl_72b_peft_config": (1, 1, 1, 80, 8192, 1e-4, 1e-5, True),
+}
+
+
+@pytest.fixture()
+def start(tmp_path):
+    """An image-text JSONL file, a (torch_dist-shaped) pretrained folder and a tokenizer folder declaring
+    an eos token: what validation checks exists."""
+    data = tmp_path / "vlm.jsonl"
+    data.write_text(
+        '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}\n'
+    )
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("0")
+    (tmp_path / "tokenizer_config.json").write_text('{"eos_token": "<eos>"}')
+    return [
+        f"dataset.data_paths=[{data}]",
+        f"checkpoint.pretrained_checkpoint={ckpt}",
+        f"tokenizer.tokenizer_model={tmp_path}",
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_vlm_recipe_has_published_values_and_validates(name, start):
+    from bridge.config.compose import compose
+
+    gpus, tp, pp, layers, hidden, lr, min_lr, lora = PUBLISHED[name]
+    info = recipe_info(name)
+    assert info.default_world_size == gpus and info.name == name.replace(
+        "_config", f"_{gpus}gpu_h100_bf16_config"
+    )
+    cfg, _ = compose(get_recipe(name)(), overrides=start)
+    plan = build_plan(cfg, gpus, cuda=True)
+    m, c = plan.config.model, plan.config
+    assert (m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.num_layers, m.hidden_size) == (
+        tp, pp, layers, hidden,
+    )  # fmt: skip
+    assert (m.position_embedding_type, m.mrope_section) == ("mrope", [16, 24, 24])
+    assert m.freeze_vision_model is False and m.freeze_vision_projection is False
+    assert (c.dataset.kind, c.dataset.packed_sequence_size, m.seq_length) == ("vlm", 0, 4096)
+    t, o, s = c.train, c.optimizer, c.scheduler
+    assert (t.global_batch_size, t.micro_batch_size, t.train_iters) == (32, 2, 300_000)
+    assert (o.lr, o.min_lr, o.adam_beta2, o.use_distributed_optimizer) == (lr, min_lr, 0.95, True)
+    assert (s.lr_warmup_iters, s.lr_decay_iters, c.validation.eval_interval) == (500, 300_000, 500)
+    assert (c.peft.scheme == "lora") is lora
