@@ -9,19 +9,16 @@ the others are dropped: the weight gradient of those rows (and of a LoRA adapter
 gradient into the layer below differ from TP=1 (measured: every adapter gradient of the layers below).
 
 The fix is a forward hook on linear_kv_down_proj that hands MLA the gathered output in the layout of its
-other branch (a whole, TP-duplicated projection: full width, this rank's tokens under sequence
-parallelism), built from Megatron-Core's own mappings:
-- sequence parallel: gather over TP then scatter to this rank's tokens; MLA then all-gathers k_pos_emb over
-  the sequence, whose backward reduce-scatters: the heads' shares are summed;
-- otherwise: gather over TP, and k_pos_emb's columns go through copy_to_tensor_model_parallel_region, whose
-  backward all-reduces them (the latent's gradient is already whole on every rank).
-The forward values are unchanged. Transformer Engine's spec (a duplicated TELinear) takes MLA's other
-branch by itself and is left alone.
+other branch (a whole, TP-duplicated projection: full width, this rank's tokens), built from
+Megatron-Core's own mappings: gather over TP, then scatter to this rank's tokens. MLA then all-gathers
+k_pos_emb over the sequence, whose backward reduce-scatters: the heads' shares are summed. The forward
+values are unchanged. MLA at TP > 1 runs with sequence parallelism only (without it other gradients
+differ too: bridge.models.provider_checks.check_multi_latent_attention). Transformer Engine's spec (a
+duplicated TELinear) takes MLA's other branch by itself and is left alone.
 """
 
 from __future__ import annotations
 
-import torch
 from megatron.core import tensor_parallel as tp
 from megatron.core.tensor_parallel import ColumnParallelLinear
 from torch import nn
@@ -35,25 +32,22 @@ def whole_rope_key_gradient(model: nn.Module) -> int:
         base = getattr(module, "linear_kv_down_proj", None)
         group = getattr(base, "tp_group", None)
         if type(base) is ColumnParallelLinear and group is not None and group.size() > 1:
-            rope = int(module.config.qk_pos_emb_head_dim)
-            base.register_forward_hook(
-                _GatherWithRopeKeyGradient(group, rope, module.config.sequence_parallel)
-            )
+            if not module.config.sequence_parallel:  # refused by the provider checks before the build
+                raise ValueError(
+                    "multi-latent attention at tensor parallelism > 1 needs sequence parallelism"
+                )
+            base.register_forward_hook(_GatherToSequenceShard(group))
             hooked += 1
     return hooked
 
 
-class _GatherWithRopeKeyGradient:
+class _GatherToSequenceShard:
     """The forward hook (an object, so that it can be told apart from the PEFT adapters' hooks)."""
 
-    def __init__(self, group, rope: int, sequence_parallel: bool):
-        self.group, self.rope, self.sequence_parallel = group, rope, sequence_parallel
+    def __init__(self, group):
+        self.group = group
 
     def __call__(self, module: nn.Module, args: tuple, output):
         out, bias = output
         full = tp.gather_from_tensor_model_parallel_region(out, group=self.group)
-        if self.sequence_parallel:
-            return tp.scatter_to_sequence_parallel_region(full, group=self.group), bias
-        latent, key = torch.split(full, [full.shape[-1] - self.rope, self.rope], dim=-1)
-        key = tp.copy_to_tensor_model_parallel_region(key, group=self.group)
-        return torch.cat([latent, key], dim=-1), bias
+        return tp.scatter_to_sequence_parallel_region(full, group=self.group), bias

@@ -125,3 +125,14 @@ def test_every_attention_linear_is_accepted():
     check_mla_targets(_model(True, 24), Q_COMPRESSED)
     check_mla_targets(_model(True, None), mla_attention_targets(None))
     check_mla_targets(_model(False), ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"])
+
+
+def test_mla_at_tp2_needs_sequence_parallelism():
+    from bridge.config.run_plan import build_plan
+    from tests.functional.workers.train_common import MLA_TINY as MLA
+    from tests.functional.workers.train_common import tiny_config
+
+    cfg = tiny_config(*MLA, "model.tensor_model_parallel_size=2")
+    with pytest.raises(ConfigError, match=r"sequence_parallel = False: multi-latent attention at .*=2.*"):
+        build_plan(cfg, 2)
+    build_plan(tiny_config(*MLA, "model.tensor_model_parallel_size=2", "model.sequence_parallel=true"), 2)
