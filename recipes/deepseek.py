@@ -10,8 +10,8 @@ the multi-token-prediction layer on the last stage too; the presets train withou
 model.mtp_num_layers=1 with an "m" before the "L" adds it: docs/conversion.md), so that stage holds the layers
 and the loss. DeepSeek-V2-Lite's SFT / LoRA are
 bridge's own (Megatron-Bridge publishes none): the shared finetuning values at the pretraining layout's
-EP8, LoRA on the attention output projection (multi-latent attention has no linear_qkv; the routed experts
-take no adapters).
+EP8, LoRA on every attention projection, as Moonlight's 4-GPU LoRA (multi-latent attention has no linear_qkv:
+linear_q_proj, linear_kv_down_proj, linear_kv_up_proj, linear_proj; the shared experts take no adapters yet).
 
 Moonlight-16B-A3B (recipes/moonlight/h100/moonlight_16b.py): pretraining at TP2 EP8 (500,000 iterations
 of 2048 x 4096 tokens, selective recompute) and its 16-GPU 100-iteration run; full SFT at TP4 PP2 EP4 (2048
@@ -48,6 +48,8 @@ LARGE_RUN = dict(
 )
 # V3 and Kimi-K2 collect garbage every 5 iterations (the base: 100)
 FREQUENT_GC = {"train.manual_gc_interval": 5}
+# multi-latent attention without query compression (V2-Lite, Moonlight): every attention projection
+MLA_NO_Q_COMPRESSION_LORA = ["linear_q_proj", "linear_kv_down_proj", "linear_kv_up_proj", "linear_proj"]
 V2_LITE_FINETUNE_NOTE = "Megatron-Bridge publishes no DeepSeek-V2-Lite finetuning recipe: bridge's own"
 
 
@@ -144,7 +146,7 @@ ROWS = (
         kind="peft",
         gpus=8,
         layout=dict(ep=8),
-        peft=dict(target_modules=["linear_proj"]),
+        peft=dict(target_modules=MLA_NO_Q_COMPRESSION_LORA),
         note=V2_LITE_FINETUNE_NOTE,
     ),
 )
@@ -165,11 +167,12 @@ VOCAB_NOTE = (
     "Megatron-Bridge widens the embedding to 163842 rows for its tokenizer's ids; bridge keeps the "
     "checkpoint's 163840"
 )
-# Megatron-Bridge's default LoRA targets linear_qkv (multi-latent attention has none) and the MLPs, here
-# the experts; its 4-GPU LoRA the latent projections linear_q_proj / linear_kv_down_proj / linear_kv_up_proj
+# Megatron-Bridge's 2-GPU LoRA takes its default targets: linear_qkv (multi-latent attention has none,
+# so it adapts nothing there), linear_proj, and linear_fc1 / linear_fc2, here the dense MLP and the routed
+# and shared experts; its 4-GPU LoRA the attention projections (MLA_NO_Q_COMPRESSION_LORA, as published)
 LORA_NOTE = (
-    "LoRA on the attention output projection only: bridge's adapters name neither the latent projections "
-    "(linear_q_proj, linear_kv_down_proj, linear_kv_up_proj) nor the experts"
+    "LoRA on the attention output projection only: Megatron-Bridge's default targets also adapt linear_fc1 / "
+    "linear_fc2, which in Moonlight are its experts, and bridge's adapters do not cover shared experts yet"
 )
 MOONLIGHT_PRETRAIN = _row(
     "moonlight_16b_pretrain_8gpu_h100_bf16_config",
@@ -314,8 +317,8 @@ ROWS += (
             "distributed.grad_reduce_in_fp32": True,
             "dataset.pad_seq_to_mult": 4,
         },
-        peft=dict(dim=8, alpha=16.0, dropout=0.0),
-        note=f"{LORA_NOTE}; {VOCAB_NOTE}",
+        peft=dict(dim=8, alpha=16.0, dropout=0.0, target_modules=MLA_NO_Q_COMPRESSION_LORA),
+        note=VOCAB_NOTE,
     ),
 )
 

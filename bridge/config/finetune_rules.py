@@ -218,6 +218,7 @@ def check_peft(cfg: ConfigContainer) -> None:
             "of attention layers, `*`; linear_fc1 / linear_fc2 of MLP and MoE layers, `-` / `E`)",
             f"remove {', '.join(absent)} from peft.target_modules",
         )
+    check_mla_targets(cfg.model, targets)
     experts = [t for t in targets if t in ("linear_fc1", "linear_fc2")]
     if cfg.model.num_moe_experts and experts:
         raise config_error(
@@ -235,6 +236,38 @@ def check_peft(cfg: ConfigContainer) -> None:
             "checkpoints hold only the adapters)",
             "set checkpoint.pretrained_checkpoint=<Hugging Face folder or torch_dist checkpoint>",
         )
+
+
+def mla_attention_targets(q_lora_rank: int | None) -> list[str]:
+    """Every attention linear of a multi-latent attention layer, as peft.target_modules names."""
+    q = ["linear_q_proj"] if q_lora_rank is None else ["linear_q_down_proj", "linear_q_up_proj"]
+    return [*q, "linear_kv_down_proj", "linear_kv_up_proj", "linear_proj"]
+
+
+def check_mla_targets(model, targets: list[str]) -> None:
+    """Attention targets must be linears the model's attention has: multi-latent attention has no
+    linear_qkv, and its query is one projection (q_lora_rank None) or a down / up pair."""
+    mla = bool(getattr(model, "multi_latent_attention", False))
+    q_lora_rank = getattr(model, "q_lora_rank", None)
+    present = set(mla_attention_targets(q_lora_rank)) if mla else {"linear_qkv", "linear_proj"}
+    absent = [t for t in targets if t not in present and t in {"linear_qkv", *S.MLA_PEFT_TARGETS}]
+    if not absent:
+        return
+    if mla:
+        what = (
+            f"multi-latent attention (model.multi_latent_attention=true, model.q_lora_rank={q_lora_rank}) has no "
+            f"{', '.join(absent)}; its linears are {', '.join(mla_attention_targets(q_lora_rank))}"
+        )
+    else:
+        what = f"{', '.join(absent)} are multi-latent attention's linears, and model.multi_latent_attention is false"
+    kept = [t for t in targets if t not in absent]
+    fix = mla_attention_targets(q_lora_rank) if mla else ["linear_qkv", "linear_proj"]
+    raise config_error(
+        "peft.target_modules",
+        targets,
+        what,
+        f"e.g. peft.target_modules=[{','.join(fix)}]" + (f" (or [{','.join(kept)}])" if kept else ""),
+    )
 
 
 def check_finetune_start(cfg: ConfigContainer) -> None:

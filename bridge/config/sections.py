@@ -15,7 +15,7 @@ from typing import Any
 from bridge.parallel.schedules import NAMES as _PIPELINE_SCHEDULES
 
 # the peft section is peft's own settings
-from bridge.peft.settings import PEFT_SCHEMES, PEFT_TARGETS, PeftConfig  # noqa: F401
+from bridge.peft.settings import MLA_PEFT_TARGETS, PEFT_SCHEMES, PEFT_TARGETS, PeftConfig  # noqa: F401
 
 # Accepted names, shared by validation and the docs.
 OPTIMIZERS = ("adam", "sgd", "muon")

@@ -228,6 +228,10 @@ def build_stage(
     from bridge.models.output_hooks import apply_output_hooks
 
     apply_output_hooks(model, p)
+    if p.multi_latent_attention and p.tensor_model_parallel_size > 1:
+        from bridge.models.mla_rope_grad import whole_rope_key_gradient
+
+        whole_rope_key_gradient(model)
     _mark_head_split_softmax_offsets(model)
     if p.experimental_attention_variant == "gated_delta_net":
         from bridge.models.linear_attention import mark_gated_delta_net_partitions

@@ -312,6 +312,17 @@ def _check_local_rotary_base(p: GPTFields) -> None:
 def check_multi_latent_attention(p: GPTFields) -> None:
     # Megatron-Core's MLA (MLATransformerConfig) carries its own RoPE: rope_type "rope" or "yarn" on
     # the qk_pos_emb_head_dim slice of each head; GPTModel builds no rotary embedding of its own.
+    if p.tensor_model_parallel_size > 1 and not p.sequence_parallel:
+        # measured (tests/functional/test_mla_parallel.py): at TP=2 without SP the latent projections' and
+        # norms' gradients differ from TP=1 on both releases (0.19.2: q_layernorm's doubled); with SP they agree
+        raise model_error(
+            "sequence_parallel",
+            False,
+            f"multi-latent attention at tensor_model_parallel_size={p.tensor_model_parallel_size} computes "
+            "gradients different from TP=1 without sequence parallelism in megatron-core 0.16.1 and 0.19.2 "
+            "(measured on the local spec: its latent projections' and norms' gradients)",
+            "set model.sequence_parallel=true",
+        )
     if p.position_embedding_type != "rope":
         raise model_error(
             "position_embedding_type",

@@ -253,8 +253,9 @@ def adapter_parameters(shape: ModelShape, targets: Sequence[str], dim: int, magn
     """LoRA / DoRA adapter parameters of the whole model: each adapted linear of `in` -> `out` features gets
     A [dim, in] and B [out, dim] (plus an `out` magnitude vector with DoRA). The targets are Megatron-Core's
     fused linears, where a layer holds them: the attention's linear_qkv / linear_proj (multi-latent attention
-    has no linear_qkv), linear_fc1 / linear_fc2 of the dense MLPs only (expert layers take no adapters), and
-    in_proj / out_proj of Mamba-2 mixers and Gated DeltaNet layers. A hybrid's layer holds its one block's."""
+    has no linear_qkv but its own projections, _mla_adapter_features), linear_fc1 / linear_fc2 of the dense
+    MLPs only (expert layers take no adapters), and in_proj / out_proj of Mamba-2 mixers and Gated DeltaNet
+    layers. A hybrid's layer holds its one block's."""
     _require(shape, "hidden_size")
     h = shape.hidden_size
     kv = shape.kv_channels or h // shape.num_attention_heads
@@ -267,6 +268,7 @@ def adapter_parameters(shape: ModelShape, targets: Sequence[str], dim: int, magn
         "linear_proj": (proj_in, h),
         "linear_fc1": (h, ffn * (2 if shape.gated_linear_unit else 1)),
         "linear_fc2": (ffn, h),
+        **(_mla_adapter_features(shape) if shape.multi_latent_attention else {}),
     }
     if shape.linear_attention is not None:  # Gated DeltaNet: in_proj to q, k, v, z, beta, alpha
         _, _, nk, nv, dk, dv = shape.linear_attention
@@ -287,14 +289,30 @@ def adapter_parameters(shape: ModelShape, targets: Sequence[str], dim: int, magn
             here = held[symbol]
         else:
             attention = ("in_proj", "out_proj") if linear else ("linear_proj",)
-            if not linear and not shape.multi_latent_attention:
-                attention = ("linear_qkv", *attention)
+            if not linear:  # softmax attention: its input projections
+                inputs = (
+                    tuple(_mla_adapter_features(shape)) if shape.multi_latent_attention else ("linear_qkv",)
+                )
+                attention = (*inputs, *attention)
             here = attention + (() if moe else ("linear_fc1", "linear_fc2"))
         for target in targets:
             if target in here:
                 fan_in, fan_out = features[target]
                 total += dim * (fan_in + fan_out) + (fan_out if magnitude else 0)
     return total
+
+
+def _mla_adapter_features(shape: ModelShape) -> dict[str, tuple[int, int]]:
+    """(in, out) of multi-latent attention's adaptable projections (Megatron-Core's MLASelfAttention)."""
+    h, heads = shape.hidden_size, shape.num_attention_heads
+    q_out = heads * (shape.qk_head_dim + shape.qk_pos_emb_head_dim)
+    return {
+        "linear_q_proj": (h, q_out),
+        "linear_q_down_proj": (h, shape.q_lora_rank or 0),
+        "linear_q_up_proj": (shape.q_lora_rank or 0, q_out),
+        "linear_kv_down_proj": (h, shape.kv_lora_rank + shape.qk_pos_emb_head_dim),
+        "linear_kv_up_proj": (shape.kv_lora_rank, heads * (shape.qk_head_dim + shape.v_head_dim)),
+    }
 
 
 def padded_vocab_size(vocab_size: int, tp: int, make_vocab_size_divisible_by: int = 128) -> int:

@@ -98,6 +98,13 @@ def _base_of(
 ) -> tuple[nn.Module, nn.Module]:
     layer_no = getattr(layer, "layer_number", "?")
     base = getattr(holder, target, None) if holder is not None else None
+    if holder is not None and base is None:  # e.g. linear_qkv of multi-latent attention
+        present = [t for t, (h, _) in TARGETS.items() if h == holder_name and hasattr(holder, t)]
+        raise ConfigError(
+            f"peft.target_modules contains {target}: the {holder_name} of layer {layer_no} "
+            f"({type(holder).__name__}) has no {target}. Fix: target its linears instead, among "
+            f"{', '.join(present) or 'none'}"
+        )
     weight = getattr(base, "weight", None)
     if not isinstance(weight, torch.Tensor) or weight.ndim != 2:
         raise ConfigError(
@@ -107,6 +114,14 @@ def _base_of(
     if getattr(base, "gather_output", False) or not getattr(base, "input_is_parallel", True):
         raise ConfigError(
             f"{holder_name}.{target} of layer {layer_no}: gathered / scattered linears are not supported"
+        )
+    if getattr(base, "parallel_mode", None) == "duplicated" and tp_size_rank(base)[0] > 1:
+        # Transformer Engine's MLA down projections (TELinear, parallel_mode "duplicated"): whole on every
+        # TP rank, outside the TP group the adapter's split and its checkpoint axes assume
+        raise ConfigError(
+            f"peft.target_modules contains {target}: layer {layer_no}'s {target} is Transformer Engine's "
+            "duplicated linear (whole on every tensor-parallel rank), which adapters do not cover at "
+            "tensor parallelism > 1. Fix: leave it out of peft.target_modules, or run at model.tensor_model_parallel_size=1"
         )
     return holder, base
 

@@ -25,6 +25,17 @@ TARGETS |= {
 }
 # target -> further holders that may hold it (the first that has the linear is adapted)
 OTHER_HOLDERS: dict[str, tuple[str, ...]] = {"in_proj": ("self_attention",), "out_proj": ("self_attention",)}
+# Megatron-Core's multi-latent attention (MLASelfAttention: DeepSeek-V2/V3, Kimi-K2, GLM-4.7-Flash) has no
+# linear_qkv: its query, latent-KV and head projections, under Megatron-Bridge's names. The down
+# projections are column-parallel in the local spec (each rank a slice of the latent, gathered by MLA).
+MLA_TARGETS: dict[str, tuple[str, str]] = {
+    "linear_q_proj": ("self_attention", "column"),  # q_lora_rank None: the query straight from hidden
+    "linear_q_down_proj": ("self_attention", "column"),
+    "linear_q_up_proj": ("self_attention", "column"),
+    "linear_kv_down_proj": ("self_attention", "column"),  # the KV latent and the shared RoPE key
+    "linear_kv_up_proj": ("self_attention", "column"),  # per head [k_nope; v]
+}
+TARGETS.update(MLA_TARGETS)
 SUFFIX = "_adapter"
 _ADAPTER = re.compile(r"(?:^|\.)(?:" + "|".join(TARGETS) + r")" + SUFFIX + r"(?:\.|$)")
 

@@ -8,6 +8,14 @@ PEFT_SCHEMES = ("lora", "dora")
 # Megatron-Core module names a PEFT adapter attaches to by default (Megatron-Bridge's names; every target:
 # bridge.peft.names.TARGETS, with in_proj / out_proj of Mamba-2 mixers and Gated DeltaNet)
 PEFT_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+# multi-latent attention's projections (it has no linear_qkv; linear_proj is its output projection)
+MLA_PEFT_TARGETS = (
+    "linear_q_proj",
+    "linear_q_down_proj",
+    "linear_q_up_proj",
+    "linear_kv_down_proj",
+    "linear_kv_up_proj",
+)
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """PEFT under TP=2 (with and without sequence parallelism) and PP=2 on 2 gloo ranks: LoRA and DoRA
 give the TP=1 losses and adapter gradients over 3 SGD steps, the same HF adapter / merged exports, and
-torch_dist adapter checkpoints load at another layout. In the same launch, adapters on Mamba-2 mixers and
-Gated DeltaNet (Nemotron-H, Qwen3.5) at TP=2 against peft, and their checkpoint loaded at TP=1."""
+torch_dist adapter checkpoints load at another layout. In the same launch: adapters on Mamba-2 mixers and
+Gated DeltaNet (Nemotron-H, Qwen3.5) at TP=2 against peft, and their checkpoint loaded at TP=1; adapters on
+multi-latent attention (a tiny DeepSeek-V3) at TP=2 + SP against TP=1, the TP=2 adapter folder in peft."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tests.functional.workers.peft_hybrid import CASES, RESHARDED, RUNS, check_a
 
 WORKER = Path(__file__).parent / "workers" / "peft_parallel.py"
 LAYOUTS = ("tp2", "tp2_sp", "pp2")
+# the HF modules of the MLA adapters: q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
@@ -25,6 +27,7 @@ def root(tmp_path_factory, tiny_hf):
     tiny_hf.link("llama", root / "hf")  # the session's folder (tests/conftest.py)
     for family in CASES:
         tiny_hf.link(family, root / f"hf_{family}")
+    tiny_hf.link("deepseek_v3", root / "hf_mla")
     assert_ok(torchrun(WORKER, 2, str(root), timeout=300))
     return root
 
@@ -91,3 +94,38 @@ def test_hybrid_adapter_checkpoint_from_tp2_loads_at_tp1(root, family):
     record = _record(root, f"hybrid_{family}_load")
     assert _max_diff(record["before"], record["saved"]) > 1e-2  # other adapters before loading
     assert _max_diff(record["after"], record["saved"]) == 0.0
+
+
+@pytest.mark.parametrize("scheme", ["lora", "dora"])
+def test_mla_adapters_at_tp2_sp_reproduce_tp1_and_load_in_peft(root, tiny_hf, scheme):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from tests.functional.workers.convert_models import hf_logits, tokens
+    from tests.tolerances import logits_tolerance
+
+    ref, got = _record(root, f"mla_tp1_{scheme}"), _record(root, f"mla_tp2_sp_{scheme}")
+    assert _max_diff(ref["initial"], got["initial"]) <= 1e-6  # layout-independent start (DoRA's m: a norm)
+    assert len(ref["initial"]) == 2 * 5 * (3 if scheme == "dora" else 2)  # layers x HF modules x (A, B, m)
+    assert abs(ref["losses"][-1] - ref["losses"][0]) > 1e-3, ref["losses"]
+    assert all(g.abs().max() > 0 for g in ref["grads"][-1].values())  # every adapter learns
+    # fp32, 2 layers: TP=2 sums the row-parallel products and the MoE's expert outputs in another order;
+    # the same bounds as the dense layouts above
+    for step, (want, have) in enumerate(zip(ref["losses"], got["losses"], strict=True)):
+        assert abs(have - want) <= 1e-5, (scheme, step, have, want)
+    for step in range(len(ref["grads"])):
+        assert _max_diff(ref["grads"][step], got["grads"][step]) <= 1e-5, (scheme, step)
+    assert _max_diff(ref["final"], got["final"]) <= 1e-5
+    tp2 = root / "out" / f"mla_tp2_sp_{scheme}"
+    assert _max_diff(got["final"], read_tensors(tp2 / "adapter")) == 0.0
+    # peft's model with the TP=2 adapter folder = transformers' model of the TP=2 merged export = bridge at TP=2
+    folder, _ = tiny_hf.get("deepseek_v3")
+    base = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
+    peft_logits = hf_logits(PeftModel.from_pretrained(base, tp2 / "adapter").eval(), tokens())
+    merged = AutoModelForCausalLM.from_pretrained(tp2 / "merged", attn_implementation="eager").eval()
+    bound = logits_tolerance(peft_logits, merged.config)
+    assert (hf_logits(merged, tokens()) - peft_logits).abs().max().item() <= bound
+    assert (got["logits"] - peft_logits).abs().max().item() <= bound
+    assert (ref["logits"] - peft_logits).abs().max().item() <= bound
+    plain = hf_logits(AutoModelForCausalLM.from_pretrained(folder), tokens())
+    assert (peft_logits - plain).abs().max().item() > 1e-2  # the trained adapters matter

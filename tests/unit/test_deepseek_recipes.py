@@ -46,7 +46,10 @@ PRETRAIN = {
     "deepseek_v2_lite_pretrain_config": (1, 1, 8, False, None, None, (4096, 512, 1, 1_000_000), "full"),
 }
 # name -> (ep, peft target modules or None for full SFT)
-FINETUNE = {"deepseek_v2_lite_sft_config": (8, None), "deepseek_v2_lite_peft_config": (8, ["linear_proj"])}
+# Megatron-Bridge's Moonlight 4-GPU LoRA targets (recipes/moonlight/h100/moonlight_16b.py): every projection of
+# multi-latent attention without query compression; bridge's own V2-Lite LoRA takes them too
+MLA_LORA = ["linear_q_proj", "linear_kv_down_proj", "linear_kv_up_proj", "linear_proj"]
+FINETUNE = {"deepseek_v2_lite_sft_config": (8, None), "deepseek_v2_lite_peft_config": (8, MLA_LORA)}
 DEEPSEEK_RECIPES = (*PRETRAIN, *FINETUNE)
 # megatron-core 0.19's multi-latent attention adds a query norm DeepSeek-V2-Lite does not have
 V2_LITE_REFUSED = has_mla_qk_norm_resolver()
@@ -217,7 +220,7 @@ def test_moonlight_aliases_and_finetuning_details():
     for alias, canonical in MOONLIGHT_ALIASES.items():
         assert recipe_info(alias).name == canonical
     lora = get_recipe("moonlight_16b_peft_config")().peft
-    assert (lora.dim, lora.alpha, lora.dropout, lora.target_modules) == (8, 16.0, 0.0, ["linear_proj"])
+    assert (lora.dim, lora.alpha, lora.dropout, lora.target_modules) == (8, 16.0, 0.0, MLA_LORA)
     default_lora = get_recipe("moonlight_16b_peft_2gpu_h100_bf16_config")().peft
     assert (default_lora.dim, default_lora.alpha) == (32, 32.0)
     long = get_recipe("moonlight_16b_sft_8k_config")()

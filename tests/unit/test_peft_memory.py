@@ -60,3 +60,35 @@ def test_a_peft_plan_counts_gradients_and_optimizer_state_for_the_adapters_only(
     assert lora.grads == pytest.approx(every.grads * share)
     assert lora.optimizer == pytest.approx(every.optimizer * share)
     assert lora.total < 80 < every.total  # GB: Megatron-Bridge runs it on H100s (80 GB)
+
+
+MLA_MODULES = {
+    "linear_q_proj": "q_proj",
+    "linear_q_down_proj": "q_a_proj",
+    "linear_q_up_proj": "q_b_proj",
+    "linear_kv_down_proj": "kv_a_proj_with_mqa",
+    "linear_kv_up_proj": "kv_b_proj",
+    "linear_proj": "o_proj",
+}
+
+
+@pytest.mark.parametrize(
+    "name,targets",
+    [
+        (
+            "glm47_flash",
+            ["linear_q_down_proj", "linear_q_up_proj", "linear_kv_down_proj", "linear_kv_up_proj"],
+        ),
+        ("moonlight_16b", ["linear_q_proj", "linear_kv_down_proj", "linear_kv_up_proj", "linear_proj"]),
+    ],
+)
+def test_multi_latent_attention_adapter_count_equals_peft(name, targets):
+    import peft
+
+    cls, values = PUBLISHED[name]
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(getattr(transformers, cls)(**values))
+        config = peft.LoraConfig(r=8, target_modules=[MLA_MODULES[t] for t in targets], use_dora=True)
+        adapted = peft.get_peft_model(model, config)
+    theirs = sum(p.numel() for p in adapted.parameters() if p.requires_grad)
+    assert adapter_parameters(preset(name).model_shape(), targets, 8, magnitude=True) == theirs

@@ -90,7 +90,6 @@ def test_parameter_count_equals_transformers_meta_model(family, sources):
     import transformers
 
     from bridge import AutoBridge
-
     from bridge.parallel import runtime
     from bridge.parallel.layout import ParallelLayout
 

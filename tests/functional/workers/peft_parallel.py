@@ -9,6 +9,11 @@ and run 3 SGD steps on a fixed batch with Megatron-Core's forward_backward sched
 ROOT/out/<layout>_<scheme>.pt the initial adapters, and per step the loss and the adapter gradients
 (gathered over TP / PP into peft's names), then writes the HF adapter folder and the merged HF folder.
 
+Multi-latent attention: the phases mla_tp1 and mla_tp2_sp do the same on ROOT/hf_mla (a tiny DeepSeek-V3:
+MLA with query compression, MoE layers, so TP=2 needs sequence parallelism) with adapters on every attention
+projection (linear_q_down_proj, linear_q_up_proj, linear_kv_down_proj, linear_kv_up_proj, linear_proj), and
+also save bridge's logits of tokens() with the trained adapters (gathered over TP).
+
 Checkpoints: tp2_sp/dora and pp2/lora also save their final adapters with dist_checkpointing; the
 phases load_tp1 (from tp2_sp/dora) and load_tp2 (from pp2/lora) load them into a model of another
 layout whose adapters were seeded differently, and save the adapters they then hold.
@@ -40,14 +45,19 @@ LAYOUTS = {
     "tp2": dict(tensor_model_parallel_size=2),
     "tp2_sp": dict(tensor_model_parallel_size=2, sequence_parallel=True),
     "pp2": dict(pipeline_model_parallel_size=2),
+    "mla_tp1": dict(),
+    "mla_tp2_sp": dict(tensor_model_parallel_size=2, sequence_parallel=True),
 }
 SAVES = {("tp2_sp", "dora"): "ckpt_dora", ("pp2", "lora"): "ckpt_lora"}
 LOADS = {"load_tp1": ("tp1", "dora", "ckpt_dora"), "load_tp2": ("tp2", "lora", "ckpt_lora")}
 
 
-def peft_config(scheme: str):
+def peft_config(scheme: str, layout: str):
+    from bridge.config.finetune_rules import mla_attention_targets
     from bridge.config.sections import PeftConfig
 
+    if layout.startswith("mla_"):  # the tiny DeepSeek-V3 compresses its query (q_lora_rank 24)
+        return PeftConfig(scheme=scheme, dim=4, alpha=8.0, target_modules=mla_attention_targets(24))
     return PeftConfig(scheme=scheme, dim=4, alpha=8.0)
 
 
@@ -55,11 +65,12 @@ def build(root: Path, layout: str, scheme: str, seed: int):
     from bridge import AutoBridge
     from bridge.peft import apply_peft
 
-    bridge = AutoBridge.from_hf_pretrained(root / "hf")
+    bridge = AutoBridge.from_hf_pretrained(root / ("hf_mla" if layout.startswith("mla_") else "hf"))
     provider = bridge.to_megatron_provider(load_weights=True)
     for k, v in LAYOUTS[layout].items():
         setattr(provider, k, v)
-    provider.register_post_build_hook(functools.partial(apply_peft, peft=peft_config(scheme), seed=seed))
+    peft = peft_config(scheme, layout)
+    provider.register_post_build_hook(functools.partial(apply_peft, peft=peft, seed=seed))
     ddp = dict(use_distributed_optimizer=False, grad_reduce_in_fp32=True, overlap_grad_reduce=False)
     chunks = provider.provide_distributed_model(wrap_with_ddp=True, ddp_config=ddp)
     from megatron.core.distributed import finalize_model_grads
@@ -121,6 +132,21 @@ def sgd(chunks) -> None:
             p.add_(p.main_grad.to(p.dtype), alpha=-LR)
 
 
+def logits(chunks) -> torch.Tensor:
+    """Bridge's logits of tokens() (PP=1), the vocabulary gathered over TP and its padding cut off."""
+    from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
+
+    from tests.functional.workers.convert_models import tokens
+
+    toks = tokens()
+    pos = torch.arange(toks.shape[1]).unsqueeze(0).expand_as(toks)
+    chunks[0].eval()
+    with torch.no_grad():
+        out = gather_from_tensor_model_parallel_region(chunks[0](toks, pos, attention_mask=None))
+    chunks[0].train()
+    return out[..., :VOCAB].float()
+
+
 def checkpoint_dict(chunks) -> dict:
     from bridge.checkpoint.save_load import model_sharded_state_dict
 
@@ -138,6 +164,8 @@ def train(root: Path, layout: str, scheme: str) -> None:
         record["grads"].append(adapters(bridge, chunks, grads=True))
         sgd(chunks)
     record["final"] = adapters(bridge, chunks)
+    if layout.startswith("mla_"):
+        record["logits"] = logits(chunks)
     name = f"{layout}_{scheme}"
     bridge.save_hf_adapter(chunks, root / "out" / name / "adapter")
     bridge.save_hf_pretrained(chunks, root / "out" / name / "merged", progress=False)

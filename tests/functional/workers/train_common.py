@@ -18,6 +18,10 @@ TINY_MODEL = [
     "model.seq_length=32",
     "model.vocab_size=256",
 ]
+# TINY_MODEL's layers with multi-latent attention (query compression) instead of grouped-query attention
+MLA_TINY = ["model.multi_latent_attention=true", "model.q_lora_rank=24", "model.kv_lora_rank=32",
+            "model.qk_head_dim=16", "model.qk_pos_emb_head_dim=8", "model.v_head_dim=12", "model.qk_layernorm=true",
+            "model.rope_type=rope", "model.rope_scaling=false"]  # fmt: skip
 SHORT_RUN = [
     "train.global_batch_size=8",
     "train.micro_batch_size=1",
