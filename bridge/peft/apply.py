@@ -64,6 +64,21 @@ def _bases_of(layer: nn.Module, target: str) -> list[tuple[nn.Module, nn.Module,
     return []
 
 
+def _holds(layer: nn.Module, target: str) -> bool:
+    """Whether `layer` has a linear `target` names (adaptable or not: for naming the choices)."""
+    try:
+        return bool(_bases_of(layer, target))
+    except ConfigError:  # it has it, but adapters do not cover it there (e.g. shared experts)
+        return True
+
+
+def _attention_only(layer: nn.Module) -> str:
+    """The override that adapts this layer's attention only (multi-latent attention has no linear_qkv)."""
+    attention = getattr(layer, "self_attention", None)
+    present = [t for t, (h, _) in TARGETS.items() if h == "self_attention" and hasattr(attention, t)]
+    return f"peft.target_modules=[{','.join(present or ('linear_qkv', 'linear_proj'))}]"
+
+
 def _expert_bases(layer: nn.Module, moe: nn.Module, target: str) -> list[tuple[nn.Module, nn.Module, int]]:
     layer_no = getattr(layer, "layer_number", "?")
     local = getattr(moe.experts, "local_experts", None)
@@ -72,13 +87,12 @@ def _expert_bases(layer: nn.Module, moe: nn.Module, target: str) -> list[tuple[n
             f"peft.target_modules contains {target}: layer {layer_no}'s experts are grouped-GEMM weights "
             f"({type(moe.experts).__name__}, model.moe_grouped_gemm=true); adapters attach to sequential experts "
             "(one linear per expert). Fix: model.moe_grouped_gemm=false, or adapt the attention only: "
-            "peft.target_modules=[linear_qkv,linear_proj]"
+            + _attention_only(layer)
         )
     if getattr(moe, "shared_experts", None) is not None:
         raise ConfigError(
             f"peft.target_modules contains {target}: layer {layer_no} has shared experts, which adapters do "
-            "not cover yet (routed experts only). Fix: adapt the attention only, "
-            "peft.target_modules=[linear_qkv,linear_proj]"
+            "not cover yet (routed experts only). Fix: adapt the attention only, " + _attention_only(layer)
         )
     out = []
     for index, expert in zip(moe.local_expert_indices, local, strict=True):
@@ -87,7 +101,7 @@ def _expert_bases(layer: nn.Module, moe: nn.Module, target: str) -> list[tuple[n
             raise ConfigError(
                 f"peft.target_modules contains {target}: layer {layer_no}'s experts are split over "
                 f"{tp_size_rank(base)[0]} expert-tensor-parallel ranks; adapters on experts need "
-                "model.expert_tensor_parallel_size=1. Fix: set it, or peft.target_modules=[linear_qkv,linear_proj]"
+                "model.expert_tensor_parallel_size=1. Fix: set it, or " + _attention_only(layer)
             )
         out.append((holder, base, int(index)))
     return out
@@ -228,9 +242,11 @@ def apply_peft(chunks: list, peft: Any, seed: int) -> None:
     missing = [t for t, n in found.items() if n == 0]
     if whole and missing:  # (a pipeline stage may hold none of a hybrid's layers of one kind)
         where = "; ".join(f"{t} in a layer's {' or '.join(holders(t))}" for t in missing)
+        held = sorted({t for layer in _layers(models[0]) for t in TARGETS if _holds(layer, t)})
         raise ConfigError(
-            f"peft.target_modules={list(peft.target_modules)!r}: no layer of the model has {where}. Fix: remove "
-            f"{', '.join(missing)}; in_proj / out_proj are the projections of Mamba-2 mixers and Gated DeltaNet"
+            f"peft.target_modules={list(peft.target_modules)!r}: no layer of the model has {where} (its "
+            f"layers hold {', '.join(held) or 'no adapter target'}). Fix: remove {', '.join(missing)}, e.g. "
+            f"peft.target_modules=[{','.join(t for t in peft.target_modules if t not in missing) or ','.join(held)}]"
         )
     for model in models:
         layers = _layers(model)

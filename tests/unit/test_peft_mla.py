@@ -67,9 +67,9 @@ def test_mla_adapters_match_peft(family, scheme, targets, tmp_path):
     folder = tmp_path / family
     save_hf_model(family, folder, with_tokenizer=False)
     bridge, chunk = _build(folder, None)
-    # Megatron-Bridge's default targets name linear_qkv, which this attention does not have
-    with pytest.raises(ConfigError, match="MLASelfAttention.*has no linear_qkv.*linear_kv_down_proj"):
-        apply_peft([chunk], _peft(scheme), seed=7)
+    # Megatron-Bridge's default attention targets name linear_qkv, which this attention does not have
+    with pytest.raises(ConfigError, match="no layer of the model has linear_qkv.*linear_kv_down_proj"):
+        apply_peft([chunk], _peft(scheme, target_modules=["linear_qkv", "linear_proj"]), seed=7)
     assert all(p.requires_grad for p in chunk.parameters())  # refused before changing anything
     apply_peft([chunk], _peft(scheme, target_modules=targets), seed=7)
     _randomize(chunk)
