@@ -42,7 +42,8 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
         rms_norm_eps=1e-5,
         tie_word_embeddings=False,
         sliding_window=None,
-        rope_parameters=YARN_DEFAULTS,
+        # as transformers' class default writes it (its legacy `type` key and max positions beside)
+        rope_parameters=dict(YARN_DEFAULTS, type="yarn", max_position_embeddings=262144),
     ),
 }
 

@@ -70,6 +70,27 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
     ),
     # a window shorter than the test sequence, so that the sliding window matters.
     "mistral": ("MistralConfig", "MistralForCausalLM", dict(tie_word_embeddings=False, sliding_window=6)),
+    # Ministral 3's language model: YaRN RoPE and Llama 4's query scale, over 8 original positions (the
+    # published 16384) so that the scale departs from 1 within the test sequence.
+    "ministral3": (
+        "Ministral3Config",
+        "Ministral3ForCausalLM",
+        dict(
+            tie_word_embeddings=False,
+            sliding_window=None,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 8,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+                "llama_4_scaling_beta": 0.1,
+            },
+        ),
+    ),
     "mixtral": (
         "MixtralConfig",
         "MixtralForCausalLM",
