@@ -538,6 +538,20 @@ for _size in ("4b", "12b", "27b"):
         "Gemma3Config",
         dict(_GEMMA3_VL, text_config=dict(PUBLISHED[f"gemma3_{_size}"][1], model_type="gemma3_text")),
     )
+# mistralai/Mistral-Small-3.1-24B-Instruct-2503 is transformers' Mistral3Config default (its docstring
+# says so): the image side's published keys are read from transformers' default config, not typed here.
+_MISTRAL3 = transformers.Mistral3Config()
+VLM["mistral_small_31_24b"] = ("Mistral3Config", dict(
+    tie_word_embeddings=False,  # the checkpoint has its own output head (the class default ties them)
+    image_token_index=_MISTRAL3.image_token_index, spatial_merge_size=_MISTRAL3.spatial_merge_size,
+    projector_hidden_act=_MISTRAL3.projector_hidden_act, vision_feature_layer=_MISTRAL3.vision_feature_layer,
+    multimodal_projector_bias=_MISTRAL3.multimodal_projector_bias,
+    vision_config={k: getattr(_MISTRAL3.vision_config, k) for k in (
+        "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "image_size",
+        "patch_size", "head_dim", "hidden_act")},
+))  # fmt: skip
+# mistralai/Ministral-3-8B-Base-2512's language model is transformers' Ministral3Config default
+PUBLISHED["ministral3_8b"] = ("Ministral3Config", {})
 PUBLISHED |= VLM
 ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM", "Qwen3_5TextConfig": "Qwen3_5ForCausalLM"}
 # Vocabularies Megatron pads to a multiple of 128 (the padding rows are not HF parameters).
@@ -551,7 +565,7 @@ VOCAB_PADDING = {
 CONVERTED_FIELDS = (
     "olmo2", "gemma2", "gemma3", "glm4", "minimax_m2", "ernie45", "smollm3", "exaone4", "granite", "olmo3", "olmoe",
     "gpt_oss", "gemma_", "minitron", "starcoder2", "glm47", "k_exaone", "nemotronh", "nemotron_nano",
-    "qwen3_next", "qwen35_", "nemotron_3_",
+    "qwen3_next", "qwen35_", "nemotron_3_", "ministral3_",
 )  # fmt: skip
 # Presets whose config.json names its experts otherwise (n_routed_experts, moe_num_experts) and routes
 # by sigmoid + bias: checked against the provider their published config converts to (above) instead.
@@ -644,7 +658,8 @@ def test_deepseek_preset_math_equals_what_the_published_config_converts_to(name,
     "name",
     sorted(
         n
-        for n in set(PRESETS) - DEEPSEEK - OWN_EXPERT_KEYS - GPT_OSS - set(VLM)
+        # ministral3_8b: transformers' class defaults, checked as converted (CONVERTED_FIELDS)
+        for n in set(PRESETS) - DEEPSEEK - OWN_EXPERT_KEYS - GPT_OSS - set(VLM) - {"ministral3_8b"}
         if not n.startswith(NOT_RMSNORM_GATED)
     ),
 )
