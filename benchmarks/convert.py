@@ -202,10 +202,16 @@ def child(work: str, src: Path, out: Path) -> dict:
     return result
 
 
-def run_child(work: str, src: Path, out: Path, keep: bool = False) -> dict:
+def _child_env() -> dict[str, str]:
+    """One thread, this checkout on the path, no distributed launch variables inherited."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
+    return env
+
+
+def run_child(work: str, src: Path, out: Path, keep: bool = False) -> dict:
+    env = _child_env()
     t = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(
@@ -229,9 +235,7 @@ def run_child(work: str, src: Path, out: Path, keep: bool = False) -> dict:
 
 def run_cli(args: list[str]) -> dict:
     """One convert_checkpoint.py process, as a user runs it: wall and CPU time from launch to exit."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
+    env = _child_env()
     script = REPO / "scripts" / "conversion" / "convert_checkpoint.py"
     t = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

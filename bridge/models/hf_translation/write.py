@@ -156,6 +156,22 @@ def _read_back_checked(
     return out
 
 
+def yarn_rope_parameters(p: Any) -> dict[str, Any]:
+    """HF's `rope_parameters` of the provider's RoPE: YaRN's keys when it sets yarn_rope_factor, default
+    RoPE at its base otherwise (the families whose config.json writes one rope_parameters dict)."""
+    if p.yarn_rope_factor is None:
+        return {"rope_type": "default", "rope_theta": p.rotary_base}
+    return {
+        "rope_type": "yarn",
+        "rope_theta": p.rotary_base,
+        "factor": p.yarn_rope_factor,
+        "original_max_position_embeddings": p.yarn_rope_original_max_position_embeddings,
+        "beta_fast": p.yarn_rope_beta_fast,
+        "beta_slow": p.yarn_rope_beta_slow,
+        "attention_factor": p.yarn_rope_attention_factor,
+    }
+
+
 def sliding_window_hf_fields(p: Any) -> dict[str, Any]:
     """HF's `sliding_window` (keys attended, itself included) for the provider's window_size, for the
     configs that window every layer with it (no use_sliding_window switch)."""

@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from bridge.models.hf_translation.common import BASE_DEFAULTS, get, refuse
-from bridge.models.hf_translation.write import sliding_window_hf_fields
+from bridge.models.hf_translation.write import sliding_window_hf_fields, yarn_rope_parameters
 
 YARN_DEFAULTS: dict[str, Any] = dict(
     rope_type="yarn",
@@ -120,17 +120,7 @@ def rope_fields(cfg: Any) -> dict[str, Any]:
 
 def hf_fields(p: Any) -> dict[str, Any]:
     """The Ministral 3 keys of config.json for provider `p` (hf_config_dict checks they read back)."""
-    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": p.rotary_base}
-    if p.yarn_rope_factor is not None:
-        rope = {
-            "rope_type": "yarn",
-            "rope_theta": p.rotary_base,
-            "factor": p.yarn_rope_factor,
-            "original_max_position_embeddings": p.yarn_rope_original_max_position_embeddings,
-            "beta_fast": p.yarn_rope_beta_fast,
-            "beta_slow": p.yarn_rope_beta_slow,
-            "attention_factor": p.yarn_rope_attention_factor,
-        }
+    rope = yarn_rope_parameters(p)
     if p.llama4_attn_scale_beta:
         rope["llama_4_scaling_beta"] = p.llama4_attn_scale_beta
         rope["original_max_position_embeddings"] = p.llama4_attn_scale_original_max_position_embeddings

@@ -15,6 +15,7 @@ from typing import Any
 
 from bridge.models.gemma2.hf_config import default_layer_types, window_fields
 from bridge.models.hf_translation.common import BASE_DEFAULTS, get, refuse
+from bridge.models.hf_translation.write import yarn_rope_parameters
 
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     # (its rope_theta default, 500000 for both layer types, is rope_of's own)
@@ -140,17 +141,7 @@ def hf_fields(p: Any) -> dict[str, Any]:
         every = p.window_attn_skip_freq
         window = p.window_size[0] + 1
         types = default_layer_types(p.num_layers, every) if every else ["sliding_attention"] * p.num_layers
-    full: dict[str, Any] = {"rope_type": "default", "rope_theta": p.rotary_base}
-    if p.yarn_rope_factor is not None:
-        full = {
-            "rope_type": "yarn",
-            "rope_theta": p.rotary_base,
-            "factor": p.yarn_rope_factor,
-            "original_max_position_embeddings": p.yarn_rope_original_max_position_embeddings,
-            "beta_fast": p.yarn_rope_beta_fast,
-            "beta_slow": p.yarn_rope_beta_slow,
-            "attention_factor": p.yarn_rope_attention_factor,
-        }
+    full = yarn_rope_parameters(p)
     local = p.local_rotary_base if p.local_rotary_base is not None else p.rotary_base
     return {
         "sliding_window": window,
