@@ -35,12 +35,11 @@ def test_every_listed_recipe_is_a_finetuning_recipe():
     assert {recipe_info(n).name for n in PUBLISHED} <= set(FINETUNE)
 
 
-@pytest.fixture()
-def start(tmp_path):
+def start_overrides(tmp_path, data_name: str, data_line: str) -> list[str]:
     """A data file, a (torch_dist-shaped) pretrained folder and a tokenizer folder: validation checks they
     exist and are not empty, and that the tokenizer declares an eos token."""
-    data = tmp_path / "train.jsonl"
-    data.write_text('{"input": "a", "output": "b"}\n')
+    data = tmp_path / data_name
+    data.write_text(data_line + "\n")
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "latest_checkpointed_iteration.txt").write_text("0")
@@ -51,6 +50,11 @@ def start(tmp_path):
         f"checkpoint.pretrained_checkpoint={ckpt}",
         f"tokenizer.tokenizer_model={tmp_path}",
     ]
+
+
+@pytest.fixture()
+def start(tmp_path):
+    return start_overrides(tmp_path, "train.jsonl", '{"input": "a", "output": "b"}')
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))

@@ -7,6 +7,7 @@ import pytest
 
 from bridge.config.run_plan import build_plan
 from recipes import get_recipe, recipe_info
+from tests.unit.test_finetune_recipes import start_overrides
 
 # name -> (GPUs, tp, pp, layers, hidden, lr, min_lr, LoRA)
 PUBLISHED = {
@@ -23,21 +24,9 @@ PUBLISHED = {
 
 @pytest.fixture()
 def start(tmp_path):
-    """An image-text JSONL file, a (torch_dist-shaped) pretrained folder and a tokenizer folder declaring
-    an eos token: what validation checks exists."""
-    data = tmp_path / "vlm.jsonl"
-    data.write_text(
-        '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}\n'
-    )
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    (ckpt / "latest_checkpointed_iteration.txt").write_text("0")
-    (tmp_path / "tokenizer_config.json").write_text('{"eos_token": "<eos>"}')
-    return [
-        f"dataset.data_paths=[{data}]",
-        f"checkpoint.pretrained_checkpoint={ckpt}",
-        f"tokenizer.tokenizer_model={tmp_path}",
-    ]
+    """What validation checks exists: an image-text JSONL file, a pretrained folder, a tokenizer folder."""
+    line = '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}'
+    return start_overrides(tmp_path, "vlm.jsonl", line)
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
