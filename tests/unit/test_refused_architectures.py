@@ -1,5 +1,5 @@
 """The 2026 architectures Megatron-Core cannot compute (DeepSeek sparse attention, DeepSeek-V4, Gemma 4,
-MiMo-V2-Flash, Falcon-H1's parallel Mamba + attention layers) are refused with one error that names what is
+MiMo-V2-Flash, Qwen3-VL, Falcon-H1's parallel Mamba + attention layers) are refused with one error that names what is
 missing and the releases, from a config.json with transformers' model type for it (Falcon-H1: a folder
 transformers saved); the DSA reason is checked against the installed Megatron-Core's code."""
 
@@ -18,6 +18,8 @@ REFUSED = {
     "DeepseekV4ForCausalLM": ("deepseek_v4", ("hyper-connections", "compressed sparse attention", "hash")),
     "Gemma4ForCausalLM": ("gemma4_text", ("global_head_dim", "v_norm", "num_kv_shared_layers")),
     "MiMoV2FlashForCausalLM": ("mimo_v2_flash", ("v_head_dim", "key/value heads", "attention_value_scale")),
+    "Qwen3VLForConditionalGeneration": ("qwen3_vl", ("mrope_interleaved", "deepstack_visual_indexes")),
+    "Qwen3VLMoeForConditionalGeneration": ("qwen3_vl_moe", ("mrope_interleaved", "deepstack_visual_indexes")),
 }
 
 
