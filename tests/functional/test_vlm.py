@@ -44,13 +44,21 @@ def _close(ours: dict, ref: dict, rel: float) -> None:
 @pytest.mark.parametrize(
     "family, layout",
     [("llava", "tp1"), ("llava", "tp2"), ("llava", "pp2"), ("llava", "dp2"),
-     ("qwen25_vl", "tp1"), ("qwen25_vl", "tp2"), ("qwen25_vl", "pp2")],
+     ("qwen25_vl", "tp1"), ("qwen25_vl", "tp2"), ("qwen25_vl", "pp2"),
+     ("gemma3_vl", "tp1"), ("gemma3_vl", "tp2"), ("gemma3_vl", "pp2")],
 )  # fmt: skip
 def test_image_text_finetune_equals_transformers(out, family, layout):
+    from tests.functional.workers.vlm_models import tiny_vlm_script
+    from tests.tolerances import relative_tolerance
+
     runs = {r["run"]: r for r in payloads(out, "run")}
     ref, ours = runs[f"{family}:transformers"], runs[f"{family}:{layout}"]
     _close(ours["losses"], ref["losses"], LOSS_REL)
-    _close(ours["grad_norms"], ref["grad_norms"], GRAD_NORM_REL)
+    # Gemma 3 (four norms a layer, sqrt(hidden)-scaled embeddings) starts with grad norms ~4e-7 apart
+    # (LLaVA's ~5e-8), which Adam carries to ~3e-6 by step 5: held to tests/tolerances.py's bound
+    # for its tiny model (3.2e-5) instead of the tighter constant the others meet
+    grad_rel = relative_tolerance(tiny_vlm_script().GEMMA3_TEXT) if family == "gemma3_vl" else GRAD_NORM_REL
+    _close(ours["grad_norms"], ref["grad_norms"], grad_rel)
     assert ours["learning_rates"] == ref["learning_rates"]
     assert ref["losses"]["5"] < ref["losses"]["1"]  # it learns
 

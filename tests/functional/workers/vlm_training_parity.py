@@ -28,14 +28,14 @@ LAYOUTS = {
     "dp2": [],
 }
 # the 2-rank layouts each family trains at (M-RoPE: PP=2 checks the positions of the second stage)
-FAMILY_LAYOUTS = {"llava": ("tp2", "pp2", "dp2"), "qwen25_vl": ("tp2", "pp2")}
+FAMILY_LAYOUTS = {"llava": ("tp2", "pp2", "dp2"), "qwen25_vl": ("tp2", "pp2"), "gemma3_vl": ("tp2", "pp2")}
 FINETUNED = tuple(FAMILY_LAYOUTS)  # the families whose finetune is compared; the others convert only
 CONVERT_ONLY = tuple(f for f in VLM_FAMILIES if f not in FAMILY_LAYOUTS)
 
 
 def _freeze_encoder(family: str, model) -> None:
     """The reference's frozen vision encoder, as bridge's freeze_vision_model default (the projector trains)."""
-    if family == "llava":
+    if family in ("llava", "gemma3_vl"):
         model.model.vision_tower.requires_grad_(False)
     else:  # Qwen2.5-VL: the vision transformer but its merger (the projector)
         model.model.visual.requires_grad_(False)
@@ -44,8 +44,11 @@ def _freeze_encoder(family: str, model) -> None:
 
 def _hf_inputs(family: str, model, b: dict) -> dict:
     """transformers' inputs of a recorded micro batch (no padding mask: bridge attends causally; Qwen2.5-VL's
-    M-RoPE positions need the processor's mm_token_type_ids, 1 on the image tokens)."""
+    M-RoPE positions need the processor's mm_token_type_ids, 1 on the image tokens; Gemma 3's image-block
+    attention its token_type_ids, the same)."""
     inputs = {"input_ids": b["tokens"], "pixel_values": b["pixel_values"]}
+    if family == "gemma3_vl":
+        inputs["token_type_ids"] = (b["tokens"] == model.config.image_token_id).long()
     if family == "qwen25_vl":
         inputs["image_grid_thw"] = b["image_grid_thw"]
         inputs["mm_token_type_ids"] = (b["tokens"] == model.config.image_token_id).int()
