@@ -50,11 +50,6 @@ def logits_tolerance(reference: torch.Tensor, config) -> float:
     )
 
 
-def relative_tolerance(config) -> float:
-    """The same bound relative to a value's own magnitude (a loss, a gradient norm)."""
-    return logits_tolerance(torch.ones(1), config)
-
-
 def merged_weight_tolerance(reference: torch.Tensor, rank: int) -> float:
     """|W + s * B @ A| computed twice: one product of inner length `rank` and one addition, at the merged
     weight's magnitude."""

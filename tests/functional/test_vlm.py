@@ -1,12 +1,12 @@
 """Vision-language models on gloo ranks (slow tier): image-text finetuning equals transformers + torch, and
 TP=2 conversion equals transformers (workers/vlm_training_parity.py, two launches).
 
-1 rank: bridge's finetune() from each finetuned tiny VLM folder (LLaVA, Qwen2.5-VL; dataset.kind=vlm, full
+1 rank: bridge's finetune() from each finetuned tiny VLM folder (LLaVA, Qwen2.5-VL, Gemma 3; dataset.kind=vlm, full
 SFT, vision encoder frozen) against transformers' model class + torch.optim.AdamW over the micro batches
 bridge trained on.
 2 ranks: import of every VLM family at TP=2 (logits and a bit-identical export; LLaVA, Qwen2.5-VL, Gemma 3,
 Mistral 3), then the same finetune at TP=2, PP=2 (the vision side on the first stage; Qwen2.5-VL's M-RoPE
-positions computed on both stages) and, for LLaVA, DP=2.
+positions computed on both stages, Gemma 3's image-block attention mask applied on both) and, for LLaVA, DP=2.
 Per iteration the loss must equal the reference's to 1e-5 relative and the grad norm to 2e-6 (as
 test_training_parity_hf.py: fp32, a 2-layer tower and language model, 5 AdamW steps; the differences are
 summation order, ~1e-7 relative), the learning rate exactly.
@@ -25,6 +25,10 @@ pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow
 WORKER = REPO_ROOT / "tests/functional/workers/vlm_training_parity.py"
 LOSS_REL, GRAD_NORM_REL = 1e-5, 2e-6
+MISTRAL3_SKIP = (
+    "dataset.kind=vlm loads the processor with AutoProcessor, and transformers' PixtralProcessor needs "
+    "torchvision (not a dependency here); its conversion is tested (the TP=2 import below)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,20 +49,14 @@ def _close(ours: dict, ref: dict, rel: float) -> None:
     "family, layout",
     [("llava", "tp1"), ("llava", "tp2"), ("llava", "pp2"), ("llava", "dp2"),
      ("qwen25_vl", "tp1"), ("qwen25_vl", "tp2"), ("qwen25_vl", "pp2"),
-     ("gemma3_vl", "tp1"), ("gemma3_vl", "tp2"), ("gemma3_vl", "pp2")],
+     ("gemma3_vl", "tp1"), ("gemma3_vl", "tp2"), ("gemma3_vl", "pp2"),
+     pytest.param("mistral3", "tp1", marks=pytest.mark.skip(reason=MISTRAL3_SKIP))],
 )  # fmt: skip
 def test_image_text_finetune_equals_transformers(out, family, layout):
-    from tests.functional.workers.vlm_models import tiny_vlm_script
-    from tests.tolerances import relative_tolerance
-
     runs = {r["run"]: r for r in payloads(out, "run")}
     ref, ours = runs[f"{family}:transformers"], runs[f"{family}:{layout}"]
     _close(ours["losses"], ref["losses"], LOSS_REL)
-    # Gemma 3 (four norms a layer, sqrt(hidden)-scaled embeddings) starts with grad norms ~4e-7 apart
-    # (LLaVA's ~5e-8), which Adam carries to ~3e-6 by step 5: held to tests/tolerances.py's bound
-    # for its tiny model (3.2e-5) instead of the tighter constant the others meet
-    grad_rel = relative_tolerance(tiny_vlm_script().GEMMA3_TEXT) if family == "gemma3_vl" else GRAD_NORM_REL
-    _close(ours["grad_norms"], ref["grad_norms"], grad_rel)
+    _close(ours["grad_norms"], ref["grad_norms"], GRAD_NORM_REL)
     assert ours["learning_rates"] == ref["learning_rates"]
     assert ref["losses"]["5"] < ref["losses"]["1"]  # it learns
 
