@@ -10,11 +10,11 @@ transformers' get_llama_4_attn_scale). sliding_window (None by default) windows 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from bridge.models.hf_translation.common import BASE_DEFAULTS, get, refuse
 from bridge.models.hf_translation.write import sliding_window_hf_fields, yarn_rope_parameters
+from bridge.models.hf_translation.yarn import yarn_rope_fields
 
 YARN_DEFAULTS: dict[str, Any] = dict(
     rope_type="yarn",
@@ -48,10 +48,6 @@ CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _mscale(scale: float, mscale: float = 1.0) -> float:
-    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
-
-
 def rope_fields(cfg: Any) -> dict[str, Any]:
     """Replaces the generic RoPE translation: default or YaRN, and the Llama 4 query scale."""
     params = dict(get(cfg, "rope_parameters") or YARN_DEFAULTS)
@@ -79,29 +75,7 @@ def rope_fields(cfg: Any) -> dict[str, Any]:
     )
     original = params.get("original_max_position_embeddings")
     if rope_type == "yarn":
-        if not params.get("truncate", True):
-            raise refuse(
-                "rope_parameters.truncate",
-                params["truncate"],
-                "the provider's YaRN rounds its ramp bounds to whole channels (truncate=true)",
-                "convert a model with truncate unset or true",
-            )
-        factor = params.get("factor")
-        factor = float(factor) if factor is not None else int(get(cfg, "max_position_embeddings")) / original
-        attention = params.get("attention_factor")
-        if attention is None:
-            mscale, mscale_all_dim = params.get("mscale"), params.get("mscale_all_dim")
-            if mscale and mscale_all_dim:
-                attention = _mscale(factor, mscale) / _mscale(factor, mscale_all_dim)
-            else:
-                attention = _mscale(factor)
-        out.update(
-            yarn_rope_factor=factor,
-            yarn_rope_original_max_position_embeddings=int(original),
-            yarn_rope_beta_fast=float(params.get("beta_fast") or 32),
-            yarn_rope_beta_slow=float(params.get("beta_slow") or 1),
-            yarn_rope_attention_factor=float(attention),
-        )
+        out.update(yarn_rope_fields(params, cfg))
     beta = params.get("llama_4_scaling_beta")
     if beta:
         if original is None:

@@ -10,12 +10,12 @@ rope_parameters  one entry per layer type (transformers 5), or rope_theta for bo
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from bridge.models.gemma2.hf_config import default_layer_types, window_fields
 from bridge.models.hf_translation.common import BASE_DEFAULTS, get, refuse
 from bridge.models.hf_translation.write import yarn_rope_parameters
+from bridge.models.hf_translation.yarn import yarn_rope_fields
 
 CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
     # (its rope_theta default, 500000 for both layer types, is rope_of's own)
@@ -50,38 +50,6 @@ def rope_of(cfg: Any, layer_type: str) -> dict[str, Any]:
     return out
 
 
-def _yarn_fields(params: dict[str, Any], cfg: Any) -> dict[str, Any]:
-    """The provider's yarn_rope_* fields for HF's yarn rope_parameters (transformers' defaults)."""
-    if not params.get("truncate", True):
-        raise refuse(
-            "rope_parameters.full_attention.truncate",
-            params["truncate"],
-            "the provider's YaRN rounds its ramp bounds to whole channels (truncate=true)",
-            "convert a model with truncate unset or true",
-        )
-    original = int(params["original_max_position_embeddings"])
-    factor = params.get("factor")
-    factor = float(factor) if factor is not None else int(get(cfg, "max_position_embeddings")) / original
-    attention = params.get("attention_factor")
-    if attention is None:
-        mscale, mscale_all_dim = params.get("mscale"), params.get("mscale_all_dim")
-        if mscale and mscale_all_dim:
-            attention = _yarn_mscale(factor, mscale) / _yarn_mscale(factor, mscale_all_dim)
-        else:
-            attention = _yarn_mscale(factor)
-    return dict(
-        yarn_rope_factor=factor,
-        yarn_rope_original_max_position_embeddings=original,
-        yarn_rope_beta_fast=float(params.get("beta_fast") or 32),
-        yarn_rope_beta_slow=float(params.get("beta_slow") or 1),
-        yarn_rope_attention_factor=float(attention),
-    )
-
-
-def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
-    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
-
-
 def rope_fields(cfg: Any) -> dict[str, Any]:
     """Replaces the generic RoPE translation (which reads one flat rope_parameters): GPTModel's RoPE is
     the full layers' (default or YaRN); the sliding layers get their own unscaled one (local_rotary_base)
@@ -112,7 +80,7 @@ def rope_fields(cfg: Any) -> dict[str, Any]:
         local_rotary_base=None,
     )
     if full["rope_type"] == "yarn":
-        out.update(_yarn_fields(full, cfg))
+        out.update(yarn_rope_fields(full, cfg, "rope_parameters.full_attention"))
     if full["rope_type"] != "default" or float(sliding["rope_theta"]) != float(full["rope_theta"]):
         out["local_rotary_base"] = float(sliding["rope_theta"])
     return out
