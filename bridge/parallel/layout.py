@@ -86,11 +86,21 @@ class ModelShape:
 
     def layer_kinds(self) -> list[tuple[bool, bool, str | None]]:
         """Per layer: (MoE, Gated DeltaNet, hybrid symbol or None for a GPT layer of attention + MLP)."""
-        if self.hybrid_pattern is not None:
-            return [(c == "E", False, c) for c in self.hybrid_pattern]
-        return list(
-            zip(self.moe_layers(), self.linear_attention_layers(), [None] * self.num_layers, strict=True)
-        )
+        kinds = self.__dict__.get("_layer_kinds")  # the planner asks thousands of times per plan
+        if kinds is None:
+            if self.hybrid_pattern is not None:
+                kinds = tuple((c == "E", False, c) for c in self.hybrid_pattern)
+            else:
+                kinds = tuple(
+                    zip(
+                        self.moe_layers(),
+                        self.linear_attention_layers(),
+                        [None] * self.num_layers,
+                        strict=True,
+                    )
+                )
+            object.__setattr__(self, "_layer_kinds", kinds)  # a frozen shape: computed once
+        return list(kinds)
 
     def linear_attention_layers(self) -> list[bool]:
         """Per layer: Gated DeltaNet (True) or softmax attention (Megatron-Core's integer rule)."""
@@ -179,14 +189,20 @@ class ModelShape:
 
     def moe_layers(self) -> tuple[bool, ...]:
         """Per layer: whether it is a MoE layer (all False for a dense model)."""
-        if self.hybrid_pattern is not None:
-            return tuple(c == "E" for c in self.hybrid_pattern)
-        if not self.is_moe:
-            return (False,) * self.num_layers
+        cached = self.__dict__.get("_moe_layers")
+        if cached is not None:
+            return cached
         freq = self.moe_layer_freq
-        if isinstance(freq, int):
-            return tuple(i % freq == 0 for i in range(self.num_layers))
-        return tuple(bool(v) for v in freq)
+        if self.hybrid_pattern is not None:
+            layers = tuple(c == "E" for c in self.hybrid_pattern)
+        elif not self.is_moe:
+            layers = (False,) * self.num_layers
+        elif isinstance(freq, int):
+            layers = tuple(i % freq == 0 for i in range(self.num_layers))
+        else:
+            layers = tuple(bool(v) for v in freq)
+        object.__setattr__(self, "_moe_layers", layers)  # a frozen shape: computed once
+        return layers
 
     @property
     def query_groups(self) -> int:
