@@ -43,6 +43,20 @@ _DEEPSEEK = dict(
 )
 _YARN = dict(factor=4.0, original_max_position_embeddings=16, beta_fast=32, beta_slow=1)
 
+# Nemotron-H's tiny sizes (the layer kinds are each entry's): 4 layers, 2 groups of 4 Mamba heads, chunks of 8
+_NEMOTRON_H = dict(
+    num_hidden_layers=4,
+    head_dim=16,
+    layer_norm_epsilon=1e-5,
+    ssm_state_size=16,
+    mamba_num_heads=8,
+    mamba_head_dim=16,
+    n_groups=2,
+    conv_kernel=4,
+    chunk_size=8,
+    tie_word_embeddings=False,
+)
+
 # family -> (config class, model class, config fields)
 FAMILIES: dict[str, tuple[str, str, dict]] = {
     # Llama 3.2 style: tied embeddings, llama3 RoPE scaling with non-default frequency bounds.
@@ -558,17 +572,7 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
         "NemotronHConfig",
         "NemotronHForCausalLM",
         dict(
-            layers_block_type=["linear_attention", "full_attention", "linear_attention", "mlp"],
-            num_hidden_layers=4,
-            head_dim=16,
-            layer_norm_epsilon=1e-5,
-            ssm_state_size=16,
-            mamba_num_heads=8,
-            mamba_head_dim=16,
-            n_groups=2,
-            conv_kernel=4,
-            chunk_size=8,
-            tie_word_embeddings=False,
+            _NEMOTRON_H, layers_block_type=["linear_attention", "full_attention", "linear_attention", "mlp"]
         ),
     ),
     # Nemotron 3 (Nano / Super): Nemotron-H with MoE layers (E): 4 squared-ReLU experts without gate on a
@@ -579,17 +583,8 @@ FAMILIES: dict[str, tuple[str, str, dict]] = {
         "NemotronHConfig",
         "NemotronHForCausalLM",
         dict(
+            _NEMOTRON_H,
             layers_block_type=["linear_attention", "moe", "full_attention", "moe"],
-            num_hidden_layers=4,
-            head_dim=16,
-            layer_norm_epsilon=1e-5,
-            ssm_state_size=16,
-            mamba_num_heads=8,
-            mamba_head_dim=16,
-            n_groups=2,
-            conv_kernel=4,
-            chunk_size=8,
-            tie_word_embeddings=False,
             n_routed_experts=4,
             num_experts_per_tok=2,
             moe_intermediate_size=32,

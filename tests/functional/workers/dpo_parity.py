@@ -19,14 +19,12 @@ from pathlib import Path
 
 from train_common import emit, reset_parallel_state
 from training_parity_hf import (
-    BETAS,
     CLIP,
-    EPS,
     GLOBAL_BATCH,
     LORA_DIM,
     LORA_TARGETS,
-    WEIGHT_DECAY,
     lr_at,
+    megatron_adamw,
     overrides,
     peft_model,
     record_adapters,
@@ -133,14 +131,7 @@ def run_reference(
     if lora_init is not None:
         model = peft_model(model, lora_init)
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    decay = [p for n, p in trainable if p.ndim > 1 and not n.endswith(".bias")]
-    no_decay = [p for n, p in trainable if p.ndim <= 1 or n.endswith(".bias")]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr_at(0),
-        betas=BETAS,
-        eps=EPS,
-    )
+    optimizer = megatron_adamw(trainable, lr_at(0))
     losses, grad_norms, lrs, metrics = {}, {}, {}, {}
     for it in range(1, ITERS + 1):
         window = batches[(it - 1) * GLOBAL_BATCH : it * GLOBAL_BATCH]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 
-from training_parity_hf import BETAS, CLIP, EPS, GLOBAL_BATCH, WEIGHT_DECAY, lr_at
+from training_parity_hf import CLIP, GLOBAL_BATCH, lr_at, megatron_adamw
 
 METRICS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
 
@@ -62,14 +62,7 @@ def run_trl(workdir: str, batches: list[dict], loss_type: str, beta: float, iter
     )
     policy = trainer.model
     trainable = [(n, p) for n, p in policy.named_parameters() if p.requires_grad]
-    decay = [p for n, p in trainable if p.ndim > 1 and not n.endswith(".bias")]
-    no_decay = [p for n, p in trainable if p.ndim <= 1 or n.endswith(".bias")]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr_at(0),
-        betas=BETAS,
-        eps=EPS,
-    )
+    optimizer = megatron_adamw(trainable, lr_at(0))
     losses, grad_norms, lrs, metrics = {}, {}, {}, {}
     for it in range(1, iters + 1):
         window = examples[(it - 1) * GLOBAL_BATCH : it * GLOBAL_BATCH]

@@ -241,6 +241,18 @@ def lr_at(samples: int, iters: int = ITERS) -> float:
     return MIN_LR + (LR - MIN_LR) * 0.5 * (math.cos(math.pi * ratio) + 1.0)
 
 
+def megatron_adamw(trainable: list, lr: float):
+    """torch.optim.AdamW with Megatron's weight-decay groups: no decay on biases and 1-D parameters (the
+    norms). GPT-OSS's stacked expert biases (experts.gate_up_proj_bias, 2-D) are biases: Megatron's are 1-D
+    per expert."""
+    import torch
+
+    decay = [p for n, p in trainable if p.ndim > 1 and not n.endswith("bias")]
+    no_decay = [p for n, p in trainable if p.ndim <= 1 or n.endswith("bias")]
+    groups = [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=BETAS, eps=EPS)
+
+
 def run_transformers(
     workdir: str, family: str, batches: list[dict], lora_init: dict | None = None, iters: int = ITERS
 ) -> None:
@@ -255,16 +267,7 @@ def run_transformers(
     if lora_init is not None:
         model, name = peft_model(model, lora_init), "peft_lora"
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    # Megatron's weight-decay groups: no decay on biases and 1-D parameters (the norms). GPT-OSS's
-    # stacked expert biases (experts.gate_up_proj_bias, 2-D) are biases: Megatron's are 1-D per expert.
-    decay = [p for n, p in trainable if p.ndim > 1 and not n.endswith("bias")]
-    no_decay = [p for n, p in trainable if p.ndim <= 1 or n.endswith("bias")]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr_at(0, iters),
-        betas=BETAS,
-        eps=EPS,
-    )
+    optimizer = megatron_adamw(trainable, lr_at(0, iters))
     losses, grad_norms, lrs = {}, {}, {}
     for it in range(1, iters + 1):
         window = batches[(it - 1) * GLOBAL_BATCH : it * GLOBAL_BATCH]

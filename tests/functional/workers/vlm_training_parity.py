@@ -18,7 +18,19 @@ import sys
 from pathlib import Path
 
 from train_common import emit, reset_parallel_state
-from training_parity_hf import BETAS, CLIP, EPS, GLOBAL_BATCH, ITERS, LR, MIN_LR, WARMUP, WEIGHT_DECAY, lr_at
+from training_parity_hf import (
+    BETAS,
+    CLIP,
+    EPS,
+    GLOBAL_BATCH,
+    ITERS,
+    LR,
+    MIN_LR,
+    WARMUP,
+    WEIGHT_DECAY,
+    lr_at,
+    megatron_adamw,
+)
 from vlm_models import VLM_FAMILIES, save_vlm_model, write_conversations
 
 SEQ = 48  # 16 image tokens + a question and an answer of a few words
@@ -157,12 +169,7 @@ def run_transformers(workdir: str, batches: list[dict], family: str) -> None:
     model = cls.from_pretrained(f"{workdir}/hf_{family}", dtype=torch.float32, **extra).train()
     _freeze_encoder(family, model)
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    decay = [p for n, p in trainable if p.ndim > 1 and not n.endswith(".bias")]
-    no_decay = [p for n, p in trainable if p.ndim <= 1 or n.endswith(".bias")]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr_at(0), betas=BETAS, eps=EPS,
-    )  # fmt: skip
+    optimizer = megatron_adamw(trainable, lr_at(0))
     losses, grad_norms, lrs = {}, {}, {}
     for it in range(1, ITERS + 1):
         window = batches[(it - 1) * GLOBAL_BATCH : it * GLOBAL_BATCH]
