@@ -110,7 +110,8 @@ def save_checkpoint(
         async_saves.wait()  # one write in flight at a time, published in order
     # forked writers and the spawned results-queue server die with this rank and ignore stop signals
     writer_processes.install_writer_reaper()
-    writer_processes.install_results_queue()
+    if not getattr(sharded_strategy, "writes_in_process", False):  # direct_save's needs no queue server
+        writer_processes.install_results_queue()
     root = Path(root)
     target = checkpoint_dir(root, iteration)
     staging = staging_dir(root, iteration)

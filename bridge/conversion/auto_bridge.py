@@ -327,8 +327,11 @@ class AutoBridge:
         chunks = provider.provide_distributed_model(
             wrap_with_ddp=False, mixed_precision_wrapper=False, random_init=False
         )
+        from bridge.checkpoint.direct_save import DirectSaveStrategy
+
         with atomic_dir(target, "megatron_path", all_ranks=True) as staging:
-            save_checkpoint(staging, 0, chunks, save_rng=False)
+            # written by this process's threads: Megatron-Core's forked writers are for saves beside training
+            save_checkpoint(staging, 0, chunks, save_rng=False, sharded_strategy=DirectSaveStrategy())
             if ranks.is_rank_zero():
                 bridge._write_hf_assets(staging / HF_ASSETS_DIR)
 
@@ -347,6 +350,7 @@ class AutoBridge:
         checkpoint.pretrained_checkpoint, from the run_config.yaml saved with it): merged weights by
         default, or with `adapter_only` a Hugging Face PEFT adapter folder.
         """
+        import_megatron()  # before reading the checkpoint imports Megatron-Core: torch.compile deferred
         target = check_target_dir(hf_path, "hf_path")
         folder, _ = resolve_checkpoint(
             megatron_path
@@ -359,7 +363,6 @@ class AutoBridge:
                 f"--adapter-only: checkpoint {folder} holds no PEFT adapters (its run had peft.scheme=null); "
                 "export it without --adapter-only"
             )
-        import_megatron()
         provider = self._new_provider()
         if run is not None and run.model is not None:
             # the MTP layers the run trained (a training choice: e.g. a finetune with mtp_num_layers=0,

@@ -20,9 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import DefaultLoadPlanner
+from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+from torch.distributed.checkpoint.planner import LoadPlan, WriteItemType
+from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
 
 from bridge.checkpoint import resolve_checkpoint, save_checkpoint
 from bridge.checkpoint.atomic import atomic_dir, check_target_dir
+from bridge.checkpoint.direct_save import DirectSaveStrategy
 from bridge.checkpoint.paths import HF_ASSETS_DIR
 from bridge.checkpoint.save_load import model_sharded_state_dict, read_common, verified_for_model
 from bridge.conversion.auto_bridge import AutoBridge
@@ -136,7 +142,6 @@ class HFTensorSource:
 
 def _streaming_planner(source: HFTensorSource):
     from megatron.core.dist_checkpointing.strategies.torch import MCoreSavePlanner
-    from torch.distributed.checkpoint.planner import WriteItemType
 
     class StreamingSavePlanner(MCoreSavePlanner):
         """MCoreSavePlanner whose tensors come from `source` when the writer resolves them."""
@@ -163,46 +168,36 @@ def _streaming_planner(source: HFTensorSource):
     return StreamingSavePlanner()
 
 
-def _streaming_strategy(source: HFTensorSource):
-    from megatron.core.dist_checkpointing.strategies.torch import (
-        TorchDistSaveShardedStrategy,
-        _replace_state_dict_keys_with_sharded_keys,
-        mcore_to_pyt_state_dict,
-    )
+class _StreamingSaveStrategy(DirectSaveStrategy):
+    """torch_dist, written serially (one thread, no copy-ahead: the serial loader resolves one write
+    item at a time) from a lazy planner that reads each tensor from the HF checkpoint."""
 
-    class StreamingSaveStrategy(TorchDistSaveShardedStrategy):
-        """torch_dist, written serially by torch DCP's FileSystemWriter from a lazy planner."""
+    def __init__(self, source: HFTensorSource) -> None:
+        super().__init__(thread_count=1, per_thread_copy_ahead=0)
+        self.source = source
+        self._planner: Any = None
 
-        def __init__(self) -> None:
-            super().__init__("torch_dist", 1, thread_count=1)
+    def planner(self):
+        self._planner = _streaming_planner(self.source)
+        return self._planner
 
-        def save(self, sharded_state_dict, checkpoint_dir) -> None:
-            import torch.distributed.checkpoint as dcp
+    def save(self, sharded_state_dict, checkpoint_dir) -> None:
+        self.source.index(sharded_state_dict)
+        try:
+            super().save(sharded_state_dict, checkpoint_dir)
+        except BaseException:  # torch's CheckpointException is a BaseException
+            if self.source.error:  # DCP wraps failures of the write; the cause is one clear error
+                raise ConfigError(self.source.error) from None
+            raise
+        finally:
+            if self._planner is not None:
+                self._planner.release()
+            self.source.forget()
 
-            source.index(sharded_state_dict)
-            sd, _, _ = _replace_state_dict_keys_with_sharded_keys(
-                sharded_state_dict, self.keep_only_main_replica
-            )
-            pyt_state_dict = mcore_to_pyt_state_dict(sd, False)
-            # one thread and no copy-ahead: the serial loader resolves one write item at a time
-            writer = dcp.FileSystemWriter(str(checkpoint_dir), thread_count=1, per_thread_copy_ahead=0)
-            planner = _streaming_planner(source)
-            try:
-                dcp.save(pyt_state_dict, storage_writer=writer, planner=planner)
-            except BaseException:  # torch's CheckpointException is a BaseException
-                if source.error:  # DCP wraps failures of the write; the cause is one clear error
-                    raise ConfigError(source.error) from None
-                raise
-            finally:
-                planner.release()
-                source.forget()
-
-        def async_save(self, *args: Any, **kwargs: Any):
-            raise ConfigError(
-                f"the {_LOW_MEMORY} saves synchronously; call dist_checkpointing.save without async_sharded_save"
-            )
-
-    return StreamingSaveStrategy()
+    def async_save(self, *args: Any, **kwargs: Any):
+        raise ConfigError(
+            f"the {_LOW_MEMORY} saves synchronously; call dist_checkpointing.save without async_sharded_save"
+        )
 
 
 def stream_import(
@@ -221,7 +216,7 @@ def stream_import(
     used = check_tensors(params, ckpt)  # every check of the import, before anything is written
     left_out = left_out_mtp(chunks, bridge.family, bridge.text_config, set(ckpt.tensors))
     check_all_used(chunks, ckpt, bridge.family, used, omit_unmapped, left_out)
-    strategy = _streaming_strategy(HFTensorSource(params, ckpt, allow_non_finite))
+    strategy = _StreamingSaveStrategy(HFTensorSource(params, ckpt, allow_non_finite))
     try:
         with atomic_dir(target, "megatron_path", all_ranks=True) as staging:
             save_checkpoint(staging, 0, chunks, save_rng=False, sharded_strategy=strategy)
@@ -234,10 +229,6 @@ def stream_import(
 
 
 def _one_chunk_planner(fqn: str, offsets: tuple[int, ...], sizes: torch.Size):
-    from torch.distributed.checkpoint import DefaultLoadPlanner
-    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
-    from torch.distributed.checkpoint.planner import LoadPlan
-    from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
 
     class OneChunkLoadPlanner(DefaultLoadPlanner):
         """Reads one chunk (`offsets`, `sizes`) of checkpoint tensor `fqn` into the state dict's tensor."""
@@ -302,7 +293,6 @@ class CheckpointTensorReader:
         )
 
     def _read(self, sh) -> Any:
-        import torch.distributed.checkpoint as dcp
 
         local = sh.data.view((1,) * sh.prepend_axis_num + tuple(sh.local_shape))  # the PyT shard's shape
         planner = _one_chunk_planner(sh.key, tuple(sh.global_offset), local.shape)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import filecmp
+import json
 import os
 import shutil
 import subprocess
@@ -202,3 +203,37 @@ def test_cli_process_exits_with_mains_code(ckpts, tmp_path):
     )
     assert run.returncode == 2, run.stderr[-2000:]
     assert "--tp=2 with --low-memory" in run.stderr and not (tmp_path / "o").exists()
+
+
+WHOLE_PROCESS = """
+import json, runpy, sys
+sys.argv = ["convert_checkpoint.py", *sys.argv[1:]]
+try:
+    runpy.run_path({script!r}, run_name="__main__")
+except SystemExit as e:
+    code = e.code
+from megatron.core.dist_checkpointing.strategies import filesystem_async
+print(json.dumps({{"code": code, "dynamo": "torch._dynamo" in sys.modules,
+                  "manager": filesystem_async._results_queue is not None}}))
+"""
+
+
+def test_cli_conversions_run_in_one_process_without_the_compiler(ckpts, tmp_path):
+    # issue 43 (conversion speed): the import writes its shards from this process's threads
+    # (bridge.checkpoint.direct_save: no forked writers, no spawned results-queue Manager, which re-imports
+    # the script), and neither direction imports torch.compile's machinery (import_megatron first)
+    hf = ckpts[0]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    code = WHOLE_PROCESS.format(script=str(REPO / "scripts" / "conversion" / "convert_checkpoint.py"))
+    mg, out = tmp_path / "mg", tmp_path / "out"
+    for args in (
+        ["import", "--hf-path", str(hf), "--megatron-path", str(mg)],
+        ["export", "--megatron-path", str(mg), "--hf-path", str(out)],
+    ):
+        run = subprocess.run(
+            [sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        report = json.loads(run.stdout.strip().splitlines()[-1])
+        assert report == {"code": 0, "dynamo": False, "manager": False}, (args[0], report)
+    assert bit_identical(read_tensors(hf), read_tensors(out)) is None
