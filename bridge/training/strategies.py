@@ -107,12 +107,17 @@ def wrap_model(
             wrap_with_ddp=False, mixed_precision_wrapper=False, seed=seed, layout=layout
         )
         sharded = fully_shard_chunks(
-            chunks, layout, precision, moe_reshard_after_forward=bool(dist_cfg.moe_reshard_after_forward)
+            chunks,
+            layout,
+            precision,
+            moe_reshard_after_forward=bool(dist_cfg.moe_reshard_after_forward),
+            sum_gradients=bool(provider.calculate_per_token_loss),
         )
         return WrappedModel(sharded, False, False, fsdp2=True)
     chunks = provider.provide_distributed_model(wrap_with_ddp=False, seed=seed, layout=layout)
     if strategy == "ddp":
-        return WrappedModel([_torch_ddp(c) for c in chunks], False, megatron_ddp=False)
+        summed = bool(provider.calculate_per_token_loss)
+        return WrappedModel([_torch_ddp(c, summed) for c in chunks], False, megatron_ddp=False)
     # megatron_fsdp
     from megatron.core.distributed.fsdp.mcore_fsdp_adapter import FullyShardedDataParallel
 
@@ -143,8 +148,19 @@ def _no_op_hook(*_args) -> None:
     return None
 
 
-def _torch_ddp(chunk):
-    """torch DDP over the data-parallel group, with the attributes Megatron-Core's optimizer reads."""
+def _sum_allreduce_hook(process_group, bucket):
+    """torch DDP comm hook: the bucket's gradients summed over the group (DDP's default averages)."""
+    import torch
+
+    work = torch.distributed.all_reduce(bucket.buffer(), group=process_group, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+def _torch_ddp(chunk, sum_gradients: bool = False):
+    """torch DDP over the data-parallel group, with the attributes Megatron-Core's optimizer and
+    finalize_model_grads read. `sum_gradients` (model.calculate_per_token_loss): the gradients are summed
+    over the ranks, as Megatron-Core's DDP does then, and finalize_model_grads divides them by the step's
+    token count through `scale_gradients`."""
     import torch
     from megatron.core import parallel_state
     from megatron.core.distributed import DistributedDataParallelConfig
@@ -153,14 +169,21 @@ def _torch_ddp(chunk):
         ddp_config = DistributedDataParallelConfig(use_distributed_optimizer=False)
 
         def finish_grad_sync(self, force_all_reduce: bool = False):
-            pass  # torch DDP already averaged the gradients during backward
+            pass  # torch DDP already reduced the gradients during backward
 
         def zero_grad_buffer(self):
             pass  # gradients live in param.grad; the optimizer's zero_grad clears them
 
-    return TorchDDP(
-        chunk, process_group=parallel_state.get_data_parallel_group(), **_no_forward_buffer_sync()
-    )
+        def scale_gradients(self, scaling_factor: float) -> None:
+            for p in self.parameters():
+                if p.grad is not None:
+                    p.grad.mul_(scaling_factor)
+
+    group = parallel_state.get_data_parallel_group()
+    wrapped = TorchDDP(chunk, process_group=group, **_no_forward_buffer_sync())
+    if sum_gradients:
+        wrapped.register_comm_hook(group, _sum_allreduce_hook)
+    return wrapped
 
 
 def _no_forward_buffer_sync() -> dict[str, bool]:
@@ -203,11 +226,15 @@ def fully_shard_chunks(
     precision,
     reshard_after_forward: bool = True,
     moe_reshard_after_forward: bool = False,
+    sum_gradients: bool = False,
 ) -> list:
     """fully_shard each TransformerLayer, then the root, over the layout's FSDP mesh (in place).
 
     With ep > 1 (AutoModel's MoE parallelizer) the layers and their experts keep their gathered
-    parameters from forward to backward unless `moe_reshard_after_forward` (distributed.moe_*)."""
+    parameters from forward to backward unless `moe_reshard_after_forward` (distributed.moe_*).
+    `sum_gradients` (model.calculate_per_token_loss): the reduce-scatter sums instead of averaging, as
+    Megatron-Core's DDP does then (its gradient scaling factor 1 for dense and expert weights);
+    finalize_fsdp2_grads divides by the step's token count."""
     import torch
     from megatron.core.transformer.transformer_layer import TransformerLayer
     from torch.distributed.fsdp import fully_shard
@@ -234,20 +261,34 @@ def fully_shard_chunks(
                     mp_policy=mp_policy,
                     reshard_after_forward=layer_reshard,
                 )
-                experts.set_gradient_divide_factor(float(layout.dp * layout.cp))
+                if sum_gradients:
+                    _sum_reduction(experts)
+                else:
+                    experts.set_gradient_divide_factor(float(layout.dp * layout.cp))
                 if not torch.cuda.is_available() and meshes.moe["ep_shard"].size() > 1:
                     # gloo has no PREMUL_SUM. (Not on a 1-rank ep_shard axis: there torch 2.13's FSDP2
                     # divides twice under forced sum reduction, measured: 1/(dp*cp)^2; it needs no comms.)
                     experts.set_force_sum_reduction_for_comms(True)
             fully_shard(layer, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=layer_reshard)
+            if sum_gradients:
+                _sum_reduction(layer)
         root_policy = mixed_precision_policy(
             precision, fp32_output=bool(getattr(chunk, "post_process", True))
         )
         fully_shard(chunk, mesh=mesh, mp_policy=root_policy, reshard_after_forward=reshard_after_forward)
+        if sum_gradients:
+            _sum_reduction(chunk)
         for name, p in chunk.named_parameters():
             for key, value in attrs.get(name, {}).items():
                 setattr(p, key, value)
     return chunks
+
+
+def _sum_reduction(module) -> None:
+    """An FSDP2 module whose gradients are summed over its mesh, not averaged: divide factor 1, and a
+    plain SUM collective (not PREMUL_SUM(1), which gloo lacks), on GPU and CPU alike."""
+    module.set_gradient_divide_factor(1.0)
+    module.set_force_sum_reduction_for_comms(True)
 
 
 def fsdp2_no_sync(chunk) -> Callable[[], contextlib.AbstractContextManager]:

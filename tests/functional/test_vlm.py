@@ -6,7 +6,10 @@ SFT, vision encoder frozen) against transformers' model class + torch.optim.Adam
 bridge trained on.
 2 ranks: import of every VLM family at TP=2 (logits and a bit-identical export; LLaVA, Qwen2.5-VL, Gemma 3,
 Mistral 3), then the same finetune at TP=2, PP=2 (the vision side on the first stage; Qwen2.5-VL's M-RoPE
-positions computed on both stages, Gemma 3's image-block attention mask applied on both) and, for LLaVA, DP=2.
+positions computed on both stages, Gemma 3's image-block attention mask applied on both) and, for LLaVA, DP=2;
+for LLaVA and Qwen2.5-VL also DP=2 on strategy fsdp2 (PyTorch's fully_shard over the whole model), for
+LLaVA on strategy ddp (torch DDP). The runs sum the loss per token (model.calculate_per_token_loss), under
+which fsdp2 had averaged the gradients over the ranks (a grad norm 1/DP of the reference) and ddp failed.
 Per iteration the loss must equal the reference's to 1e-5 relative and the grad norm to 2e-6 (as
 test_training_parity_hf.py: fp32, a 2-layer tower and language model, 5 AdamW steps; the differences are
 summation order, ~1e-7 relative), the learning rate exactly.
@@ -47,8 +50,8 @@ def _close(ours: dict, ref: dict, rel: float) -> None:
 
 @pytest.mark.parametrize(
     "family, layout",
-    [("llava", "tp1"), ("llava", "tp2"), ("llava", "pp2"), ("llava", "dp2"),
-     ("qwen25_vl", "tp1"), ("qwen25_vl", "tp2"), ("qwen25_vl", "pp2"),
+    [("llava", "tp1"), ("llava", "tp2"), ("llava", "pp2"), ("llava", "dp2"), ("llava", "fsdp2"), ("llava", "ddp"),
+     ("qwen25_vl", "tp1"), ("qwen25_vl", "tp2"), ("qwen25_vl", "pp2"), ("qwen25_vl", "fsdp2"),
      ("gemma3_vl", "tp1"), ("gemma3_vl", "tp2"), ("gemma3_vl", "pp2"),
      pytest.param("mistral3", "tp1", marks=pytest.mark.skip(reason=MISTRAL3_SKIP))],
 )  # fmt: skip

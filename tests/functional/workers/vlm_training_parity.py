@@ -39,9 +39,15 @@ LAYOUTS = {
     "tp2": ["model.tensor_model_parallel_size=2"],
     "pp2": ["model.pipeline_model_parallel_size=2"],  # the vision side on the first stage
     "dp2": [],
+    "fsdp2": ["distributed.strategy=fsdp2"],  # DP=2 on PyTorch's fully_shard, the vision side sharded too
+    "ddp": ["distributed.strategy=ddp"],  # DP=2 on torch DDP
 }
 # the 2-rank layouts each family trains at (M-RoPE: PP=2 checks the positions of the second stage)
-FAMILY_LAYOUTS = {"llava": ("tp2", "pp2", "dp2"), "qwen25_vl": ("tp2", "pp2"), "gemma3_vl": ("tp2", "pp2")}
+FAMILY_LAYOUTS = {
+    "llava": ("tp2", "pp2", "dp2", "fsdp2", "ddp"),
+    "qwen25_vl": ("tp2", "pp2", "fsdp2"),
+    "gemma3_vl": ("tp2", "pp2"),
+}
 FINETUNED = tuple(FAMILY_LAYOUTS)  # the families whose finetune is compared; the others convert only
 CONVERT_ONLY = tuple(f for f in VLM_FAMILIES if f not in FAMILY_LAYOUTS)
 
