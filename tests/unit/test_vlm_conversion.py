@@ -127,6 +127,31 @@ def test_a_text_config_of_an_unknown_family_is_one_clear_error(sources):
         AutoBridge.from_hf_config(config)
 
 
+def test_gemma3_pan_and_scan_crops_match_transformers(sources):
+    # Gemma 3's processor with do_pan_and_scan cuts a wide image into crops, each an image of its own
+    # (its own <start_of_image> block, attending to itself only) after the whole image: 4 images here
+    from PIL import Image
+
+    from bridge import AutoBridge
+    from tests.functional.workers.vlm_models import load_processor
+
+    folder, hf, _ = sources["gemma3_vl"]
+    processor = load_processor(folder)
+    image = Image.new("RGB", (900, 300), (200, 30, 30))
+    for x in range(0, 900, 50):  # stripes, so that the crops differ
+        image.paste((0, 255, 0), (x, 0, x + 5, 300))
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "what is this"}]}]
+    text = processor.apply_chat_template(messages, tokenize=False)
+    batch = dict(processor(text=[text], images=[[image]], do_pan_and_scan=True, return_tensors="pt"))
+    assert batch["pixel_values"].shape[0] == 4  # the image and its 3 crops
+    chunks = AutoBridge.from_hf_pretrained(folder).to_megatron_provider(load_weights=True)
+    chunks = chunks.provide_distributed_model(wrap_with_ddp=False)
+    with torch.no_grad():
+        ref = hf(**batch).logits.float()
+    ours = _megatron_logits(chunks[0], batch, hf.config.text_config.vocab_size)
+    assert (ours - ref).abs().max().item() <= logits_tolerance(ref, hf.config)
+
+
 def test_too_few_image_tokens_is_one_clear_error(sources):
     from bridge import AutoBridge
     from bridge.models.vlm_model import ImageTokenMismatch
