@@ -29,7 +29,9 @@ broadcasts it). temperature == 0 is greedy (argmax; top_k / top_p unused).
 Images (a vision-language model, bridge.models.vlm_model): `images` are the processor's image tensors
 (pixel_values, image_sizes, ...) of the prompt, whose placeholder tokens they fill. They go with every
 forward that holds the prompt: the prefill with the cache (later steps feed only new tokens, which hold
-no placeholder and attend to the cached keys), every step without it.
+no placeholder and attend to the cached keys), every step without it. A model whose RoPE positions
+depend on the images (M-RoPE, Qwen2.5-VL) gets them computed once from the prompt and its images, and the
+generated tokens' positions continue after them (`_PromptPositions`), with or without the cache.
 """
 
 from __future__ import annotations
@@ -265,6 +267,37 @@ def _eos_set(eos_token_id: int | Sequence[int] | None) -> frozenset[int]:
     return frozenset(int(i) for i in eos_token_id)
 
 
+@dataclass(frozen=True)
+class _PromptPositions:
+    """M-RoPE position ids ([3, b, s]: temporal, height, width) of a model that computes them from the
+    tokens and images (its `positions`, e.g. Qwen2.5-VL's get_rope_index). They are computed once, over
+    the prompt and its images; a generated token is text, whose three ids are equal and continue after
+    the prompt's largest one: token i (i >= len(prompt)) is at i + delta, delta = max + 1 - len(prompt)
+    (transformers' `rope_deltas`). So a cached decoding step, which holds only the new token, gets the
+    position a full recompute gives it."""
+
+    prompt: torch.Tensor  # [3, 1, len(prompt)]
+    delta: int
+
+    @staticmethod
+    def of(model, prompt: list[int], images: dict | None, device: torch.device) -> _PromptPositions | None:
+        positions = getattr(model, "positions", None)
+        if positions is None:
+            return None
+        ids = torch.tensor([prompt], dtype=torch.long, device=device)
+        first = positions(ids, images or {})
+        return _PromptPositions(first, int(first.max()) + 1 - len(prompt))
+
+    def between(self, start: int, end: int) -> torch.Tensor:
+        """The [3, 1, end - start] position ids of the sequence's tokens start .. end - 1."""
+        n = self.prompt.shape[-1]
+        parts = [self.prompt[..., start:end]] if start < n else []
+        if end > n:
+            later = torch.arange(max(start, n), end, device=self.prompt.device) + self.delta
+            parts.append(later.view(1, 1, -1).expand(3, 1, -1))
+        return torch.cat(parts, dim=-1)
+
+
 # ---- generation ---------------------------------------------------------------------------------------
 
 
@@ -292,20 +325,13 @@ def generate(
     """
     chunks = list(model_chunks) if isinstance(model_chunks, (list, tuple)) else [model_chunks]
     _check_chunks(unwrap_all(chunks))
-    if kv_cache and getattr(unwrap_all(chunks)[0], "positions", None) is not None:
-        raise config_error(
-            "kv_cache",
-            True,
-            "this model computes its position ids from the whole sequence and its images (M-RoPE), and a "
-            "cached decoding step holds only the new tokens",
-            "generate with kv_cache=False (each step recomputes the whole sequence)",
-        )
     max_len = getattr(unwrap_all(chunks)[0], "max_sequence_length", None)
     prompt = list(prompt_ids)
     check_request(prompt, max_new_tokens, vocab_size, max_len, temperature, top_k, top_p)
     device = _device()
     generator = torch.Generator().manual_seed(_shared_seed(seed, device)) if temperature > 0 else None
     stop = _eos_set(eos_token_id)
+    rope = _PromptPositions.of(unwrap_all(chunks)[0], prompt, images, device)
 
     context = None
     if kv_cache:
@@ -325,7 +351,13 @@ def generate(
                 # with the cache, only the tokens the cache has not seen yet (all of the prompt at first)
                 first = context.sequence_len_offset if context is not None else 0
                 tokens = torch.tensor([ids[first:]], dtype=torch.long, device=device)
-                positions = torch.arange(first, len(ids), dtype=torch.long, device=device).unsqueeze(0)
+                if rope is not None:
+                    # M-RoPE: the [3, 1, s] ids of the whole sequence, also for a cached step of one token:
+                    # Megatron-Core's static KV cache rotates the cached keys with the table's rows
+                    # [:end] and the new queries with rows [start:end], rows indexed by sequence place
+                    positions = rope.between(0, len(ids))
+                else:
+                    positions = torch.arange(first, len(ids), dtype=torch.long, device=device).unsqueeze(0)
                 # the images go with the forwards that hold the prompt's placeholders
                 step_images = images if first == 0 else None
                 logits = _last_logits(chunks, tokens, positions, context, step_images)

@@ -9,7 +9,8 @@ the merged embeddings (`decoder_input`). Later stages receive hidden states and 
 
 A family whose RoPE positions depend on the images (M-RoPE: [3, b, s] temporal / height / width ids)
 supplies `positions(input_ids, images) -> position_ids` (its vision module's `position_ids`, bound to
-its config); every stage computes them from the batch, since every stage applies RoPE.
+its config); every stage computes them from the batch, since every stage applies RoPE, unless the caller
+passes them already in that [3, b, s] form (generation: a cached decoding step holds only its new token).
 A family whose image tokens attend otherwise than causally (Gemma 3: each image's tokens see each other)
 gives `attention_mask_of`, which every stage applies to its input ids (each stage reads the batch).
 """
@@ -73,9 +74,9 @@ class VisionLanguageModel(GPTModel):
     ):
         """GPTModel.forward; `images` (the processor's image tensors, e.g. pixel_values) are encoded by
         the vision side and merged into the token embeddings on the first stage. With the family's
-        `positions`, the position ids are computed from the tokens and images (the given ones ignored)."""
-        if self.positions is not None:
-            position_ids = self.positions(input_ids, images or {})
+        `positions`, the position ids are computed from the tokens and images (given [b, s] ones ignored)."""
+        if self.positions is not None and (position_ids is None or position_ids.dim() != 3):
+            position_ids = self.positions(input_ids, images or {})  # (given [3, b, s] ids: generation's)
         if self.attention_mask_of is not None and input_ids is not None:
             attention_mask = self.attention_mask_of(input_ids, attention_mask)
         if images and self.pre_process and decoder_input is None:

@@ -169,10 +169,9 @@ def test_too_few_image_tokens_is_one_clear_error(sources):
         _megatron_logits(chunk, dict(batch, input_ids=ids), 10)
 
 
-def test_mrope_positions_refuse_video_and_generation_needs_no_cache(sources):
-    """Qwen2.5-VL: a video token is one clear error; greedy generation without the KV cache (every step
-    recomputes the M-RoPE positions of the whole sequence) equals transformers' generate, and with the
-    cache (a step holds only the new token) it is refused."""
+def test_mrope_positions_refuse_video_and_text_generation_equals_transformers(sources):
+    """Qwen2.5-VL: a video token is one clear error; greedy generation from a text prompt equals
+    transformers' generate with and without the KV cache (with an image: test_generate_vlm_families.py)."""
     from bridge import AutoBridge
     from bridge.errors import ConfigError
     from bridge.inference.generate import generate
@@ -185,12 +184,12 @@ def test_mrope_positions_refuse_video_and_generation_needs_no_cache(sources):
     with pytest.raises(ConfigError, match="video inputs are not supported"):
         _megatron_logits(chunk, dict(batch, input_ids=ids), 10)
     prompt = [int(t) for t in batch["input_ids"][0, 18:23]]  # text tokens after the image
-    with pytest.raises(ConfigError, match="kv_cache = True"):
-        generate([chunk], prompt, 4, vocab_size=provider.vocab_size)
-    ours = generate([chunk], prompt, 4, vocab_size=provider.vocab_size, kv_cache=False).ids
     with torch.no_grad():
         ref = hf.generate(torch.tensor([prompt]), max_new_tokens=4, do_sample=False)[0, len(prompt) :]
-    assert ours == ref.tolist()
+    for cache in (True, False):
+        assert (
+            generate([chunk], prompt, 4, vocab_size=provider.vocab_size, kv_cache=cache).ids == ref.tolist()
+        )
 
 
 def test_mrope_section_must_split_half_the_head():
