@@ -3,6 +3,7 @@ Hugging Face folder. Called by bridge.config.validation (one place validates a r
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from bridge.checkpoint.paths import is_hf_folder
@@ -39,9 +40,13 @@ def _check_vlm_data(cfg: ConfigContainer) -> None:
             "set tokenizer.tokenizer_type=HuggingFaceTokenizer tokenizer.tokenizer_model=<the model's HF folder>",
         )
     for path in cfg.dataset.data_paths:
-        if not str(path).endswith(".jsonl"):
+        # a file of conversations, or a datasets folder (no suffix: save_to_disk or a folder of data files)
+        if PurePath(str(path)).suffix not in ("", *SFT_FILE_SUFFIXES):
             raise config_error(
-                "dataset.data_paths", path, "dataset.kind=vlm reads JSON Lines files", "give .jsonl files"
+                "dataset.data_paths",
+                path,
+                "dataset.kind=vlm reads conversations from .jsonl, .json or .parquet files or datasets folders",
+                "give such files or folders",
             )
 
 

@@ -217,3 +217,61 @@ def test_skip_malformed_samples_is_for_image_text_data_only(tmp_path):
     cfg, _ = compose(llama32_1b_sft_config(), overrides=["dataset.skip_malformed_samples=true"])
     with pytest.raises(ConfigError, match="dataset.skip_malformed_samples = True.*dataset.kind=vlm"):
         check_sft_data(cfg, cuda=False)
+
+
+def _as_parts(messages: list[dict]) -> list[dict]:
+    """Every message's content as a list of parts (Arrow needs one type per column)."""
+    return [m | {"content": m["content"] if isinstance(m["content"], list) else [{"type": "text", "text": m["content"]}]}
+            for m in messages]  # fmt: skip
+
+
+def test_parquet_files_and_datasets_folders_give_the_jsonl_samples(processor, folder):
+    """The same conversations as JSON Lines (image paths), as a .parquet file (image bytes in the parts),
+    and as a datasets save_to_disk folder (parts {"type": "image"} and an `images` column of paths, TRL's
+    layout): equal ids, masks and pixels."""
+    import datasets
+
+    from bridge.training.data.vlm import process_conversation, read_conversations
+
+    src = write_conversations(folder / "formats", 3, seed=2)
+    rows = [{"messages": _as_parts(json.loads(line)["messages"])} for line in src.read_text().splitlines()]
+    jsonl = src.parent / "parts.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def image_part(part: dict, how: str) -> dict:
+        if part["type"] != "image":
+            return part
+        return (
+            {"type": "image", "image": (src.parent / part["image"]).read_bytes()}
+            if how == "bytes"
+            else {"type": "image"}
+        )
+
+    def converted(how: str) -> list[dict]:
+        out = []
+        for r in rows:
+            messages = [m | {"content": [image_part(p, how) for p in m["content"]]} for m in r["messages"]]
+            named = [p["image"] for m in r["messages"] for p in m["content"] if p["type"] == "image"]
+            listed = [str(src.parent / name) for name in named]  # absolute: the folder is elsewhere
+            out.append({"messages": messages} | ({"images": listed} if how == "listed" else {}))
+        return out
+
+    datasets.Dataset.from_list(converted("bytes")).to_parquet(str(src.parent / "bytes.parquet"))
+    datasets.Dataset.from_list(converted("listed")).save_to_disk(str(src.parent / "listed"))
+
+    def samples(path):
+        return [process_conversation(processor, c.messages, c.folder, c.where, 64, c.images)
+                for c in read_conversations(str(path))]  # fmt: skip
+
+    want = samples(jsonl)
+    for path in (src.parent / "bytes.parquet", src.parent / "listed"):
+        got = samples(path)
+        assert len(got) == len(want) == 3
+        for a, b in zip(got, want, strict=True):
+            assert a.ids.tolist() == b.ids.tolist() and a.mask.tolist() == b.mask.tolist()
+            assert torch.equal(a.images["pixel_values"], b.images["pixel_values"])
+    bad = converted("listed")[0] | {"images": []}
+    datasets.Dataset.from_list([bad]).save_to_disk(str(src.parent / "missing"))
+    (c,) = read_conversations(str(src.parent / "missing"))
+    with pytest.raises(ConfigError, match=r"missing: row 1: image part .* names no image .*0 given"):
+        process_conversation(processor, c.messages, c.folder, c.where, 64, c.images)

@@ -4,7 +4,11 @@
                                                {"type": "text", "text": "what is this?"}]},
                   {"role": "assistant", "content": "a cat"}]}
 
-Image paths are relative to the JSONL file's folder (or absolute). The text is the processor's chat
+Records come from JSON Lines files (one per line), .parquet files or datasets folders (one per row; read
+by the `datasets` library as for SFT data). An image part gives its image as a path (relative to the
+file's folder, or the dataset folder; or absolute), bytes, datasets' {"bytes", "path"} or a PIL image; a
+part {"type": "image"} without one takes the record's next `images` entry (the layout of TRL's and
+Hugging Face's VLM datasets). The text is the processor's chat
 template; the processor (transformers' AutoProcessor of tokenizer.tokenizer_model, the HF folder) expands
 each image's placeholder into its image tokens and makes the pixels. Loss on the assistant turns only:
 assistant message i spans [len(render(messages[:i] + generation prompt)), len(render(messages[:i+1])))
@@ -16,6 +20,7 @@ the first reason) logged when the data is built. Samples are processed once, at 
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from dataclasses import dataclass
@@ -34,7 +39,7 @@ from bridge.training.data.splits import split_ranges
 from bridge.training.logging import logger
 
 HINT = (
-    'each line is {"messages": [{"role": "user", "content": [{"type": "image", "image": "<path>"}, '
+    'each record (a JSON line, or a table row) is {"messages": [{"role": "user", "content": [{"type": "image", "image": "<path>"}, '
     '{"type": "text", "text": "..."}]}, {"role": "assistant", "content": "..."}]}'
 )
 IMAGE_KEYS = (
@@ -59,11 +64,18 @@ def _bad(where: str, what: str) -> MalformedSample:
     return MalformedSample(f"dataset.data_paths: {where}: {what}; {HINT}")
 
 
-def _checked_line(line: str, where: str) -> list[dict]:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise _bad(where, f"is not JSON ({err})") from None
+@dataclass(frozen=True)
+class Conversation:
+    """One record: where it is (file and line or row), its messages, the folder its image paths are
+    relative to, and the record's own `images` column (for image parts that name no image)."""
+
+    where: str
+    messages: list[dict]
+    folder: Path
+    images: tuple = ()
+
+
+def _checked_record(record: object, where: str) -> list[dict]:
     messages = record.get("messages") if isinstance(record, dict) else None
     if not isinstance(messages, list) or not messages:
         raise _bad(where, "has no non-empty 'messages' list")
@@ -73,16 +85,58 @@ def _checked_line(line: str, where: str) -> list[dict]:
     return messages
 
 
-def read_conversations(path: str, skipped: list[str] | None = None) -> list[tuple[str, list[dict]]]:
-    """(where, messages) per line of a JSONL file, each checked for shape. A malformed line raises
-    MalformedSample, or with `skipped` (a list) is left out and its error message appended to it."""
+def _checked_line(line: str, where: str) -> list[dict]:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise _bad(where, f"is not JSON ({err})") from None
+    return _checked_record(record, where)
+
+
+def _without_nulls(value: object) -> object:
+    """Arrow (parquet, datasets) gives every struct all the keys any row has, None where a row has none."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def _table_records(path: str, cache_dir: str | None) -> list[tuple[str, object, tuple]]:
+    """(where, record, its `images` column) per row of a .parquet file or a datasets folder."""
+    from bridge.training.data.sft import read_table
+
+    table, _ = read_table(path, cache_dir)
+    rows = len(next(iter(table.values()))) if table else 0
     out = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{n}"
+    for r in range(rows):
+        record = _without_nulls({k: col[r] for k, col in table.items()})
+        images = record.pop("images", None) if isinstance(record, dict) else None
+        out.append((f"{path}: row {r + 1}", record, tuple(images or ())))
+    return out
+
+
+def read_conversations(
+    path: str, skipped: list[str] | None = None, cache_dir: str | None = None
+) -> list[Conversation]:
+    """The conversations of one dataset.data_paths entry: a JSON Lines file (one per line), a .parquet
+    file or a datasets folder (save_to_disk, or a folder of data files; one per row), each checked for
+    shape. A malformed one raises MalformedSample, or with `skipped` (a list) is left out and its error
+    message appended to it."""
+    if path.endswith(".jsonl"):
+        folder = Path(path).resolve().parent
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        entries = [(f"{path}:{n}", line, ()) for n, line in enumerate(lines, 1) if line.strip()]
+    else:
+        folder = Path(path).resolve() if Path(path).is_dir() else Path(path).resolve().parent
+        entries = _table_records(path, cache_dir)
+    out = []
+    for where, record, images in entries:
         try:
-            out.append((where, _checked_line(line, where)))
+            messages = (
+                _checked_line(record, where) if isinstance(record, str) else _checked_record(record, where)
+            )
+            out.append(Conversation(where, messages, folder, images))
         except MalformedSample as err:
             if skipped is None:
                 raise
@@ -90,31 +144,68 @@ def read_conversations(path: str, skipped: list[str] | None = None) -> list[tupl
     return out
 
 
-def _images_of(messages: list[dict], folder: Path, where: str) -> list:
-    """The conversation's images, opened in order (a missing or unreadable one is a ConfigError)."""
+def _open_image(source: object, folder: Path, where: str) -> Image.Image:
+    """An image given as a path (relative to `folder`), bytes, datasets' {"bytes", "path"} or a PIL image."""
+    if isinstance(source, Image.Image):
+        return source.convert("RGB")
+    if isinstance(source, dict):  # datasets' Image feature, encoded
+        source = source.get("bytes") or source.get("path")
+    if isinstance(source, (bytes, bytearray)):
+        try:
+            with Image.open(io.BytesIO(source)) as image:
+                return image.convert("RGB")
+        except (UnidentifiedImageError, OSError) as err:
+            raise _bad(where, f"image bytes cannot be read ({type(err).__name__}: {err})") from None
+    if not isinstance(source, str):
+        raise _bad(where, f"image {source!r:.60} is no path, bytes or image ('image': '<path>')")
+    path = Path(source) if Path(source).is_absolute() else folder / source
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except FileNotFoundError:
+        raise _bad(where, f"image {str(path)!r} does not exist") from None
+    except (UnidentifiedImageError, OSError) as err:
+        raise _bad(where, f"image {str(path)!r} cannot be read ({type(err).__name__}: {err})") from None
+
+
+def _images_of(messages: list[dict], folder: Path, where: str, listed: tuple = ()) -> list:
+    """The conversation's images, opened in order: each image part's own (`image` or `path`), else the
+    record's next `images` entry (a missing or unreadable one is a ConfigError)."""
     images = []
+    pending = list(listed)
     for m in messages:
         for part in m["content"] if isinstance(m["content"], list) else ():
             if not isinstance(part, dict) or part.get("type") != "image":
                 continue
-            name = part.get("image") or part.get("path")
-            if not isinstance(name, str):
-                raise _bad(where, f"image part {part!r:.60} names no file ('image': '<path>')")
-            path = Path(name) if Path(name).is_absolute() else folder / name
-            try:
-                with Image.open(path) as image:
-                    images.append(image.convert("RGB"))
-            except FileNotFoundError:
-                raise _bad(where, f"image {str(path)!r} does not exist") from None
-            except (UnidentifiedImageError, OSError) as err:
-                raise _bad(
-                    where, f"image {str(path)!r} cannot be read ({type(err).__name__}: {err})"
-                ) from None
+            source = part.get("image") or part.get("path")
+            if source is None:
+                if not pending:
+                    raise _bad(
+                        where,
+                        f"image part {part!r:.60} names no image ('image': '<path>'), and the record's "
+                        f"'images' list has no image left for it ({len(listed)} given)",
+                    )
+                source = pending.pop(0)
+            images.append(_open_image(source, folder, where))
     return images
 
 
-def _process(processor, messages: list[dict], folder: Path, where: str, gen: bool = False):
-    images = _images_of(messages, folder, where)
+def _unnamed_image_parts(messages: list[dict]) -> int:
+    """The image parts that name no image of their own (they take the record's `images`, in order)."""
+    return sum(
+        1
+        for m in messages
+        for part in (m["content"] if isinstance(m["content"], list) else ())
+        if isinstance(part, dict)
+        and part.get("type") == "image"
+        and not (part.get("image") or part.get("path"))
+    )
+
+
+def _process(
+    processor, messages: list[dict], folder: Path, where: str, gen: bool = False, listed: tuple = ()
+):
+    images = _images_of(messages, folder, where, listed[: _unnamed_image_parts(messages)])
     try:
         text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
         out = processor(text=[text], images=images or None, return_tensors="pt")
@@ -124,17 +215,26 @@ def _process(processor, messages: list[dict], folder: Path, where: str, gen: boo
 
 
 def process_conversation(
-    processor, messages: list[dict], folder: Path, where: str, seq_length: int
+    processor, messages: list[dict], folder: Path, where: str, seq_length: int, listed: tuple = ()
 ) -> VLMSample:
-    """One conversation's ids, assistant mask and image tensors (checked against model.seq_length)."""
-    full = _process(processor, messages, folder, where)
+    """One conversation's ids, assistant mask and image tensors (checked against model.seq_length).
+    `listed`: the record's `images` column, for the image parts that name no image."""
+    if len(listed) > _unnamed_image_parts(messages):
+        raise _bad(
+            where,
+            f"its 'images' list holds {len(listed)} images and its messages {_unnamed_image_parts(messages)} "
+            "image parts without an image of their own; give one {'type': 'image'} part per listed image",
+        )
+    full = _process(processor, messages, folder, where, listed=listed)
     ids = full["input_ids"][0].numpy().astype(np.int64)
     mask = np.zeros(len(ids), dtype=np.uint8)
     for i, m in enumerate(messages):
         if m.get("role") != "assistant":
             continue
-        head = _process(processor, messages[:i], folder, where, gen=True)["input_ids"][0].numpy()
-        end = _process(processor, messages[: i + 1], folder, where)["input_ids"][0].numpy()
+        head = _process(processor, messages[:i], folder, where, gen=True, listed=listed)["input_ids"][
+            0
+        ].numpy()
+        end = _process(processor, messages[: i + 1], folder, where, listed=listed)["input_ids"][0].numpy()
         if not (np.array_equal(ids[: len(head)], head) and np.array_equal(ids[: len(end)], end)):
             raise _bad(
                 where,
@@ -211,9 +311,7 @@ def build_vlm_datasets(data: DataPlan, tokenizer) -> list[torch.utils.data.Datas
             "dataset.kind=vlm needs the model's processor (its HF folder)"
         ) from None
     skipped: list[str] | None = [] if data.skip_malformed_samples else None
-    records = [
-        (w, m, Path(p).resolve().parent) for p in data.paths for w, m in read_conversations(p, skipped)
-    ]
+    records = [c for p in data.paths for c in read_conversations(p, skipped, data.cache_dir)]
     ranges = split_ranges(len(records), data.split)
     check_split_documents(", ".join(data.paths), ranges, data.sample_counts, data.split_text)
     pad = tokenizer.pad if tokenizer.pad >= 0 else tokenizer.eod
@@ -239,9 +337,11 @@ def build_vlm_datasets(data: DataPlan, tokenizer) -> list[torch.utils.data.Datas
 def _processed(processor, records: list, seq_length: int, skipped: list[str] | None, split: str) -> list:
     """The split's samples; a malformed one raises, or with `skipped` is left out and counted."""
     samples = []
-    for where, messages, folder in records:
+    for c in records:
         try:
-            samples.append(process_conversation(processor, messages, folder, where, seq_length))
+            samples.append(
+                process_conversation(processor, c.messages, c.folder, c.where, seq_length, c.images)
+            )
         except MalformedSample as err:
             if skipped is None:
                 raise
