@@ -8,9 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
-from tests.functional.workers.vlm_models import save_vlm_model, write_conversations
+from tests.functional.workers.vlm_models import hf_greedy, save_vlm_model, write_conversations
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 CLI_PATH = Path(__file__).resolve().parents[2] / "scripts" / "inference" / "generate.py"
@@ -50,11 +49,7 @@ def _hf_greedy(folder: Path, hf, image: Path) -> tuple[list[int], float]:
         [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
     )
     inputs = processor(text=[text], images=[[Image.open(image).convert("RGB")]], return_tensors="pt")
-    with torch.no_grad():
-        out = hf.generate(**inputs, do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=None,
-                          pad_token_id=0, output_scores=True, return_dict_in_generate=True)  # fmt: skip
-    gaps = [float(s[0].topk(2).values[0] - s[0].topk(2).values[1]) for s in out.scores]
-    return out.sequences[0, inputs["input_ids"].shape[1] :].tolist(), min(gaps)
+    return hf_greedy(hf, dict(inputs), NEW_TOKENS)
 
 
 @pytest.mark.parametrize("cache", [True, False])

@@ -9,11 +9,11 @@ image tokens attend to their whole image in the prefill. Mistral 3's inputs are 
 from __future__ import annotations
 
 import pytest
-import torch
 
 from tests.functional.workers.vlm_models import (
     VARIABLE_SIZE,
     VLM_FAMILIES,
+    hf_greedy,
     image_inputs,
     processed_batch,
     save_vlm_model,
@@ -45,22 +45,13 @@ def models(tmp_path_factory):
     return out
 
 
-def _hf_greedy(hf, batch: dict) -> tuple[list[int], float]:
-    """transformers' greedy ids (EOS ignored) and the smallest top-2 logit gap over the steps."""
-    with torch.no_grad():
-        out = hf.generate(**batch, do_sample=False, max_new_tokens=NEW_TOKENS, eos_token_id=None,
-                          pad_token_id=0, output_scores=True, return_dict_in_generate=True)  # fmt: skip
-    gaps = [float(s[0].topk(2).values[0] - s[0].topk(2).values[1]) for s in out.scores]
-    return out.sequences[0, batch["input_ids"].shape[1] :].tolist(), min(gaps)
-
-
 @pytest.mark.parametrize("cache", [True, False])
 @pytest.mark.parametrize("family", list(VLM_FAMILIES))
 def test_generation_with_an_image_equals_transformers(models, family, cache):
     from bridge.inference.generate import generate
 
     hf, batch, chunks = models[family]
-    reference, gap = _hf_greedy(hf, batch)
+    reference, gap = hf_greedy(hf, batch, NEW_TOKENS)
     # fp32 logits equal transformers' to ~1e-6 (test_vlm_conversion): a top-2 gap above 1e-3 at every
     # step makes the greedy choice the same
     assert gap > 1e-3 and len(reference) == NEW_TOKENS

@@ -99,3 +99,13 @@ def processed_batch(model_folder: str | Path, jsonl: str | Path, count: int = 2)
     if pixtral:
         return tiny_vlm_script().pixtral_inputs(Path(model_folder), texts, images)
     return dict(processor(text=texts, images=images, padding=True, return_tensors="pt"))
+
+
+def hf_greedy(hf, inputs: dict, new_tokens: int) -> tuple[list[int], float]:
+    """transformers' greedy ids after the prompt (EOS ignored) and the smallest top-2 logit gap over the
+    steps (a gap well above the implementations' logit difference makes the greedy choice the same)."""
+    with torch.no_grad():
+        out = hf.generate(**inputs, do_sample=False, max_new_tokens=new_tokens, eos_token_id=None,
+                          pad_token_id=0, output_scores=True, return_dict_in_generate=True)  # fmt: skip
+    gaps = [float(s[0].topk(2).values[0] - s[0].topk(2).values[1]) for s in out.scores]
+    return out.sequences[0, inputs["input_ids"].shape[1] :].tolist(), min(gaps)

@@ -31,7 +31,7 @@ from training_parity_hf import (
     lr_at,
     megatron_adamw,
 )
-from vlm_models import VLM_FAMILIES, save_vlm_model, write_conversations
+from vlm_models import VLM_FAMILIES, save_vlm_model, tiny_vlm_script, write_conversations
 
 SEQ = 48  # 16 image tokens + a question and an answer of a few words
 IMAGE_KEYS = ("pixel_values", "image_grid_thw")
@@ -92,8 +92,8 @@ def processor_without_torchvision() -> None:
     AutoProcessor.from_pretrained = staticmethod(from_pretrained)
 
 
-def overrides(workdir: str, family: str = "llava") -> list[str]:
-    hf = f"{workdir}/hf_{family}"
+def overrides(workdir: str, family: str = "llava", name: str | None = None) -> list[str]:
+    hf = f"{workdir}/hf_{name or family}"
     return [
         f"checkpoint.pretrained_checkpoint={hf}",
         "tokenizer.tokenizer_type=HuggingFaceTokenizer",
@@ -129,11 +129,11 @@ def overrides(workdir: str, family: str = "llava") -> list[str]:
     ]
 
 
-def config(workdir: str, *extra: str, family: str = "llava"):
+def config(workdir: str, *extra: str, family: str = "llava", name: str | None = None):
     from bridge.config.compose import compose
     from recipes.llama_finetune import llama32_1b_sft_config
 
-    cfg, _ = compose(llama32_1b_sft_config(), overrides=[*overrides(workdir, family), *extra])
+    cfg, _ = compose(llama32_1b_sft_config(), overrides=[*overrides(workdir, family, name), *extra])
     return cfg
 
 
@@ -161,8 +161,9 @@ def run_bridge(name: str, cfg, record: list | None = None) -> None:
     reset_parallel_state()
 
 
-def run_transformers(workdir: str, batches: list[dict], family: str) -> None:
-    """transformers' model class (vision encoder frozen, as bridge's default) + AdamW."""
+def run_transformers(workdir: str, batches: list[dict], family: str, name: str | None = None) -> None:
+    """transformers' model class (vision encoder frozen, as bridge's default) + AdamW (`name`: the
+    model's folder hf_<name> and run name, when not the family's)."""
     import torch
     import transformers
 
@@ -172,7 +173,7 @@ def run_transformers(workdir: str, batches: list[dict], family: str) -> None:
     # computes; the sdpa kernel's blocked softmax sums in another order (measured: grad norm 2.8e-6
     # relative from bridge's after 5 steps with sdpa, 6.4e-7 with eager; loss within 5.3e-7 either way)
     extra = {"attn_implementation": "eager"} if family == "gemma3_vl" else {}
-    model = cls.from_pretrained(f"{workdir}/hf_{family}", dtype=torch.float32, **extra).train()
+    model = cls.from_pretrained(f"{workdir}/hf_{name or family}", dtype=torch.float32, **extra).train()
     _freeze_encoder(family, model)
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     optimizer = megatron_adamw(trainable, lr_at(0))
@@ -195,7 +196,7 @@ def run_transformers(workdir: str, batches: list[dict], family: str) -> None:
             group["lr"] = lr_at((it - 1) * GLOBAL_BATCH)
         optimizer.step()
         losses[it], grad_norms[it], lrs[it] = loss_sum, float(norm), lr_at(it * GLOBAL_BATCH)
-    emit("run", {"run": f"{family}:transformers", "losses": losses, "grad_norms": grad_norms,
+    emit("run", {"run": f"{name or family}:transformers", "losses": losses, "grad_norms": grad_norms,
                  "learning_rates": lrs})  # fmt: skip
 
 
@@ -236,6 +237,23 @@ def convert_tp2(workdir: str, family: str) -> None:
     reset_parallel_state()
 
 
+DEEP = "llava_deep"  # LLaVA with a 4-layer language model: PP=2 x VPP=2 holds one layer per model chunk
+
+
+def deep_llava_reference(workdir: str) -> None:
+    """The 4-layer LLaVA at TP=1 (its batches recorded) and transformers on them, for the VPP run."""
+    text = tiny_vlm_script().TINY_TEXT
+    layers = text["num_hidden_layers"]
+    text["num_hidden_layers"] = 4
+    try:
+        save_vlm_model("llava", Path(workdir) / f"hf_{DEEP}")
+    finally:
+        text["num_hidden_layers"] = layers
+    batches: list[dict] = []
+    run_bridge(f"{DEEP}:tp1", config(workdir, family="llava", name=DEEP), record=batches)
+    run_transformers(workdir, batches, "llava", name=DEEP)
+
+
 def main(mode: str, workdir: str) -> None:
     processor_without_torchvision()
     if mode == "ref":
@@ -250,12 +268,15 @@ def main(mode: str, workdir: str) -> None:
             if family == "llava":
                 masked = [b["labels"][b["loss_mask"].bool()].tolist() for b in batches[:GLOBAL_BATCH]]
                 emit("masked", {"masked": masked})
+        deep_llava_reference(workdir)
     elif mode == "layouts":
         for family in VLM_FAMILIES:
             convert_tp2(workdir, family)
         for family in FINETUNED:
             for name in FAMILY_LAYOUTS[family]:
                 run_bridge(f"{family}:{name}", config(workdir, *LAYOUTS[name], family=family))
+        vpp = ["model.pipeline_model_parallel_size=2", "model.virtual_pipeline_model_parallel_size=2"]
+        run_bridge(f"{DEEP}:vpp2", config(workdir, *vpp, family="llava", name=DEEP))
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 
