@@ -35,6 +35,7 @@ from bridge.config.run_plan import DataPlan
 from bridge.errors import ConfigError
 from bridge.parallel.ranks import is_rank_zero
 from bridge.training.data.samples import EpochOrder
+from bridge.training.data.sft import read_table
 from bridge.training.data.splits import split_ranges
 from bridge.training.logging import logger
 
@@ -104,8 +105,6 @@ def _without_nulls(value: object) -> object:
 
 def _table_records(path: str, cache_dir: str | None) -> list[tuple[str, object, tuple]]:
     """(where, record, its `images` column) per row of a .parquet file or a datasets folder."""
-    from bridge.training.data.sft import read_table
-
     table, _ = read_table(path, cache_dir)
     rows = len(next(iter(table.values()))) if table else 0
     out = []
