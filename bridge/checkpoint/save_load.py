@@ -26,6 +26,7 @@ from bridge.checkpoint.async_writes import AsyncSaves, PendingWrite, async_save_
 from bridge.checkpoint.atomic import fsync_dir
 from bridge.checkpoint.disk_full import abandon_save
 from bridge.checkpoint.foreign_load import load_foreign
+from bridge.checkpoint.in_place_merge import merge_in_place
 from bridge.checkpoint.integrity import check_folder as _check_folder  # (tests import it from here)
 from bridge.checkpoint.paths import (
     RUN_CONFIG_FILENAME,
@@ -375,6 +376,7 @@ def _load_one(
     part = "adapters" if saved_adapters_only else "base" if with_adapters else "all"
     sd = model_sharded_state_dict(model_chunks, part)
     compat.check_compatible(target, chunks, sd, model_config, strict=strict)
+    merge_in_place(sd)  # the gated MLP halves are read into the parameters; no merged copy
     if optimizer is not None:
         state.ensure_optimizer_state(optimizer)
         # the format it was saved in (checkpoints from before the choice: dp_reshardable)
