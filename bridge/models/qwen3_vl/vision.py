@@ -3,7 +3,7 @@ to the grid, 2D RoPE; `merger` projects to the language model's width; DeepStack
 projects the outputs of the blocks `deepstack_visual_indexes`), and the interleaved M-RoPE position ids
 transformers' Qwen3VLModel.get_rope_index computes from the tokens and the images' grids.
 
-The DeepStack features are returned beside the image features (`deepstack_layers` of them), and
+The DeepStack features are returned beside the image features (`deepstack_layers(vlm_config)` of them), and
 bridge.models.vlm_model adds feature i to the image tokens' hidden states after decoder layer i, as
 transformers' Qwen3VLTextModel does. Children are named as in the checkpoint (`visual`).
 """
@@ -37,7 +37,6 @@ class Qwen3VLVision(torch.nn.Module):
         super().__init__()
         self.visual = Qwen3VLVisionModel._from_config(config.vision_config)
         self.image_token_id = config.image_token_id
-        self.deepstack_layers = len(config.vision_config.deepstack_visual_indexes)
 
     def encoder(self) -> torch.nn.Module:
         """The patch and position embeddings and the blocks (the rotary embedding holds no parameters)."""
@@ -54,6 +53,11 @@ class Qwen3VLVision(torch.nn.Module):
         dtype = self.visual.patch_embed.proj.weight.dtype
         out = self.visual(pixel_values.to(dtype), grid_thw=image_grid_thw, return_dict=True)
         return out.pooler_output, list(out.deepstack_features)
+
+
+def deepstack_layers(vlm_config: dict[str, Any]) -> int:
+    """The decoder layers (the first ones) that receive DeepStack features."""
+    return len(vlm_config.get("vision_config", {}).get("deepstack_visual_indexes", (8, 16, 24)))
 
 
 def build(vlm_config: dict[str, Any], text_hidden_size: int) -> Qwen3VLVision:

@@ -1,7 +1,8 @@
 """Qwen3-VL on gloo ranks: a tiny random Qwen3VLForConditionalGeneration (fp32) imported with bridge at
 the launch's TP, image+text logits against transformers', the export against the source files, and (TP=1)
 the same logits with the interleaved M-RoPE swapped for Megatron-Core's contiguous layout and with
-DeepStack off, to show that the comparison sees each. Usage: qwen3_vl_parity.py <workdir>."""
+DeepStack off, to show that the comparison sees each; (2 ranks) PP=2 with DeepStack layers on the second
+stage is refused. Usage: qwen3_vl_parity.py <workdir>."""
 
 from __future__ import annotations
 
@@ -99,16 +100,25 @@ def main(workdir: str) -> None:
         model.rotary_pos_emb = MultimodalRotaryEmbedding(kv_channels=16, rotary_percent=1.0, rotary_base=5e6)
         result["contiguous_mrope_diff"] = diff()
         model.rotary_pos_emb = interleaved
-        layers = model.vision.deepstack_layers
-        model.vision.deepstack_layers = 0
-        real = model.vision.image_features
-        model.vision.image_features = lambda **kw: real(**kw)[0]
+        model._deepstack_hooked = False  # the hooks add nothing
         result["no_deepstack_diff"] = diff()
-        model.vision.deepstack_layers, model.vision.image_features = layers, real
+        model._deepstack_hooked = True
         hf_params = sum(p.numel() for p in hf.parameters())
         result["params"] = [sum(p.numel() for p in model.parameters()), hf_params]
     emit("qwen3_vl", result)
     reset_parallel_state()
+    if tp == 2:  # PP=2 splits the 4 layers 2 + 2: DeepStack's layers 0..2 are not all on the first stage
+        from bridge.errors import ConfigError
+
+        provider = bridge.to_megatron_provider()
+        provider.pipeline_model_parallel_size = 2
+        try:
+            provider.provide_distributed_model(wrap_with_ddp=False)
+            refusal = None
+        except ConfigError as e:
+            refusal = str(e)
+        emit("qwen3_vl_pp2", {"refusal": refusal})
+        reset_parallel_state()
 
 
 if __name__ == "__main__":
