@@ -225,6 +225,7 @@ def build_stage(
     )
     _apply_rope_scaling_factors(p, model)
     _apply_yarn(p, model)
+    _apply_interleaved_mrope(p, model)
     from bridge.models.output_hooks import apply_output_hooks
 
     apply_output_hooks(model, p)
@@ -259,6 +260,16 @@ def _apply_yarn(p: GPTFields, model) -> None:
         p.yarn_rope_beta_slow,
         device=rope.inv_freq.device,
     )
+
+
+def _apply_interleaved_mrope(p: GPTFields, model) -> None:
+    """GPTModel's M-RoPE with interleaved frequency sections (after YaRN, whose frequencies it keeps)."""
+    rope = getattr(model, "rotary_pos_emb", None)
+    if not p.mrope_interleaved or rope is None:
+        return
+    from bridge.models.interleaved_mrope import InterleavedMultimodalRotaryEmbedding
+
+    model.rotary_pos_emb = InterleavedMultimodalRotaryEmbedding(rope)
 
 
 def _mark_head_split_softmax_offsets(model) -> None:

@@ -122,6 +122,14 @@ def _check_names(p: GPTFields) -> None:
             raise model_error(name, getattr(p, name), f"must be one of {list(known)}", "pick one of those")
     if p.position_embedding_type == "mrope":
         _check_mrope(p)
+    if p.mrope_interleaved and (p.position_embedding_type != "mrope" or p.rotary_interleaved):
+        raise model_error(
+            "mrope_interleaved",
+            True,
+            "interleaved M-RoPE needs position_embedding_type='mrope' and rotary_interleaved=False "
+            f"(got {p.position_embedding_type!r}, rotary_interleaved={p.rotary_interleaved})",
+            "set position_embedding_type='mrope' and rotary_interleaved=False, or mrope_interleaved=False",
+        )
 
 
 def _check_mrope(p: GPTFields) -> None:

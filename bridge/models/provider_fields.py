@@ -88,6 +88,10 @@ class GPTFields(TransformerFields):
     yarn_correction_range_round_to_int: bool = True
     yarn_mscale: float | None = None
     yarn_mscale_all_dim: float | None = None
+    # With position_embedding_type 'mrope': frequency i follows position axis i mod 3 (temporal, height,
+    # width) up to mrope_section's counts, instead of one contiguous block per axis
+    # (bridge.models.interleaved_mrope; HF's mrope_interleaved, Qwen3-VL).
+    mrope_interleaved: bool = False
     share_embeddings_and_output_weights: bool = False
     fp16_lm_cross_entropy: bool = False
     parallel_output: bool = True

@@ -11,6 +11,10 @@ A family whose RoPE positions depend on the images (M-RoPE: [3, b, s] temporal /
 supplies `positions(input_ids, images) -> position_ids` (its vision module's `position_ids`, bound to
 its config); every stage computes them from the batch, since every stage applies RoPE, unless the caller
 passes them already in that [3, b, s] form (generation: a cached decoding step holds only its new token).
+A family whose vision side also returns per-layer visual residuals (DeepStack: `image_features` gives
+(features, [r_0, ..., r_{k-1}]) and the vision module gives `deepstack_layers(vlm_config)` = k) has r_i added to the
+hidden states at the image token positions after decoder layer i (0-based), through a forward hook on
+those layers; they must all be on the first stage, which holds the images (refused at build otherwise).
 A family whose image tokens attend otherwise than causally (Gemma 3: each image's tokens see each other)
 gives `attention_mask_of`, which every stage applies to its input ids (each stage reads the batch).
 """
@@ -22,6 +26,8 @@ from typing import Any
 
 import torch
 from megatron.core.models.gpt import GPTModel
+
+from bridge.errors import ConfigError
 
 
 class ImageTokenMismatch(ValueError):
@@ -54,12 +60,48 @@ class VisionLanguageModel(GPTModel):
         vision: torch.nn.Module | None,
         positions: Callable[[torch.Tensor, dict[str, torch.Tensor]], torch.Tensor] | None = None,
         attention_mask_of: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor | None] | None = None,
+        deepstack_layers: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.vision = vision
         self.positions = positions
         self.attention_mask_of = attention_mask_of  # (input ids, mask) -> the language model's mask
+        self._visual_residuals: list[torch.Tensor] | None = None  # DeepStack: [s, b, h] per hooked layer
+        self._deepstack_hooked = False
+        if deepstack_layers:
+            self._hook_deepstack_layers(deepstack_layers)
+
+    def _hook_deepstack_layers(self, count: int) -> None:
+        """Add the visual residual i after decoder layer i (0-based global index) for i < count; every
+        stage checks that those layers are on the first one (a later stage holding one refuses too)."""
+        here = {layer.layer_number - 1: layer for layer in self.decoder.layers}
+        missing = (
+            [i for i in range(count) if i not in here]
+            if self.vision is not None
+            else sorted(i for i in here if i < count)
+        )
+        if missing:
+            raise ConfigError(
+                f"model pipeline split: decoder layers {missing} receive DeepStack visual features but are not "
+                f"on the first pipeline stage (this stage holds layers {sorted(here)}); the rule: the first "
+                f"{count} decoder layers must be on the first stage, which encodes the images. Fix: set "
+                f"model.num_layers_in_first_pipeline_stage >= {count} or pipeline_model_parallel_size=1"
+            )
+        if self.vision is not None:
+            for i in range(count):
+                here[i].register_forward_hook(self._deepstack_hook(i))
+            self._deepstack_hooked = True
+
+    def _deepstack_hook(self, index: int) -> Callable:
+        def add_residual(module: torch.nn.Module, args: Any, output: Any) -> Any:
+            if self._visual_residuals is None:
+                return output
+            hidden = output[0] if isinstance(output, tuple) else output
+            hidden = hidden + self._visual_residuals[index].to(hidden.dtype)
+            return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+        return add_residual
 
     def forward(
         self,
@@ -79,10 +121,20 @@ class VisionLanguageModel(GPTModel):
             position_ids = self.positions(input_ids, images or {})  # (given [3, b, s] ids: generation's)
         if self.attention_mask_of is not None and input_ids is not None:
             attention_mask = self.attention_mask_of(input_ids, attention_mask)
+        if self.pre_process and decoder_input is None:
+            self._visual_residuals = None  # this batch's, if it has images
         if images and self.pre_process and decoder_input is None:
             embeddings = self.embedding(input_ids=input_ids, position_ids=position_ids)
             features = self.vision.image_features(**images)
-            decoder_input = merge_image_features(embeddings, input_ids, features, self.vision.image_token_id)
+            token = self.vision.image_token_id
+            if isinstance(features, tuple):  # DeepStack: (features, the per-layer visual residuals)
+                features, residuals = features
+                if self._deepstack_hooked:
+                    zeros = torch.zeros_like(embeddings)
+                    self._visual_residuals = [
+                        merge_image_features(zeros, input_ids, r, token) for r in residuals
+                    ]
+            decoder_input = merge_image_features(embeddings, input_ids, features, token)
         return super().forward(
             input_ids, position_ids, attention_mask, decoder_input, labels, *args, **kwargs
         )

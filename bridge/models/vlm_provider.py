@@ -112,7 +112,9 @@ class VLMModelProvider(GPTModelProvider):
         hook = getattr(module, "position_ids", None)
         positions = None if hook is None else functools.partial(hook, self.vlm_config)
         mask_of = getattr(module, "attention_mask_of", None)
+        deepstack = getattr(module, "deepstack_layers", None)  # visual residuals after the first layers
         return VisionLanguageModel, {
+            "deepstack_layers": deepstack(self.vlm_config) if deepstack is not None else 0,
             "vision": vision,
             "positions": positions,
             "attention_mask_of": mask_of(self.vlm_config) if mask_of is not None else None,

@@ -56,10 +56,12 @@ def test_every_converting_model_type_has_class_defaults_and_a_tiny_model():
 
     from bridge.models.hf_translation.registry import CLASS_DEFAULTS, hf_families
     from tests.functional.workers.convert_models import FAMILIES, make_hf_config
-    from tests.functional.workers.vlm_models import VLM_FAMILIES  # vision-language: their own suites
+    from tests.functional.workers.vlm_models import OWN_SUITE_VLM_FAMILIES, VLM_FAMILIES  # their own suites
 
     converting = hf_families()
     assert set(converting) <= set(CLASS_DEFAULTS)
     assert all(families.families()[f.name].hf_config_module for f in converting.values())
-    vlm = {getattr(transformers, cls).model_type for cls, _ in VLM_FAMILIES.values()}
+    vlm = {
+        getattr(transformers, cls).model_type for cls, _ in (VLM_FAMILIES | OWN_SUITE_VLM_FAMILIES).values()
+    }
     assert {make_hf_config(name).model_type for name in FAMILIES} | vlm == set(converting)

@@ -525,6 +525,23 @@ VLM |= {
 }  # fmt: skip
 
 
+# Qwen/Qwen3-VL-8B-Instruct's config.json (transformers 5 layout: the RoPE keys as rope_parameters).
+VLM["qwen3_vl_8b"] = ("Qwen3VLConfig", dict(
+    image_token_id=151655, video_token_id=151656, vision_start_token_id=151652, vision_end_token_id=151653,
+    tie_word_embeddings=False,
+    vision_config=dict(
+        depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16, hidden_act="gelu_pytorch_tanh",
+        in_channels=3, patch_size=16, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=2304,
+        deepstack_visual_indexes=[8, 16, 24], out_hidden_size=4096),
+    text_config=dict(
+        model_type="qwen3_vl_text", vocab_size=151936, hidden_size=4096, intermediate_size=12288,
+        num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+        max_position_embeddings=262144, rms_norm_eps=1e-6,
+        rope_parameters=dict(rope_type="default", mrope_section=[24, 20, 20], mrope_interleaved=True,
+                             rope_theta=5000000.0)),
+))  # fmt: skip
+
+
 # google/gemma-3-{4b,12b,27b}-it's config.json: SigLIP So400m at 896 px (no pooling head), 256 image
 # tokens; text_config is the gemma3 text preset's published config (above).
 _GEMMA3_VL = dict(

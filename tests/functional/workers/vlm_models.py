@@ -32,6 +32,10 @@ VLM_FAMILIES: dict[str, tuple[str, str]] = {
     "mistral3": ("Mistral3Config", "Mistral3ForConditionalGeneration"),
     "qwen25_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration"),
 }
+# Vision-language families tested by their own suite (tests/functional/test_qwen3_vl.py), not these.
+OWN_SUITE_VLM_FAMILIES: dict[str, tuple[str, str]] = {
+    "qwen3_vl": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration"),
+}
 MAKERS = {
     "llava": "make_tiny_llava",
     "gemma3_vl": "make_tiny_gemma3",
