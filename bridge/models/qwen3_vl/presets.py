@@ -1,4 +1,7 @@
-"""Qwen3-VL presets: the published Qwen/Qwen3-VL-8B-Instruct config values.
+"""Qwen3-VL presets: Qwen/Qwen3-VL-8B-Instruct. Sources: its token ids, M-RoPE sections and RoPE base as
+Megatron-Bridge's Qwen3-VL provider records them from that checkpoint's config.json; the language model is
+Qwen3-8B's shape (bridge.models.qwen3's preset); the vision side transformers' Qwen3VLVisionConfig
+defaults. The parameter count is checked against transformers' meta-device model of this config.
 
 The language model is Qwen3 (q/k RMSNorms, eps 1e-6) with RoPE base 5e6 and interleaved M-RoPE sections
 [24, 20, 20] of its 128-wide heads; the image side is a 27-block, 1152-wide ViT (transformers'

@@ -60,6 +60,26 @@ def inputs() -> dict[str, torch.Tensor]:
     }
 
 
+def generation(hf, chunk, batch: dict) -> dict:
+    """Greedy ids of the first row's prompt and image: transformers' generate, and bridge's generate with
+    and without the KV cache (M-RoPE positions continue after the prompt; DeepStack on the prefill)."""
+    from bridge.inference.generate import generate
+
+    n = 6
+    prompt = {"input_ids": batch["input_ids"][:1], "attention_mask": batch["attention_mask"][:1],
+              "mm_token_type_ids": batch["mm_token_type_ids"][:1],
+              "pixel_values": batch["pixel_values"][:16], "image_grid_thw": batch["image_grid_thw"][:1]}  # fmt: skip
+    with torch.no_grad():
+        out = hf.generate(**prompt, do_sample=False, max_new_tokens=n, eos_token_id=None, pad_token_id=0,
+                          output_scores=True, return_dict_in_generate=True)  # fmt: skip
+    gap = min(float(s[0].topk(2).values[0] - s[0].topk(2).values[1]) for s in out.scores)
+    images = {k: prompt[k] for k in ("pixel_values", "image_grid_thw")}
+    ids = prompt["input_ids"][0].tolist()
+    ours = {str(cache): generate([chunk], ids, n, vocab_size=hf.config.text_config.vocab_size,
+                                 kv_cache=cache, images=images).ids for cache in (True, False)}  # fmt: skip
+    return {"reference": out.sequences[0, len(ids) :].tolist(), "gap": gap, **ours}
+
+
 def main(workdir: str) -> None:
     from bridge import AutoBridge
     from tests.functional.workers.convert_models import bit_identical, read_tensors
@@ -105,6 +125,7 @@ def main(workdir: str) -> None:
         model._deepstack_hooked = True
         hf_params = sum(p.numel() for p in hf.parameters())
         result["params"] = [sum(p.numel() for p in model.parameters()), hf_params]
+        result["generation"] = generation(hf, chunk, batch)
     emit("qwen3_vl", result)
     reset_parallel_state()
     if tp == 2:  # PP=2 splits the 4 layers 2 + 2: DeepStack's layers 0..2 are not all on the first stage
