@@ -19,7 +19,7 @@ from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
     Qwen2_5_VLModel,
 )
 
-from bridge.errors import ConfigError
+from bridge.models.mrope_positions import RopeIndex, image_positions
 
 
 def hf_config(vlm_config: dict[str, Any], text_hidden_size: int | None = None) -> Qwen2_5_VLConfig:
@@ -56,18 +56,9 @@ def build(vlm_config: dict[str, Any], text_hidden_size: int) -> Qwen25VLVision:
     return Qwen25VLVision(hf_config(vlm_config, text_hidden_size))
 
 
-class _RopeIndex:
-    """What Qwen2_5_VLModel.get_rope_index reads of its model: the config and get_vision_position_ids."""
-
-    get_vision_position_ids = Qwen2_5_VLModel.get_vision_position_ids
-
-    def __init__(self, config: Qwen2_5_VLConfig) -> None:
-        self.config = config
-
-
 @functools.lru_cache(maxsize=8)
-def _rope_index(vlm_json: str) -> _RopeIndex:
-    return _RopeIndex(hf_config(json.loads(vlm_json)))
+def _rope_index(vlm_json: str) -> RopeIndex:
+    return RopeIndex(Qwen2_5_VLModel, hf_config(json.loads(vlm_json)))
 
 
 def position_ids(
@@ -78,17 +69,6 @@ def position_ids(
     transformers' get_rope_index over the image tokens' grids; a batch without images counts 0, 1, 2, ...
     on all three axes (as transformers, whatever its tokens). Video tokens beside images are refused (the
     data carries no video grids)."""
-    index = _rope_index(json.dumps(vlm_config, sort_keys=True))
-    config = index.config
-    grid = images.get("image_grid_thw")
-    if grid is None:
-        b, s = input_ids.shape
-        return torch.arange(s, device=input_ids.device).view(1, 1, s).expand(3, b, s)
-    if bool((input_ids == config.video_token_id).any()):
-        raise ConfigError(
-            f"the batch holds Qwen2.5-VL video tokens (id {config.video_token_id}): video inputs are not "
-            "supported (only images). Fix: give images, not videos"
-        )
-    types = (input_ids == config.image_token_id).to(torch.int32)  # the processor's mm_token_type_ids
-    positions, _ = Qwen2_5_VLModel.get_rope_index(index, input_ids, types, image_grid_thw=grid)
-    return positions
+    return image_positions(
+        _rope_index(json.dumps(vlm_config, sort_keys=True)), input_ids, images, "Qwen2.5-VL"
+    )

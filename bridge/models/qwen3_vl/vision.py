@@ -18,7 +18,7 @@ import torch
 from transformers import Qwen3VLConfig
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel, Qwen3VLVisionModel
 
-from bridge.errors import ConfigError
+from bridge.models.mrope_positions import RopeIndex, image_positions
 
 
 def hf_config(vlm_config: dict[str, Any], text_hidden_size: int | None = None) -> Qwen3VLConfig:
@@ -64,18 +64,9 @@ def build(vlm_config: dict[str, Any], text_hidden_size: int) -> Qwen3VLVision:
     return Qwen3VLVision(hf_config(vlm_config, text_hidden_size))
 
 
-class _RopeIndex:
-    """What Qwen3VLModel.get_rope_index reads of its model: the config and get_vision_position_ids."""
-
-    get_vision_position_ids = Qwen3VLModel.get_vision_position_ids
-
-    def __init__(self, config: Qwen3VLConfig) -> None:
-        self.config = config
-
-
 @functools.lru_cache(maxsize=8)
-def _rope_index(vlm_json: str) -> _RopeIndex:
-    return _RopeIndex(hf_config(json.loads(vlm_json)))
+def _rope_index(vlm_json: str) -> RopeIndex:
+    return RopeIndex(Qwen3VLModel, hf_config(json.loads(vlm_json)))
 
 
 def position_ids(
@@ -84,17 +75,4 @@ def position_ids(
     """[3, b, s] M-RoPE position ids as Qwen3VLForConditionalGeneration computes them with no padding mask
     (bridge pads on the right and attends causally): transformers' get_rope_index over the image tokens'
     grids; without images 0, 1, 2, ... on all three axes. Video tokens are refused (no video grids)."""
-    index = _rope_index(json.dumps(vlm_config, sort_keys=True))
-    config = index.config
-    grid = images.get("image_grid_thw")
-    if grid is None:
-        b, s = input_ids.shape
-        return torch.arange(s, device=input_ids.device).view(1, 1, s).expand(3, b, s)
-    if bool((input_ids == config.video_token_id).any()):
-        raise ConfigError(
-            f"the batch holds Qwen3-VL video tokens (id {config.video_token_id}): video inputs are not "
-            "supported (only images). Fix: give images, not videos"
-        )
-    types = (input_ids == config.image_token_id).to(torch.int32)  # the processor's mm_token_type_ids
-    positions, _ = Qwen3VLModel.get_rope_index(index, input_ids, types, image_grid_thw=grid)
-    return positions
+    return image_positions(_rope_index(json.dumps(vlm_config, sort_keys=True)), input_ids, images, "Qwen3-VL")
