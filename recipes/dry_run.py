@@ -30,8 +30,10 @@ def _empty_checkpoint() -> str:
     return path
 
 
-def missing_inputs(cfg: ConfigContainer) -> list[str]:
-    """What a finetuning run of `cfg` still needs, one line each (empty when nothing is missing)."""
+def missing_inputs(cfg: ConfigContainer, finetuning: bool = True) -> list[str]:
+    """What a run of `cfg` still needs, one line each (empty when nothing is missing): a finetuning run its
+    data, tokenizer and starting weights; a pretraining run on generated image-text data (mock_vlm) the
+    model's processor."""
     needed = []
     if cfg.dataset.kind in FINETUNE_DATA_KINDS and not cfg.dataset.data_paths:
         files = (
@@ -49,7 +51,10 @@ def missing_inputs(cfg: ConfigContainer) -> list[str]:
             needed.append(
                 "tokenizer.tokenizer_model: the run needs a Hugging Face tokenizer folder (or a Hugging Face "
                 "checkpoint.pretrained_checkpoint, whose tokenizer it takes); this plan stands a NullTokenizer in"
+                + (" and mock token data" if cfg.dataset.kind == "mock_vlm" else "")
             )
+    if not finetuning:
+        return needed
     if cfg.distill.enabled and not cfg.distill.teacher:
         needed.append(
             "distill.teacher: the run needs the teacher's Hugging Face folder (the student's tokenizer); this "
@@ -70,14 +75,17 @@ def with_stand_ins(cfg: ConfigContainer) -> ConfigContainer:
     cfg = copy.deepcopy(cfg)
     if cfg.distill.enabled and not cfg.distill.teacher:
         cfg.distill.enabled = False
-    if cfg.dataset.kind in FINETUNE_DATA_KINDS and not cfg.dataset.data_paths:
+    t = cfg.tokenizer
+    no_processor = t.tokenizer_type == "HuggingFaceTokenizer" and not t.tokenizer_model
+    if (cfg.dataset.kind in FINETUNE_DATA_KINDS and not cfg.dataset.data_paths) or (
+        cfg.dataset.kind == "mock_vlm" and no_processor and not cfg.checkpoint.pretrained_checkpoint
+    ):
         cfg.dataset.kind = "mock"
         cfg.dataset.packed_sequence_size = 0
         cfg.dataset.pad_seq_to_mult = None
     c = cfg.checkpoint
     if cfg.peft.scheme is not None and not (c.pretrained_checkpoint or c.load):
         c.pretrained_checkpoint = _empty_checkpoint()  # adapters need frozen weights: named, never read
-    t = cfg.tokenizer
     if t.tokenizer_type == "HuggingFaceTokenizer" and not t.tokenizer_model and cfg.dataset.kind == "mock":
         t.tokenizer_type, t.tokenizer_model, t.vocab_size = "NullTokenizer", None, None
     return cfg

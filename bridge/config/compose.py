@@ -41,7 +41,17 @@ def compose(
     applied again on top, so they still win (and validation checks them against the weights). A
     Megatron-LM / Megatron-Bridge checkpoint start fills it from the checkpoint the same way, and an
     override contradicting it is an error (bridge.checkpoint.foreign_start)."""
-    cfg, warnings = _compose_once(base, config_file, overrides)
+    try:
+        cfg, warnings = _compose_once(base, config_file, overrides)
+    except ConfigError:
+        # a model field of the Hugging Face folder's provider kind that the base lacks
+        # (model.freeze_vision_model on a text recipe): known once the folder fills the model section
+        start = _hf_start_without_model_overrides(base, config_file, overrides)
+        if start is None:
+            raise
+        filled = copy.deepcopy(base)
+        filled.model = model_from_hf(filled.model, start)
+        return _compose_once(filled, config_file, overrides)
     checkpoint = getattr(cfg, "checkpoint", None)
 
     if checkpoint is not None and is_hf_folder(checkpoint.pretrained_checkpoint):
@@ -51,6 +61,22 @@ def compose(
     elif checkpoint is not None and getattr(cfg, "model", None) is not None:
         cfg, warnings = _from_foreign_checkpoint(base, cfg, warnings, config_file, overrides)
     return cfg, warnings
+
+
+def _hf_start_without_model_overrides(
+    base: T, config_file: str | Path | None, overrides: Sequence[str]
+) -> str | None:
+    """The Hugging Face folder the run starts from, read with the model overrides left out (None: no
+    model override, no such start, or the config fails without them too)."""
+    rest = [o for o in overrides if not any(k.split(".")[0] == "model" for k in override_keys([o]))]
+    if len(rest) == len(overrides):
+        return None
+    try:
+        cfg, _ = _compose_once(base, config_file, rest)
+    except ConfigError:
+        return None
+    start = getattr(getattr(cfg, "checkpoint", None), "pretrained_checkpoint", None)
+    return start if is_hf_folder(start) else None
 
 
 def _from_foreign_checkpoint(

@@ -24,11 +24,13 @@ PEFT_STRATEGIES = ("megatron", "ddp")
 
 
 def _check_vlm_data(cfg: ConfigContainer) -> None:
-    """Image-text conversations (bridge.training.data.vlm): a vision-language model and its processor."""
+    """Image-text conversations (bridge.training.data.vlm, or mock_vlm's generated ones): a vision-language
+    model and its processor."""
+    kind = cfg.dataset.kind
     if not getattr(cfg.model, "vlm_config", None):
         raise config_error(
             "dataset.kind",
-            "vlm",
+            kind,
             "image-text conversations need a vision-language model, and the model section is a text model",
             "start from a vision-language Hugging Face folder (checkpoint.pretrained_checkpoint=<folder>)",
         )
@@ -36,7 +38,8 @@ def _check_vlm_data(cfg: ConfigContainer) -> None:
         raise config_error(
             "tokenizer.tokenizer_type",
             cfg.tokenizer.tokenizer_type,
-            "dataset.kind=vlm reads the model's processor (chat template, image processor) from the tokenizer folder",
+            f"dataset.kind={kind} reads the model's processor (chat template, image processor) from the tokenizer "
+            "folder",
             "set tokenizer.tokenizer_type=HuggingFaceTokenizer tokenizer.tokenizer_model=<the model's HF folder>",
         )
     for path in cfg.dataset.data_paths:
@@ -72,9 +75,9 @@ def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
             "already cut into seq_length windows",
             "set dataset.packed_sequence_size=0, or use dataset.kind=sft / chat",
         )
-    if d.kind == "vlm":
+    if d.kind in ("vlm", "mock_vlm"):
         _check_vlm_data(cfg)
-    elif d.skip_malformed_samples:
+    if d.kind != "vlm" and d.skip_malformed_samples:
         raise config_error(
             "dataset.skip_malformed_samples",
             True,

@@ -27,9 +27,12 @@ def memory_recompute(cfg: ConfigContainer) -> str:
 
 
 def trainable_parameters(cfg: ConfigContainer, shape: ModelShape) -> int | None:
-    """With PEFT only the adapters train (their gradients and optimizer state are what the run holds);
-    None: every parameter trains."""
+    """With PEFT only the adapters train (their gradients and optimizer state are what the run holds); with
+    a vision-language model's language model frozen, only the image side's unfrozen parts; None: every
+    parameter trains."""
     peft = cfg.peft
+    if getattr(cfg.model, "freeze_language_model", False) and not peft.scheme:
+        return shape.vision_params - shape.frozen_params
     if not peft.scheme:
         return None
     return adapter_parameters(shape, peft.target_modules, peft.dim, magnitude=peft.scheme == "dora")

@@ -206,6 +206,11 @@ class RunPlan:
                 f"image side: {shape.vision_params / 1e6:.1f}M parameters on the first stage "
                 f"({shape.frozen_params / 1e6:.1f}M frozen), {shape.image_tokens} tokens per image "
                 "(within seq_length)"
+                + (
+                    "; the language model is frozen"
+                    if getattr(self.provider, "freeze_language_model", False)
+                    else ""
+                )
             )
         if self.memory is not None:
             m = self.memory

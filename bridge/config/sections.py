@@ -27,7 +27,9 @@ MUON_COEFFICIENT_TYPES = ("simple", "quintic", "polar_express", "cans", "aol", "
 MUON_TP_MODES = ("blockwise", "duplicated", "distributed")
 MUON_SCALAR_OPTIMIZERS = ("adam",)
 LR_DECAY_STYLES = ("cosine", "linear", "constant")
-DATASET_KINDS = ("mock", "indexed", "jsonl", "sft", "chat", "preference", "vlm")
+DATASET_KINDS = ("mock", "indexed", "jsonl", "sft", "chat", "preference", "vlm", "mock_vlm")
+# generated data: no files (mock: random token ids; mock_vlm: synthetic image-text conversations)
+GENERATED_DATA_KINDS = ("mock", "mock_vlm")
 # dpo.loss_type: the DPO paper's sigmoid loss, IPO's squared loss (bridge.training.preference)
 DPO_LOSS_TYPES = ("sigmoid", "ipo")
 # dpo.reference: auto = the base model with the adapters switched off under PEFT, else a frozen copy
@@ -152,7 +154,9 @@ class SchedulerConfig:
 class DatasetConfig:
     # mock | indexed (Megatron .bin/.idx) | jsonl (text) | sft ({"input", "output"} records) |
     # chat ({"messages": [...]} records rendered with the tokenizer's chat template) |
-    # preference ({"prompt", "chosen", "rejected"} records: DPO, the `dpo` section)
+    # preference ({"prompt", "chosen", "rejected"} records: DPO, the `dpo` section) | vlm (image-text
+    # conversations) | mock_vlm (synthetic image-text conversations through the model's processor:
+    # bridge.training.data.vlm_mock)
     kind: str = "mock"
     # Megatron blend as a list: ["p1", "p2"] or with weights ["0.3", "p1", "0.7", "p2"].
     # indexed: path prefixes (without .bin/.idx); jsonl: files; sft / chat: .jsonl / .json / .parquet files.

@@ -61,9 +61,12 @@ class VisionLanguageModel(GPTModel):
         positions: Callable[[torch.Tensor, dict[str, torch.Tensor]], torch.Tensor] | None = None,
         attention_mask_of: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor | None] | None = None,
         deepstack_layers: int = 0,
+        freeze_language_model: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        if freeze_language_model:  # before `vision` is registered: its own freeze flags hold for it
+            self.requires_grad_(False)
         self.vision = vision
         self.positions = positions
         self.attention_mask_of = attention_mask_of  # (input ids, mask) -> the language model's mask

@@ -32,6 +32,9 @@ class VLMModelProvider(GPTModelProvider):
         True  # the vision encoder's weights get no gradient (Megatron-Bridge's default)
     )
     freeze_vision_projection: bool = False  # the projector trains unless frozen
+    # the language model's weights (embedding, decoder, output layer) get no gradient: Megatron-Bridge's
+    # `*_pretrain_mock` vision-language recipes train the projector alone
+    freeze_language_model: bool = False
 
     def finalize(self) -> None:
         super().finalize()
@@ -114,6 +117,7 @@ class VLMModelProvider(GPTModelProvider):
         mask_of = getattr(module, "attention_mask_of", None)
         deepstack = getattr(module, "deepstack_layers", None)  # visual residuals after the first layers
         return VisionLanguageModel, {
+            "freeze_language_model": self.freeze_language_model,
             "deepstack_layers": deepstack(self.vlm_config) if deepstack is not None else 0,
             "vision": vision,
             "positions": positions,

@@ -149,11 +149,10 @@ def run(argv: list[str] | None = None) -> int:
             from bridge.config.environment import Environment
 
             env = Environment.for_system(args.gpu)
-        pending: list[str] = []
-        if finetuning:  # inputs still to give are warnings: the plan stands mock data in for them
-            from recipes.dry_run import missing_inputs, with_stand_ins
+        # inputs still to give are warnings: the plan stands mock data in for them
+        from recipes.dry_run import missing_inputs, with_stand_ins
 
-            pending = missing_inputs(cfg)
+        pending = missing_inputs(cfg, finetuning)
         plan = (
             build_plan(cfg, world_size, cuda=cuda, env=env)
             if not pending

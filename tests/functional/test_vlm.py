@@ -9,7 +9,9 @@ Mistral 3), then the same finetune at TP=2, PP=2 (the vision side on the first s
 positions computed on both stages, Gemma 3's image-block attention mask applied on both) and, for LLaVA, DP=2;
 for LLaVA and Qwen2.5-VL also DP=2 on strategy fsdp2 (PyTorch's fully_shard over the whole model), for
 LLaVA on strategy ddp (torch DDP); and PP=2 x VPP=2 for a LLaVA whose language model has 4 layers (`llava_deep`:
-the vision side on the first model chunk of the first stage). The runs sum the loss per token (model.calculate_per_token_loss), under
+the vision side on the first model chunk of the first stage). LLaVA's projector alone also trains
+(`llava_projector`: model.freeze_language_model=true on generated conversations, dataset.kind=mock_vlm, as
+Megatron-Bridge's `*_pretrain_mock` recipes) at TP=1 and PP=2, whose second stage trains nothing. The runs sum the loss per token (model.calculate_per_token_loss), under
 which fsdp2 had averaged the gradients over the ranks (a grad norm 1/DP of the reference) and ddp failed.
 Per iteration the loss must equal the reference's to 1e-5 relative and the grad norm to 2e-6 (as
 test_training_parity_hf.py: fp32, a 2-layer tower and language model, 5 AdamW steps; the differences are
@@ -54,6 +56,8 @@ def _close(ours: dict, ref: dict, rel: float) -> None:
     [("llava", "tp1"), ("llava", "tp2"), ("llava", "pp2"), ("llava", "dp2"), ("llava", "fsdp2"), ("llava", "ddp"),
      ("qwen25_vl", "tp1"), ("qwen25_vl", "tp2"), ("qwen25_vl", "pp2"), ("qwen25_vl", "fsdp2"),
      ("gemma3_vl", "tp1"), ("gemma3_vl", "tp2"), ("gemma3_vl", "pp2"),
+     # the projector alone (model.freeze_language_model=true) on generated conversations (dataset.kind=mock_vlm)
+     ("llava_projector", "tp1"), ("llava_projector", "pp2"),
      pytest.param("mistral3", "tp1", marks=pytest.mark.skip(reason=MISTRAL3_SKIP))],
 )  # fmt: skip
 def test_image_text_finetune_equals_transformers(out, family, layout):

@@ -63,6 +63,8 @@ OVER_MEMORY = {
     "llama31_405b_pretrain_256gpu_h100_bf16_config": "activations",
     "llama31_405b_pretrain_256gpu_h100_bf16_deterministic_config": "activations",
     "llama3_8b_sft_2gpu_h100_bf16_config": "states",
+    # Qwen3-VL 8B full SFT on TP=2 alone (DP=1): its fp32 grads and Adam states are 74.8 GB per rank
+    "qwen3_vl_8b_sft_2gpu_h100_bf16_config": "states",
     "llama31_8b_sft_2gpu_h100_bf16_config": "states",
     "llama31_405b_sft_128gpu_h100_bf16_config": "activations",
     "qwen2_7b_pretrain_2gpu_h100_bf16_config": "activations",

@@ -45,14 +45,16 @@ def check_dataset(cfg: ConfigContainer) -> None:
     split_weights(d.split)
     positive("dataset.num_workers", d.num_workers, zero_ok=True)
     positive("dataset.packed_sequence_size", d.packed_sequence_size, zero_ok=True)
-    if d.kind == "mock" and d.data_paths:
+    if d.kind in S.GENERATED_DATA_KINDS and d.data_paths:
+        what = "random tokens" if d.kind == "mock" else "image-text conversations"
         raise config_error(
             "dataset.data_paths",
             d.data_paths,
-            "dataset.kind is mock, which generates random tokens and reads no files",
-            "set dataset.kind=indexed (Megatron .bin/.idx) or jsonl, or drop the paths (~dataset.data_paths)",
+            f"dataset.kind is {d.kind}, which generates {what} and reads no files",
+            "set dataset.kind=indexed (Megatron .bin/.idx), jsonl, sft, chat or vlm, or drop the paths "
+            "(~dataset.data_paths)",
         )
-    if d.kind != "mock":
+    if d.kind not in S.GENERATED_DATA_KINDS:
         if not d.data_paths:
             raise config_error(
                 "dataset.data_paths",

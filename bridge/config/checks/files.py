@@ -13,6 +13,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
+from bridge.config import sections as S
 from bridge.config.checks.data import blend_paths
 from bridge.errors import config_error
 
@@ -43,7 +44,7 @@ def check_data_files(cfg: ConfigContainer) -> None:
 def data_files(cfg: ConfigContainer) -> list[tuple[str, list[str]]]:
     """Each dataset.data_paths entry with the files it stands for (an indexed prefix: its .bin and .idx)."""
     d = cfg.dataset
-    if d.kind == "mock" or not d.data_paths:
+    if d.kind in S.GENERATED_DATA_KINDS or not d.data_paths:
         return []
     paths, _ = blend_paths(d.data_paths)
     return [(p, [p + ".bin", p + ".idx"] if d.kind == "indexed" else [p]) for p in paths]

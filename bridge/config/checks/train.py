@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 from typing import TYPE_CHECKING
 
+from bridge.config import sections as S
 from bridge.config.checks.data import split_weights
 from bridge.config.checks.rules import positive
 from bridge.errors import config_error
@@ -67,7 +68,7 @@ def check_evaluation(cfg: ConfigContainer) -> None:
             f"evaluation runs every {v.eval_interval} iterations but on no batches",
             "set validation.eval_iters > 0, or validation.eval_interval=0 to never evaluate",
         )
-    if v.eval_interval and v.eval_iters and cfg.dataset.kind != "mock":
+    if v.eval_interval and v.eval_iters and cfg.dataset.kind not in S.GENERATED_DATA_KINDS:
         weights = split_weights(cfg.dataset.split)
         if len(weights) < 2 or weights[1] == 0:
             raise config_error(

@@ -15,6 +15,7 @@ from bridge.training.data.sample import DocumentMasking
 from bridge.training.data.samplers import DataParallelSampler
 from bridge.training.data.sft import build_sft_datasets
 from bridge.training.data.vlm import build_vlm_datasets
+from bridge.training.data.vlm_mock import build_mock_vlm_datasets
 
 
 def build_datasets(data: DataPlan, tokenizer) -> list:
@@ -37,6 +38,8 @@ def build_datasets(data: DataPlan, tokenizer) -> list:
         return build_sft_datasets(data, tokenizer)
     if data.kind == "preference":
         return build_preference_datasets(data, tokenizer)
+    if data.kind == "mock_vlm":
+        return build_mock_vlm_datasets(data, tokenizer)
     if data.kind == "vlm":
         return build_vlm_datasets(data, tokenizer)
 

@@ -298,28 +298,33 @@ class VLMDataset(torch.utils.data.Dataset):
         return out
 
 
-def build_vlm_datasets(data: DataPlan, tokenizer) -> list[torch.utils.data.Dataset | None]:
-    """Train, valid and test datasets of image-text conversations (None where a split is not read)."""
+def load_processor(path: str):
+    """transformers' AutoProcessor of the model's HF folder (tokenizer.tokenizer_model)."""
     from transformers import AutoProcessor
 
     try:
-        processor = AutoProcessor.from_pretrained(tokenizer.path, local_files_only=True)
+        return AutoProcessor.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as err:
         raise ConfigError(
-            f"tokenizer.tokenizer_model={tokenizer.path!r}: no Hugging Face processor there ({err}); "
-            "dataset.kind=vlm needs the model's processor (its HF folder)"
+            f"tokenizer.tokenizer_model={path!r}: no Hugging Face processor there ({err}); image-text data "
+            "(dataset.kind=vlm / mock_vlm) needs the model's processor (its HF folder)"
         ) from None
+
+
+def build_vlm_datasets(data: DataPlan, tokenizer) -> list[torch.utils.data.Dataset | None]:
+    """Train, valid and test datasets of image-text conversations (None where a split is not read)."""
+    processor = load_processor(tokenizer.path)
     skipped: list[str] | None = [] if data.skip_malformed_samples else None
+    pad = tokenizer.pad if tokenizer.pad >= 0 else tokenizer.eod
     records = [c for p in data.paths for c in read_conversations(p, skipped, data.cache_dir)]
     ranges = split_ranges(len(records), data.split)
     check_split_documents(", ".join(data.paths), ranges, data.sample_counts, data.split_text)
-    pad = tokenizer.pad if tokenizer.pad >= 0 else tokenizer.eod
     out: list[torch.utils.data.Dataset | None] = []
     for name, (begin, end), size in zip(SPLIT_NAMES, ranges, data.sample_counts, strict=True):
         if not size:
             out.append(None)
             continue
-        samples = _processed(processor, records[begin:end], data.seq_length, skipped, name)
+        samples = processed_samples(processor, records[begin:end], data.seq_length, skipped, name)
         if is_rank_zero():
             logger.log(logging.INFO, f"dataset ({name} split): {len(samples)} image-text conversations")
         out.append(VLMDataset(samples, size, data.seq_length, data.seed, pad))
@@ -333,7 +338,9 @@ def build_vlm_datasets(data: DataPlan, tokenizer) -> list[torch.utils.data.Datas
     return out
 
 
-def _processed(processor, records: list, seq_length: int, skipped: list[str] | None, split: str) -> list:
+def processed_samples(
+    processor, records: list, seq_length: int, skipped: list[str] | None, split: str
+) -> list:
     """The split's samples; a malformed one raises, or with `skipped` is left out and counted."""
     samples = []
     for c in records:

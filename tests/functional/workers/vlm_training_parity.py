@@ -133,7 +133,9 @@ def config(workdir: str, *extra: str, family: str = "llava", name: str | None = 
     from bridge.config.compose import compose
     from recipes.llama_finetune import llama32_1b_sft_config
 
-    cfg, _ = compose(llama32_1b_sft_config(), overrides=[*overrides(workdir, family, name), *extra])
+    replaced = {line.split("=")[0] for line in extra}  # an extra line replaces the base line of its key
+    base = [line for line in overrides(workdir, family, name) if line.split("=")[0] not in replaced]
+    cfg, _ = compose(llama32_1b_sft_config(), overrides=[*base, *extra])
     return cfg
 
 
@@ -161,9 +163,22 @@ def run_bridge(name: str, cfg, record: list | None = None) -> None:
     reset_parallel_state()
 
 
-def run_transformers(workdir: str, batches: list[dict], family: str, name: str | None = None) -> None:
+# the projector alone trains (Megatron-Bridge's `*_pretrain_mock` VLM recipes) on generated conversations
+PROJECTOR = ["dataset.kind=mock_vlm", "dataset.data_paths=[]", "model.freeze_language_model=true"]
+
+
+def _projector_only(model) -> None:
+    """The reference of model.freeze_language_model=true (LLaVA): only the multi-modal projector trains."""
+    model.requires_grad_(False)
+    model.model.multi_modal_projector.requires_grad_(True)
+
+
+def run_transformers(
+    workdir: str, batches: list[dict], family: str, name: str | None = None, projector_only: bool = False
+) -> None:
     """transformers' model class (vision encoder frozen, as bridge's default) + AdamW (`name`: the
-    model's folder hf_<name> and run name, when not the family's)."""
+    model's folder hf_<name> and run name, when not the family's; `projector_only`: the LLaVA projector
+    alone trains, run `<family>_projector:transformers`)."""
     import torch
     import transformers
 
@@ -174,7 +189,7 @@ def run_transformers(workdir: str, batches: list[dict], family: str, name: str |
     # relative from bridge's after 5 steps with sdpa, 6.4e-7 with eager; loss within 5.3e-7 either way)
     extra = {"attn_implementation": "eager"} if family == "gemma3_vl" else {}
     model = cls.from_pretrained(f"{workdir}/hf_{name or family}", dtype=torch.float32, **extra).train()
-    _freeze_encoder(family, model)
+    _projector_only(model) if projector_only else _freeze_encoder(family, model)
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     optimizer = megatron_adamw(trainable, lr_at(0))
     losses, grad_norms, lrs = {}, {}, {}
@@ -196,7 +211,8 @@ def run_transformers(workdir: str, batches: list[dict], family: str, name: str |
             group["lr"] = lr_at((it - 1) * GLOBAL_BATCH)
         optimizer.step()
         losses[it], grad_norms[it], lrs[it] = loss_sum, float(norm), lr_at(it * GLOBAL_BATCH)
-    emit("run", {"run": f"{name or family}:transformers", "losses": losses, "grad_norms": grad_norms,
+    label = f"{family}_projector" if projector_only else name or family
+    emit("run", {"run": f"{label}:transformers", "losses": losses, "grad_norms": grad_norms,
                  "learning_rates": lrs})  # fmt: skip
 
 
@@ -268,6 +284,9 @@ def main(mode: str, workdir: str) -> None:
             if family == "llava":
                 masked = [b["labels"][b["loss_mask"].bool()].tolist() for b in batches[:GLOBAL_BATCH]]
                 emit("masked", {"masked": masked})
+                batches = []
+                run_bridge("llava_projector:tp1", config(workdir, *PROJECTOR), record=batches)
+                run_transformers(workdir, batches, family, projector_only=True)
         deep_llava_reference(workdir)
     elif mode == "layouts":
         for family in VLM_FAMILIES:
@@ -275,6 +294,8 @@ def main(mode: str, workdir: str) -> None:
         for family in FINETUNED:
             for name in FAMILY_LAYOUTS[family]:
                 run_bridge(f"{family}:{name}", config(workdir, *LAYOUTS[name], family=family))
+        # PP=2 with the language model frozen: the second stage trains nothing
+        run_bridge("llava_projector:pp2", config(workdir, *PROJECTOR, *LAYOUTS["pp2"]))
         vpp = ["model.pipeline_model_parallel_size=2", "model.virtual_pipeline_model_parallel_size=2"]
         run_bridge(f"{DEEP}:vpp2", config(workdir, *vpp, family="llava", name=DEEP))
     else:

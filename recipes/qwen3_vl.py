@@ -1,0 +1,99 @@
+"""Qwen3-VL recipes: Megatron-Bridge's H100 table (recipes/qwen_vl/h100/qwen3_vl.py), one row per published
+recipe, composed by recipes.composition.
+
+Common to all (Megatron-Bridge's _pretrain_common / _sft_common_vlm / _peft_common_vlm): 4096-token rows
+(one conversation each, not packed), global batch 32 of micro batches of 2, Adam with beta2 0.95 and the
+distributed optimizer, cosine decay, seed 1234.
+
+- `*_pretrain_*_mock`: the projector alone trains (language model and vision encoder frozen) on
+  synthetic image-text conversations (dataset.kind=mock_vlm: one random 256 x 256 image, "Describe this
+  image.", a random answer) through the checkpoint's processor: give tokenizer.tokenizer_model=<the HF
+  folder> (and checkpoint.pretrained_checkpoint=<it> for its weights; Megatron-Bridge starts from random
+  ones); lr 3e-4 -> 3e-5, 500 warm-up, 300,000 iterations, evaluation every 500 on 32 batches.
+- `*_sft_*`: every part trains, lr 5e-5 -> 5e-6 over 50 iterations (10 warm-up), evaluation every 500 on 10
+  batches.
+- `*_peft_*`: LoRA on the language model, lr 1e-4 -> 1e-5 over 300,000 iterations (500 warm-up),
+  evaluation every 500 on 32 batches.
+
+The finetuning data are image-text conversations (dataset.kind=vlm, docs/vlm.md): give
+checkpoint.pretrained_checkpoint (the Hugging Face folder) and dataset.data_paths.
+"""
+
+from __future__ import annotations
+
+from bridge.models.qwen3_vl import presets
+from recipes.composition import Row, register
+from recipes.gpu_settings import COMMON, NATIVE_CROSS_ENTROPY
+
+QWEN3_VL = {**COMMON, **NATIVE_CROSS_ENTROPY}
+BASE = dict(seq_length=4096, global_batch_size=32, micro_batch_size=2)
+FINETUNE = dict(BASE, data_kind="vlm", packed=False, adam_beta2=0.95, use_distributed_optimizer=True)
+RUNS = {
+    "pretrain": dict(
+        BASE, train_iters=300_000, lr=3e-4, min_lr=3e-5, lr_warmup_iters=500, lr_decay_iters=300_000
+    ),
+    "sft": dict(
+        FINETUNE, train_iters=50, lr=5e-5, min_lr=5e-6, lr_warmup_iters=10, lr_decay_iters=50, eval_interval=500
+    ),
+    "peft": dict(
+        FINETUNE, train_iters=300_000, lr=1e-4, min_lr=1e-5, lr_warmup_iters=500, lr_decay_iters=300_000,
+        eval_interval=500,
+    ),
+}  # fmt: skip
+TRAINS = {  # which parts train
+    "pretrain": dict(freeze_language_model=True, freeze_vision_model=True, freeze_vision_projection=False),
+    "sft": dict(freeze_language_model=False, freeze_vision_model=False, freeze_vision_projection=False),
+    "peft": dict(freeze_language_model=False, freeze_vision_model=False, freeze_vision_projection=False),
+}
+CONFIG = {
+    "pretrain": {
+        "dataset.kind": "mock_vlm",
+        "tokenizer.tokenizer_type": "HuggingFaceTokenizer",
+        "validation.eval_iters": 32,
+    },
+    "sft": {"validation.eval_iters": 10, "rng.seed": 1234},
+    "peft": {"validation.eval_iters": 32, "rng.seed": 1234},
+}
+
+
+def _row(
+    name: str, title: str, preset, kind: str, gpus: int, layout: dict, alias: str, note: str = ""
+) -> Row:
+    return Row(
+        name=name,
+        family="qwen3_vl",
+        kind=kind,
+        title=title,
+        preset=preset,
+        gpus=gpus,
+        layout=layout,
+        run=RUNS[kind],
+        settings=QWEN3_VL,
+        model=TRAINS[kind],
+        config=CONFIG[kind],
+        aliases=(alias,),
+        note=note,
+    )
+
+
+ROWS = (
+    _row("qwen3_vl_8b_pretrain_4gpu_h100_bf16_mock_config", "Qwen3-VL 8B", presets.qwen3_vl_8b, "pretrain", 4,
+         dict(tp=4), "qwen3_vl_8b_pretrain_mock_config"),
+    _row("qwen3_vl_8b_sft_2gpu_h100_bf16_config", "Qwen3-VL 8B", presets.qwen3_vl_8b, "sft", 2, dict(tp=2),
+         "qwen3_vl_8b_sft_config"),
+    _row("qwen3_vl_8b_peft_1gpu_h100_bf16_config", "Qwen3-VL 8B", presets.qwen3_vl_8b, "peft", 1, {},
+         "qwen3_vl_8b_peft_config"),
+)  # fmt: skip
+
+
+# ---- the recipe functions by every name they answer to (generated from the rows by scripts/dev/gen_recipe_names.py;
+# tests/unit/test_recipe_names.py checks it) ----
+RECIPES, _functions = register(ROWS, __name__)
+# fmt: off
+qwen3_vl_8b_pretrain_4gpu_h100_bf16_mock_config = _functions["qwen3_vl_8b_pretrain_4gpu_h100_bf16_mock_config"]
+qwen3_vl_8b_pretrain_mock_config = qwen3_vl_8b_pretrain_4gpu_h100_bf16_mock_config
+qwen3_vl_8b_sft_2gpu_h100_bf16_config = _functions["qwen3_vl_8b_sft_2gpu_h100_bf16_config"]
+qwen3_vl_8b_sft_config = qwen3_vl_8b_sft_2gpu_h100_bf16_config
+qwen3_vl_8b_peft_1gpu_h100_bf16_config = _functions["qwen3_vl_8b_peft_1gpu_h100_bf16_config"]
+qwen3_vl_8b_peft_config = qwen3_vl_8b_peft_1gpu_h100_bf16_config
+# fmt: on
