@@ -78,9 +78,15 @@ def _vision_shape(p: GPTFields) -> dict:
     sizes = p.vision_sizes() if hasattr(p, "vision_sizes") else None
     if sizes is None:
         return {}
-    encoder, projector, tokens = sizes
-    frozen = (encoder if p.freeze_vision_model else 0) + (projector if p.freeze_vision_projection else 0)
-    return {"vision_params": encoder + projector, "frozen_params": frozen, "image_tokens": tokens}
+    frozen = (sizes.encoder if p.freeze_vision_model else 0) + (
+        sizes.projector if p.freeze_vision_projection else 0
+    )
+    return {
+        "vision_params": sizes.encoder + sizes.projector,
+        "frozen_params": frozen,
+        "image_tokens": sizes.image_tokens,
+        "vision_activations": sizes.activations,
+    }
 
 
 def _hybrid_shape(p: GPTFields) -> dict:

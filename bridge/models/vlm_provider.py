@@ -14,11 +14,20 @@ import functools
 import importlib
 import importlib.util
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from bridge.models.families import architecture_families, families
 from bridge.models.gpt_provider import GPTModelProvider
 from bridge.models.provider_checks import model_error
+
+
+class VisionSizes(NamedTuple):
+    """A vision-language model's image side, sized for the planner (one image per sample)."""
+
+    encoder: int  # vision tower parameters
+    projector: int  # projector parameters
+    image_tokens: int  # placeholder tokens per image (within seq_length)
+    activations: int  # values one image keeps for the backward pass, with the provider's freeze flags
 
 
 @dataclass
@@ -83,15 +92,25 @@ class VLMModelProvider(GPTModelProvider):
             )
         return name
 
-    def vision_sizes(self) -> tuple[int, int, int] | None:
-        """(vision tower parameters, projector parameters, image tokens per image) from the family's pure
-        `vision_size.py` (no torch), for the planner; None when the family has none."""
+    def vision_sizes(self) -> VisionSizes | None:
+        """The image side's sizes from the family's pure `vision_size.py` (no torch), for the planner; None
+        when the family has none."""
         name = f"bridge.models.{self.vision_family()}.vision_size"
         if importlib.util.find_spec(name) is None:
             return None
         module = importlib.import_module(name)
         encoder, projector = module.vision_parameters(self.vlm_config, self.hidden_size)
-        return encoder, projector, module.image_tokens(self.vlm_config)
+        kept_encoder, kept_projector = module.activations(self.vlm_config, self.hidden_size)
+        # a trained encoder keeps its own and the projector's inputs; a frozen one none, and the projector
+        # its own only when it trains (the language model's gradient stops at frozen image features)
+        kept = (
+            kept_encoder + kept_projector
+            if not self.freeze_vision_model
+            else kept_projector
+            if not self.freeze_vision_projection
+            else 0
+        )
+        return VisionSizes(encoder, projector, module.image_tokens(self.vlm_config), kept)
 
     def vision_module(self):
         """The family's vision module (bridge.models.<family>.vision; imports torch and transformers)."""

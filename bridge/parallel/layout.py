@@ -76,10 +76,12 @@ class ModelShape:
     # enorm, hnorm, eh_proj [2h -> h], a decoder layer of the last layer's kind and a final norm
     mtp_layers: int = 0
     # A vision-language model's image side (vision tower + projector) on the first stage, whole on every
-    # tp rank; `frozen_params` of it get no gradient or optimizer state; image tokens per image (noted)
+    # tp rank; `frozen_params` of it get no gradient or optimizer state; image tokens per image (noted);
+    # `vision_activations`: values one image keeps for the backward pass (one image per sample)
     vision_params: int = 0
     frozen_params: int = 0
     image_tokens: int = 0
+    vision_activations: int = 0
 
     def mtp_kind(self) -> tuple[bool, bool, str | None]:
         """The kind of the MTP block's decoder layer: the last layer's MLP, softmax attention."""
@@ -162,7 +164,7 @@ class ModelShape:
                 f"a per-layer pattern must hold num_layers={self.num_layers} values of 1 (MoE) or 0 (dense)",
                 "give one 0/1 per layer, or an integer N (a MoE layer every N layers)",
             )
-        for name in ("mtp_layers", "vision_params", "frozen_params", "image_tokens"):
+        for name in ("mtp_layers", "vision_params", "frozen_params", "image_tokens", "vision_activations"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 fail(f"model.{name}", value, "must be a non-negative integer", "give 0 or a positive count")

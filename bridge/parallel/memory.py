@@ -238,11 +238,14 @@ def activation_memory(
         for i in ids
     }
     layers = len(ids)
+    # the image side (first stage, whole on every tp rank, not recomputed): one image per sample
+    vision = shape.vision_activations * setup.micro_batch_size * width if stage == 0 else 0
     if setup.recompute == "full":
         kept = tokens * shape.hidden_size * width / (layout.tp if layout.sequence_parallel else 1)
         total = layers * in_flight * kept + max(per_kind.values())
     else:
         total = in_flight * sum(per_kind[kinds[i][2]] for i in ids)
+    total += in_flight * vision
     if stage == layout.pp - 1:
         vocab = padded_vocab_size(shape.vocab_size, layout.tp, shape.make_vocab_size_divisible_by)
         # logits and their fp32 copy for the loss, once for the model and once per MTP layer

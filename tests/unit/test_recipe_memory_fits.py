@@ -99,9 +99,11 @@ OVER_MEMORY = {
     "nemotron_nano_9b_v2_sft_2gpu_h100_bf16_config": "states",
     "nemotron_nano_12b_v2_pretrain_4gpu_h100_bf16_config": "activations",
     "qwen3_next_80b_a3b_sft_16gpu_h100_bf16_config": "states",
-    # Megatron-Bridge's Qwen2.5-VL recipes: 4096-token rows in micro batches of 2, nothing recomputed; its
-    # 72B LoRA names one GPU, where the bf16 weights alone (145 GB) exceed it
+    # Megatron-Bridge's Qwen2.5-VL recipes: 4096-token rows in micro batches of 2, nothing recomputed, the
+    # vision tower trained (its activations: a 1280-token image per sample); its 72B LoRA names one GPU,
+    # where the bf16 weights alone (145 GB) exceed it
     "qwen25_vl_3b_sft_1gpu_h100_bf16_config": "activations",
+    "qwen25_vl_7b_peft_1gpu_h100_bf16_config": "activations",
     "qwen25_vl_7b_sft_2gpu_h100_bf16_config": "states",
     "qwen25_vl_32b_sft_16gpu_h100_bf16_config": "activations",
     "qwen25_vl_32b_peft_1gpu_h100_bf16_config": "activations",
@@ -112,6 +114,9 @@ OVER_MEMORY = {
     "gemma3_vl_4b_sft_1gpu_h100_bf16_config": "states",
     "gemma3_vl_12b_sft_4gpu_h100_bf16_config": "activations",
     "gemma3_vl_12b_peft_1gpu_h100_bf16_config": "activations",
+    "gemma3_vl_27b_sft_16gpu_h100_bf16_config": "activations",
+    # Qwen3-VL 8B's LoRA on one H100 with the vision tower trained, as Qwen2.5-VL 7B's
+    "qwen3_vl_8b_peft_1gpu_h100_bf16_config": "activations",
 }
 
 

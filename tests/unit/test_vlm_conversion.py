@@ -105,7 +105,7 @@ def test_parameter_count_equals_transformers_meta_model(family, sources):
     padding = (provider.padded_vocab_size() - provider.vocab_size) * provider.hidden_size * tables
     assert ours - padding == sum(p.numel() for p in theirs.parameters())
     # the planner's sizes of the image side (the family's vision_size.py, pure Python) against transformers'
-    encoder, projector, _ = provider.vision_sizes()
+    encoder, projector, *_ = provider.vision_sizes()
     if family == "qwen25_vl":  # its vision transformer holds the projector (`merger`)
         tower, merger = theirs.model.visual, theirs.model.visual.merger
         towers = sum(p.numel() for p in tower.parameters()) - sum(p.numel() for p in merger.parameters())

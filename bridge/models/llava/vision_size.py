@@ -52,3 +52,24 @@ def image_tokens(vlm_config: dict[str, Any]) -> int:
     """Placeholder tokens per image: the patches (less none: the default strategy drops the class token)."""
     v = vlm_config["vision_config"]
     return vlm_config.get("image_seq_length") or (v["image_size"] // v["patch_size"]) ** 2
+
+
+def activations(
+    vlm_config: dict[str, Any], text_hidden_size: int, patches: int | None = None
+) -> tuple[int, int]:
+    """(encoder, projector) values one image keeps for the backward pass, as transformers' CLIP / SigLIP
+    layers save them (tests/unit/test_vlm_activation_size.py counts autograd's saved tensors): per patch
+    the pixels and the embeddings; per patch and layer the two norms' inputs and outputs, q / k / v, the
+    attention output and its projection's input (8 x hidden) and the MLP's (2 x intermediate; CLIP's quick
+    GELU one more); SigLIP's post-norm and pooling head; the projector's linear_1 input per patch, GELU's and linear_2's per token."""
+    v = vlm_config["vision_config"]
+    d, i = v["hidden_size"], v["intermediate_size"]
+    clip = v.get("model_type") == "clip_vision_model"
+    patches = (v["image_size"] // v["patch_size"]) ** 2 if patches is None else patches
+    seen = patches + (1 if clip else 0)  # the class token
+    pixels = v.get("num_channels", 3) * v["patch_size"] ** 2 * patches
+    layer = 8 * d + (3 if clip else 2) * i
+    encoder = pixels + seen * d * (2 if clip else 1) + v["num_hidden_layers"] * seen * layer
+    if not clip:  # SigLIP's post-LayerNorm of every patch, and its attention-pooling head (input, k, v)
+        encoder += patches * d * (4 if v.get("vision_use_head", True) else 1)
+    return encoder, seen * d + patches * 2 * text_hidden_size

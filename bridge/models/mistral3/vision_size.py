@@ -32,3 +32,23 @@ def image_tokens(vlm_config: dict[str, Any]) -> int:
     v = vlm_config["vision_config"]
     n = v["image_size"] // (v["patch_size"] * vlm_config.get("spatial_merge_size", 2))
     return n * n + n
+
+
+def activations(
+    vlm_config: dict[str, Any], text_hidden_size: int, patches: int | None = None
+) -> tuple[int, int]:
+    """(encoder, projector) values an image (default: a largest one) keeps for the backward pass, as
+    transformers' Pixtral layers save them (tests/unit/test_vlm_activation_size.py): per patch the pixels
+    and the embeddings; per patch and layer the norms' inputs and outputs, the rotary angles, q / k / v, the
+    attention output and its projection's input (12 x hidden) and the gated MLP's four (4 x intermediate);
+    the projector's norm and merger inputs per patch, linear_1's input, GELU's and linear_2's per merged
+    token."""
+    v = vlm_config["vision_config"]
+    d, i = v["hidden_size"], v["intermediate_size"]
+    merge = vlm_config.get("spatial_merge_size", 2)
+    if patches is None:
+        patches = (v["image_size"] // (v["patch_size"] * merge) * merge) ** 2
+    tokens = patches // (merge * merge)
+    pixels = v.get("num_channels", 3) * v["patch_size"] ** 2 * patches
+    encoder = pixels + 2 * patches * d + v["num_hidden_layers"] * patches * (12 * d + 4 * i)
+    return encoder, patches * 2 * d + tokens * (d + 2 * text_hidden_size)

@@ -26,3 +26,21 @@ def image_tokens(vlm_config: dict[str, Any]) -> int:
     """Image tokens vary with the image's size (dynamic resolution): the most the processor's default
     size cap gives."""
     return DEFAULT_MAX_IMAGE_TOKENS
+
+
+def activations(
+    vlm_config: dict[str, Any], text_hidden_size: int, patches: int | None = None
+) -> tuple[int, int]:
+    """(encoder, projector) values an image (default: the planner's 1280-token one) keeps for the backward
+    pass, as transformers' Qwen2.5-VL blocks save them (tests/unit/test_vlm_activation_size.py): per patch
+    the pixels and the embeddings; per patch and block the norms' inputs and outputs, q / k / v and the
+    rotated q and k, the attention output and its projection's input (13 x hidden) and the gated MLP's four
+    (4 x intermediate); the merger's norm and first linear inputs per patch and its GELU's and second
+    linear's per merged token (hidden x merge^2 each)."""
+    v = vlm_config["vision_config"]
+    d, i = v["hidden_size"], v["intermediate_size"]
+    if patches is None:
+        patches = image_tokens(vlm_config) * v["spatial_merge_size"] ** 2
+    channels = v.get("in_channels", v.get("in_chans", 3))
+    pixels = channels * v["temporal_patch_size"] * v["patch_size"] ** 2 * patches
+    return pixels + patches * d + v["depth"] * patches * (13 * d + 4 * i), patches * 4 * d

@@ -29,3 +29,21 @@ def vision_parameters(vlm_config: dict[str, Any], text_hidden_size: int) -> tupl
 def image_tokens(vlm_config: dict[str, Any]) -> int:
     """Image tokens vary with the image's size (dynamic resolution): the planner's typical image."""
     return DEFAULT_MAX_IMAGE_TOKENS
+
+
+def activations(
+    vlm_config: dict[str, Any], text_hidden_size: int, patches: int | None = None
+) -> tuple[int, int]:
+    """(encoder, projector) values an image (default: the planner's 1280-token one) keeps for the backward
+    pass, as transformers' Qwen3-VL blocks save them (tests/unit/test_vlm_activation_size.py): per patch
+    the pixels and the embeddings with their positions; per patch and block the norms' outputs, q / k / v
+    and the rotated q and k, the attention output, its projection's input and the residual (10 x hidden)
+    and the MLP's (3 x intermediate); the merger's and each DeepStack merger's norm and first linear inputs per patch and its
+    GELU's and second linear's per merged token (hidden x merge^2 each)."""
+    v = vlm_config["vision_config"]
+    d, i = v["hidden_size"], v["intermediate_size"]
+    if patches is None:
+        patches = image_tokens(vlm_config) * v["spatial_merge_size"] ** 2
+    pixels = v.get("in_channels", 3) * v["temporal_patch_size"] * v["patch_size"] ** 2 * patches
+    mergers = 1 + len(v.get("deepstack_visual_indexes", ()))
+    return pixels + 2 * patches * d + v["depth"] * patches * (10 * d + 3 * i), mergers * patches * 4 * d
