@@ -19,7 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed.checkpoint as dcp
+import torch.utils.serialization
 
 from bridge.errors import ConfigError
 from bridge.parallel.megatron_import import import_megatron
@@ -57,7 +59,10 @@ class DirectSaveStrategy(TorchDistSaveShardedStrategy):
             per_thread_copy_ahead=self.per_thread_copy_ahead,
             sync_files=True,  # published durably, as Megatron-Core's writers do
         )
-        dcp.save(mcore_to_pyt_state_dict(sd, False), storage_writer=writer, planner=self.planner())
+        # no zip CRC-32 per tensor record: torch.load never checks it, and bridge's integrity manifest
+        # (bridge.checkpoint.manifest) checksums every file of the save and is checked at load
+        with torch.utils.serialization.config.patch({"save.compute_crc32": False}):
+            dcp.save(mcore_to_pyt_state_dict(sd, False), storage_writer=writer, planner=self.planner())
 
     def async_save(self, *args: Any, **kwargs: Any):
         raise ConfigError(
