@@ -64,16 +64,19 @@ def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
             "set dataset.packed_sequence_size, or remove dataset.pad_seq_to_mult",
         )
     # preference data: bridge.config.preference_rules says why its pairs are not packed
-    if d.packed_sequence_size and d.kind not in (*SFT_KINDS, "preference"):
+    if d.packed_sequence_size and d.kind not in (*SFT_KINDS, "vlm", "preference"):
         raise config_error(
             "dataset.packed_sequence_size",
             d.packed_sequence_size,
-            f"packing is for finetuning data (dataset.kind=sft or chat), not dataset.kind={d.kind}, which is "
-            "already cut into seq_length windows",
-            "set dataset.packed_sequence_size=0, or use dataset.kind=sft / chat",
+            f"packing is for finetuning data (dataset.kind=sft, chat or vlm), not dataset.kind={d.kind}, "
+            "which is already cut into seq_length windows",
+            "set dataset.packed_sequence_size=0, or use dataset.kind=sft / chat / vlm",
         )
     if d.kind == "vlm":
         _check_vlm_data(cfg)
+        if d.packed_sequence_size:
+            _check_vlm_packing(cfg)
+            _check_packing(cfg, cuda)
     elif d.skip_malformed_samples:
         raise config_error(
             "dataset.skip_malformed_samples",
@@ -99,7 +102,12 @@ def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
             "set tokenizer.tokenizer_type=HuggingFaceTokenizer tokenizer.tokenizer_model=<folder with a chat "
             "template>",
         )
-    n = d.packed_sequence_size
+    _check_packing(cfg, cuda)
+
+
+def _check_packing(cfg: ConfigContainer, cuda: bool) -> None:
+    """Packed rows (sft / chat / vlm): one row per micro batch, within model.seq_length."""
+    n = cfg.dataset.packed_sequence_size
     if n:
         if cfg.train.micro_batch_size != 1:
             raise config_error(
@@ -123,6 +131,28 @@ def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
                 "packed rows on CPU run through bridge's sdpa attention, which has no sliding window",
                 "set dataset.packed_sequence_size=0 for this model on CPU",
             )
+
+
+def _check_vlm_packing(cfg: ConfigContainer) -> None:
+    """Packed image-text rows: only families whose folder allows it (PACKING_REFUSED = None, tested per
+    conversation against transformers); M-RoPE without TE's fused THD RoPE kernel."""
+    n, model = cfg.dataset.packed_sequence_size, cfg.model
+    why = model.packing_refused()
+    if why is not None:
+        raise config_error(
+            "dataset.packed_sequence_size",
+            n,
+            f"packing image-text conversations is refused for the {model.vision_family()} family: {why}",
+            "set dataset.packed_sequence_size=0 (one conversation per row)",
+        )
+    if model.position_embedding_type == "mrope" and model.apply_rope_fusion:
+        raise config_error(
+            "model.apply_rope_fusion",
+            True,
+            "a packed row's M-RoPE ids are per token (each conversation's own); Transformer Engine's "
+            "fused THD RoPE kernel reads the rotary table from 0 in every segment instead",
+            "set model.apply_rope_fusion=false, or dataset.packed_sequence_size=0",
+        )
 
 
 def packing_multiple(cfg: ConfigContainer) -> int:
