@@ -50,7 +50,9 @@ def _check_vlm_data(cfg: ConfigContainer) -> None:
             )
 
 
-def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
+def check_sft_data(cfg: ConfigContainer, cuda: bool, running: frozenset[str] | None = None) -> None:
+    """`running`: the performance settings this machine runs (bridge.config.performance); None reads
+    the requested values."""
     d = cfg.dataset
     if d.truncation not in S.TRUNCATIONS:
         raise config_error(
@@ -75,7 +77,7 @@ def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
     if d.kind == "vlm":
         _check_vlm_data(cfg)
         if d.packed_sequence_size:
-            _check_vlm_packing(cfg)
+            _check_vlm_packing(cfg, running)
             _check_packing(cfg, cuda)
     elif d.skip_malformed_samples:
         raise config_error(
@@ -133,9 +135,10 @@ def _check_packing(cfg: ConfigContainer, cuda: bool) -> None:
             )
 
 
-def _check_vlm_packing(cfg: ConfigContainer) -> None:
+def _check_vlm_packing(cfg: ConfigContainer, running: frozenset[str] | None) -> None:
     """Packed image-text rows: only families whose folder allows it (PACKING_REFUSED = None, tested per
-    conversation against transformers); M-RoPE without TE's fused THD RoPE kernel."""
+    conversation against transformers); M-RoPE without TE's fused THD RoPE kernel (where it would run:
+    CUDA and Transformer Engine, else the setting is off anyway)."""
     n, model = cfg.dataset.packed_sequence_size, cfg.model
     why = model.packing_refused()
     if why is not None:
@@ -145,7 +148,8 @@ def _check_vlm_packing(cfg: ConfigContainer) -> None:
             f"packing image-text conversations is refused for the {model.vision_family()} family: {why}",
             "set dataset.packed_sequence_size=0 (one conversation per row)",
         )
-    if model.position_embedding_type == "mrope" and model.apply_rope_fusion:
+    fused = model.apply_rope_fusion if running is None else "apply_rope_fusion" in running
+    if model.position_embedding_type == "mrope" and fused:
         raise config_error(
             "model.apply_rope_fusion",
             True,
