@@ -8,7 +8,8 @@ Megatron's weight-decay groups, clipping, warmup + cosine).
 
 `ref` (1 rank): writes the folders and the conversations, runs bridge at TP=1 and the reference for every
 family, and for the families that pack (LLaVA, Qwen2.5-VL) bridge on packed rows (dataset.packed_sequence_size,
-THD segments) against transformers on each of the rows' conversations alone; `layouts` (2 ranks): the TP=2 conversions, then bridge at TP=2, PP=2 (and LLaVA at DP=2) on the same
+THD segments) against transformers on each of the rows' conversations alone (the 2-rank launch: the same
+packed run at PP=2); `layouts` (2 ranks): the TP=2 conversions, then bridge at TP=2, PP=2 (and LLaVA at DP=2) on the same
 data. Full-batch steps (one global batch = every conversation, token mean over it), so the order of the
 conversations cannot matter. Runs are named `<family>:<layout>`.
 """
@@ -315,7 +316,7 @@ def main(mode: str, workdir: str) -> None:
             if family in PACKED_FAMILIES:  # rows of several conversations (THD segments)
                 packed: list[dict] = []
                 pack = [f"dataset.packed_sequence_size={PACKED}", f"model.seq_length={PACKED}"]
-                run_bridge(f"{family}:packed", config(workdir, *pack, family=family), record=packed)
+                run_bridge(f"{family}:packed-tp1", config(workdir, *pack, family=family), record=packed)
                 # the reference: transformers on each conversation of each recorded row alone
                 run_transformers(workdir, packed, family, run=f"{family}:packed-transformers")
                 emit(
@@ -329,6 +330,10 @@ def main(mode: str, workdir: str) -> None:
         for family in FINETUNED:
             for name in FAMILY_LAYOUTS[family]:
                 run_bridge(f"{family}:{name}", config(workdir, *LAYOUTS[name], family=family))
+        for family in PACKED_FAMILIES:  # packed rows over two pipeline stages (M-RoPE ids on both)
+            pack = [f"dataset.packed_sequence_size={PACKED}", f"model.seq_length={PACKED}"]
+            pp2 = config(workdir, *pack, *LAYOUTS["pp2"], family=family)
+            run_bridge(f"{family}:packed-pp2", pp2)
         vpp = ["model.pipeline_model_parallel_size=2", "model.virtual_pipeline_model_parallel_size=2"]
         run_bridge(f"{DEEP}:vpp2", config(workdir, *vpp, family="llava", name=DEEP))
     else:
