@@ -53,7 +53,9 @@ def _check_vlm_data(cfg: ConfigContainer) -> None:
             )
 
 
-def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
+def check_sft_data(cfg: ConfigContainer, cuda: bool, running: frozenset[str] | None = None) -> None:
+    """`running`: the performance settings this machine runs (bridge.config.performance); None reads
+    the requested values."""
     d = cfg.dataset
     if d.truncation not in S.TRUNCATIONS:
         raise config_error(
@@ -67,16 +69,19 @@ def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
             "set dataset.packed_sequence_size, or remove dataset.pad_seq_to_mult",
         )
     # preference data: bridge.config.preference_rules says why its pairs are not packed
-    if d.packed_sequence_size and d.kind not in (*SFT_KINDS, "preference"):
+    if d.packed_sequence_size and d.kind not in (*SFT_KINDS, "vlm", "preference"):
         raise config_error(
             "dataset.packed_sequence_size",
             d.packed_sequence_size,
-            f"packing is for finetuning data (dataset.kind=sft or chat), not dataset.kind={d.kind}, which is "
-            "already cut into seq_length windows",
-            "set dataset.packed_sequence_size=0, or use dataset.kind=sft / chat",
+            f"packing is for finetuning data (dataset.kind=sft, chat or vlm), not dataset.kind={d.kind}, "
+            "which is already cut into seq_length windows",
+            "set dataset.packed_sequence_size=0, or use dataset.kind=sft / chat / vlm",
         )
     if d.kind in ("vlm", "mock_vlm"):
         _check_vlm_data(cfg)
+        if d.packed_sequence_size:  # vlm (mock_vlm's rows are refused packing above)
+            _check_vlm_packing(cfg, running)
+            _check_packing(cfg, cuda)
     if d.kind != "vlm" and d.skip_malformed_samples:
         raise config_error(
             "dataset.skip_malformed_samples",
@@ -102,7 +107,12 @@ def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
             "set tokenizer.tokenizer_type=HuggingFaceTokenizer tokenizer.tokenizer_model=<folder with a chat "
             "template>",
         )
-    n = d.packed_sequence_size
+    _check_packing(cfg, cuda)
+
+
+def _check_packing(cfg: ConfigContainer, cuda: bool) -> None:
+    """Packed rows (sft / chat / vlm): one row per micro batch, within model.seq_length."""
+    n = cfg.dataset.packed_sequence_size
     if n:
         if cfg.train.micro_batch_size != 1:
             raise config_error(
@@ -126,6 +136,30 @@ def check_sft_data(cfg: ConfigContainer, cuda: bool) -> None:
                 "packed rows on CPU run through bridge's sdpa attention, which has no sliding window",
                 "set dataset.packed_sequence_size=0 for this model on CPU",
             )
+
+
+def _check_vlm_packing(cfg: ConfigContainer, running: frozenset[str] | None) -> None:
+    """Packed image-text rows: only families whose folder allows it (PACKING_REFUSED = None, tested per
+    conversation against transformers); M-RoPE without TE's fused THD RoPE kernel (where it would run:
+    CUDA and Transformer Engine, else the setting is off anyway)."""
+    n, model = cfg.dataset.packed_sequence_size, cfg.model
+    why = model.packing_refused()
+    if why is not None:
+        raise config_error(
+            "dataset.packed_sequence_size",
+            n,
+            f"packing image-text conversations is refused for the {model.vision_family()} family: {why}",
+            "set dataset.packed_sequence_size=0 (one conversation per row)",
+        )
+    fused = model.apply_rope_fusion if running is None else "apply_rope_fusion" in running
+    if model.position_embedding_type == "mrope" and fused:
+        raise config_error(
+            "model.apply_rope_fusion",
+            True,
+            "a packed row's M-RoPE ids are per token (each conversation's own); Transformer Engine's "
+            "fused THD RoPE kernel reads the rotary table from 0 in every segment instead",
+            "set model.apply_rope_fusion=false, or dataset.packed_sequence_size=0",
+        )
 
 
 def packing_multiple(cfg: ConfigContainer) -> int:

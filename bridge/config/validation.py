@@ -67,7 +67,7 @@ def validate_config(
         warnings = [w for w in warnings if "without interleaving has large pipeline bubbles" not in w]
     check_strategy_available(cfg.distributed.strategy, cuda)
     check_fsdp2(cfg, layout)
-    finetune_rules.check_sft_data(cfg, cuda)
+    finetune_rules.check_sft_data(cfg, cuda, running)
     finetune_rules.check_peft(cfg)
     finetune_rules.check_hf_start(cfg)
     warnings += check_precision(cfg)

@@ -4,6 +4,10 @@ A family's vision.py binds its transformers model class and config; the rule is 
 count on all three axes (temporal, height, width), an image's tokens take its merged patch grid's (t, h, w)
 coordinates after the preceding text. Computed with no padding mask: bridge pads on the right and attends
 causally, so the padding's positions reach no kept row.
+
+A packed row (one row of several conversations, segments given by cu_seqlens) takes get_rope_index per
+segment, each with its own images' grid rows: every conversation's positions start at 0 as they do alone.
+Over the whole row instead, a later conversation's text and images would continue the first one's count.
 """
 
 from __future__ import annotations
@@ -27,11 +31,17 @@ class RopeIndex:
 
 
 def image_positions(
-    index: RopeIndex, input_ids: torch.Tensor, images: dict[str, torch.Tensor], name: str
+    index: RopeIndex,
+    input_ids: torch.Tensor,
+    images: dict[str, torch.Tensor],
+    name: str,
+    cu_seqlens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """[3, b, s] M-RoPE ids of the batch; without images 0, 1, 2, ... on all three axes (as transformers,
     whatever its tokens). Video tokens are refused (the data carries no video grids). `name`: the family's
-    name in the error."""
+    name in the error. `cu_seqlens` (a packed row, b = 1): the ids of each segment on its own."""
+    if cu_seqlens is not None:
+        return _packed_positions(index, input_ids, images, name, cu_seqlens)
     config = index.config
     grid = images.get("image_grid_thw")
     if grid is None:
@@ -45,3 +55,35 @@ def image_positions(
     kinds = (input_ids == config.image_token_id).to(torch.int32)  # the processor's mm_token_type_ids
     positions, _ = index.model_cls.get_rope_index(index, input_ids, kinds, image_grid_thw=grid)
     return positions
+
+
+def _packed_positions(
+    index: RopeIndex,
+    input_ids: torch.Tensor,
+    images: dict[str, torch.Tensor],
+    name: str,
+    cu_seqlens: torch.Tensor,
+) -> torch.Tensor:
+    """[3, 1, s] ids of a packed row: each segment's own, with the next grid rows whose merged tokens
+    (t * h * w / merge^2 each) make up the segment's image tokens (images are in member order)."""
+    bounds = cu_seqlens.reshape(-1).tolist()
+    grid = images.get("image_grid_thw")
+    merge = index.config.vision_config.spatial_merge_size
+    tokens = [] if grid is None else (grid.prod(-1) // merge**2).tolist()
+    used, parts = 0, []
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        ids = input_ids[:, a:b]
+        want, take = int((ids == index.config.image_token_id).sum()), 0
+        while want > 0 and used + take < len(tokens):
+            want -= tokens[used + take]
+            take += 1
+        if want:
+            raise ConfigError(
+                f"a packed {name} row's segment [{a}, {b}) holds image tokens that its images' grids "
+                f"(image_grid_thw rows {used}..{used + take}) do not add up to; each conversation's "
+                "images must come whole and in member order"
+            )
+        own = {} if not take else {"image_grid_thw": grid[used : used + take]}
+        parts.append(image_positions(index, ids, own, name))
+        used += take
+    return torch.cat(parts, dim=-1)

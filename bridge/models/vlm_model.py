@@ -15,6 +15,9 @@ A family whose vision side also returns per-layer visual residuals (DeepStack: `
 (features, [r_0, ..., r_{k-1}]) and the vision module gives `deepstack_layers(vlm_config)` = k) has r_i added to the
 hidden states at the image token positions after decoder layer i (0-based), through a forward hook on
 those layers; they must all be on the first stage, which holds the images (refused at build otherwise).
+A packed row (`packed_seq_params`, THD) hands its segment boundaries to `positions` as `cu_seqlens`, so
+each conversation's ids are its own (a family whose rule cannot split refuses packing: its folder's
+`PACKING_REFUSED`).
 A family whose image tokens attend otherwise than causally (Gemma 3: each image's tokens see each other)
 gives `attention_mask_of`, which every stage applies to its input ids (each stage reads the batch).
 """
@@ -121,7 +124,10 @@ class VisionLanguageModel(GPTModel):
         the vision side and merged into the token embeddings on the first stage. With the family's
         `positions`, the position ids are computed from the tokens and images (given [b, s] ones ignored)."""
         if self.positions is not None and (position_ids is None or position_ids.dim() != 3):
-            position_ids = self.positions(input_ids, images or {})  # (given [3, b, s] ids: generation's)
+            # (given [3, b, s] ids: generation's); a packed row (THD): each segment's ids on its own
+            packed = kwargs.get("packed_seq_params")
+            segments = {} if packed is None else {"cu_seqlens": packed.cu_seqlens_q}
+            position_ids = self.positions(input_ids, images or {}, **segments)
         if self.attention_mask_of is not None and input_ids is not None:
             attention_mask = self.attention_mask_of(input_ids, attention_mask)
         if self.pre_process and decoder_input is None:

@@ -112,6 +112,12 @@ class VLMModelProvider(GPTModelProvider):
         )
         return VisionSizes(encoder, projector, module.image_tokens(self.vlm_config), kept)
 
+    def packing_refused(self) -> str | None:
+        """Why the family refuses packed image-text rows (its folder's `PACKING_REFUSED`), None when it
+        packs them; a family that declares nothing is refused (packing is allowed where it is tested)."""
+        package = importlib.import_module(f"bridge.models.{self.vision_family()}")
+        return getattr(package, "PACKING_REFUSED", "its folder declares no PACKING_REFUSED (not tested)")
+
     def vision_module(self):
         """The family's vision module (bridge.models.<family>.vision; imports torch and transformers)."""
         return importlib.import_module(families()[self.vision_family()].vision_module)

@@ -3,7 +3,8 @@ TP=2 conversion equals transformers (workers/vlm_training_parity.py, two launche
 
 1 rank: bridge's finetune() from each finetuned tiny VLM folder (LLaVA, Qwen2.5-VL, Gemma 3; dataset.kind=vlm, full
 SFT, vision encoder frozen) against transformers' model class + torch.optim.AdamW over the micro batches
-bridge trained on.
+bridge trained on; and LLaVA and Qwen2.5-VL on packed rows against transformers on each packed conversation
+alone (at TP=1 and, in the 2-rank launch, PP=2).
 2 ranks: import of every VLM family at TP=2 (logits and a bit-identical export; LLaVA, Qwen2.5-VL, Gemma 3,
 Mistral 3), then the same finetune at TP=2, PP=2 (the vision side on the first stage; Qwen2.5-VL's M-RoPE
 positions computed on both stages, Gemma 3's image-block attention mask applied on both) and, for LLaVA, DP=2;
@@ -67,6 +68,22 @@ def test_image_text_finetune_equals_transformers(out, family, layout):
     _close(ours["grad_norms"], ref["grad_norms"], GRAD_NORM_REL)
     assert ours["learning_rates"] == ref["learning_rates"]
     assert ref["losses"]["5"] < ref["losses"]["1"]  # it learns
+
+
+@pytest.mark.parametrize("family", ["llava", "qwen25_vl"])
+@pytest.mark.parametrize("layout", ["tp1", "pp2"])
+def test_packed_image_text_finetune_equals_transformers_per_conversation(out, family, layout):
+    """Packed rows (dataset.packed_sequence_size=96: several conversations per row, THD segments; Qwen2.5-VL's
+    M-RoPE ids per segment, on both stages at PP=2) against transformers on each conversation of the
+    recorded rows alone, the same token mean per step: the bounds above (the packed attention only
+    changes summation order)."""
+    runs = {r["run"]: r for r in payloads(out, "run")}
+    ref, ours = runs[f"{family}:packed-transformers"], runs[f"{family}:packed-{layout}"]
+    _close(ours["losses"], ref["losses"], LOSS_REL)
+    _close(ours["grad_norms"], ref["grad_norms"], GRAD_NORM_REL)
+    assert ours["learning_rates"] == ref["learning_rates"]
+    (rows,) = [r for r in payloads(out, "packed_rows") if r["family"] == family]
+    assert max(rows["conversations"]) >= 2 and min(rows["conversations"]) >= 1  # rows do pack
 
 
 def test_virtual_pipeline_finetune_equals_tp1_and_transformers(out):

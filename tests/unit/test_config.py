@@ -186,7 +186,7 @@ def test_valid_config_gives_layout_and_no_warnings():
         (
             ["dataset.packed_sequence_size=16"],
             1,
-            r"dataset.packed_sequence_size = 16: packing is for finetuning data \(dataset.kind=sft or chat\)",
+            r"dataset.packed_sequence_size = 16: packing is for finetuning data \(dataset.kind=sft, chat or vlm\)",
         ),
         (["dataset.truncation=left"], 1, r"dataset.truncation = 'left': must be one of right, drop"),
         (

@@ -62,13 +62,16 @@ def _rope_index(vlm_json: str) -> RopeIndex:
 
 
 def position_ids(
-    vlm_config: dict[str, Any], input_ids: torch.Tensor, images: dict[str, torch.Tensor]
+    vlm_config: dict[str, Any],
+    input_ids: torch.Tensor,
+    images: dict[str, torch.Tensor],
+    cu_seqlens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """[3, b, s] M-RoPE position ids as Qwen2_5_VLForConditionalGeneration computes them with no padding
     mask (bridge pads on the right and attends causally, so the padding's positions reach no kept row):
     transformers' get_rope_index over the image tokens' grids; a batch without images counts 0, 1, 2, ...
     on all three axes (as transformers, whatever its tokens). Video tokens beside images are refused (the
-    data carries no video grids)."""
+    data carries no video grids). `cu_seqlens`: a packed row's segments, each counted on its own."""
     return image_positions(
-        _rope_index(json.dumps(vlm_config, sort_keys=True)), input_ids, images, "Qwen2.5-VL"
+        _rope_index(json.dumps(vlm_config, sort_keys=True)), input_ids, images, "Qwen2.5-VL", cu_seqlens
     )

@@ -1,4 +1,4 @@
-"""Sequence packing: a split's SFT / chat samples packed into rows of N tokens.
+"""Sequence packing: a split's SFT / chat / image-text samples packed into rows of N tokens.
 
 Best-fit decreasing: samples longest first (ties in a seeded order), each into the open row whose free
 space fits it most tightly. The free spaces are kept as a sorted list of their distinct values (at most
@@ -104,6 +104,10 @@ class PackedDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return self.num_samples
 
+    def row_members(self, r: int) -> np.ndarray:
+        """The sample indices of packed row r, in their order in the row."""
+        return self.members[self.row_offsets[r] : self.row_offsets[r + 1]]
+
     def row(self, r: int) -> dict[str, torch.Tensor]:
         """Packed row r (in packing order, not the epoch's)."""
         n = self.pack_size
@@ -112,7 +116,7 @@ class PackedDataset(torch.utils.data.Dataset):
         loss_mask = np.zeros(n, dtype=np.float32)
         position_ids = np.empty(n, dtype=np.int64)
         bounds = [0]
-        for i in self.members[self.row_offsets[r] : self.row_offsets[r + 1]]:
+        for i in self.row_members(r):
             ids, mask = self.samples.sample(int(i))
             a, b = bounds[-1], bounds[-1] + len(ids) - 1
             tokens[a:b], labels[a:b], loss_mask[a:b] = ids[:-1], ids[1:], mask[1:]

@@ -34,7 +34,8 @@ from bridge.config.checks.split_documents import SPLIT_NAMES, check_split_docume
 from bridge.config.run_plan import DataPlan
 from bridge.errors import ConfigError
 from bridge.parallel.ranks import is_rank_zero
-from bridge.training.data.samples import EpochOrder
+from bridge.training.data.packing import PackedDataset
+from bridge.training.data.samples import EpochOrder, TokenizedSamples
 from bridge.training.data.sft import read_table
 from bridge.training.data.splits import split_ranges
 from bridge.training.logging import logger
@@ -214,10 +215,17 @@ def _process(
 
 
 def process_conversation(
-    processor, messages: list[dict], folder: Path, where: str, seq_length: int, listed: tuple = ()
+    processor,
+    messages: list[dict],
+    folder: Path,
+    where: str,
+    seq_length: int,
+    listed: tuple = (),
+    limit: str = "model.seq_length",
 ) -> VLMSample:
-    """One conversation's ids, assistant mask and image tensors (checked against model.seq_length).
-    `listed`: the record's `images` column, for the image parts that name no image."""
+    """One conversation's ids, assistant mask and image tensors (checked against `seq_length`, the
+    field `limit` names: a packed row's length when packing). `listed`: the record's `images` column,
+    for the image parts that name no image."""
     if len(listed) > _unnamed_image_parts(messages):
         raise _bad(
             where,
@@ -244,12 +252,12 @@ def process_conversation(
     if image_id is not None and len(ids) > seq_length + 1 and (ids[seq_length:] == image_id).any():
         raise _bad(
             where,
-            f"its image tokens run past model.seq_length={seq_length} ({len(ids)} tokens with its "
-            f"{int((ids == image_id).sum())} image tokens); raise model.seq_length or shorten the sample",
+            f"its image tokens run past {limit}={seq_length} ({len(ids)} tokens with its "
+            f"{int((ids == image_id).sum())} image tokens); raise {limit} or shorten the sample",
         )
     ids, mask = ids[: seq_length + 1], mask[: seq_length + 1]  # text past the limit is cut (right)
     if not mask[1:].any():
-        raise _bad(where, f"no assistant token is left within model.seq_length={seq_length}")
+        raise _bad(where, f"no assistant token is left within {limit}={seq_length}")
     images = {k: full[k] for k in IMAGE_KEYS if k in full}
     return VLMSample(ids, mask, images)
 
@@ -287,15 +295,57 @@ class VLMDataset(torch.utils.data.Dataset):
 
     @staticmethod
     def collate(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-        """Token tensors stacked; image tensors (one per image) concatenated in sample order."""
-        out = {
-            k: torch.stack([r[k] for r in rows]) for k in ("tokens", "labels", "loss_mask", "position_ids")
-        }
+        return collate_image_rows(rows)
+
+
+def collate_image_rows(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Token tensors stacked (a packed row's cu_seqlens too: [1, k + 1] at micro batch 1); image
+    tensors (one row per image) concatenated in row order."""
+    keys = ("tokens", "labels", "loss_mask", "position_ids", "cu_seqlens")
+    out = {k: torch.stack([r[k] for r in rows]) for k in keys if k in rows[0]}
+    for key in IMAGE_KEYS:
+        parts = [r[key] for r in rows if key in r]
+        if parts:
+            out[key] = torch.cat(parts)
+    return out
+
+
+class PackedVLMDataset(PackedDataset):
+    """Packed rows of image-text conversations (dataset.packed_sequence_size): the text packing itself
+    (bridge.training.data.packing: best-fit over len(ids) - 1, segments in cu_seqlens), each row also
+    carrying its members' images concatenated in member order (pixel_values, image_grid_thw /
+    image_sizes one row per image), so the row's image tokens and image features stay in step."""
+
+    def __init__(
+        self,
+        samples: list[VLMSample],
+        num_samples: int,
+        pack_size: int,
+        seed: int,
+        pad: int,
+        pad_multiple: int = 1,
+    ):
+        lengths = np.array([len(s.ids) for s in samples], dtype=np.int64)
+        offsets = np.zeros(len(samples) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        tokenized = TokenizedSamples(
+            np.concatenate([s.ids for s in samples]), np.concatenate([s.mask for s in samples]), offsets
+        )
+        self.images = [s.images for s in samples]
+        super().__init__(tokenized, num_samples, pack_size, seed, pad, pad_multiple)
+
+    def row(self, r: int) -> dict[str, torch.Tensor]:
+        out = super().row(r)
+        members = [self.images[int(i)] for i in self.row_members(r)]
         for key in IMAGE_KEYS:
-            parts = [r[key] for r in rows if key in r]
+            parts = [m[key] for m in members if key in m]
             if parts:
                 out[key] = torch.cat(parts)
         return out
+
+    @staticmethod
+    def collate(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        return collate_image_rows(rows)
 
 
 def load_processor(path: str):
@@ -319,15 +369,25 @@ def build_vlm_datasets(data: DataPlan, tokenizer) -> list[torch.utils.data.Datas
     records = [c for p in data.paths for c in read_conversations(p, skipped, data.cache_dir)]
     ranges = split_ranges(len(records), data.split)
     check_split_documents(", ".join(data.paths), ranges, data.sample_counts, data.split_text)
+    row_length = data.packed_sequence_size or data.seq_length  # a sample's limit: its row
+    limit = "dataset.packed_sequence_size" if data.packed_sequence_size else "model.seq_length"
     out: list[torch.utils.data.Dataset | None] = []
     for name, (begin, end), size in zip(SPLIT_NAMES, ranges, data.sample_counts, strict=True):
         if not size:
             out.append(None)
             continue
-        samples = processed_samples(processor, records[begin:end], data.seq_length, skipped, name)
+        samples = processed_samples(processor, records[begin:end], row_length, skipped, name, limit)
+        if data.packed_sequence_size:
+            dataset = PackedVLMDataset(
+                samples, size, data.packed_sequence_size, data.seed, pad, data.pad_seq_to_mult
+            )
+            what = dataset.describe().replace("samples", "image-text conversations", 1)
+        else:
+            dataset = VLMDataset(samples, size, data.seq_length, data.seed, pad)
+            what = f"{len(samples)} image-text conversations"
         if is_rank_zero():
-            logger.log(logging.INFO, f"dataset ({name} split): {len(samples)} image-text conversations")
-        out.append(VLMDataset(samples, size, data.seq_length, data.seed, pad))
+            logger.log(logging.INFO, f"dataset ({name} split): {what}")
+        out.append(dataset)
     if skipped is not None and is_rank_zero():
         first = f"; the first: {skipped[0]}" if skipped else ""
         logger.log(
@@ -339,14 +399,14 @@ def build_vlm_datasets(data: DataPlan, tokenizer) -> list[torch.utils.data.Datas
 
 
 def processed_samples(
-    processor, records: list, seq_length: int, skipped: list[str] | None, split: str
+    processor, records: list, seq_length: int, skipped: list[str] | None, split: str, limit: str
 ) -> list:
     """The split's samples; a malformed one raises, or with `skipped` is left out and counted."""
     samples = []
     for c in records:
         try:
             samples.append(
-                process_conversation(processor, c.messages, c.folder, c.where, seq_length, c.images)
+                process_conversation(processor, c.messages, c.folder, c.where, seq_length, c.images, limit)
             )
         except MalformedSample as err:
             if skipped is None:

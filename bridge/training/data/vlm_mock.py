@@ -58,7 +58,9 @@ def build_mock_vlm_datasets(data: DataPlan, tokenizer) -> list[torch.utils.data.
     """Train, valid and test datasets cycling through the same generated conversations."""
     processor = load_processor(tokenizer.path)
     conversations = mock_conversations(max(data.sample_counts), data.seed)
-    samples = processed_samples(processor, conversations, data.seq_length, None, "mock_vlm")
+    samples = processed_samples(
+        processor, conversations, data.seq_length, None, "mock_vlm", "model.seq_length"
+    )
     pad = tokenizer.pad if tokenizer.pad >= 0 else tokenizer.eod
     return [
         VLMDataset(samples, n, data.seq_length, data.seed, pad) if n else None for n in data.sample_counts

@@ -7,7 +7,9 @@ tensors recorded), the optimizer and schedule written from the definitions (trai
 Megatron's weight-decay groups, clipping, warmup + cosine).
 
 `ref` (1 rank): writes the folders and the conversations, runs bridge at TP=1 and the reference for every
-family; `layouts` (2 ranks): the TP=2 conversions, then bridge at TP=2, PP=2 (and LLaVA at DP=2) on the same
+family, and for the families that pack (LLaVA, Qwen2.5-VL) bridge on packed rows (dataset.packed_sequence_size,
+THD segments) against transformers on each of the rows' conversations alone (the 2-rank launch: the same
+packed run at PP=2); `layouts` (2 ranks): the TP=2 conversions, then bridge at TP=2, PP=2 (and LLaVA at DP=2) on the same
 data. Full-batch steps (one global batch = every conversation, token mean over it), so the order of the
 conversations cannot matter. Runs are named `<family>:<layout>`.
 """
@@ -35,6 +37,8 @@ from vlm_models import VLM_FAMILIES, save_vlm_model, tiny_vlm_script, write_conv
 
 SEQ = 48  # 16 image tokens + a question and an answer of a few words
 IMAGE_KEYS = ("pixel_values", "image_grid_thw")
+PACKED = 96  # dataset.packed_sequence_size of the packed runs: two or so conversations per row
+PACKED_FAMILIES = ("llava", "qwen25_vl")  # the families whose folders allow packing (PACKING_REFUSED None)
 LAYOUTS = {
     "tp2": ["model.tensor_model_parallel_size=2"],
     "pp2": ["model.pipeline_model_parallel_size=2"],  # the vision side on the first stage
@@ -133,8 +137,8 @@ def config(workdir: str, *extra: str, family: str = "llava", name: str | None = 
     from bridge.config.compose import compose
     from recipes.llama_finetune import llama32_1b_sft_config
 
-    replaced = {line.split("=")[0] for line in extra}  # an extra line replaces the base line of its key
-    base = [line for line in overrides(workdir, family, name) if line.split("=")[0] not in replaced]
+    given = {e.split("=")[0] for e in extra}  # `extra` replaces the base's value of a key (one per key)
+    base = [o for o in overrides(workdir, family, name) if o.split("=")[0] not in given]
     cfg, _ = compose(llama32_1b_sft_config(), overrides=[*base, *extra])
     return cfg
 
@@ -148,7 +152,7 @@ def run_bridge(name: str, cfg, record: list | None = None) -> None:
     def get_batch(data_iterator):
         batch = original(data_iterator)
         if record is not None:
-            keys = ("tokens", "labels", "loss_mask", *IMAGE_KEYS)
+            keys = ("tokens", "labels", "loss_mask", "cu_seqlens", *IMAGE_KEYS)
             record.append({k: batch[k].clone() for k in keys if k in batch})
         return batch
 
@@ -174,11 +178,17 @@ def _projector_only(model) -> None:
 
 
 def run_transformers(
-    workdir: str, batches: list[dict], family: str, name: str | None = None, projector_only: bool = False
+    workdir: str,
+    batches: list[dict],
+    family: str,
+    name: str | None = None,
+    run: str | None = None,
+    projector_only: bool = False,
 ) -> None:
     """transformers' model class (vision encoder frozen, as bridge's default) + AdamW (`name`: the
-    model's folder hf_<name> and run name, when not the family's; `projector_only`: the LLaVA projector
-    alone trains, run `<family>_projector:transformers`)."""
+    model's folder hf_<name> and run name, when not the family's; `run`: the run's name; `projector_only`:
+    the LLaVA projector alone trains). A packed micro batch (cu_seqlens recorded) runs as its
+    conversations, each alone."""
     import torch
     import transformers
 
@@ -199,21 +209,56 @@ def run_transformers(
         total = sum(b["loss_mask"].sum() for b in window)
         loss_sum = 0.0
         for b in window:  # one conversation per micro batch, as bridge; the token mean over the step
-            logits = model(**_hf_inputs(family, model, b)).logits.float()
-            per_token = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), b["labels"].reshape(-1), reduction="none"
-            )
-            loss = (per_token * b["loss_mask"].reshape(-1).float()).sum() / total
-            loss.backward()
-            loss_sum += float(loss)
+            for one in _segment_inputs(family, model, b) if "cu_seqlens" in b else [b]:
+                logits = model(**_hf_inputs(family, model, one)).logits.float()
+                per_token = torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]), one["labels"].reshape(-1), reduction="none"
+                )
+                loss = (per_token * one["loss_mask"].reshape(-1).float()).sum() / total
+                loss.backward()
+                loss_sum += float(loss)
         norm = torch.nn.utils.clip_grad_norm_([p for _, p in trainable], CLIP)
         for group in optimizer.param_groups:
             group["lr"] = lr_at((it - 1) * GLOBAL_BATCH)
         optimizer.step()
         losses[it], grad_norms[it], lrs[it] = loss_sum, float(norm), lr_at(it * GLOBAL_BATCH)
-    label = f"{family}_projector" if projector_only else name or family
-    emit("run", {"run": f"{label}:transformers", "losses": losses, "grad_norms": grad_norms,
+    emit("run", {"run": run or f"{name or family}:transformers", "losses": losses, "grad_norms": grad_norms,
                  "learning_rates": lrs})  # fmt: skip
+
+
+def _segment_inputs(family: str, model, b: dict) -> list[dict]:
+    """A recorded packed row cut into its conversations (the segments with loss tokens), each with its
+    own images: the row's images in member order, an image being its image tokens' count of the segment
+    (LLaVA: image_seq_length tokens and one pixel_values row; Qwen2.5-VL: t*h*w/merge^2 tokens and t*h*w
+    patch rows of its grid)."""
+    bounds = b["cu_seqlens"].reshape(-1).tolist()
+    token = model.config.image_token_id
+    if family == "qwen25_vl":
+        grid = b["image_grid_thw"]
+        rows = grid.prod(-1).tolist()
+        tokens = (grid.prod(-1) // model.config.vision_config.spatial_merge_size**2).tolist()
+    else:
+        rows = [1] * b["pixel_values"].shape[0]
+        tokens = [model.config.image_seq_length] * len(rows)
+    out, image, pixel = [], 0, 0
+    for a, e in zip(bounds[:-1], bounds[1:], strict=True):
+        seg = {k: b[k][:, a:e] for k in ("tokens", "labels", "loss_mask")}
+        want, first, first_pixel = int((seg["tokens"] == token).sum()), image, pixel
+        while want > 0:
+            want, pixel, image = want - tokens[image], pixel + rows[image], image + 1
+        assert want == 0, "a segment's image tokens are not whole images"
+        seg["pixel_values"] = b["pixel_values"][first_pixel:pixel]
+        if family == "qwen25_vl":
+            seg["image_grid_thw"] = b["image_grid_thw"][first:image]
+        if seg["loss_mask"].sum() > 0:
+            out.append(seg)
+    return out
+
+
+def _conversations_per_row(b: dict) -> int:
+    bounds = b["cu_seqlens"].reshape(-1).tolist()
+    mask = b["loss_mask"].reshape(-1)
+    return sum(int(mask[a:e].sum() > 0) for a, e in zip(bounds[:-1], bounds[1:], strict=True))
 
 
 def convert_tp2(workdir: str, family: str) -> None:
@@ -286,7 +331,19 @@ def main(mode: str, workdir: str) -> None:
                 emit("masked", {"masked": masked})
                 batches = []
                 run_bridge("llava_projector:tp1", config(workdir, *PROJECTOR), record=batches)
-                run_transformers(workdir, batches, family, projector_only=True)
+                run_transformers(
+                    workdir, batches, family, run="llava_projector:transformers", projector_only=True
+                )
+            if family in PACKED_FAMILIES:  # rows of several conversations (THD segments)
+                packed: list[dict] = []
+                pack = [f"dataset.packed_sequence_size={PACKED}", f"model.seq_length={PACKED}"]
+                run_bridge(f"{family}:packed-tp1", config(workdir, *pack, family=family), record=packed)
+                # the reference: transformers on each conversation of each recorded row alone
+                run_transformers(workdir, packed, family, run=f"{family}:packed-transformers")
+                emit(
+                    "packed_rows",
+                    {"family": family, "conversations": [_conversations_per_row(b) for b in packed]},
+                )
         deep_llava_reference(workdir)
     elif mode == "layouts":
         for family in VLM_FAMILIES:
@@ -296,6 +353,10 @@ def main(mode: str, workdir: str) -> None:
                 run_bridge(f"{family}:{name}", config(workdir, *LAYOUTS[name], family=family))
         # PP=2 with the language model frozen: the second stage trains nothing
         run_bridge("llava_projector:pp2", config(workdir, *PROJECTOR, *LAYOUTS["pp2"]))
+        for family in PACKED_FAMILIES:  # packed rows over two pipeline stages (M-RoPE ids on both)
+            pack = [f"dataset.packed_sequence_size={PACKED}", f"model.seq_length={PACKED}"]
+            pp2 = config(workdir, *pack, *LAYOUTS["pp2"], family=family)
+            run_bridge(f"{family}:packed-pp2", pp2)
         vpp = ["model.pipeline_model_parallel_size=2", "model.virtual_pipeline_model_parallel_size=2"]
         run_bridge(f"{DEEP}:vpp2", config(workdir, *vpp, family="llava", name=DEEP))
     else:
