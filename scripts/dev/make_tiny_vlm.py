@@ -284,6 +284,87 @@ def make_tiny_qwen25_vl(out: Path, seed: int = 0):
     return model
 
 
+# Qwen3-VL: 16 px patches in the checkpoints, 4 here (images of ~32 x 32 px -> 8 x 8 patches -> 16 image
+# tokens); DeepStack from vision block 0 into text layer 0; interleaved M-RoPE sections [2, 3, 3]
+TINY_QWEN3_VISION = dict(
+    depth=2, hidden_size=32, intermediate_size=48, num_heads=2, patch_size=4, spatial_merge_size=2,
+    temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=64, deepstack_visual_indexes=[0],
+)  # fmt: skip
+
+
+def _qwen_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.train_from_iterator([" ".join(WORDS)], trainers.WordLevelTrainer(special_tokens=QWEN_SPECIALS))
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="<eos>"
+    )
+    fast.chat_template = QWEN_TEMPLATE
+    return fast
+
+
+def make_qwen3_vl_processor(out: Path):
+    """A Qwen3VLProcessor: the word-level tokenizer with Qwen's vision tokens and Qwen2-VL's image
+    processor (PIL backend, Qwen3-VL's checkpoints use it too) at 1024 pixels of 4 px patches."""
+    from transformers import Qwen3VLProcessor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    fast = _qwen_tokenizer()
+    v = TINY_QWEN3_VISION
+    images = Qwen2VLImageProcessorPil(
+        size={"shortest_edge": 256, "longest_edge": 1024}, patch_size=v["patch_size"],
+        temporal_patch_size=v["temporal_patch_size"], merge_size=v["spatial_merge_size"],
+    )  # fmt: skip
+    fast.save_pretrained(out)  # the processor's parts (its own save needs the absent video processor)
+    images.save_pretrained(out)
+    return _without_video(Qwen3VLProcessor, images, fast, QWEN_TEMPLATE)
+
+
+def qwen3_vl_processor(folder: Path):
+    """The Qwen3VLProcessor of a folder make_tiny_qwen3_vl wrote (its tokenizer and image processor)."""
+    from transformers import AutoTokenizer, Qwen3VLProcessor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    images = Qwen2VLImageProcessorPil.from_pretrained(folder)
+    return _without_video(Qwen3VLProcessor, images, tokenizer, tokenizer.chat_template)
+
+
+def make_tiny_qwen3_vl(out: Path, seed: int = 0):
+    """A random Qwen3VLForConditionalGeneration (fp32) and its processor in one Hugging Face folder."""
+    import torch
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    out = Path(out)
+    processor = make_qwen3_vl_processor(out)
+    ids = processor.tokenizer.convert_tokens_to_ids
+    text = dict(TINY_TEXT, vocab_size=len(processor.tokenizer), head_dim=16)
+    text["rope_parameters"] = dict(
+        rope_type="default",
+        rope_theta=text.pop("rope_theta"),
+        mrope_section=[2, 3, 3],
+        mrope_interleaved=True,
+    )
+    config = Qwen3VLConfig(
+        vision_config=dict(TINY_QWEN3_VISION),
+        text_config=text,
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+        tie_word_embeddings=False,
+    )
+    config.dtype = torch.float32
+    torch.manual_seed(seed)
+    model = Qwen3VLForConditionalGeneration(config).float().eval()
+    _randomize(model)
+    model.save_pretrained(out)
+    return model
+
+
 MISTRAL3_SPECIALS = [*SPECIALS[:6], "[IMG]", "[IMG_BREAK]", "[IMG_END]"]
 # Pixtral: images resized to at most 42 px (keeping their aspect ratio) in multiples of 14 px (patches of 7
 # merged 2 x 2): a square image is 3 x 3 image tokens, a 1.5-wide one 2 x 3, each row ended by a break.
@@ -375,6 +456,7 @@ MAKERS = {
     "gemma3": make_tiny_gemma3,
     "mistral3": make_tiny_mistral3,
     "qwen25_vl": make_tiny_qwen25_vl,
+    "qwen3_vl": make_tiny_qwen3_vl,
 }
 
 

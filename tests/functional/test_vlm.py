@@ -1,7 +1,7 @@
 """Vision-language models on gloo ranks (slow tier): image-text finetuning equals transformers + torch, and
 TP=2 conversion equals transformers (workers/vlm_training_parity.py, two launches).
 
-1 rank: bridge's finetune() from each finetuned tiny VLM folder (LLaVA, Qwen2.5-VL, Gemma 3; dataset.kind=vlm, full
+1 rank: bridge's finetune() from each finetuned tiny VLM folder (LLaVA, Qwen2.5-VL, Gemma 3, Qwen3-VL; dataset.kind=vlm, full
 SFT, vision encoder frozen) against transformers' model class + torch.optim.AdamW over the micro batches
 bridge trained on; and LLaVA and Qwen2.5-VL on packed rows against transformers on each packed conversation
 alone (at TP=1 and, in the 2-rank launch, PP=2).
@@ -57,6 +57,7 @@ def _close(ours: dict, ref: dict, rel: float) -> None:
     [("llava", "tp1"), ("llava", "tp2"), ("llava", "pp2"), ("llava", "dp2"), ("llava", "fsdp2"), ("llava", "ddp"),
      ("qwen25_vl", "tp1"), ("qwen25_vl", "tp2"), ("qwen25_vl", "pp2"), ("qwen25_vl", "fsdp2"),
      ("gemma3_vl", "tp1"), ("gemma3_vl", "tp2"), ("gemma3_vl", "pp2"),
+     ("qwen3_vl", "tp1"), ("qwen3_vl", "tp2"), ("qwen3_vl", "pp2"),
      # the projector alone (model.freeze_language_model=true) on generated conversations (dataset.kind=mock_vlm)
      ("llava_projector", "tp1"), ("llava_projector", "pp2"),
      pytest.param("mistral3", "tp1", marks=pytest.mark.skip(reason=MISTRAL3_SKIP))],

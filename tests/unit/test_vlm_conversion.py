@@ -106,10 +106,11 @@ def test_parameter_count_equals_transformers_meta_model(family, sources):
     assert ours - padding == sum(p.numel() for p in theirs.parameters())
     # the planner's sizes of the image side (the family's vision_size.py, pure Python) against transformers'
     encoder, projector, *_ = provider.vision_sizes()
-    if family == "qwen25_vl":  # its vision transformer holds the projector (`merger`)
-        tower, merger = theirs.model.visual, theirs.model.visual.merger
-        towers = sum(p.numel() for p in tower.parameters()) - sum(p.numel() for p in merger.parameters())
-        projectors = sum(p.numel() for p in merger.parameters())
+    if family in ("qwen25_vl", "qwen3_vl"):  # the vision transformer holds the projector(s): mergers
+        tower = theirs.model.visual
+        mergers = [tower.merger, *getattr(tower, "deepstack_merger_list", ())]
+        projectors = sum(p.numel() for m in mergers for p in m.parameters())
+        towers = sum(p.numel() for p in tower.parameters()) - projectors
     else:
         towers = sum(p.numel() for p in theirs.model.vision_tower.parameters())
         projectors = sum(p.numel() for p in theirs.model.multi_modal_projector.parameters())

@@ -51,6 +51,7 @@ FAMILY_LAYOUTS = {
     "llava": ("tp2", "pp2", "dp2", "fsdp2", "ddp"),
     "qwen25_vl": ("tp2", "pp2", "fsdp2"),
     "gemma3_vl": ("tp2", "pp2"),
+    "qwen3_vl": ("tp2", "pp2"),  # PP=2: DeepStack's layer 0 on the first stage, M-RoPE on both
 }
 FINETUNED = tuple(FAMILY_LAYOUTS)  # the families whose finetune is compared; the others convert only
 CONVERT_ONLY = tuple(f for f in VLM_FAMILIES if f not in FAMILY_LAYOUTS)
@@ -60,9 +61,11 @@ def _freeze_encoder(family: str, model) -> None:
     """The reference's frozen vision encoder, as bridge's freeze_vision_model default (the projector trains)."""
     if family in ("llava", "gemma3_vl"):
         model.model.vision_tower.requires_grad_(False)
-    else:  # Qwen2.5-VL: the vision transformer but its merger (the projector)
+    else:  # Qwen2.5-VL / Qwen3-VL: the vision transformer but its mergers (the projector; DeepStack's)
         model.model.visual.requires_grad_(False)
         model.model.visual.merger.requires_grad_(True)
+        for merger in getattr(model.model.visual, "deepstack_merger_list", ()):
+            merger.requires_grad_(True)
 
 
 def _hf_inputs(family: str, model, b: dict) -> dict:
@@ -72,7 +75,7 @@ def _hf_inputs(family: str, model, b: dict) -> dict:
     inputs = {"input_ids": b["tokens"], "pixel_values": b["pixel_values"]}
     if family == "gemma3_vl":
         inputs["token_type_ids"] = (b["tokens"] == model.config.image_token_id).long()
-    if family == "qwen25_vl":
+    if family in ("qwen25_vl", "qwen3_vl"):
         inputs["image_grid_thw"] = b["image_grid_thw"]
         inputs["mm_token_type_ids"] = (b["tokens"] == model.config.image_token_id).int()
     return inputs
