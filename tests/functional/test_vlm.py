@@ -3,7 +3,7 @@ TP=2 conversion equals transformers (workers/vlm_training_parity.py, two launche
 
 1 rank: bridge's finetune() from each finetuned tiny VLM folder (LLaVA, Qwen2.5-VL, Gemma 3, Qwen3-VL; dataset.kind=vlm, full
 SFT, vision encoder frozen) against transformers' model class + torch.optim.AdamW over the micro batches
-bridge trained on; and LLaVA and Qwen2.5-VL on packed rows against transformers on each packed conversation
+bridge trained on; and LLaVA, Qwen2.5-VL and Qwen3-VL on packed rows against transformers on each packed conversation
 alone (at TP=1 and, in the 2-rank launch, PP=2).
 2 ranks: import of every VLM family at TP=2 (logits and a bit-identical export; LLaVA, Qwen2.5-VL, Gemma 3,
 Mistral 3), then the same finetune at TP=2, PP=2 (the vision side on the first stage; Qwen2.5-VL's M-RoPE
@@ -71,7 +71,7 @@ def test_image_text_finetune_equals_transformers(out, family, layout):
     assert ref["losses"]["5"] < ref["losses"]["1"]  # it learns
 
 
-@pytest.mark.parametrize("family", ["llava", "qwen25_vl"])
+@pytest.mark.parametrize("family", ["llava", "qwen25_vl", "qwen3_vl"])
 @pytest.mark.parametrize("layout", ["tp1", "pp2"])
 def test_packed_image_text_finetune_equals_transformers_per_conversation(out, family, layout):
     """Packed rows (dataset.packed_sequence_size=96: several conversations per row, THD segments; Qwen2.5-VL's

@@ -16,7 +16,7 @@ from tests.functional.workers.vlm_models import load_processor, save_vlm_model, 
 from tests.tolerances import logits_tolerance
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-PACKED_FAMILIES = ("llava", "qwen25_vl")
+PACKED_FAMILIES = ("llava", "qwen25_vl", "qwen3_vl")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -194,7 +194,6 @@ def _vlm_run(preset_name: str, **model_fields):
             "refused for the gemma3_vl family: its language model runs bridge's soft-capped",
         ),
         ("mistral_small_31_24b", {}, "refused for the mistral3 family"),
-        ("qwen3_vl_8b", {}, "refused for the qwen3_vl family"),
         (
             "qwen25_vl_3b",
             {"apply_rope_fusion": True},

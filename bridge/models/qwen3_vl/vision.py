@@ -70,9 +70,15 @@ def _rope_index(vlm_json: str) -> RopeIndex:
 
 
 def position_ids(
-    vlm_config: dict[str, Any], input_ids: torch.Tensor, images: dict[str, torch.Tensor]
+    vlm_config: dict[str, Any],
+    input_ids: torch.Tensor,
+    images: dict[str, torch.Tensor],
+    cu_seqlens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """[3, b, s] M-RoPE position ids as Qwen3VLForConditionalGeneration computes them with no padding mask
     (bridge pads on the right and attends causally): transformers' get_rope_index over the image tokens'
-    grids; without images 0, 1, 2, ... on all three axes. Video tokens are refused (no video grids)."""
-    return image_positions(_rope_index(json.dumps(vlm_config, sort_keys=True)), input_ids, images, "Qwen3-VL")
+    grids; without images 0, 1, 2, ... on all three axes. Video tokens are refused (no video grids).
+    `cu_seqlens`: a packed row's segments, each counted on its own."""
+    return image_positions(
+        _rope_index(json.dumps(vlm_config, sort_keys=True)), input_ids, images, "Qwen3-VL", cu_seqlens
+    )

@@ -38,7 +38,7 @@ from vlm_models import VLM_FAMILIES, save_vlm_model, tiny_vlm_script, write_conv
 SEQ = 48  # 16 image tokens + a question and an answer of a few words
 IMAGE_KEYS = ("pixel_values", "image_grid_thw")
 PACKED = 96  # dataset.packed_sequence_size of the packed runs: two or so conversations per row
-PACKED_FAMILIES = ("llava", "qwen25_vl")  # the families whose folders allow packing (PACKING_REFUSED None)
+PACKED_FAMILIES = ("llava", "qwen25_vl", "qwen3_vl")  # the families whose folders allow packing (PACKING_REFUSED None)
 LAYOUTS = {
     "tp2": ["model.tensor_model_parallel_size=2"],
     "pp2": ["model.pipeline_model_parallel_size=2"],  # the vision side on the first stage
@@ -232,11 +232,12 @@ def run_transformers(
 def _segment_inputs(family: str, model, b: dict) -> list[dict]:
     """A recorded packed row cut into its conversations (the segments with loss tokens), each with its
     own images: the row's images in member order, an image being its image tokens' count of the segment
-    (LLaVA: image_seq_length tokens and one pixel_values row; Qwen2.5-VL: t*h*w/merge^2 tokens and t*h*w
-    patch rows of its grid)."""
+    (LLaVA: image_seq_length tokens and one pixel_values row; Qwen2.5-VL / Qwen3-VL: t*h*w/merge^2 tokens
+    and t*h*w patch rows of its grid)."""
     bounds = b["cu_seqlens"].reshape(-1).tolist()
     token = model.config.image_token_id
-    if family == "qwen25_vl":
+    qwen = family in ("qwen25_vl", "qwen3_vl")
+    if qwen:
         grid = b["image_grid_thw"]
         rows = grid.prod(-1).tolist()
         tokens = (grid.prod(-1) // model.config.vision_config.spatial_merge_size**2).tolist()
@@ -251,7 +252,7 @@ def _segment_inputs(family: str, model, b: dict) -> list[dict]:
             want, pixel, image = want - tokens[image], pixel + rows[image], image + 1
         assert want == 0, "a segment's image tokens are not whole images"
         seg["pixel_values"] = b["pixel_values"][first_pixel:pixel]
-        if family == "qwen25_vl":
+        if qwen:
             seg["image_grid_thw"] = b["image_grid_thw"][first:image]
         if seg["loss_mask"].sum() > 0:
             out.append(seg)
