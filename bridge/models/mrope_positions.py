@@ -37,23 +37,38 @@ def image_positions(
     name: str,
     cu_seqlens: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """[3, b, s] M-RoPE ids of the batch; without images 0, 1, 2, ... on all three axes (as transformers,
-    whatever its tokens). Video tokens are refused (the data carries no video grids). `name`: the family's
-    name in the error. `cu_seqlens` (a packed row, b = 1): the ids of each segment on its own."""
-    if cu_seqlens is not None:
-        return _packed_positions(index, input_ids, images, name, cu_seqlens)
+    """[3, b, s] M-RoPE ids of the batch; without images or videos 0, 1, 2, ... on all three axes (as
+    transformers, whatever its tokens). Video tokens need the videos' grids (video_grid_thw; Qwen2.5-VL's
+    second_per_grid_ts spaces their temporal ids). `name`: the family's name in the error. `cu_seqlens` (a
+    packed row, b = 1): the ids of each segment on its own."""
     config = index.config
+    videos = images.get("video_grid_thw")
+    has_video_tokens = bool((input_ids == config.video_token_id).any())
+    if has_video_tokens and videos is None:
+        raise ConfigError(
+            f"the batch holds {name} video tokens (id {config.video_token_id}) without video inputs "
+            "(pixel_values_videos, video_grid_thw). Fix: give the videos with their tokens"
+        )
+    if cu_seqlens is not None:
+        if videos is not None:
+            raise ConfigError(
+                f"a packed {name} row holds video inputs; packed rows carry images only. Fix: set "
+                "dataset.packed_sequence_size=0 for video data"
+            )
+        return _packed_positions(index, input_ids, images, name, cu_seqlens)
     grid = images.get("image_grid_thw")
-    if grid is None:
+    if grid is None and videos is None:
         b, s = input_ids.shape
         return torch.arange(s, device=input_ids.device).view(1, 1, s).expand(3, b, s)
-    if bool((input_ids == config.video_token_id).any()):
-        raise ConfigError(
-            f"the batch holds {name} video tokens (id {config.video_token_id}): video inputs are not "
-            "supported (only images). Fix: give images, not videos"
-        )
-    kinds = (input_ids == config.image_token_id).to(torch.int32)  # the processor's mm_token_type_ids
-    positions, _ = index.model_cls.get_rope_index(index, input_ids, kinds, image_grid_thw=grid)
+    # the processor's mm_token_type_ids: 1 on image tokens, 2 on video tokens
+    kinds = (input_ids == config.image_token_id).to(torch.int32)
+    kinds = kinds + 2 * (input_ids == config.video_token_id).to(torch.int32)
+    extra = {}
+    if images.get("second_per_grid_ts") is not None:
+        extra["second_per_grid_ts"] = images["second_per_grid_ts"]
+    positions, _ = index.model_cls.get_rope_index(
+        index, input_ids, kinds, image_grid_thw=grid, video_grid_thw=videos, **extra
+    )
     return positions
 
 

@@ -32,6 +32,10 @@ from megatron.core.models.gpt import GPTModel
 
 from bridge.errors import ConfigError
 
+# a batch's video inputs (Qwen-VL families): the frames' patches, their grids and (Qwen2.5-VL's M-RoPE) the
+# seconds per temporal grid step
+VIDEO_KEYS = ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
+
 
 class ImageTokenMismatch(ValueError):
     """The batch's image placeholder tokens and the image features the vision side produced differ."""
@@ -109,6 +113,41 @@ class VisionLanguageModel(GPTModel):
 
         return add_residual
 
+    def _merge_visual(
+        self, embeddings: torch.Tensor, input_ids: torch.Tensor, inputs: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """The token embeddings with the images' features at the image tokens and, for a family whose
+        vision side encodes videos (`video_features`), the videos' at the video tokens; DeepStack's
+        per-layer residuals gathered the same way."""
+        videos = {k: v for k, v in inputs.items() if k in VIDEO_KEYS}
+        parts = [({k: v for k, v in inputs.items() if k not in VIDEO_KEYS}, "image")]
+        if videos:
+            if getattr(self.vision, "video_features", None) is None:
+                raise ConfigError(
+                    f"the batch holds video inputs ({', '.join(sorted(videos))}) and this model's vision side "
+                    "encodes images only. Fix: give images"
+                )
+            parts.append((videos, "video"))
+        residual_sum: list[torch.Tensor] | None = None
+        for given, kind in parts:
+            if kind == "image" and "pixel_values" not in given:
+                continue
+            encode = self.vision.image_features if kind == "image" else self.vision.video_features
+            token = self.vision.image_token_id if kind == "image" else self.vision.video_token_id
+            features = encode(**given)
+            if isinstance(features, tuple):  # DeepStack: (features, the per-layer visual residuals)
+                features, residuals = features
+                if self._deepstack_hooked:
+                    if residual_sum is None:
+                        residual_sum = [torch.zeros_like(embeddings) for _ in residuals]
+                    residual_sum = [
+                        merge_image_features(acc, input_ids, r, token)
+                        for acc, r in zip(residual_sum, residuals, strict=True)
+                    ]
+            embeddings = merge_image_features(embeddings, input_ids, features, token)
+        self._visual_residuals = residual_sum
+        return embeddings
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -133,17 +172,8 @@ class VisionLanguageModel(GPTModel):
         if self.pre_process and decoder_input is None:
             self._visual_residuals = None  # this batch's, if it has images
         if images and self.pre_process and decoder_input is None:
-            embeddings = self.embedding(input_ids=input_ids, position_ids=position_ids)
-            features = self.vision.image_features(**images)
-            token = self.vision.image_token_id
-            if isinstance(features, tuple):  # DeepStack: (features, the per-layer visual residuals)
-                features, residuals = features
-                if self._deepstack_hooked:
-                    zeros = torch.zeros_like(embeddings)
-                    self._visual_residuals = [
-                        merge_image_features(zeros, input_ids, r, token) for r in residuals
-                    ]
-            decoder_input = merge_image_features(embeddings, input_ids, features, token)
+            decoder_input = self._merge_visual(self.embedding(input_ids=input_ids, position_ids=position_ids),
+                                               input_ids, images)  # fmt: skip
         return super().forward(
             input_ids, position_ids, attention_mask, decoder_input, labels, *args, **kwargs
         )

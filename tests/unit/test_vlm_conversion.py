@@ -170,8 +170,8 @@ def test_too_few_image_tokens_is_one_clear_error(sources):
         _megatron_logits(chunk, dict(batch, input_ids=ids), 10)
 
 
-def test_mrope_positions_refuse_video_and_text_generation_equals_transformers(sources):
-    """Qwen2.5-VL: a video token is one clear error; greedy generation from a text prompt equals
+def test_mrope_positions_refuse_video_tokens_without_videos_and_text_generation_equals_transformers(sources):
+    """Qwen2.5-VL: a video token without video inputs is one clear error (videos: test_vlm_video.py); greedy generation from a text prompt equals
     transformers' generate with and without the KV cache (with an image: test_generate_vlm_families.py)."""
     from bridge import AutoBridge
     from bridge.errors import ConfigError
@@ -182,7 +182,7 @@ def test_mrope_positions_refuse_video_and_text_generation_equals_transformers(so
     chunk = provider.provide_distributed_model(wrap_with_ddp=False)[0]
     ids = batch["input_ids"].clone()
     ids[0, -1] = hf.config.video_token_id
-    with pytest.raises(ConfigError, match="video inputs are not supported"):
+    with pytest.raises(ConfigError, match="video tokens .* without video inputs"):
         _megatron_logits(chunk, dict(batch, input_ids=ids), 10)
     prompt = [int(t) for t in batch["input_ids"][0, 18:23]]  # text tokens after the image
     with torch.no_grad():

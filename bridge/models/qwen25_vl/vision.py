@@ -38,6 +38,7 @@ class Qwen25VLVision(torch.nn.Module):
         super().__init__()
         self.visual = Qwen2_5_VisionTransformerPretrainedModel._from_config(config.vision_config)
         self.image_token_id = config.image_token_id
+        self.video_token_id = config.video_token_id
 
     def encoder(self) -> torch.nn.Module:
         """The patch embedding and the blocks (the rotary embedding holds no parameters)."""
@@ -50,6 +51,16 @@ class Qwen25VLVision(torch.nn.Module):
         """[image tokens of all images, text hidden]: Qwen2_5_VLModel.get_image_features, concatenated."""
         dtype = self.visual.merger.mlp[0].weight.dtype
         return self.visual(pixel_values.to(dtype), grid_thw=image_grid_thw).pooler_output
+
+    def video_features(
+        self,
+        pixel_values_videos: torch.Tensor,
+        video_grid_thw: torch.Tensor,
+        second_per_grid_ts: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """[video tokens of all videos, text hidden]: Qwen2_5_VLModel.get_video_features (the same vision
+        transformer over the frames' patches); second_per_grid_ts only spaces the M-RoPE positions."""
+        return self.image_features(pixel_values_videos, video_grid_thw)
 
 
 def build(vlm_config: dict[str, Any], text_hidden_size: int) -> Qwen25VLVision:

@@ -37,6 +37,7 @@ class Qwen3VLVision(torch.nn.Module):
         super().__init__()
         self.visual = Qwen3VLVisionModel._from_config(config.vision_config)
         self.image_token_id = config.image_token_id
+        self.video_token_id = config.video_token_id
 
     def encoder(self) -> torch.nn.Module:
         """The patch and position embeddings and the blocks (the rotary embedding holds no parameters)."""
@@ -53,6 +54,13 @@ class Qwen3VLVision(torch.nn.Module):
         dtype = self.visual.patch_embed.proj.weight.dtype
         out = self.visual(pixel_values.to(dtype), grid_thw=image_grid_thw, return_dict=True)
         return out.pooler_output, list(out.deepstack_features)
+
+    def video_features(
+        self, pixel_values_videos: torch.Tensor, video_grid_thw: torch.Tensor
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The videos' features and DeepStack features at their video tokens: Qwen3VLModel.get_video_features,
+        the same vision model over the frames' patches."""
+        return self.image_features(pixel_values_videos, video_grid_thw)
 
 
 def deepstack_layers(vlm_config: dict[str, Any]) -> int:

@@ -175,6 +175,12 @@ def _images_of(messages: list[dict], folder: Path, where: str, listed: tuple = (
     pending = list(listed)
     for m in messages:
         for part in m["content"] if isinstance(m["content"], list) else ():
+            if isinstance(part, dict) and part.get("type") == "video":
+                raise _bad(
+                    where,
+                    "it holds a video part, and image-text data reads images only (the Qwen-VL models "
+                    "take video inputs in Python, docs/vlm.md); give the frames as image parts",
+                )
             if not isinstance(part, dict) or part.get("type") != "image":
                 continue
             source = part.get("image") or part.get("path")
