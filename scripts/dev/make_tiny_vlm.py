@@ -206,11 +206,19 @@ TINY_QWEN_VISION = dict(
 )  # fmt: skip
 
 
-def make_qwen25_vl_processor(out: Path):
-    """A Qwen2_5_VLProcessor: a word-level tokenizer with Qwen's vision tokens and Qwen2-VL's image
-    processor (PIL backend) at 1024 pixels."""
+# Qwen3-VL: 16 px patches in the checkpoints, 4 here (images of ~32 x 32 px -> 8 x 8 patches -> 16 image
+# tokens); DeepStack from vision block 0 into text layer 0; interleaved M-RoPE sections [2, 3, 3]
+TINY_QWEN3_VISION = dict(
+    depth=2, hidden_size=32, intermediate_size=48, num_heads=2, patch_size=4, spatial_merge_size=2,
+    temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=64, deepstack_visual_indexes=[0],
+)  # fmt: skip
+
+
+def _make_qwen_processor(cls, out: Path, vision: dict):
+    """A Qwen-VL processor `cls`: a word-level tokenizer with Qwen's vision tokens and Qwen2-VL's image
+    processor (PIL backend; Qwen3-VL's checkpoints use it too) at 1024 pixels of the tower's patches."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2_5_VLProcessor
+    from transformers import PreTrainedTokenizerFast
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
@@ -219,25 +227,36 @@ def make_qwen25_vl_processor(out: Path):
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="<eos>"
     )
-    v = TINY_QWEN_VISION
     images = Qwen2VLImageProcessorPil(
-        size={"shortest_edge": 256, "longest_edge": 1024}, patch_size=v["patch_size"],
-        temporal_patch_size=v["temporal_patch_size"], merge_size=v["spatial_merge_size"],
+        size={"shortest_edge": 256, "longest_edge": 1024}, patch_size=vision["patch_size"],
+        temporal_patch_size=vision["temporal_patch_size"], merge_size=vision["spatial_merge_size"],
     )  # fmt: skip
     fast.chat_template = QWEN_TEMPLATE
     fast.save_pretrained(out)  # the processor's parts (its own save needs the absent video processor)
     images.save_pretrained(out)
-    return _without_video(Qwen2_5_VLProcessor, images, fast, QWEN_TEMPLATE)
+    return _without_video(cls, images, fast, QWEN_TEMPLATE)
 
 
-def qwen25_vl_processor(folder: Path):
-    """The Qwen2_5_VLProcessor of a folder make_tiny_qwen25_vl wrote (its tokenizer and image processor)."""
-    from transformers import AutoTokenizer, Qwen2_5_VLProcessor
+def _load_qwen_processor(cls, folder: Path):
+    """The Qwen-VL processor `cls` of a folder _make_tiny_qwen wrote (its tokenizer and image processor)."""
+    from transformers import AutoTokenizer
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     images = Qwen2VLImageProcessorPil.from_pretrained(folder)
-    return _without_video(Qwen2_5_VLProcessor, images, tokenizer, tokenizer.chat_template)
+    return _without_video(cls, images, tokenizer, tokenizer.chat_template)
+
+
+def qwen25_vl_processor(folder: Path):
+    from transformers import Qwen2_5_VLProcessor
+
+    return _load_qwen_processor(Qwen2_5_VLProcessor, folder)
+
+
+def qwen3_vl_processor(folder: Path):
+    from transformers import Qwen3VLProcessor
+
+    return _load_qwen_processor(Qwen3VLProcessor, folder)
 
 
 def _without_video(cls, images, tokenizer, template: str):
@@ -254,21 +273,20 @@ def _without_video(cls, images, tokenizer, template: str):
         cls.check_argument_for_proper_class = check
 
 
-def make_tiny_qwen25_vl(out: Path, seed: int = 0):
-    """A random Qwen2_5_VLForConditionalGeneration (fp32) and its processor in one Hugging Face folder:
-    M-RoPE sections [2, 3, 3] of the 16-wide heads."""
+def _make_tiny_qwen(out: Path, seed: int, names: tuple[str, str, str], vision: dict, rope: dict, **text):
+    """A random Qwen-VL model (`names`: its config, model and processor classes in transformers; fp32) and
+    its processor in one Hugging Face folder."""
     import torch
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    import transformers
 
+    config_cls, model_cls, processor_cls = (getattr(transformers, n) for n in names)
     out = Path(out)
-    processor = make_qwen25_vl_processor(out)
+    processor = _make_qwen_processor(processor_cls, out, vision)
     ids = processor.tokenizer.convert_tokens_to_ids
-    text = dict(TINY_TEXT, vocab_size=len(processor.tokenizer), rope_theta=10000.0)
-    text["rope_parameters"] = dict(
-        rope_type="mrope", mrope_section=[2, 3, 3], rope_theta=text.pop("rope_theta")
-    )
-    config = Qwen2_5_VLConfig(
-        vision_config=dict(TINY_QWEN_VISION),
+    text = dict(TINY_TEXT, vocab_size=len(processor.tokenizer), **text)
+    text["rope_parameters"] = dict(rope, rope_theta=text.pop("rope_theta"))
+    config = config_cls(
+        vision_config=dict(vision),
         text_config=text,
         image_token_id=ids("<|image_pad|>"),
         video_token_id=ids("<|video_pad|>"),
@@ -278,91 +296,25 @@ def make_tiny_qwen25_vl(out: Path, seed: int = 0):
     )
     config.dtype = torch.float32
     torch.manual_seed(seed)
-    model = Qwen2_5_VLForConditionalGeneration(config).float().eval()
+    model = model_cls(config).float().eval()
     _randomize(model)
     model.save_pretrained(out)
     return model
 
 
-# Qwen3-VL: 16 px patches in the checkpoints, 4 here (images of ~32 x 32 px -> 8 x 8 patches -> 16 image
-# tokens); DeepStack from vision block 0 into text layer 0; interleaved M-RoPE sections [2, 3, 3]
-TINY_QWEN3_VISION = dict(
-    depth=2, hidden_size=32, intermediate_size=48, num_heads=2, patch_size=4, spatial_merge_size=2,
-    temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=64, deepstack_visual_indexes=[0],
-)  # fmt: skip
-
-
-def _qwen_tokenizer():
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.train_from_iterator([" ".join(WORDS)], trainers.WordLevelTrainer(special_tokens=QWEN_SPECIALS))
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="<eos>"
-    )
-    fast.chat_template = QWEN_TEMPLATE
-    return fast
-
-
-def make_qwen3_vl_processor(out: Path):
-    """A Qwen3VLProcessor: the word-level tokenizer with Qwen's vision tokens and Qwen2-VL's image
-    processor (PIL backend, Qwen3-VL's checkpoints use it too) at 1024 pixels of 4 px patches."""
-    from transformers import Qwen3VLProcessor
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-
-    fast = _qwen_tokenizer()
-    v = TINY_QWEN3_VISION
-    images = Qwen2VLImageProcessorPil(
-        size={"shortest_edge": 256, "longest_edge": 1024}, patch_size=v["patch_size"],
-        temporal_patch_size=v["temporal_patch_size"], merge_size=v["spatial_merge_size"],
-    )  # fmt: skip
-    fast.save_pretrained(out)  # the processor's parts (its own save needs the absent video processor)
-    images.save_pretrained(out)
-    return _without_video(Qwen3VLProcessor, images, fast, QWEN_TEMPLATE)
-
-
-def qwen3_vl_processor(folder: Path):
-    """The Qwen3VLProcessor of a folder make_tiny_qwen3_vl wrote (its tokenizer and image processor)."""
-    from transformers import AutoTokenizer, Qwen3VLProcessor
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    images = Qwen2VLImageProcessorPil.from_pretrained(folder)
-    return _without_video(Qwen3VLProcessor, images, tokenizer, tokenizer.chat_template)
+def make_tiny_qwen25_vl(out: Path, seed: int = 0):
+    """A random Qwen2_5_VLForConditionalGeneration: M-RoPE sections [2, 3, 3] of the 16-wide heads."""
+    names = ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration", "Qwen2_5_VLProcessor")
+    rope = dict(rope_type="mrope", mrope_section=[2, 3, 3])
+    return _make_tiny_qwen(out, seed, names, TINY_QWEN_VISION, rope)
 
 
 def make_tiny_qwen3_vl(out: Path, seed: int = 0):
-    """A random Qwen3VLForConditionalGeneration (fp32) and its processor in one Hugging Face folder."""
-    import torch
-    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
-
-    out = Path(out)
-    processor = make_qwen3_vl_processor(out)
-    ids = processor.tokenizer.convert_tokens_to_ids
-    text = dict(TINY_TEXT, vocab_size=len(processor.tokenizer), head_dim=16)
-    text["rope_parameters"] = dict(
-        rope_type="default",
-        rope_theta=text.pop("rope_theta"),
-        mrope_section=[2, 3, 3],
-        mrope_interleaved=True,
-    )
-    config = Qwen3VLConfig(
-        vision_config=dict(TINY_QWEN3_VISION),
-        text_config=text,
-        image_token_id=ids("<|image_pad|>"),
-        video_token_id=ids("<|video_pad|>"),
-        vision_start_token_id=ids("<|vision_start|>"),
-        vision_end_token_id=ids("<|vision_end|>"),
-        tie_word_embeddings=False,
-    )
-    config.dtype = torch.float32
-    torch.manual_seed(seed)
-    model = Qwen3VLForConditionalGeneration(config).float().eval()
-    _randomize(model)
-    model.save_pretrained(out)
-    return model
+    """A random Qwen3VLForConditionalGeneration: interleaved M-RoPE sections [2, 3, 3] of the 16-wide
+    heads, DeepStack into the first text layer."""
+    names = ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration", "Qwen3VLProcessor")
+    rope = dict(rope_type="default", mrope_section=[2, 3, 3], mrope_interleaved=True)
+    return _make_tiny_qwen(out, seed, names, TINY_QWEN3_VISION, rope, head_dim=16)
 
 
 MISTRAL3_SPECIALS = [*SPECIALS[:6], "[IMG]", "[IMG_BREAK]", "[IMG_END]"]
