@@ -2,14 +2,15 @@
 a two-frame video (Qwen2.5-VL: one video group, its temporal M-RoPE ids spaced by second_per_grid_ts;
 Qwen3-VL: one group per frame, as its processor separates frames by timestamps, and DeepStack residuals at
 both the image and the video tokens) gives transformers' logits; the same video with the temporal spacing
-or the video features left out moves them (the comparison sees both)."""
+or the video features left out moves them (the comparison sees both); greedy generation from that prompt
+equals transformers' `generate`, with and without the KV cache."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from tests.functional.workers.vlm_models import save_vlm_model
+from tests.functional.workers.vlm_models import hf_greedy, save_vlm_model
 from tests.tolerances import logits_tolerance
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -59,10 +60,11 @@ def _inputs(config, family: str) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("family", ["qwen25_vl", "qwen3_vl"])
-def test_video_logits_match_transformers(family, tmp_path):
+def test_video_logits_and_generation_match_transformers(family, tmp_path):
     from bridge import AutoBridge
+    from bridge.inference.generate import generate
 
-    hf = save_vlm_model(family, tmp_path / "hf").eval()
+    hf = save_vlm_model(family, tmp_path / "hf", seed=2).eval()
     batch = _inputs(hf.config, family)
     ids = batch["input_ids"]
     kinds = (ids == hf.config.image_token_id).int() + 2 * (ids == hf.config.video_token_id).int()
@@ -90,3 +92,12 @@ def test_video_logits_match_transformers(family, tmp_path):
     if family == "qwen25_vl":  # and the temporal spacing of its M-RoPE ids
         spaced = dict(visual, second_per_grid_ts=torch.tensor([0.5]))
         assert (ours(spaced) - ref).abs().max().item() > 100 * bound
+    # generation: the prompt's M-RoPE ids from its image and video, generated tokens continuing after them
+    reference, gap = hf_greedy(hf, dict(batch, mm_token_type_ids=kinds), 6)
+    assert gap > 1e-3  # far above the logits' difference: the greedy choices are the same
+    # (a random model may emit a placeholder id, which a cache-less forward of the whole sequence would
+    # take for an image or video token, in transformers as here: this seed's greedy ids hold none)
+    assert not {hf.config.image_token_id, hf.config.video_token_id} & set(reference)
+    for cache in (True, False):
+        ids_out = generate([chunk], ids[0].tolist(), 6, vocab_size=vocab, kv_cache=cache, images=visual).ids
+        assert ids_out == reference, cache
