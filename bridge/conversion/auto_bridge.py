@@ -34,6 +34,7 @@ from bridge.conversion.foreign_export import bridge_for_foreign
 from bridge.conversion.fsdp2_refusal import refuse_fsdp2_checkpoint
 from bridge.conversion.hf_adapter import save_hf_adapter
 from bridge.conversion.hf_io import DTYPES, HFCheckpoint, OutTensor, ShardedWriter
+from bridge.conversion.hf_module_names import module_name_renamer
 from bridge.conversion.peft_merge import merged_local_tensor
 from bridge.conversion.progress import progress_bar
 from bridge.conversion.saved_run import read_saved_run
@@ -299,7 +300,10 @@ class AutoBridge:
         Gathered across TP / PP; every rank calls it, rank 0 writes (atomically, as save_hf_pretrained).
         """
         base = str(self.hf_path) if self.hf_path is not None else None
-        save_hf_adapter(_as_list(model), path, self.family, self._vocab_size(), base_model=base)
+        names = module_name_renamer(self.hf_config, self.hf_path) if ranks.is_rank_zero() else None
+        save_hf_adapter(
+            _as_list(model), path, self.family, self._vocab_size(), base_model=base, module_name=names
+        )
 
     # ---- whole checkpoints (torch_dist) ------------------------------------------------------------
 

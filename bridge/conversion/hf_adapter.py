@@ -214,11 +214,23 @@ def _check_peft_refused(chunks: list, family: Family, hf_vocab_size: int) -> Non
         )
 
 
+def _peft_name(name: str, module_name: Callable[[str], str]) -> str:
+    """base_model.model.<checkpoint module>.lora_A.weight -> the same under transformers' module name."""
+    module, sep, tail = name.removeprefix(PREFIX).partition(".lora_")
+    return PREFIX + module_name(module + ".weight").removesuffix(".weight") + sep + tail
+
+
 def save_hf_adapter(
-    chunks: list, path: str | Path, family: Family, hf_vocab_size: int, base_model: str | None = None
+    chunks: list,
+    path: str | Path,
+    family: Family,
+    hf_vocab_size: int,
+    base_model: str | None = None,
+    module_name: Callable[[str], str] | None = None,
 ) -> None:
     """Write the adapters as an HF PEFT folder at `path` (atomically: a hidden folder renamed when
-    complete). Every rank calls it; rank 0 writes."""
+    complete). Every rank calls it; rank 0 writes. `module_name`: checkpoint tensor name -> the name
+    transformers' model class gives it (bridge.conversion.hf_module_names), which peft's keys follow."""
     from safetensors.torch import save_file
 
     target = check_target_dir(path, "path")  # every rank: all raise together
@@ -232,7 +244,11 @@ def save_hf_adapter(
         ranks.barrier()
         return
     # own storage for each tensor: a duplicated A is one tensor under several names
-    tensors = {name: t.detach().to("cpu", copy=True).contiguous() for name, t in exporter.iterate(dst=0)}
+    rename = module_name or (lambda n: n)
+    tensors = {
+        _peft_name(name, rename): t.detach().to("cpu", copy=True).contiguous()
+        for name, t in exporter.iterate(dst=0)
+    }
     config = adapter_config(settings, _target_modules(list(tensors)), base_model)
     with atomic_dir(target, "path") as staging:
         save_file(tensors, str(staging / WEIGHTS_FILE), metadata={"format": "pt"})

@@ -108,21 +108,24 @@ def test_vlm_data_needs_a_vision_language_model(tmp_path):
 
 
 @pytest.mark.usefixtures("single_process_groups")
-def test_lora_adapter_logits_equal_the_merged_export(tmp_path):
+@pytest.mark.parametrize("family", ["llava", "qwen25_vl", "qwen3_vl", "gemma3_vl", "mistral3"])
+def test_lora_adapter_logits_equal_the_merged_export(tmp_path, family):
     """bridge's LoRA on the language model exported both ways: peft's adapter on transformers' model equals
     the merged folder (fp32; the merged weight W + s*BA rounds once, the adapter path adds s*B(Ax):
-    differences of a few ulps of O(1) logits)."""
+    differences of a few ulps of O(1) logits). The adapter is keyed by transformers' module names (Qwen2.5-VL's
+    checkpoint names `model.layers.*`, which peft does not rename, load nothing)."""
+    import transformers
     from peft import PeftModel
-    from transformers import LlavaForConditionalGeneration
 
     from bridge import AutoBridge
     from bridge.peft import apply_peft
     from bridge.peft.settings import PeftConfig
-    from tests.functional.workers.vlm_models import processed_batch
+    from tests.functional.workers.vlm_models import VARIABLE_SIZE, VLM_FAMILIES, processed_batch
 
     hf = tmp_path / "hf"
-    save_vlm_model("llava", hf)
-    batch = processed_batch(hf, write_conversations(tmp_path / "data", 2), 2)
+    save_vlm_model(family, hf)
+    data = write_conversations(tmp_path / "data", 2, wide=family in VARIABLE_SIZE)
+    batch = processed_batch(hf, data, 2)
     bridge = AutoBridge.from_hf_pretrained(hf)
     chunks = bridge.to_megatron_provider().provide_distributed_model(wrap_with_ddp=False)
     apply_peft(chunks, PeftConfig(scheme="lora", dim=4, alpha=8.0), seed=0)
@@ -132,8 +135,9 @@ def test_lora_adapter_logits_equal_the_merged_export(tmp_path):
                 p.copy_(0.1 * torch.randn_like(p))
     bridge.save_hf_pretrained(chunks, tmp_path / "merged")
     bridge.save_hf_adapter(chunks, tmp_path / "adapter")
-    merged = LlavaForConditionalGeneration.from_pretrained(tmp_path / "merged").eval()
-    base = LlavaForConditionalGeneration.from_pretrained(hf).eval()
+    cls = getattr(transformers, VLM_FAMILIES[family][1])
+    merged = cls.from_pretrained(tmp_path / "merged").eval()
+    base = cls.from_pretrained(hf).eval()
     with torch.no_grad():
         before = base(**batch).logits
         adapted = PeftModel.from_pretrained(base, tmp_path / "adapter").eval()(**batch).logits
