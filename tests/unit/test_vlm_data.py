@@ -111,8 +111,7 @@ def test_vlm_data_needs_a_vision_language_model(tmp_path):
 @pytest.mark.parametrize("family", ["llava", "qwen25_vl", "qwen3_vl", "gemma3_vl", "mistral3"])
 def test_lora_adapter_logits_equal_the_merged_export(tmp_path, family):
     """bridge's LoRA on the language model exported both ways: peft's adapter on transformers' model equals
-    the merged folder (fp32; the merged weight W + s*BA rounds once, the adapter path adds s*B(Ax):
-    differences of a few ulps of O(1) logits). The adapter is keyed by transformers' module names (Qwen2.5-VL's
+    the merged folder (fp32; the bound below). The adapter is keyed by transformers' module names (Qwen2.5-VL's
     checkpoint names `model.layers.*`, which peft does not rename, load nothing)."""
     import transformers
     from peft import PeftModel
@@ -143,7 +142,10 @@ def test_lora_adapter_logits_equal_the_merged_export(tmp_path, family):
         adapted = PeftModel.from_pretrained(base, tmp_path / "adapter").eval()(**batch).logits
         ref = merged(**batch).logits
     assert (ref - before).abs().max() > 1e-2  # the adapters change the model
-    assert (adapted - ref).abs().max() <= 1e-5
+    # fp32: W + s*BA rounds once per weight, the adapter path adds s*B(Ax); through the tiny models' two
+    # layers (norms, Gemma's embedding scale) that is tens of ulps of the largest logit: 64 ulps bound it
+    ulp = torch.finfo(torch.float32).eps * ref.abs().max()
+    assert (adapted - ref).abs().max() <= 64 * ulp, float((adapted - ref).abs().max() / ulp)
 
 
 def test_the_provider_refuses_sequence_and_context_parallelism_and_the_planner_proposes_neither():
