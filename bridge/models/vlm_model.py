@@ -119,21 +119,20 @@ class VisionLanguageModel(GPTModel):
         """The token embeddings with the images' features at the image tokens and, for a family whose
         vision side encodes videos (`video_features`), the videos' at the video tokens; DeepStack's
         per-layer residuals gathered the same way."""
+        images = {k: v for k, v in inputs.items() if k not in VIDEO_KEYS}
         videos = {k: v for k, v in inputs.items() if k in VIDEO_KEYS}
-        parts = [({k: v for k, v in inputs.items() if k not in VIDEO_KEYS}, "image")]
+        parts = []  # (inputs, encoder, placeholder token)
+        if "pixel_values" in images:
+            parts.append((images, self.vision.image_features, self.vision.image_token_id))
         if videos:
             if getattr(self.vision, "video_features", None) is None:
                 raise ConfigError(
                     f"the batch holds video inputs ({', '.join(sorted(videos))}) and this model's vision side "
                     "encodes images only. Fix: give images"
                 )
-            parts.append((videos, "video"))
+            parts.append((videos, self.vision.video_features, self.vision.video_token_id))
         residual_sum: list[torch.Tensor] | None = None
-        for given, kind in parts:
-            if kind == "image" and "pixel_values" not in given:
-                continue
-            encode = self.vision.image_features if kind == "image" else self.vision.video_features
-            token = self.vision.image_token_id if kind == "image" else self.vision.video_token_id
+        for given, encode, token in parts:
             features = encode(**given)
             if isinstance(features, tuple):  # DeepStack: (features, the per-layer visual residuals)
                 features, residuals = features

@@ -36,7 +36,7 @@ from bridge.errors import ConfigError
 from bridge.parallel.ranks import is_rank_zero
 from bridge.training.data.packing import PackedDataset
 from bridge.training.data.samples import EpochOrder, TokenizedSamples
-from bridge.training.data.sft import read_table
+from bridge.training.data.sft import pad_id, read_table
 from bridge.training.data.splits import split_ranges
 from bridge.training.logging import logger
 
@@ -304,16 +304,21 @@ class VLMDataset(torch.utils.data.Dataset):
         return collate_image_rows(rows)
 
 
+def concat_images(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The image tensors of several samples (one row per image each) concatenated in their order."""
+    out = {}
+    for key in IMAGE_KEYS:
+        found = [p[key] for p in parts if key in p]
+        if found:
+            out[key] = torch.cat(found)
+    return out
+
+
 def collate_image_rows(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """Token tensors stacked (a packed row's cu_seqlens too: [1, k + 1] at micro batch 1); image
     tensors (one row per image) concatenated in row order."""
     keys = ("tokens", "labels", "loss_mask", "position_ids", "cu_seqlens")
-    out = {k: torch.stack([r[k] for r in rows]) for k in keys if k in rows[0]}
-    for key in IMAGE_KEYS:
-        parts = [r[key] for r in rows if key in r]
-        if parts:
-            out[key] = torch.cat(parts)
-    return out
+    return {k: torch.stack([r[k] for r in rows]) for k in keys if k in rows[0]} | concat_images(rows)
 
 
 class PackedVLMDataset(PackedDataset):
@@ -341,13 +346,7 @@ class PackedVLMDataset(PackedDataset):
         super().__init__(tokenized, num_samples, pack_size, seed, pad, pad_multiple)
 
     def row(self, r: int) -> dict[str, torch.Tensor]:
-        out = super().row(r)
-        members = [self.images[int(i)] for i in self.row_members(r)]
-        for key in IMAGE_KEYS:
-            parts = [m[key] for m in members if key in m]
-            if parts:
-                out[key] = torch.cat(parts)
-        return out
+        return super().row(r) | concat_images([self.images[int(i)] for i in self.row_members(r)])
 
     @staticmethod
     def collate(rows: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -371,7 +370,7 @@ def build_vlm_datasets(data: DataPlan, tokenizer) -> list[torch.utils.data.Datas
     """Train, valid and test datasets of image-text conversations (None where a split is not read)."""
     processor = load_processor(tokenizer.path)
     skipped: list[str] | None = [] if data.skip_malformed_samples else None
-    pad = tokenizer.pad if tokenizer.pad >= 0 else tokenizer.eod
+    pad = pad_id(tokenizer)
     records = [c for p in data.paths for c in read_conversations(p, skipped, data.cache_dir)]
     ranges = split_ranges(len(records), data.split)
     check_split_documents(", ".join(data.paths), ranges, data.sample_counts, data.split_text)

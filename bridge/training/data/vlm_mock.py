@@ -17,6 +17,7 @@ import torch
 from PIL import Image
 
 from bridge.config.run_plan import DataPlan
+from bridge.training.data.sft import pad_id
 from bridge.training.data.vlm import Conversation, VLMDataset, load_processor, processed_samples
 
 BASE_CONVERSATIONS = 1000
@@ -61,7 +62,7 @@ def build_mock_vlm_datasets(data: DataPlan, tokenizer) -> list[torch.utils.data.
     samples = processed_samples(
         processor, conversations, data.seq_length, None, "mock_vlm", "model.seq_length"
     )
-    pad = tokenizer.pad if tokenizer.pad >= 0 else tokenizer.eod
+    pad = pad_id(tokenizer)
     return [
         VLMDataset(samples, n, data.seq_length, data.seed, pad) if n else None for n in data.sample_counts
     ]
