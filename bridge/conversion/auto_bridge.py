@@ -76,7 +76,7 @@ ASSET_FILES = (
     "processor_config.json",  # a vision-language model's processor (image processor settings)
     "preprocessor_config.json",
 )
-SOURCE_TENSORS = "source_tensors.json"  # HF name -> [file, dtype] of the source checkpoint
+SOURCE_TENSORS = "source_tensors.json"  # HF name -> [file, dtype, shape] of the source checkpoint
 
 
 def _config_get(config: Any, name: str, default: Any = None) -> Any:
@@ -275,7 +275,7 @@ class AutoBridge:
         """Rank 0's part of save_hf_pretrained: `exporter`'s tensors (a weight_exporter.Exporter) as
         safetensors shards, with the assets, published atomically at `target`."""
         tensors = [OutTensor(n, s, d) for n, s, d in exporter.hf_tensors()]
-        assignment = {n: f for n, (f, _) in self._source_tensors().items()} or None
+        assignment = {n: f for n, (f, *_) in self._source_tensors().items()} or None
         max_bytes = max_shard_size if max_shard_size is not None else 5 * 1024**3
         bar = progress_bar(len(tensors), "writing HF weights", "tensor", enabled=progress)
         with atomic_dir(target, "path") as staging:
@@ -450,7 +450,8 @@ class AutoBridge:
         local_tensor: Any = None,
         omit_unmapped: bool = False,
     ):
-        source = {n: DTYPES[d] for n, (_, d) in self._source_tensors().items()}
+        sources = self._source_tensors()
+        source = {n: DTYPES[d] for n, (_, d, _) in sources.items()}
         default = DTYPES[TRAINING_DTYPES[hf_common.hf_dtype_name(self.hf_config)].safetensors]
 
         def dtype_for(name: str, _param_dtype) -> Any:
@@ -465,23 +466,25 @@ class AutoBridge:
         if given is not None:  # the caller's source of each parameter's tensor (a streaming export)
             local_tensor = given
         exporter = Exporter(chunks, self.family, self._vocab_size(), dtype_for, local_tensor=local_tensor)
-        exporter = stacked_exporter(exporter, self.family)
-        return complete_export(
-            exporter, chunks, self.family, self._source_tensors(), self.hf_path, omit_unmapped
-        )
+        exporter = stacked_exporter(exporter, self.family, {n: s for n, (_, _, s) in sources.items() if s})
+        return complete_export(exporter, chunks, self.family, sources, self.hf_path, omit_unmapped)
 
-    def _source_tensors(self) -> dict[str, tuple[str, str]]:
-        """HF name -> (file, safetensors dtype) of the source checkpoint, if there is one."""
+    def _source_tensors(self) -> dict[str, tuple[str, str, tuple[int, ...] | None]]:
+        """HF name -> (file, safetensors dtype, shape) of the source checkpoint, if there is one (shape None
+        in a record written before bridge recorded it)."""
         if self.hf_path is None:
             return {}
         recorded = self.hf_path / SOURCE_TENSORS
         if recorded.is_file():
-            return {k: tuple(v) for k, v in json.loads(recorded.read_text()).items()}
+            return {
+                k: (v[0], v[1], tuple(v[2]) if len(v) > 2 else None)
+                for k, v in json.loads(recorded.read_text()).items()
+            }
         try:
             ckpt = HFCheckpoint(self.hf_path)
         except ConfigError:
             return {}
-        return {n: (i.file, i.dtype) for n, i in ckpt.tensors.items()}
+        return {n: (i.file, i.dtype, tuple(i.shape)) for n, i in ckpt.tensors.items()}
 
     def _write_assets(self, folder: Path) -> None:
         copied = False

@@ -480,24 +480,33 @@ def _sections(megatron: str, local: Shape, sections) -> list[Piece]:
 
 @dataclass(frozen=True)
 class StackedView:
-    """Per-expert tensor `virtual` ({layer}, {expert}) = `stacked`({layer})[expert][..., start::step],
-    transposed (last two dims) when `transpose`."""
+    """Per-expert tensor `virtual` ({layer}, {expert}) cut out of `stacked`({layer})[expert]'s last dim:
+    its columns start::step (interleaved parts, GPT-OSS), or with `blocks` > 0 contiguous block `start` of
+    `blocks` equal ones (halves, Qwen3-VL-MoE); transposed (last two dims) when `transpose`."""
 
     virtual: str
     stacked: str
     start: int = 0
     step: int = 1
     transpose: bool = False
+    blocks: int = 0
+
+    def columns(self, width: int) -> slice:
+        """The slice of a `stacked[expert]` last dim of `width` that this view takes."""
+        if not self.blocks:
+            return slice(self.start, None, self.step)
+        size = width // self.blocks
+        return slice(self.start * size, (self.start + 1) * size)
 
     def cut(self, expert_tensor):
         """The per-expert tensor from `stacked[expert]` (a view)."""
-        t = expert_tensor[..., self.start :: self.step]
+        t = expert_tensor[..., self.columns(expert_tensor.shape[-1])]
         return t.transpose(-1, -2) if self.transpose else t
 
     def virtual_shape(self, expert_shape: tuple[int, ...]) -> tuple[int, ...]:
         """The shape of the per-expert tensor cut out of a `stacked[expert]` of `expert_shape`."""
         shape = list(expert_shape)
-        shape[-1] = len(range(self.start, shape[-1], self.step))
+        shape[-1] = len(range(shape[-1])[self.columns(shape[-1])])
         if self.transpose:
             shape[-1], shape[-2] = shape[-2], shape[-1]
         return tuple(shape)
@@ -507,7 +516,7 @@ class StackedView:
         shape = list(virtual_shape)
         if self.transpose:
             shape[-1], shape[-2] = shape[-2], shape[-1]
-        shape[-1] *= self.step
+        shape[-1] *= self.blocks or self.step
         return tuple(shape)
 
 

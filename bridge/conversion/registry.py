@@ -47,6 +47,9 @@ class Family:
     hf_config: FamilyRules = dataclasses.field(default_factory=FamilyRules)
     # Per-expert HF names cut out of tensors stacking a layer's experts (bridge.conversion.stacked_experts).
     stacked_experts: tuple[StackedView, ...] = ()
+    # transformers' model holds those stacked tensors with the last two dims swapped against the views, so
+    # a checkpoint may be stored either way (mapping.py's STACKED_TRANSPOSED_IN_MODEL; stacked_experts).
+    stacked_transposed_in_model: bool = False
     # (HF template with {layer}, EMBEDDING | OUTPUT): tensors an MTP layer of the checkpoint repeats
     # (bridge.conversion.unmapped.copies).
     mtp_copies: tuple[tuple[str, str], ...] = ()
@@ -101,6 +104,7 @@ def _load(module_name: str) -> Family:
         rules=tuple(_compile(row) for row in module.MAPPINGS),
         hf_config=rules_of(name),
         stacked_experts=tuple(StackedView(*row) for row in getattr(module, "STACKED_EXPERTS", ())),
+        stacked_transposed_in_model=getattr(module, "STACKED_TRANSPOSED_IN_MODEL", False),
         mtp_copies=tuple(tuple(row) for row in getattr(module, "MTP_COPIES", ())),
         unmapped_why=tuple((re.compile(rx), why) for rx, why in getattr(module, "UNMAPPED_WHY", ())),
         mtp_hf_names=tuple(tuple(row) for row in getattr(module, "MTP_HF_NAMES", ())),

@@ -7,12 +7,20 @@ and projection. A family declares how its per-expert names (the ones its mapping
 mapping.py, rows of `StackedView`); the rest of the conversion sees only per-expert tensors:
 
 - import reads through `StackedCheckpoint`, which serves a per-expert tensor as a view of the stacked
-  one (`stacked[expert][..., start::step]`, transposed when the view says so);
+  one (`stacked[expert]`'s columns start::step or its block `start`, transposed when the view says so);
 - export goes through `StackedExporter`, which puts each per-expert tensor back in place in its
   stacked tensor and hands the stacked tensor on once every expert's parts are in.
 
 The same view is used both ways, so the round trip is exact. Peak memory: one stacked tensor (the
 largest HF tensor of such a checkpoint) plus one expert.
+
+Two layouts of one checkpoint kind: a family whose transformers model holds the stacked tensors with their
+last two dims swapped against the published checkpoints that its views describe (`Family.
+stacked_transposed_in_model`: Qwen3-VL-MoE, whose `save_pretrained` writes the model's layout) may be
+stored either way. transformers' loader takes a tensor as its model holds it when the shapes say so, else
+transposes it (`Transpose(1, 2, check_dims=True)`); bridge decides each stacked tensor by the same rule
+(`stored_as_model`: against the shapes the Megatron model needs on import, the source checkpoint's recorded
+shapes on export) and writes back the layout it read.
 """
 
 from __future__ import annotations
@@ -59,27 +67,67 @@ def _matches_stacked(view: StackedView, stacked: str) -> bool:
     return _pattern(view.stacked).fullmatch(stacked) is not None
 
 
+def _swapped(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """`shape` with its last two dims swapped."""
+    return (*shape[:-2], shape[-1], shape[-2])
+
+
+def stored_as_model(stored: tuple[int, ...], published: tuple[int, ...]) -> bool:
+    """Whether a stacked tensor of shape `stored` whose views' (published) layout would be `published` is
+    stored as the transformers model holds it (the last two dims swapped): transformers' rule, which takes
+    the model's layout whenever the shape fits it (so a square tensor reads as the model holds it)."""
+    return tuple(stored) == _swapped(tuple(published))
+
+
 class StackedCheckpoint:
     """An HFCheckpoint whose stacked expert tensors appear as the per-expert tensors they hold
     (`tensors`, `names`, `shape`, `dtype`, `read`); every other tensor is the checkpoint's own."""
 
-    def __init__(self, ckpt, views: tuple[StackedView, ...]):
+    def __init__(self, ckpt, views: tuple[StackedView, ...], transposed_in_model: bool = False):
         self.ckpt = ckpt
         self.folder = ckpt.folder
+        self.transposed_in_model = transposed_in_model
         self._virtual: dict[str, tuple[StackedView, str, int]] = {}
+        self._stacked_views: dict[str, list[StackedView]] = {}
+        self._as_model: set[str] = set()  # stacked tensors stored as the transformers model holds them
         self.tensors: dict = {}
         for name, info in ckpt.tensors.items():
             stacked_views = [v for v in views if _matches_stacked(v, name)]
             if not stacked_views:
                 self.tensors[name] = info
                 continue
-            layer = _layer_of(stacked_views[0], name)
-            for view in stacked_views:
-                for expert in range(info.shape[0]):
-                    virtual = view.virtual.format(layer=layer, expert=expert)
-                    shape = view.virtual_shape(tuple(info.shape[1:]))
-                    self._virtual[virtual] = (view, name, expert)
-                    self.tensors[virtual] = TensorInfo(info.file, info.dtype, shape)
+            self._stacked_views[name] = stacked_views
+            self._serve(name)
+
+    def _serve(self, stacked: str) -> None:
+        """List the per-expert tensors of `stacked` in its current orientation."""
+        info = self.ckpt.tensors[stacked]
+        inner = tuple(info.shape[1:])
+        if stacked in self._as_model:
+            inner = _swapped(inner)
+        views = self._stacked_views[stacked]
+        layer = _layer_of(views[0], stacked)
+        for view in views:
+            for expert in range(info.shape[0]):
+                virtual = view.virtual.format(layer=layer, expert=expert)
+                self._virtual[virtual] = (view, stacked, expert)
+                self.tensors[virtual] = TensorInfo(info.file, info.dtype, view.virtual_shape(inner))
+
+    def orient(self, needed: dict[str, tuple[int, ...]]) -> None:
+        """Decide each stacked tensor's layout from the per-expert shapes the model `needed` (HF name ->
+        shape; a family whose transformers model transposes them, else nothing to decide)."""
+        if not self.transposed_in_model:
+            return
+        decided: set[str] = set()
+        for name, shape in needed.items():
+            hit = self._virtual.get(name)
+            if hit is None or hit[1] in decided:
+                continue  # not a per-expert tensor, or its stacked tensor decided already
+            view, stacked, _ = hit
+            decided.add(stacked)
+            if stored_as_model(tuple(self.ckpt.tensors[stacked].shape[1:]), view.expert_shape(tuple(shape))):
+                self._as_model.add(stacked)
+                self._serve(stacked)
 
     @property
     def names(self) -> list[str]:
@@ -97,6 +145,8 @@ class StackedCheckpoint:
         view, stacked, expert = self._virtual[name]
         rest = (slice(None),) * (len(self.ckpt.shape(stacked)) - 1)
         expert_tensor = self.ckpt.read(stacked, (slice(expert, expert + 1), *rest))[0]
+        if stacked in self._as_model:
+            expert_tensor = expert_tensor.transpose(-1, -2)
         part = view.cut(expert_tensor)
         return part[index] if index else part
 
@@ -123,11 +173,20 @@ def _layer_of(view: StackedView, stacked: str) -> str:
 class StackedExporter:
     """A weight_exporter.Exporter whose per-expert tensors of stacked views come out stacked."""
 
-    def __init__(self, exporter, views: tuple[StackedView, ...]):
+    def __init__(
+        self,
+        exporter,
+        views: tuple[StackedView, ...],
+        transposed_in_model: bool = False,
+        source_shapes: dict[str, tuple[int, ...]] | None = None,
+    ):
+        """`source_shapes`: the source checkpoint's stacked tensor shapes, whose layout is written back
+        (a family whose transformers model transposes them; else, or without a source, the views' own)."""
         self.exporter = exporter
         self.names = StackedNames(views)
         self._stacked: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
         self._parts: dict[str, int] = {}  # per-expert tensors each stacked tensor is made of
+        self._as_model: set[str] = set()  # written as the transformers model holds them (as the source)
         experts: dict[str, set[int]] = {}
         for name, shape, dtype in exporter.hf_tensors():
             hit = self.names.resolve(name)
@@ -150,7 +209,12 @@ class StackedExporter:
                     "the model holds another expert count than the checkpoint"
                 )
             (_, *inner), dtype = self._stacked[stacked]
-            self._stacked[stacked] = ((len(seen), *inner), dtype)
+            shape = (len(seen), *inner)
+            source = (source_shapes or {}).get(stacked)
+            if transposed_in_model and source is not None and stored_as_model(tuple(source), shape):
+                self._as_model.add(stacked)
+                shape = tuple(source)
+            self._stacked[stacked] = (shape, dtype)
             self._parts[stacked] = len(seen) * self.names.views_of(stacked)
 
     def stacked_name(self, name: str) -> str:
@@ -185,7 +249,10 @@ class StackedExporter:
                 shape, dtype = self._stacked[stacked]
                 buffers[stacked] = torch.empty(shape, dtype=dtype, device=tensor.device)
                 filled[stacked] = 0
-            target = buffers[stacked][expert][..., view.start :: view.step]
+            part = buffers[stacked][expert]
+            if stacked in self._as_model:
+                part = part.transpose(-1, -2)  # the views' layout, over the buffer's memory
+            target = part[..., view.columns(part.shape[-1])]
             target.copy_(tensor.transpose(-1, -2) if view.transpose else tensor)
             filled[stacked] += 1
             if filled[stacked] == self._parts[stacked]:
@@ -200,12 +267,17 @@ class StackedExporter:
 def open_checkpoint(folder, family):
     """The HF checkpoint at `folder` as `family`'s mapping rows name its tensors."""
     ckpt = HFCheckpoint(folder)
-    return StackedCheckpoint(ckpt, family.stacked_experts) if family.stacked_experts else ckpt
+    if not family.stacked_experts:
+        return ckpt
+    return StackedCheckpoint(ckpt, family.stacked_experts, family.stacked_transposed_in_model)
 
 
-def stacked_exporter(exporter, family):
-    """`exporter` writing `family`'s stacked expert tensors stacked (itself when there are none)."""
-    return StackedExporter(exporter, family.stacked_experts) if family.stacked_experts else exporter
+def stacked_exporter(exporter, family, source_shapes: dict[str, tuple[int, ...]] | None = None):
+    """`exporter` writing `family`'s stacked expert tensors stacked (itself when there are none), in the
+    layout of the source checkpoint's (`source_shapes`) where the family's model may hold another."""
+    if not family.stacked_experts:
+        return exporter
+    return StackedExporter(exporter, family.stacked_experts, family.stacked_transposed_in_model, source_shapes)
 
 
 def written_name(family, name: str) -> str:

@@ -160,11 +160,11 @@ def complete_export(
     exporter,
     chunks,
     family: Family,
-    source: dict[str, tuple[str, str]],
+    source: dict[str, tuple],
     folder: Path | None,
     omit_unmapped: bool = False,
 ):
-    """`exporter` writing every tensor of the source checkpoint (`source`: name -> (file, dtype);
+    """`exporter` writing every tensor of the source checkpoint (`source`: name -> (file, dtype, shape);
     `folder`: where it was read from). Every rank calls it (the checks raise on all ranks together)."""
     if not source:
         return exporter  # no source checkpoint (a model trained from scratch): nothing to compare

@@ -21,6 +21,7 @@ from bridge.conversion.hf_io import HFCheckpoint
 from bridge.conversion.model_params import OUTPUT, LocalParam, local_params
 from bridge.conversion.progress import progress_bar
 from bridge.conversion.registry import Family
+from bridge.conversion.stacked_experts import StackedCheckpoint
 from bridge.conversion.unmapped import check_copies, copies, log_left_out, unmapped_error
 from bridge.errors import ConfigError
 from bridge.parallel import ranks
@@ -42,6 +43,8 @@ def _gather_objects(obj):
 
 def _plan(params: list[LocalParam], ckpt: HFCheckpoint) -> tuple[set[str], str | None]:
     used: set[str] = set()
+    if isinstance(ckpt, StackedCheckpoint):  # which layout its stacked experts are stored in
+        ckpt.orient({hf_name: shape for lp in params for hf_name, shape in lp.hf_shapes().items()})
     for lp in params:
         for hf_name, shape in lp.hf_shapes().items():
             if hf_name not in ckpt.tensors:

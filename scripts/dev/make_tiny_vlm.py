@@ -317,6 +317,17 @@ def make_tiny_qwen3_vl(out: Path, seed: int = 0):
     return _make_tiny_qwen(out, seed, names, TINY_QWEN3_VISION, rope, head_dim=16)
 
 
+def make_tiny_qwen3_vl_moe(out: Path, seed: int = 0):
+    """A random Qwen3VLMoeForConditionalGeneration: Qwen3-VL's tiny model with 4 experts of which 2 per
+    token in every text layer (their gate / up halves stacked in one tensor per layer, saved in transformers'
+    model layout [experts, 2 * 24, 64]; 2 * 24 and 24 differ from the width 64, so that a stacked tensor's
+    shape tells its layout)."""
+    names = ("Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration", "Qwen3VLProcessor")
+    rope = dict(rope_type="default", mrope_section=[2, 3, 3], mrope_interleaved=True)
+    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24, decoder_sparse_step=1)
+    return _make_tiny_qwen(out, seed, names, TINY_QWEN3_VISION, rope, head_dim=16, **moe)
+
+
 MISTRAL3_SPECIALS = [*SPECIALS[:6], "[IMG]", "[IMG_BREAK]", "[IMG_END]"]
 # Pixtral: images resized to at most 42 px (keeping their aspect ratio) in multiples of 14 px (patches of 7
 # merged 2 x 2): a square image is 3 x 3 image tokens, a 1.5-wide one 2 x 3, each row ended by a break.
@@ -409,6 +420,7 @@ MAKERS = {
     "mistral3": make_tiny_mistral3,
     "qwen25_vl": make_tiny_qwen25_vl,
     "qwen3_vl": make_tiny_qwen3_vl,
+    "qwen3_vl_moe": make_tiny_qwen3_vl_moe,
 }
 
 

@@ -542,6 +542,32 @@ VLM["qwen3_vl_8b"] = ("Qwen3VLConfig", dict(
 ))  # fmt: skip
 
 
+
+# Qwen/Qwen3-VL-30B-A3B-Instruct's and Qwen/Qwen3-VL-235B-A22B-Instruct's config.json: Qwen3-VL's image side
+# (its merger to the language model's width) and a Qwen3-MoE language model of 128 experts, 8 per token.
+def _qwen3_vl_moe(**text) -> tuple[str, dict]:
+    return ("Qwen3VLMoeConfig", dict(
+        image_token_id=151655, video_token_id=151656, vision_start_token_id=151652, vision_end_token_id=151653,
+        tie_word_embeddings=False,
+        vision_config=dict(VLM["qwen3_vl_8b"][1]["vision_config"], out_hidden_size=text["hidden_size"]),
+        text_config=dict(
+            model_type="qwen3_vl_moe_text", vocab_size=151936, head_dim=128, max_position_embeddings=262144,
+            rms_norm_eps=1e-6, num_experts=128, num_experts_per_tok=8, decoder_sparse_step=1, mlp_only_layers=[],
+            norm_topk_prob=True, tie_word_embeddings=False,
+            rope_parameters=dict(rope_type="default", mrope_section=[24, 20, 20], mrope_interleaved=True,
+                                 rope_theta=5000000.0), **text),
+    ))  # fmt: skip
+
+
+VLM["qwen3_vl_30b_a3b"] = _qwen3_vl_moe(
+    hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_hidden_layers=48,
+    num_attention_heads=32, num_key_value_heads=4,
+)  # fmt: skip
+VLM["qwen3_vl_235b_a22b"] = _qwen3_vl_moe(
+    hidden_size=4096, intermediate_size=12288, moe_intermediate_size=1536, num_hidden_layers=94,
+    num_attention_heads=64, num_key_value_heads=4,
+)  # fmt: skip
+
 # google/gemma-3-{4b,12b,27b}-it's config.json: SigLIP So400m at 896 px (no pooling head), 256 image
 # tokens; text_config is the gemma3 text preset's published config (above).
 _GEMMA3_VL = dict(

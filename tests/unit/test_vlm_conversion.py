@@ -82,7 +82,10 @@ def test_image_text_logits_match_hf_and_export_is_bit_identical(family, sources,
     assert (out / "config.json").read_bytes() == (folder / "config.json").read_bytes()
     reloaded = getattr(transformers, VLM_FAMILIES[family][1]).from_pretrained(out).eval()
     with torch.no_grad():
-        assert torch.equal(reloaded(**batch).logits.float(), ref)
+        for model in (reloaded, hf):  # fresh storage: CPU grouped GEMMs (MoE) sum by memory alignment
+            for p in model.parameters():
+                p.data = p.data.clone()
+        assert torch.equal(reloaded(**batch).logits.float(), hf(**batch).logits.float())
 
 
 @pytest.mark.parametrize("family", list(VLM_FAMILIES))
@@ -106,7 +109,7 @@ def test_parameter_count_equals_transformers_meta_model(family, sources):
     assert ours - padding == sum(p.numel() for p in theirs.parameters())
     # the planner's sizes of the image side (the family's vision_size.py, pure Python) against transformers'
     encoder, projector, *_ = provider.vision_sizes()
-    if family in ("qwen25_vl", "qwen3_vl"):  # the vision transformer holds the projector(s): mergers
+    if family.startswith(("qwen25_vl", "qwen3_vl")):  # the vision transformer holds the projector(s): mergers
         tower = theirs.model.visual
         mergers = [tower.merger, *getattr(tower, "deepstack_merger_list", ())]
         projectors = sum(p.numel() for m in mergers for p in m.parameters())

@@ -16,11 +16,3 @@ TEXT_CONFIG_KEY = "text_config"
 TEXT_HF_PREFIXES = (("model.", "model.language_model."), ("lm_head.", "lm_head."))
 
 MAPPINGS = (("replicated", "vision.visual.{rest}", "model.visual.{rest}"),)
-
-REFUSED_ARCHITECTURES = {
-    "Qwen3VLMoeForConditionalGeneration": (
-        "Qwen3-VL-MoE: its language model is Qwen3-MoE with the experts stored fused (3D gate_up_proj / "
-        "down_proj tensors) under the vision-language prefixes, which bridge does not convert yet. Fix: "
-        "convert the dense Qwen3-VL (Qwen3VLForConditionalGeneration) or Qwen2.5-VL"
-    ),
-}

@@ -23,8 +23,8 @@ def _vision(out_hidden_size: int, **values: Any) -> dict[str, Any]:
         model_type="qwen3_vl_vision", depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16,
         hidden_act="gelu_pytorch_tanh", in_channels=3, patch_size=16, spatial_merge_size=2,
         temporal_patch_size=2, num_position_embeddings=2304, deepstack_visual_indexes=[8, 16, 24],
-        out_hidden_size=out_hidden_size, **values,
-    )  # fmt: skip
+        out_hidden_size=out_hidden_size,
+    ) | values  # fmt: skip
 
 
 def _qwen3_vl(tied: bool = False, **text: Any) -> VLMModelProvider:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -21,21 +22,34 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel, Qwen3VL
 from bridge.models.mrope_positions import RopeIndex, image_positions
 
 
-def hf_config(vlm_config: dict[str, Any], text_hidden_size: int | None = None) -> Qwen3VLConfig:
-    """transformers' Qwen3VLConfig of the image side (of the text part only the model type matters)."""
+@dataclass(frozen=True)
+class Classes:
+    """transformers' classes of a Qwen3-VL model kind (Qwen3-VL-MoE has its own, of the same image side)."""
+
+    config: type
+    vision_model: type
+    model: type  # its get_rope_index
+    text_model_type: str
+
+
+QWEN3_VL = Classes(Qwen3VLConfig, Qwen3VLVisionModel, Qwen3VLModel, "qwen3_vl_text")
+
+
+def hf_config(vlm_config: dict[str, Any], text_hidden_size: int | None = None, classes: Classes = QWEN3_VL):
+    """transformers' config of the image side (of the text part only the model type matters)."""
     values = {k: v for k, v in vlm_config.items() if k not in ("text_config", "architectures")}
-    text = {"model_type": "qwen3_vl_text"}
+    text = {"model_type": classes.text_model_type}
     if text_hidden_size is not None:
         text["hidden_size"] = text_hidden_size
-    return Qwen3VLConfig(**values, text_config=text)
+    return classes.config(**values, text_config=text)
 
 
 class Qwen3VLVision(torch.nn.Module):
     """The vision model of Qwen3VLModel, and its get_image_features with the DeepStack features."""
 
-    def __init__(self, config: Qwen3VLConfig) -> None:
+    def __init__(self, config: Any, classes: Classes = QWEN3_VL) -> None:
         super().__init__()
-        self.visual = Qwen3VLVisionModel._from_config(config.vision_config)
+        self.visual = classes.vision_model._from_config(config.vision_config)
         self.image_token_id = config.image_token_id
         self.video_token_id = config.video_token_id
 
@@ -73,8 +87,8 @@ def build(vlm_config: dict[str, Any], text_hidden_size: int) -> Qwen3VLVision:
 
 
 @functools.lru_cache(maxsize=8)
-def _rope_index(vlm_json: str) -> RopeIndex:
-    return RopeIndex(Qwen3VLModel, hf_config(json.loads(vlm_json)))
+def _rope_index(vlm_json: str, classes: Classes = QWEN3_VL) -> RopeIndex:
+    return RopeIndex(classes.model, hf_config(json.loads(vlm_json), classes=classes))
 
 
 def position_ids(
@@ -82,11 +96,12 @@ def position_ids(
     input_ids: torch.Tensor,
     images: dict[str, torch.Tensor],
     cu_seqlens: torch.Tensor | None = None,
+    classes: Classes = QWEN3_VL,
 ) -> torch.Tensor:
     """[3, b, s] M-RoPE position ids as Qwen3VLForConditionalGeneration computes them with no padding mask
     (bridge pads on the right and attends causally): transformers' get_rope_index over the image tokens'
     grids; without images 0, 1, 2, ... on all three axes. Video tokens are refused (no video grids).
     `cu_seqlens`: a packed row's segments, each counted on its own."""
     return image_positions(
-        _rope_index(json.dumps(vlm_config, sort_keys=True)), input_ids, images, "Qwen3-VL", cu_seqlens
+        _rope_index(json.dumps(vlm_config, sort_keys=True), classes), input_ids, images, "Qwen3-VL", cu_seqlens
     )

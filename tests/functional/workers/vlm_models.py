@@ -32,6 +32,7 @@ VLM_FAMILIES: dict[str, tuple[str, str]] = {
     "mistral3": ("Mistral3Config", "Mistral3ForConditionalGeneration"),
     "qwen25_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration"),
     "qwen3_vl": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration"),
+    "qwen3_vl_moe": ("Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration"),
 }
 # Vision-language families tested by their own suite only, not these (none today).
 OWN_SUITE_VLM_FAMILIES: dict[str, tuple[str, str]] = {}
@@ -41,12 +42,17 @@ MAKERS = {
     "mistral3": "make_tiny_mistral3",
     "qwen25_vl": "make_tiny_qwen25_vl",
     "qwen3_vl": "make_tiny_qwen3_vl",
+    "qwen3_vl_moe": "make_tiny_qwen3_vl_moe",
 }
 # Families whose processors keep each image's size: their test conversations mix image sizes.
 VARIABLE_SIZE = {"mistral3"}
 # family -> the maker module's processor loader, where AutoProcessor cannot load the folder (Qwen2.5-VL's
 # processor needs a video processor, which needs torchvision: not a dependency here)
-PROCESSORS = {"qwen25_vl": "qwen25_vl_processor", "qwen3_vl": "qwen3_vl_processor"}
+PROCESSORS = {
+    "qwen25_vl": "qwen25_vl_processor",
+    "qwen3_vl": "qwen3_vl_processor",
+    "qwen3_vl_moe": "qwen3_vl_processor",
+}
 
 
 def family_of(model_folder: str | Path) -> str:
