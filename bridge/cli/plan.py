@@ -24,7 +24,6 @@ from bridge.config.planning import planner_settings
 from bridge.errors import ConfigError
 from bridge.models.families import preset_factory, preset_families
 from bridge.models.hf_translation.sizing import model_shape
-from bridge.models.vlm_provider import VLMModelProvider
 from bridge.parallel.layout import ModelShape
 from bridge.parallel.memory import MEMORY_MODELS, OPTIMIZERS, PRECISIONS
 from bridge.parallel.planner import INTERCONNECTS, SIZE_FLAGS, STRATEGY_CHOICES, PlanRequest, plan
@@ -135,9 +134,7 @@ def resolve_model(name: str) -> tuple[ModelShape, dict]:
         # a preset's seq_length is the model's context window (e.g. 131072), not a training length:
         # plan for --seq-length, else 4096, as for a config.json
         provider = factory()
-        # a vision-language model refuses sequence parallelism (bridge.models.vlm_provider): not proposed
-        defaults = {"sequence_parallel": False} if isinstance(provider, VLMModelProvider) else {}
-        return replace(provider.model_shape(), seq_length=None), defaults
+        return replace(provider.model_shape(), seq_length=None), {}
     preset_names = sorted(preset_families())
     close = difflib.get_close_matches(name, [*RECIPES, *ALIASES, *preset_names], n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""

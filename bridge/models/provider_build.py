@@ -202,7 +202,7 @@ def build_stage(
     block = gpt_block_spec(config, vp_stage=vp_stage, variant=variant)
     mtp = gpt_mtp_block_spec(config, block, vp_stage=vp_stage, variant=variant)
     model_class, extra = stage_model(pre_process)
-    model = model_class(
+    arguments = dict(
         config=config,
         transformer_layer_spec=block,
         mtp_block_spec=mtp,
@@ -221,8 +221,8 @@ def build_stage(
         scatter_embedding_sequence_parallel=p.scatter_embedding_sequence_parallel,
         seq_len_interpolation_factor=p.seq_len_interpolation_factor,
         vp_stage=vp_stage,
-        **extra,
     )
+    model = model_class(**(arguments | extra))  # the stage model's own arguments win
     _apply_rope_scaling_factors(p, model)
     _apply_yarn(p, model)
     _apply_interleaved_mrope(p, model)

@@ -95,7 +95,7 @@ class GPTFields(TransformerFields):
     share_embeddings_and_output_weights: bool = False
     fp16_lm_cross_entropy: bool = False
     parallel_output: bool = True
-    scatter_embedding_sequence_parallel: bool = True
+    scatter_embedding_sequence_parallel: bool = True  # a VLM keeps them whole to merge images, then scatters
 
     # Layer and model variants outside TransformerConfig, built by bridge (bridge.models.layer_variant,
     # bridge.models.output_hooks); the defaults are the plain pre-norm GPT.

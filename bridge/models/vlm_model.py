@@ -20,6 +20,10 @@ each conversation's ids are its own (a family whose rule cannot split refuses pa
 `PACKING_REFUSED`).
 A family whose image tokens attend otherwise than causally (Gemma 3: each image's tokens see each other)
 gives `attention_mask_of`, which every stage applies to its input ids (each stage reads the batch).
+Sequence parallelism: the embedding layer is built not to scatter (the provider's
+`scatter_embedding_sequence_parallel=False`), the first stage merges the image features into the whole
+sequence and then scatters it (and DeepStack's residuals) over the tensor-parallel ranks; the scatter's
+backward gathers the gradient, so the replicated image side gets the whole sequence's on every rank.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from megatron.core import tensor_parallel
 from megatron.core.models.gpt import GPTModel
 
 from bridge.errors import ConfigError
@@ -170,9 +175,17 @@ class VisionLanguageModel(GPTModel):
             attention_mask = self.attention_mask_of(input_ids, attention_mask)
         if self.pre_process and decoder_input is None:
             self._visual_residuals = None  # this batch's, if it has images
-        if images and self.pre_process and decoder_input is None:
-            decoder_input = self._merge_visual(self.embedding(input_ids=input_ids, position_ids=position_ids),
-                                               input_ids, images)  # fmt: skip
+        scatter = self.config.sequence_parallel and self.pre_process and decoder_input is None
+        if (images or scatter) and self.pre_process and decoder_input is None:
+            decoder_input = self.embedding(input_ids=input_ids, position_ids=position_ids)
+            if images:
+                decoder_input = self._merge_visual(decoder_input, input_ids, images)
+            if scatter:  # this rank's part of the sequence, as the embedding layer would have scattered it
+                decoder_input = tensor_parallel.scatter_to_sequence_parallel_region(decoder_input)
+                if self._visual_residuals is not None:
+                    self._visual_residuals = [
+                        tensor_parallel.scatter_to_sequence_parallel_region(r) for r in self._visual_residuals
+                    ]
         return super().forward(
             input_ids, position_ids, attention_mask, decoder_input, labels, *args, **kwargs
         )

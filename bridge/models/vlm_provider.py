@@ -48,14 +48,6 @@ class VLMModelProvider(GPTModelProvider):
     def finalize(self) -> None:
         super().finalize()
         self.vision_family()
-        if self.sequence_parallel:
-            raise model_error(
-                "sequence_parallel",
-                True,
-                "a vision-language model merges the image features into the full-sequence token "
-                "embeddings on the first stage, which sequence parallelism would scatter first",
-                "set model.sequence_parallel=false",
-            )
         if self.context_parallel_size > 1:
             raise model_error(
                 "context_parallel_size",
@@ -147,4 +139,7 @@ class VLMModelProvider(GPTModelProvider):
             "vision": vision,
             "positions": positions,
             "attention_mask_of": mask_of(self.vlm_config) if mask_of is not None else None,
+            # sequence parallelism: the embeddings stay whole until the image features are merged
+            # (VisionLanguageModel scatters them then)
+            "scatter_embedding_sequence_parallel": False,
         }

@@ -506,10 +506,9 @@ class ParallelLayout:
                 fail("cp", self.cp, "Mamba layers are not run under context parallelism", "use cp=1")
         if m.hybrid_pattern is not None and self.vpp:
             fail("vpp", self.vpp, "a hybrid model builds no virtual pipeline stages", "use vpp=None")
-        if m.vision_params and (self.cp > 1 or self.sequence_parallel):
-            name, value = ("cp", self.cp) if self.cp > 1 else ("sequence_parallel", True)
-            fail(name, value, "a vision-language model merges image features into the whole sequence",
-                 "use cp=1 and sequence_parallel=False")  # fmt: skip
+        if m.vision_params and self.cp > 1:
+            fail("cp", self.cp, "a vision-language model merges each sample's image features into its whole "
+                 "sequence, of which a context-parallel rank holds a part", "use cp=1")  # fmt: skip
 
     # ---- pipeline stages ------------------------------------------------------------------------------
 

@@ -324,7 +324,10 @@ def make_tiny_qwen3_vl_moe(out: Path, seed: int = 0):
     shape tells its layout)."""
     names = ("Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration", "Qwen3VLProcessor")
     rope = dict(rope_type="default", mrope_section=[2, 3, 3], mrope_interleaved=True)
-    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24, decoder_sparse_step=1)
+    # the router's auxiliary loss off (coefficient 0, which bridge reads): transformers adds it only with
+    # output_router_logits, so finetuning compares the language-model loss alone
+    moe = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24, decoder_sparse_step=1,
+               router_aux_loss_coef=0.0)  # fmt: skip
     return _make_tiny_qwen(out, seed, names, TINY_QWEN3_VISION, rope, head_dim=16, **moe)
 
 

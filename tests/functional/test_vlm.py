@@ -57,7 +57,8 @@ def _close(ours: dict, ref: dict, rel: float) -> None:
     [("llava", "tp1"), ("llava", "tp2"), ("llava", "pp2"), ("llava", "dp2"), ("llava", "fsdp2"), ("llava", "ddp"),
      ("qwen25_vl", "tp1"), ("qwen25_vl", "tp2"), ("qwen25_vl", "pp2"), ("qwen25_vl", "fsdp2"),
      ("gemma3_vl", "tp1"), ("gemma3_vl", "tp2"), ("gemma3_vl", "pp2"),
-     ("qwen3_vl", "tp1"), ("qwen3_vl", "tp2"), ("qwen3_vl", "pp2"),
+     ("qwen3_vl", "tp1"), ("qwen3_vl", "tp2"), ("qwen3_vl", "pp2"), ("qwen3_vl", "tp2sp"),
+     ("qwen3_vl_moe", "tp1"), ("qwen3_vl_moe", "tp2sp"), ("qwen3_vl_moe", "ep2"),
      # the projector alone (model.freeze_language_model=true) on generated conversations (dataset.kind=mock_vlm)
      ("llava_projector", "tp1"), ("llava_projector", "pp2"),
      pytest.param("mistral3", "tp1", marks=pytest.mark.skip(reason=MISTRAL3_SKIP))],

@@ -117,6 +117,13 @@ OVER_MEMORY = {
     "gemma3_vl_27b_sft_16gpu_h100_bf16_config": "activations",
     # Qwen3-VL 8B's LoRA on one H100 with the vision tower trained, as Qwen2.5-VL 7B's
     "qwen3_vl_8b_peft_1gpu_h100_bf16_config": "activations",
+    # Qwen3-VL-MoE without recomputation: 8 routed experts per token keep ~47 hidden-widths of values per
+    # token and layer (4096 tokens x micro batch 2); the SFTs' fp32 Adam states at EP alone (DP over the
+    # attention) on top
+    "qwen3_vl_30b_a3b_sft_8gpu_h100_bf16_config": "states",
+    "qwen3_vl_30b_a3b_peft_4gpu_h100_bf16_config": "activations",
+    "qwen3_vl_235b_a22b_sft_32gpu_h100_bf16_config": "states",
+    "qwen3_vl_235b_a22b_peft_16gpu_h100_bf16_config": "activations",
 }
 
 

@@ -258,3 +258,48 @@ def test_qwen25_vl_flat_config_reads_as_the_nested_one(sources):
     ]
     assert ours[0] == ours[1]
     assert (ours[0]["position_embedding_type"], ours[0]["mrope_section"]) == ("mrope", [2, 3, 3])
+
+
+def test_qwen3_vl_moe_reads_either_expert_layout_and_writes_back_the_one_it_read(sources, tmp_path):
+    """transformers' Qwen3-VL-MoE holds gate_up_proj as [experts, 2 * ffn, hidden] (as its save_pretrained
+    writes them) while the published checkpoints store [experts, hidden, 2 * ffn] (and down_proj the other
+    way round); its loader takes both. bridge reads both to transformers' logits and writes each back in
+    its own layout: save_hf_pretrained, and through a Megatron checkpoint (import_ckpt / export_ckpt)."""
+    import shutil
+
+    import transformers
+    from safetensors.torch import load_file, save_file
+
+    from bridge import AutoBridge
+    from bridge.conversion.streaming import stream_export
+
+    folder, hf, batch = sources["qwen3_vl_moe"]
+    published = tmp_path / "published"
+    shutil.copytree(folder, published)
+    for shard in published.glob("*.safetensors"):
+        tensors = load_file(shard)
+        stacked = [n for n in tensors if n.endswith(("experts.gate_up_proj", "experts.down_proj"))]
+        assert stacked
+        for n in stacked:
+            tensors[n] = tensors[n].transpose(1, 2).contiguous()
+        save_file(tensors, shard, metadata={"format": "pt"})
+    cls = transformers.Qwen3VLMoeForConditionalGeneration
+    # the reference: transformers loads the published layout into the same model
+    theirs = cls.from_pretrained(published).state_dict()
+    assert all(torch.equal(t, theirs[n]) for n, t in cls.from_pretrained(folder).state_dict().items())
+
+    with torch.no_grad():
+        ref = hf(**batch).logits.float()
+    keep = batch["attention_mask"].bool()
+    for source in (folder, published):
+        bridge = AutoBridge.from_hf_pretrained(source)
+        chunks = bridge.to_megatron_provider(load_weights=True).provide_distributed_model(wrap_with_ddp=False)
+        diff = (_megatron_logits(chunks[0], batch, hf.config.text_config.vocab_size) - ref)[keep].abs().max()
+        assert diff <= logits_tolerance(ref[keep], hf.config), (source.name, diff.item())
+        out = tmp_path / f"{source.name}_export"
+        bridge.save_hf_pretrained(chunks, out)
+        assert bit_identical(read_tensors(source), read_tensors(out)) is None, source.name
+        megatron = tmp_path / f"{source.name}_megatron"
+        AutoBridge.import_ckpt(source, megatron)
+        stream_export(megatron, tmp_path / f"{source.name}_back")
+        assert bit_identical(read_tensors(source), read_tensors(tmp_path / f"{source.name}_back")) is None

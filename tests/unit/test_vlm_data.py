@@ -108,7 +108,7 @@ def test_vlm_data_needs_a_vision_language_model(tmp_path):
 
 
 @pytest.mark.usefixtures("single_process_groups")
-@pytest.mark.parametrize("family", ["llava", "qwen25_vl", "qwen3_vl", "gemma3_vl", "mistral3"])
+@pytest.mark.parametrize("family", ["llava", "qwen25_vl", "qwen3_vl", "qwen3_vl_moe", "gemma3_vl", "mistral3"])
 def test_lora_adapter_logits_equal_the_merged_export(tmp_path, family):
     """bridge's LoRA on the language model exported both ways: peft's adapter on transformers' model equals
     the merged folder (fp32; the bound below). The adapter is keyed by transformers' module names (Qwen2.5-VL's
@@ -127,7 +127,9 @@ def test_lora_adapter_logits_equal_the_merged_export(tmp_path, family):
     batch = processed_batch(hf, data, 2)
     bridge = AutoBridge.from_hf_pretrained(hf)
     chunks = bridge.to_megatron_provider().provide_distributed_model(wrap_with_ddp=False)
-    apply_peft(chunks, PeftConfig(scheme="lora", dim=4, alpha=8.0), seed=0)
+    # peft adapts nn.Linear modules: stacked experts (Qwen3-VL-MoE) take adapters on the attention only
+    targets = {"target_modules": ["linear_qkv", "linear_proj"]} if family == "qwen3_vl_moe" else {}
+    apply_peft(chunks, PeftConfig(scheme="lora", dim=4, alpha=8.0, **targets), seed=0)
     with torch.no_grad():  # B is zero at init: give the adapters values so the check can fail
         for name, p in chunks[0].named_parameters():
             if "adapter" in name or "lora" in name:
@@ -148,18 +150,23 @@ def test_lora_adapter_logits_equal_the_merged_export(tmp_path, family):
     assert (adapted - ref).abs().max() <= 64 * ulp, float((adapted - ref).abs().max() / ulp)
 
 
-def test_the_provider_refuses_sequence_and_context_parallelism_and_the_planner_proposes_neither():
+def test_the_provider_refuses_context_parallelism_and_takes_sequence_parallelism():
     from bridge.cli.plan import resolve_model
     from bridge.models import preset
+    from bridge.parallel.layout import ParallelLayout
 
-    p = preset("llava15_7b")
-    p.finalize()
-    for field, value in (("sequence_parallel", True), ("context_parallel_size", 2)):
-        q = preset("llava15_7b")
-        setattr(q, field, value)
-        with pytest.raises(ConfigError, match=f"model.{field} = {value}: a vision-language model merges"):
-            q.finalize()
-    assert resolve_model("llava15_7b")[1] == {"sequence_parallel": False}
+    q = preset("llava15_7b")
+    q.context_parallel_size = 2
+    with pytest.raises(ConfigError, match="model.context_parallel_size = 2: a vision-language model merges"):
+        q.finalize()
+    q = preset("llava15_7b")
+    q.tensor_model_parallel_size, q.sequence_parallel = 2, True
+    q.finalize()
+    shape, defaults = resolve_model("llava15_7b")
+    assert defaults == {}  # the planner may propose sequence parallelism
+    with pytest.raises(ConfigError, match=r"cp \(model.context_parallel_size\) = 2: a vision-language model merges"):
+        ParallelLayout(world_size=2, cp=2, model=shape)
+    ParallelLayout(world_size=2, tp=2, sequence_parallel=True, model=shape)
 
 
 def _plan(path, skip: bool, samples: int = 3):

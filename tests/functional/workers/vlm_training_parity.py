@@ -46,13 +46,19 @@ LAYOUTS = {
     "dp2": [],
     "fsdp2": ["distributed.strategy=fsdp2"],  # DP=2 on PyTorch's fully_shard, the vision side sharded too
     "ddp": ["distributed.strategy=ddp"],  # DP=2 on torch DDP
+    "ep2": ["model.expert_model_parallel_size=2"],  # two experts per rank (a MoE language model)
+    # sequence parallelism: the image features merged into the whole sequence, then scattered
+    "tp2sp": ["model.tensor_model_parallel_size=2", "model.sequence_parallel=true"],
 }
+QWEN_VL = ("qwen25_vl", "qwen3_vl", "qwen3_vl_moe")  # image grids (image_grid_thw), M-RoPE
 # the 2-rank layouts each family trains at (M-RoPE: PP=2 checks the positions of the second stage)
 FAMILY_LAYOUTS = {
     "llava": ("tp2", "pp2", "dp2", "fsdp2", "ddp"),
     "qwen25_vl": ("tp2", "pp2", "fsdp2"),
     "gemma3_vl": ("tp2", "pp2"),
-    "qwen3_vl": ("tp2", "pp2"),  # PP=2: DeepStack's layer 0 on the first stage, M-RoPE on both
+    "qwen3_vl": ("tp2", "pp2", "tp2sp"),  # PP=2: DeepStack's layer 0 on the first stage, M-RoPE on both
+    # stacked experts split over TP (Megatron-Core trains MoE at TP > 1 with sequence parallelism) and EP
+    "qwen3_vl_moe": ("tp2sp", "ep2"),
 }
 FINETUNED = tuple(FAMILY_LAYOUTS)  # the families whose finetune is compared; the others convert only
 CONVERT_ONLY = tuple(f for f in VLM_FAMILIES if f not in FAMILY_LAYOUTS)
@@ -76,7 +82,7 @@ def _hf_inputs(family: str, model, b: dict) -> dict:
     inputs = {"input_ids": b["tokens"], "pixel_values": b["pixel_values"]}
     if family == "gemma3_vl":
         inputs["token_type_ids"] = (b["tokens"] == model.config.image_token_id).long()
-    if family in ("qwen25_vl", "qwen3_vl"):
+    if family in QWEN_VL:
         inputs["image_grid_thw"] = b["image_grid_thw"]
         inputs["mm_token_type_ids"] = (b["tokens"] == model.config.image_token_id).int()
     return inputs
@@ -237,7 +243,7 @@ def _segment_inputs(family: str, model, b: dict) -> list[dict]:
     and t*h*w patch rows of its grid)."""
     bounds = b["cu_seqlens"].reshape(-1).tolist()
     token = model.config.image_token_id
-    qwen = family in ("qwen25_vl", "qwen3_vl")
+    qwen = family in QWEN_VL
     if qwen:
         grid = b["image_grid_thw"]
         rows = grid.prod(-1).tolist()
@@ -282,6 +288,8 @@ def convert_tp2(workdir: str, family: str) -> None:
     bridge = AutoBridge.from_hf_pretrained(folder)
     provider = bridge.to_megatron_provider()
     provider.tensor_model_parallel_size = 2
+    # a MoE language model at TP > 1 runs with sequence parallelism (the whole sequence merged, then scattered)
+    provider.sequence_parallel = bool(provider.num_moe_experts)
     provider.parallel_output = False  # every rank gets the whole vocabulary
     chunk = provider.provide_distributed_model(wrap_with_ddp=False)[0]
     ids = batch["input_ids"]
