@@ -72,7 +72,12 @@ CONFIG = {
 MODELS = {
     "qwen3_vl_8b": ("Qwen3-VL 8B", presets.qwen3_vl_8b, "qwen3_vl", QWEN3_VL),
     "qwen3_vl_30b_a3b": ("Qwen3-VL 30B-A3B", moe_presets.qwen3_vl_30b_a3b, "qwen3_vl_moe", QWEN3_VL_MOE),
-    "qwen3_vl_235b_a22b": ("Qwen3-VL 235B-A22B", moe_presets.qwen3_vl_235b_a22b, "qwen3_vl_moe", QWEN3_VL_MOE),
+    "qwen3_vl_235b_a22b": (
+        "Qwen3-VL 235B-A22B",
+        moe_presets.qwen3_vl_235b_a22b,
+        "qwen3_vl_moe",
+        QWEN3_VL_MOE,
+    ),
 }
 SP_AT_TP = "Megatron-Bridge's Qwen3-VL-MoE provider turns sequence parallelism on at TP > 1: on"
 # bridge's adapters do not cover expert layers yet (bridge.config.finetune_rules)
@@ -108,8 +113,15 @@ ROWS = (
     _row("qwen3_vl_30b_a3b", "pretrain", 8, dict(tp=4, pp=2, ep=4, sp=True)),
     _row("qwen3_vl_30b_a3b", "sft", 8, dict(ep=8)),
     _row("qwen3_vl_30b_a3b", "peft", 4, dict(ep=4), peft=ATTENTION_LORA, note=LORA_NOTE),
-    _row("qwen3_vl_235b_a22b", "sft", 32, dict(tp=4, ep=32, sp=True), run=SFT_235B, note=SP_AT_TP,
-         config={**CONFIG["sft"], "validation.eval_iters": 32}),
+    _row(
+        "qwen3_vl_235b_a22b",
+        "sft",
+        32,
+        dict(tp=4, ep=32, sp=True),
+        run=SFT_235B,
+        note=SP_AT_TP,
+        config={**CONFIG["sft"], "validation.eval_iters": 32},
+    ),
     _row("qwen3_vl_235b_a22b", "peft", 16, dict(ep=16), peft=ATTENTION_LORA, note=LORA_NOTE),
 )
 

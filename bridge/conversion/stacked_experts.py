@@ -277,7 +277,9 @@ def stacked_exporter(exporter, family, source_shapes: dict[str, tuple[int, ...]]
     layout of the source checkpoint's (`source_shapes`) where the family's model may hold another."""
     if not family.stacked_experts:
         return exporter
-    return StackedExporter(exporter, family.stacked_experts, family.stacked_transposed_in_model, source_shapes)
+    return StackedExporter(
+        exporter, family.stacked_experts, family.stacked_transposed_in_model, source_shapes
+    )
 
 
 def written_name(family, name: str) -> str:

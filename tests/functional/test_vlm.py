@@ -72,7 +72,7 @@ def test_image_text_finetune_equals_transformers(out, family, layout):
     assert ref["losses"]["5"] < ref["losses"]["1"]  # it learns
 
 
-@pytest.mark.parametrize("family", ["llava", "qwen25_vl", "qwen3_vl"])
+@pytest.mark.parametrize("family", ["llava", "qwen25_vl", "qwen3_vl", "qwen3_vl_moe"])
 @pytest.mark.parametrize("layout", ["tp1", "pp2"])
 def test_packed_image_text_finetune_equals_transformers_per_conversation(out, family, layout):
     """Packed rows (dataset.packed_sequence_size=96: several conversations per row, THD segments; Qwen2.5-VL's

@@ -542,7 +542,6 @@ VLM["qwen3_vl_8b"] = ("Qwen3VLConfig", dict(
 ))  # fmt: skip
 
 
-
 # Qwen/Qwen3-VL-30B-A3B-Instruct's and Qwen/Qwen3-VL-235B-A22B-Instruct's config.json: Qwen3-VL's image side
 # (its merger to the language model's width) and a Qwen3-MoE language model of 128 experts, 8 per token.
 def _qwen3_vl_moe(**text) -> tuple[str, dict]:

@@ -108,7 +108,9 @@ def test_vlm_data_needs_a_vision_language_model(tmp_path):
 
 
 @pytest.mark.usefixtures("single_process_groups")
-@pytest.mark.parametrize("family", ["llava", "qwen25_vl", "qwen3_vl", "qwen3_vl_moe", "gemma3_vl", "mistral3"])
+@pytest.mark.parametrize(
+    "family", ["llava", "qwen25_vl", "qwen3_vl", "qwen3_vl_moe", "gemma3_vl", "mistral3"]
+)
 def test_lora_adapter_logits_equal_the_merged_export(tmp_path, family):
     """bridge's LoRA on the language model exported both ways: peft's adapter on transformers' model equals
     the merged folder (fp32; the bound below). The adapter is keyed by transformers' module names (Qwen2.5-VL's
@@ -164,7 +166,9 @@ def test_the_provider_refuses_context_parallelism_and_takes_sequence_parallelism
     q.finalize()
     shape, defaults = resolve_model("llava15_7b")
     assert defaults == {}  # the planner may propose sequence parallelism
-    with pytest.raises(ConfigError, match=r"cp \(model.context_parallel_size\) = 2: a vision-language model merges"):
+    with pytest.raises(
+        ConfigError, match=r"cp \(model.context_parallel_size\) = 2: a vision-language model merges"
+    ):
         ParallelLayout(world_size=2, cp=2, model=shape)
     ParallelLayout(world_size=2, tp=2, sequence_parallel=True, model=shape)
 

@@ -16,7 +16,7 @@ from tests.functional.workers.vlm_models import load_processor, save_vlm_model, 
 from tests.tolerances import logits_tolerance
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-PACKED_FAMILIES = ("llava", "qwen25_vl", "qwen3_vl")
+PACKED_FAMILIES = ("llava", "qwen25_vl", "qwen3_vl", "qwen3_vl_moe")
 
 
 @pytest.fixture(scope="module", autouse=True)

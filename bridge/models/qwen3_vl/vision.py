@@ -103,5 +103,9 @@ def position_ids(
     grids; without images 0, 1, 2, ... on all three axes. Video tokens are refused (no video grids).
     `cu_seqlens`: a packed row's segments, each counted on its own."""
     return image_positions(
-        _rope_index(json.dumps(vlm_config, sort_keys=True), classes), input_ids, images, "Qwen3-VL", cu_seqlens
+        _rope_index(json.dumps(vlm_config, sort_keys=True), classes),
+        input_ids,
+        images,
+        "Qwen3-VL",
+        cu_seqlens,
     )

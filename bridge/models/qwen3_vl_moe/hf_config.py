@@ -31,7 +31,10 @@ def text_config(cfg: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     if text.get("model_type") != TEXT_MODEL_TYPE:
         raise refuse("text_config.model_type", text.get("model_type"), f"a Qwen3-VL-MoE language model is {TEXT_MODEL_TYPE!r}",
                      "convert a checkpoint saved by transformers' Qwen3VLMoeForConditionalGeneration")  # fmt: skip
-    as_qwen3_vl = {**cfg, "text_config": {**CLASS_DEFAULTS[TEXT_MODEL_TYPE], **text, "model_type": qwen3_vl.TEXT_MODEL_TYPE}}
+    as_qwen3_vl = {
+        **cfg,
+        "text_config": {**CLASS_DEFAULTS[TEXT_MODEL_TYPE], **text, "model_type": qwen3_vl.TEXT_MODEL_TYPE},
+    }
     out, rest = qwen3_vl.text_config(as_qwen3_vl)
     out = {**out, "model_type": "qwen3_moe", "norm_topk_prob": True}  # Qwen3VLMoeTextTopKRouter renormalizes
     return out, dict(rest, text_config={"model_type": TEXT_MODEL_TYPE})

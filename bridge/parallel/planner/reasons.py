@@ -89,8 +89,8 @@ def _speed_text(req: PlanRequest, count: ParamCount, choice: Choice, ranked: lis
     if others:
         nxt = others[0]
         text += (
-            f"; next of those: {nxt.layout.describe()} strategy={nxt.layout.strategy} vpp={nxt.layout.vpp} "
-            f"recompute={nxt.recompute}: {nxt.estimate.tokens_per_s_per_gpu:.0f}"
+            f"; next of those: {nxt.layout.describe()} recompute={nxt.recompute}: "  # describe(): strategy, VPP
+            f"{nxt.estimate.tokens_per_s_per_gpu:.0f}"
         )
     faster = [c for c in ranked if c.estimate.tokens_per_s_per_gpu > est.tokens_per_s_per_gpu]
     if faster:

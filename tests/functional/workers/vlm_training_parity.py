@@ -39,7 +39,7 @@ SEQ = 48  # 16 image tokens + a question and an answer of a few words
 IMAGE_KEYS = ("pixel_values", "image_grid_thw")
 PACKED = 96  # dataset.packed_sequence_size of the packed runs: two or so conversations per row
 # the families whose folders allow packing (PACKING_REFUSED None)
-PACKED_FAMILIES = ("llava", "qwen25_vl", "qwen3_vl")
+PACKED_FAMILIES = ("llava", "qwen25_vl", "qwen3_vl", "qwen3_vl_moe")
 LAYOUTS = {
     "tp2": ["model.tensor_model_parallel_size=2"],
     "pp2": ["model.pipeline_model_parallel_size=2"],  # the vision side on the first stage
