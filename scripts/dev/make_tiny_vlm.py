@@ -390,10 +390,11 @@ def pixtral_inputs(folder: Path, texts: list[str], images: list[list]) -> dict:
     return dict(tokens, pixel_values=pixels["pixel_values"], image_sizes=pixels["image_sizes"])
 
 
-def make_tiny_mistral3(out: Path, seed: int = 0):
+def make_tiny_mistral3(out: Path, seed: int = 0, tie: bool = False):
     """A random Mistral3ForConditionalGeneration (Pixtral tower, patch merger, Ministral 3 language model; fp32),
     its tokenizer (with the chat template) and Pixtral image processor in one Hugging Face folder (no
-    processor_config.json: PixtralProcessor needs torchvision; see pixtral_inputs)."""
+    processor_config.json: PixtralProcessor needs torchvision; see pixtral_inputs). `tie`: the output layer
+    is the embedding (as Ministral 3 3B's)."""
     import torch
     from transformers import Mistral3Config, Mistral3ForConditionalGeneration
 
@@ -404,10 +405,10 @@ def make_tiny_mistral3(out: Path, seed: int = 0):
     pixtral_image_processor().save_pretrained(out)
     config = Mistral3Config(
         vision_config=PIXTRAL_VISION,
-        text_config=dict(MINISTRAL3_TEXT, vocab_size=len(fast)),
+        text_config=dict(MINISTRAL3_TEXT, vocab_size=len(fast), tie_word_embeddings=tie),
         image_token_index=fast.convert_tokens_to_ids("[IMG]"),
         spatial_merge_size=2,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie,
     )
     config.dtype = torch.float32
     torch.manual_seed(seed)

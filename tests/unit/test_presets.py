@@ -592,8 +592,26 @@ VLM["mistral_small_31_24b"] = ("Mistral3Config", dict(
         "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "image_size",
         "patch_size", "head_dim", "hidden_act")},
 ))  # fmt: skip
-# mistralai/Ministral-3-8B-Base-2512's language model is transformers' Ministral3Config default
+# mistralai/Ministral-3-8B-Base-2512's language model is transformers' Ministral3Config default; the 3B's
+# and 14B's differ from it in these keys (the sources: bridge/models/ministral3/presets.py)
 PUBLISHED["ministral3_8b"] = ("Ministral3Config", {})
+MINISTRAL3_TEXT = {"ministral3_3b", "ministral3_8b", "ministral3_14b"}
+PUBLISHED["ministral3_3b"] = (
+    "Ministral3Config",
+    dict(hidden_size=3072, intermediate_size=9216, num_hidden_layers=26, tie_word_embeddings=True),
+)
+_ROPE_1E9 = dict(transformers.Ministral3Config().rope_parameters, rope_theta=1e9)
+PUBLISHED["ministral3_14b"] = (
+    "Ministral3Config",
+    dict(hidden_size=5120, intermediate_size=16384, num_hidden_layers=40, rope_parameters=_ROPE_1E9),
+)
+# mistralai/Ministral-3-{3B,8B,14B}-Instruct-2512: Mistral Small 3.1's image side (transformers' Mistral3Config
+# defaults, as above) on the Ministral 3 language model of the size
+for _size in ("3b", "8b", "14b"):
+    _text = PUBLISHED[f"ministral3_{_size}"][1]
+    VLM[f"ministral3_{_size}_instruct"] = ("Mistral3Config", dict(
+        VLM["mistral_small_31_24b"][1], tie_word_embeddings=_text.get("tie_word_embeddings", False),
+        text_config=dict(_text, model_type="ministral3")))  # fmt: skip
 PUBLISHED |= VLM
 ARCHITECTURE = {"Gemma3TextConfig": "Gemma3ForCausalLM", "Qwen3_5TextConfig": "Qwen3_5ForCausalLM"}
 # Vocabularies Megatron pads to a multiple of 128 (the padding rows are not HF parameters).
@@ -700,8 +718,8 @@ def test_deepseek_preset_math_equals_what_the_published_config_converts_to(name,
     "name",
     sorted(
         n
-        # ministral3_8b: transformers' class defaults, checked as converted (CONVERTED_FIELDS)
-        for n in set(PRESETS) - DEEPSEEK - OWN_EXPERT_KEYS - GPT_OSS - set(VLM) - {"ministral3_8b"}
+        # ministral3_*: transformers' class defaults (and YaRN), checked as converted (CONVERTED_FIELDS)
+        for n in set(PRESETS) - DEEPSEEK - OWN_EXPERT_KEYS - GPT_OSS - set(VLM) - MINISTRAL3_TEXT
         if not n.startswith(NOT_RMSNORM_GATED)
     ),
 )
@@ -969,7 +987,8 @@ def test_vlm_preset_equals_what_its_published_config_converts_to(name):
         for f in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
                   "vocab_size", "seq_length", "layernorm_epsilon", "rotary_base", "normalization",
                   "activation_func", "gated_linear_unit", "share_embeddings_and_output_weights",
-                  "add_qkv_bias", "position_embedding_type", "mrope_section")
+                  "add_qkv_bias", "position_embedding_type", "mrope_section", "yarn_rope_factor",
+                  "yarn_rope_original_max_position_embeddings", "llama4_attn_scale_beta")
         if f not in _NOT_MATH and getattr(p, f) != getattr(converted, f)
     }  # fmt: skip
     assert not differ, differ

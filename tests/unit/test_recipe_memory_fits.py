@@ -124,6 +124,12 @@ OVER_MEMORY = {
     "qwen3_vl_30b_a3b_peft_4gpu_h100_bf16_config": "activations",
     "qwen3_vl_235b_a22b_sft_32gpu_h100_bf16_config": "states",
     "qwen3_vl_235b_a22b_peft_16gpu_h100_bf16_config": "activations",
+    # Megatron-Bridge's Ministral 3 SFT recipes train every part with the distributed optimizer at DP=1:
+    # the 3B's fp32 Adam states on one H100 (69 GB) and the 14B's at TP4 leave no room for a 1540-px
+    # image's tower activations; the 8B's at TP2 (84 GB) exceed it alone
+    "ministral3_3b_sft_1gpu_h100_bf16_config": "activations",
+    "ministral3_8b_sft_2gpu_h100_bf16_config": "states",
+    "ministral3_14b_sft_4gpu_h100_bf16_config": "activations",
 }
 
 

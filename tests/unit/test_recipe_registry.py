@@ -75,7 +75,7 @@ B200 = Environment(
 
 def test_every_published_name_resolves_to_its_recipe():
     published = set(PUBLISHED["recipes"])
-    assert NOT_YET <= published and len(published) == 203
+    assert NOT_YET <= published and len(published) == 209
     assert published - NOT_YET <= set(RECIPES)
     for alias, canonical in PUBLISHED["aliases"].items():
         if canonical in NOT_YET:
@@ -199,8 +199,8 @@ def test_list_groups_by_family_and_kind_and_filters():
         "peft"
     ] * len(peft_families)
     # llama, qwen2, qwen3, qwen3_moe, gemma2, gemma3, gemma3_vl, deepseek, gpt_oss, glm4_moe, olmoe, exaone4,
-    # exaone_moe, qwen25_vl, qwen3_vl, qwen3_vl_moe
-    assert len(peft_families) == 16
+    # exaone_moe, qwen25_vl, qwen3_vl, qwen3_vl_moe, mistral3 (Ministral 3)
+    assert len(peft_families) == 17
     everything = list_lines(RECIPES.values())
     assert len([line for line in everything if not line.startswith("# ")]) == len(RECIPES)
     first = next(line for line in everything if line.startswith("llama32_1b_pretrain_1gpu_h100_bf16_config "))

@@ -13,6 +13,7 @@ from tests.functional.workers.vlm_models import (
     image_inputs,
     processed_batch,
     save_vlm_model,
+    tiny_vlm_script,
     write_conversations,
 )
 from tests.tolerances import logits_tolerance
@@ -48,12 +49,25 @@ def _megatron_logits(chunk, batch, vocab: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("family", list(VLM_FAMILIES))
 def test_image_text_logits_match_hf_and_export_is_bit_identical(family, sources, tmp_path):
+    _check_conversion(family, *sources[family], tmp_path)
+
+
+def test_tied_ministral3_logits_match_hf_and_export_is_bit_identical(tmp_path):
+    """Ministral 3 3B ties its output layer to the embedding (text_config and the outer config): one
+    table in both models, the export writes no lm_head, as transformers saves it."""
+    folder = tmp_path / "tied"
+    hf = tiny_vlm_script().make_tiny_mistral3(folder, tie=True).eval()
+    assert hf.lm_head.weight is hf.model.language_model.embed_tokens.weight
+    batch = processed_batch(folder, write_conversations(tmp_path / "data", 2, wide=True), count=2)
+    _check_conversion("mistral3", folder, hf, batch, tmp_path)
+
+
+def _check_conversion(family: str, folder, hf, batch, tmp_path) -> None:
     import transformers
 
     from bridge import AutoBridge
     from bridge.models.vlm_provider import VLMModelProvider
 
-    folder, hf, batch = sources[family]
     bridge = AutoBridge.from_hf_pretrained(folder)
     provider = bridge.to_megatron_provider(load_weights=True)
     assert isinstance(provider, VLMModelProvider) and provider.freeze_vision_model
