@@ -30,6 +30,7 @@ from bridge.models.qwen3_vl import presets
 from bridge.models.qwen3_vl_moe import presets as moe_presets
 from recipes.composition import Row, register
 from recipes.gpu_settings import COMMON, MOE_KERNELS, NATIVE_CROSS_ENTROPY
+from recipes.runs import EMBEDDING_AND_LOSS_IN_SPLIT
 
 QWEN3_VL = {**COMMON, **NATIVE_CROSS_ENTROPY}
 QWEN3_VL_MOE = {**QWEN3_VL, **MOE_KERNELS, "moe_token_dispatcher_type": "alltoall"}
@@ -99,7 +100,7 @@ def _row(key: str, kind: str, gpus: int, layout: dict, **more) -> Row:
         layout=layout,
         run=more.pop("run", RUNS[kind]),
         settings=settings,
-        model=TRAINS[kind],
+        model={**TRAINS[kind], **more.pop("model", {})},
         config=more.pop("config", CONFIG[kind]),
         aliases=(f"{key}_{kind}{mock}_config",),
         **more,
@@ -111,6 +112,18 @@ ROWS = (
     _row("qwen3_vl_8b", "sft", 2, dict(tp=2)),
     _row("qwen3_vl_8b", "peft", 1, {}),
     _row("qwen3_vl_30b_a3b", "pretrain", 8, dict(tp=4, pp=2, ep=4, sp=True)),
+    # context parallelism: each micro batch's loss summed per token and not averaged in the collective
+    # (Megatron-Bridge's provider sets the first at CP > 1, the recipe the second); 94 layers over 16 stages
+    # with the embedding and the loss counted as layers (6 each), as the text Qwen3-235B-A22B's recipes
+    _row(
+        "qwen3_vl_235b_a22b",
+        "pretrain",
+        256,
+        dict(tp=4, pp=16, cp=2, ep=8, sp=True),
+        model={"calculate_per_token_loss": True, **EMBEDDING_AND_LOSS_IN_SPLIT},
+        config={**CONFIG["pretrain"], "distributed.average_in_collective": False},
+        note="94 decoder layers over 16 pipeline stages: the embedding and the loss count as layers (6 each)",
+    ),
     _row("qwen3_vl_30b_a3b", "sft", 8, dict(ep=8)),
     _row("qwen3_vl_30b_a3b", "peft", 4, dict(ep=4), peft=ATTENTION_LORA, note=LORA_NOTE),
     _row(
@@ -138,6 +151,8 @@ qwen3_vl_8b_peft_1gpu_h100_bf16_config = _functions["qwen3_vl_8b_peft_1gpu_h100_
 qwen3_vl_8b_peft_config = qwen3_vl_8b_peft_1gpu_h100_bf16_config
 qwen3_vl_30b_a3b_pretrain_8gpu_h100_bf16_mock_config = _functions["qwen3_vl_30b_a3b_pretrain_8gpu_h100_bf16_mock_config"]
 qwen3_vl_30b_a3b_pretrain_mock_config = qwen3_vl_30b_a3b_pretrain_8gpu_h100_bf16_mock_config
+qwen3_vl_235b_a22b_pretrain_256gpu_h100_bf16_mock_config = _functions["qwen3_vl_235b_a22b_pretrain_256gpu_h100_bf16_mock_config"]
+qwen3_vl_235b_a22b_pretrain_mock_config = qwen3_vl_235b_a22b_pretrain_256gpu_h100_bf16_mock_config
 qwen3_vl_30b_a3b_sft_8gpu_h100_bf16_config = _functions["qwen3_vl_30b_a3b_sft_8gpu_h100_bf16_config"]
 qwen3_vl_30b_a3b_sft_config = qwen3_vl_30b_a3b_sft_8gpu_h100_bf16_config
 qwen3_vl_30b_a3b_peft_4gpu_h100_bf16_config = _functions["qwen3_vl_30b_a3b_peft_4gpu_h100_bf16_config"]

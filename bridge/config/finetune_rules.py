@@ -151,6 +151,16 @@ def _check_vlm_packing(cfg: ConfigContainer, running: frozenset[str] | None) -> 
             f"packing image-text conversations is refused for the {model.vision_family()} family: {why}",
             "set dataset.packed_sequence_size=0 (one conversation per row)",
         )
+    cp = model.context_parallel_size or 1
+    if cp > 1:
+        raise config_error(
+            "dataset.packed_sequence_size",
+            n,
+            f"packed image-text rows under context parallelism (cp={cp}): each context-parallel rank takes "
+            "chunks of every segment, while the vision-language model merges the images over the whole row "
+            "and keeps the row's chunks",
+            "set dataset.packed_sequence_size=0, or model.context_parallel_size=1",
+        )
     fused = model.apply_rope_fusion if running is None else "apply_rope_fusion" in running
     if model.position_embedding_type == "mrope" and fused:
         raise config_error(

@@ -86,6 +86,7 @@ def _vision_shape(p: GPTFields) -> dict:
         "frozen_params": frozen,
         "image_tokens": sizes.image_tokens,
         "vision_activations": sizes.activations,
+        "vision_cp_refused": p.context_parallel_refused(),
     }
 
 

@@ -24,6 +24,11 @@ Sequence parallelism: the embedding layer is built not to scatter (the provider'
 `scatter_embedding_sequence_parallel=False`), the first stage merges the image features into the whole
 sequence and then scatters it (and DeepStack's residuals) over the tensor-parallel ranks; the scatter's
 backward gathers the gradient, so the replicated image side gets the whole sequence's on every rank.
+Context parallelism: each rank's batch holds its 2 of the 2*cp sequence chunks (bridge.training.forward_step)
+and, in `whole_input_ids`, the whole sequence's token ids: the first stage embeds and merges the whole
+sequence, then keeps this rank's chunks (as Megatron-Core's get_batch_on_this_cp_rank cuts the batch);
+M-RoPE ids are computed over the whole sequence on every stage (Megatron-Core's rotary embedding cuts its
+table to the rank's chunks itself).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Any
 
 import torch
 from megatron.core import tensor_parallel
+from megatron.core.models.common.embeddings.rope_utils import get_pos_emb_on_this_cp_rank
 from megatron.core.models.gpt import GPTModel
 
 from bridge.errors import ConfigError
@@ -161,25 +167,39 @@ class VisionLanguageModel(GPTModel):
         labels: torch.Tensor | None = None,
         *args: Any,
         images: dict[str, torch.Tensor] | None = None,
+        whole_input_ids: torch.Tensor | None = None,
         **kwargs: Any,
     ):
         """GPTModel.forward; `images` (the processor's image tensors, e.g. pixel_values) are encoded by
         the vision side and merged into the token embeddings on the first stage. With the family's
-        `positions`, the position ids are computed from the tokens and images (given [b, s] ones ignored)."""
+        `positions`, the position ids are computed from the tokens and images (given [b, s] ones ignored).
+        `whole_input_ids`: with context parallelism, the whole sequence's ids (`input_ids` is this rank's
+        chunks)."""
+        cp_group = self.pg_collection.cp if self.config.context_parallel_size > 1 else None
+        if cp_group is not None and whole_input_ids is None:
+            raise ValueError("context parallelism: a vision-language model needs the whole sequence's ids")
+        ids = whole_input_ids if cp_group is not None else input_ids  # what images and M-RoPE are read from
         if self.positions is not None and (position_ids is None or position_ids.dim() != 3):
             # (given [3, b, s] ids: generation's); a packed row (THD): each segment's ids on its own
             packed = kwargs.get("packed_seq_params")
             segments = {} if packed is None else {"cu_seqlens": packed.cu_seqlens_q}
-            position_ids = self.positions(input_ids, images or {}, **segments)
+            position_ids = self.positions(ids, images or {}, **segments)
         if self.attention_mask_of is not None and input_ids is not None:
             attention_mask = self.attention_mask_of(input_ids, attention_mask)
         if self.pre_process and decoder_input is None:
             self._visual_residuals = None  # this batch's, if it has images
         scatter = self.config.sequence_parallel and self.pre_process and decoder_input is None
-        if (images or scatter) and self.pre_process and decoder_input is None:
-            decoder_input = self.embedding(input_ids=input_ids, position_ids=position_ids)
+        whole = (images or scatter or cp_group is not None) and self.pre_process and decoder_input is None
+        if whole:
+            decoder_input = self.embedding(input_ids=ids, position_ids=None)
             if images:
-                decoder_input = self._merge_visual(decoder_input, input_ids, images)
+                decoder_input = self._merge_visual(decoder_input, ids, images)
+            if cp_group is not None:  # this rank's chunks r and 2*cp-1-r of the whole sequence
+                decoder_input = get_pos_emb_on_this_cp_rank(decoder_input, 0, cp_group)
+                if self._visual_residuals is not None:
+                    self._visual_residuals = [
+                        get_pos_emb_on_this_cp_rank(r, 0, cp_group) for r in self._visual_residuals
+                    ]
             if scatter:  # this rank's part of the sequence, as the embedding layer would have scattered it
                 decoder_input = tensor_parallel.scatter_to_sequence_parallel_region(decoder_input)
                 if self._visual_residuals is not None:

@@ -48,12 +48,12 @@ class VLMModelProvider(GPTModelProvider):
     def finalize(self) -> None:
         super().finalize()
         self.vision_family()
-        if self.context_parallel_size > 1:
+        why = self.context_parallel_refused()
+        if self.context_parallel_size > 1 and why is not None:
             raise model_error(
                 "context_parallel_size",
                 self.context_parallel_size,
-                "a vision-language model merges each sample's image features into its token embeddings, "
-                "and a context-parallel rank holds only some of the sample's image tokens",
+                f"context parallelism is refused for the {self.vision_family()} family: {why}",
                 "set model.context_parallel_size=1",
             )
 
@@ -109,6 +109,12 @@ class VLMModelProvider(GPTModelProvider):
         packs them; a family that declares nothing is refused (packing is allowed where it is tested)."""
         package = importlib.import_module(f"bridge.models.{self.vision_family()}")
         return getattr(package, "PACKING_REFUSED", "its folder declares no PACKING_REFUSED (not tested)")
+
+    def context_parallel_refused(self) -> str | None:
+        """Why the family refuses context parallelism (its folder's `CONTEXT_PARALLEL_REFUSED`), None when
+        it takes it (tested against transformers); a family that declares nothing is refused."""
+        package = importlib.import_module(f"bridge.models.{self.vision_family()}")
+        return getattr(package, "CONTEXT_PARALLEL_REFUSED", "its folder declares no CONTEXT_PARALLEL_REFUSED")
 
     def vision_module(self):
         """The family's vision module (bridge.models.<family>.vision; imports torch and transformers)."""

@@ -82,6 +82,8 @@ class ModelShape:
     frozen_params: int = 0
     image_tokens: int = 0
     vision_activations: int = 0
+    # why the vision-language family refuses context parallelism (its folder's CONTEXT_PARALLEL_REFUSED)
+    vision_cp_refused: str | None = None
 
     def mtp_kind(self) -> tuple[bool, bool, str | None]:
         """The kind of the MTP block's decoder layer: the last layer's MLP, softmax attention."""
@@ -506,9 +508,9 @@ class ParallelLayout:
                 fail("cp", self.cp, "Mamba layers are not run under context parallelism", "use cp=1")
         if m.hybrid_pattern is not None and self.vpp:
             fail("vpp", self.vpp, "a hybrid model builds no virtual pipeline stages", "use vpp=None")
-        if m.vision_params and self.cp > 1:
-            fail("cp", self.cp, "a vision-language model merges each sample's image features into its whole "
-                 "sequence, of which a context-parallel rank holds a part", "use cp=1")  # fmt: skip
+        if m.vision_cp_refused is not None and self.cp > 1:
+            fail("cp", self.cp, f"context parallelism is refused for this vision-language model: {m.vision_cp_refused}",
+                 "use cp=1")  # fmt: skip
 
     # ---- pipeline stages ------------------------------------------------------------------------------
 

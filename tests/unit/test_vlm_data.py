@@ -152,25 +152,30 @@ def test_lora_adapter_logits_equal_the_merged_export(tmp_path, family):
     assert (adapted - ref).abs().max() <= 64 * ulp, float((adapted - ref).abs().max() / ulp)
 
 
-def test_the_provider_refuses_context_parallelism_and_takes_sequence_parallelism():
+def test_context_and_sequence_parallelism_where_the_family_takes_them():
+    """LLaVA takes CP and SP (both tested against transformers in tests/functional/test_vlm.py); Gemma 3's
+    image-block attention mask refuses CP, in the provider and in the planner's layout alike."""
     from bridge.cli.plan import resolve_model
     from bridge.models import preset
     from bridge.parallel.layout import ParallelLayout
 
-    q = preset("llava15_7b")
+    q = preset("gemma3_4b_it")
     q.context_parallel_size = 2
-    with pytest.raises(ConfigError, match="model.context_parallel_size = 2: a vision-language model merges"):
+    with pytest.raises(ConfigError, match="model.context_parallel_size = 2: context parallelism is refused for "
+                                          "the gemma3_vl family: its image tokens attend"):  # fmt: skip
         q.finalize()
-    q = preset("llava15_7b")
-    q.tensor_model_parallel_size, q.sequence_parallel = 2, True
-    q.finalize()
-    shape, defaults = resolve_model("llava15_7b")
-    assert defaults == {}  # the planner may propose sequence parallelism
-    with pytest.raises(
-        ConfigError, match=r"cp \(model.context_parallel_size\) = 2: a vision-language model merges"
-    ):
-        ParallelLayout(world_size=2, cp=2, model=shape)
-    ParallelLayout(world_size=2, tp=2, sequence_parallel=True, model=shape)
+    for field, value in (("context_parallel_size", 2), ("sequence_parallel", True)):
+        q = preset("llava15_7b")
+        q.tensor_model_parallel_size = 2
+        setattr(q, field, value)
+        q.finalize()
+    llava, defaults = resolve_model("llava15_7b")
+    assert defaults == {}  # the planner may propose either
+    ParallelLayout(world_size=4, tp=2, cp=2, sequence_parallel=True, model=llava)
+    gemma, _ = resolve_model("gemma3_4b_it")
+    with pytest.raises(ConfigError, match=r"cp \(model.context_parallel_size\) = 2: context parallelism is "
+                                          "refused for this vision-language model: its image tokens"):  # fmt: skip
+        ParallelLayout(world_size=2, cp=2, model=gemma)
 
 
 def _plan(path, skip: bool, samples: int = 3):

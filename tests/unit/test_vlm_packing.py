@@ -199,6 +199,7 @@ def _vlm_run(preset_name: str, **model_fields):
             {"apply_rope_fusion": True},
             "model.apply_rope_fusion = True: a packed row's M-RoPE",
         ),
+        ("llava15_7b", {"context_parallel_size": 2}, "packed image-text rows under context parallelism"),
     ],
 )
 def test_families_that_do_not_pack_are_refused_before_launch(preset_name, fields, match):

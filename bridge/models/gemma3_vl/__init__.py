@@ -16,3 +16,10 @@ REFUSED = "context parallelism; a `text_config.model_type` no text family conver
 PACKING_REFUSED: str | None = (
     "its language model runs bridge's soft-capped explicit attention (bridge/models/softcap_attention.py), which has no packed-sequence (THD) path, and its image tokens' bidirectional mask is not split per packed conversation"
 )
+
+# Context parallelism (model.context_parallel_size > 1): None = allowed (finetuning tested against
+# transformers at CP=2), else why it is refused.
+CONTEXT_PARALLEL_REFUSED: str | None = (
+    "its image tokens attend to their whole image (an attention mask), which context-parallel attention "
+    "does not take"
+)

@@ -26,3 +26,9 @@ REFUSED = "context parallelism; a `text_config.model_type` no text family conver
 PACKING_REFUSED: str | None = (
     "its image-text data path (Pixtral's processor, which needs torchvision) is not tested against transformers, packed or not"
 )
+
+# Context parallelism (model.context_parallel_size > 1): None = allowed (finetuning tested against
+# transformers at CP=2), else why it is refused.
+CONTEXT_PARALLEL_REFUSED: str | None = (
+    "its image-text finetuning is not tested against transformers here (the Pixtral processor needs torchvision)"
+)

@@ -25,7 +25,6 @@ from training_parity_hf import (
     CLIP,
     EPS,
     GLOBAL_BATCH,
-    ITERS,
     LR,
     MIN_LR,
     WARMUP,
@@ -36,6 +35,7 @@ from training_parity_hf import (
 from vlm_models import VLM_FAMILIES, save_vlm_model, tiny_vlm_script, write_conversations
 
 SEQ = 48  # 16 image tokens + a question and an answer of a few words
+ITERS = 8  # AdamW steps, each over every conversation (warm-up 2, then cosine decay to MIN_LR over all 8)
 IMAGE_KEYS = ("pixel_values", "image_grid_thw")
 PACKED = 96  # dataset.packed_sequence_size of the packed runs: two or so conversations per row
 # the families whose folders allow packing (PACKING_REFUSED None)
@@ -49,16 +49,18 @@ LAYOUTS = {
     "ep2": ["model.expert_model_parallel_size=2"],  # two experts per rank (a MoE language model)
     # sequence parallelism: the image features merged into the whole sequence, then scattered
     "tp2sp": ["model.tensor_model_parallel_size=2", "model.sequence_parallel=true"],
+    # context parallelism: the images merged over the whole sequence, each rank keeping its 2 of 4 chunks
+    "cp2": ["model.context_parallel_size=2"],
 }
 QWEN_VL = ("qwen25_vl", "qwen3_vl", "qwen3_vl_moe")  # image grids (image_grid_thw), M-RoPE
 # the 2-rank layouts each family trains at (M-RoPE: PP=2 checks the positions of the second stage)
 FAMILY_LAYOUTS = {
-    "llava": ("tp2", "pp2", "dp2", "fsdp2", "ddp"),
-    "qwen25_vl": ("tp2", "pp2", "fsdp2"),
+    "llava": ("tp2", "pp2", "dp2", "fsdp2", "ddp", "cp2"),
+    "qwen25_vl": ("tp2", "pp2", "fsdp2", "cp2"),
     "gemma3_vl": ("tp2", "pp2"),
-    "qwen3_vl": ("tp2", "pp2", "tp2sp"),  # PP=2: DeepStack's layer 0 on the first stage, M-RoPE on both
+    "qwen3_vl": ("tp2", "pp2", "tp2sp", "cp2"),  # PP=2: DeepStack's layer 0 on the first stage, M-RoPE on both
     # stacked experts split over TP (Megatron-Core trains MoE at TP > 1 with sequence parallelism) and EP
-    "qwen3_vl_moe": ("tp2sp", "ep2"),
+    "qwen3_vl_moe": ("tp2sp", "ep2", "cp2"),
 }
 FINETUNED = tuple(FAMILY_LAYOUTS)  # the families whose finetune is compared; the others convert only
 CONVERT_ONLY = tuple(f for f in VLM_FAMILIES if f not in FAMILY_LAYOUTS)
@@ -211,7 +213,7 @@ def run_transformers(
     model = cls.from_pretrained(f"{workdir}/hf_{name or family}", dtype=torch.float32, **extra).train()
     _projector_only(model) if projector_only else _freeze_encoder(family, model)
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    optimizer = megatron_adamw(trainable, lr_at(0))
+    optimizer = megatron_adamw(trainable, lr_at(0, ITERS))
     losses, grad_norms, lrs = {}, {}, {}
     for it in range(1, ITERS + 1):
         window = batches[(it - 1) * GLOBAL_BATCH : it * GLOBAL_BATCH]
@@ -229,9 +231,9 @@ def run_transformers(
                 loss_sum += float(loss)
         norm = torch.nn.utils.clip_grad_norm_([p for _, p in trainable], CLIP)
         for group in optimizer.param_groups:
-            group["lr"] = lr_at((it - 1) * GLOBAL_BATCH)
+            group["lr"] = lr_at((it - 1) * GLOBAL_BATCH, ITERS)
         optimizer.step()
-        losses[it], grad_norms[it], lrs[it] = loss_sum, float(norm), lr_at(it * GLOBAL_BATCH)
+        losses[it], grad_norms[it], lrs[it] = loss_sum, float(norm), lr_at(it * GLOBAL_BATCH, ITERS)
     emit("run", {"run": run or f"{name or family}:transformers", "losses": losses, "grad_norms": grad_norms,
                  "learning_rates": lrs})  # fmt: skip
 
