@@ -27,11 +27,12 @@ PRETRAIN_RUN = dict(
     eval_interval=2000,
 )
 FINETUNE_RUN = dict(seq_length=2048, packed=False, global_batch_size=128, adam_beta2=0.95, eval_interval=50)
-# Megatron-Bridge's default LoRA also adapts linear_fc1 / linear_fc2, in the MoE layers the experts, which
-# take no adapters in bridge yet
+# Megatron-Bridge's default LoRA also adapts linear_fc1 / linear_fc2, in the MoE layers the experts, and
+# bridge's expert adapters leave out shared experts, which GLM-4.5's layers hold (bridge.config.finetune_rules)
 ATTENTION_LORA = dict(target_modules=["linear_qkv", "linear_proj"])
 LORA_NOTE = (
-    "LoRA on the attention only: Megatron-Bridge's also adapts the MLPs and experts, which bridge cannot yet"
+    "LoRA on the attention only: Megatron-Bridge's also adapts the MLPs and experts, and bridge's expert "
+    "adapters do not cover GLM-4.5's shared experts"
 )
 
 # model -> (title, preset, first / last stage layers at the pretraining and SFT layout)

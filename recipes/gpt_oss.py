@@ -13,6 +13,7 @@ from __future__ import annotations
 from bridge.models.gpt_oss import presets
 from recipes.composition import Row, register, variant
 from recipes.gpu_settings import COMMON, MOE_KERNELS, NATIVE_CROSS_ENTROPY
+from recipes.runs import EXPERT_LORA_NOTE
 
 # Megatron-Bridge's GPT-OSS recipes: grouped GEMM, fused permutation, native fused cross-entropy
 GPT_OSS = {**COMMON, **MOE_KERNELS, **NATIVE_CROSS_ENTROPY}
@@ -29,10 +30,8 @@ FP8CS = dict(
 )
 MXFP8 = dict(run=dict(precision="bf16_with_mxfp8_mixed"), model=dict(moe_router_padding_for_fp8=True))
 MXFP8_NOTE = "MXFP8 needs compute capability 10.0 (Blackwell): on H100 the plan refuses it"
-# Megatron-Bridge's default LoRA also adapts linear_fc1 / linear_fc2, here the experts, which take no
-# adapters in bridge yet
 ATTENTION_LORA = dict(target_modules=["linear_qkv", "linear_proj"])
-LORA_NOTE = "LoRA on the attention only: Megatron-Bridge's also adapts the experts, which bridge cannot yet"
+LORA_NOTE = EXPERT_LORA_NOTE
 
 MODELS = {
     "gpt_oss_20b": ("GPT-OSS 20B", presets.gpt_oss_20b),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from bridge.models.olmoe.presets import olmoe_1b_7b
 from recipes.composition import Row, register
 from recipes.gpu_settings import COMMON, MOE_KERNELS, NATIVE_CROSS_ENTROPY
-from recipes.runs import FINETUNE_COMMON
+from recipes.runs import EXPERT_LORA_NOTE, FINETUNE_COMMON
 
 # Megatron-Bridge's OLMoE recipes: grouped GEMM, fused permutation, native fused cross-entropy
 OLMOE = {**COMMON, **MOE_KERNELS, **NATIVE_CROSS_ENTROPY}
@@ -64,9 +64,8 @@ ROWS = (
         1,
         {},
         FINETUNE_RUN,
-        # every OLMoE MLP is the experts, which take no adapters in bridge yet
-        peft=dict(target_modules=["linear_qkv", "linear_proj"]),
-        note="LoRA on the attention only: Megatron-Bridge's also adapts the experts, which bridge cannot yet",
+        peft=dict(target_modules=["linear_qkv", "linear_proj"]),  # every OLMoE MLP is the experts
+        note=EXPERT_LORA_NOTE,
     ),
 )
 

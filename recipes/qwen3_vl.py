@@ -30,7 +30,7 @@ from bridge.models.qwen3_vl import presets
 from bridge.models.qwen3_vl_moe import presets as moe_presets
 from recipes.composition import Row, register
 from recipes.gpu_settings import COMMON, MOE_KERNELS, NATIVE_CROSS_ENTROPY
-from recipes.runs import EMBEDDING_AND_LOSS_IN_SPLIT
+from recipes.runs import EMBEDDING_AND_LOSS_IN_SPLIT, EXPERT_LORA_NOTE
 
 QWEN3_VL = {**COMMON, **NATIVE_CROSS_ENTROPY}
 QWEN3_VL_MOE = {**QWEN3_VL, **MOE_KERNELS, "moe_token_dispatcher_type": "alltoall"}
@@ -81,9 +81,8 @@ MODELS = {
     ),
 }
 SP_AT_TP = "Megatron-Bridge's Qwen3-VL-MoE provider turns sequence parallelism on at TP > 1: on"
-# bridge's adapters do not cover expert layers yet (bridge.config.finetune_rules)
 ATTENTION_LORA = dict(target_modules=["linear_qkv", "linear_proj"])
-LORA_NOTE = "LoRA on the attention only: Megatron-Bridge's also adapts the experts, which bridge cannot yet"
+LORA_NOTE = EXPERT_LORA_NOTE
 
 
 def _row(key: str, kind: str, gpus: int, layout: dict, **more) -> Row:

@@ -55,3 +55,11 @@ EMBEDDING_AND_LOSS_IN_SPLIT = dict(
 FINETUNE_COMMON = dict(
     global_batch_size=128, eval_interval=100, save_interval=100, use_distributed_optimizer=True
 )
+
+# Megatron-Bridge's default LoRA also adapts linear_fc1 / linear_fc2, in a MoE layer every routed expert:
+# bridge's adapters take experts that run as one linear each (model.moe_grouped_gemm=false), and these
+# recipes run Megatron-Bridge's grouped GEMMs
+EXPERT_LORA_NOTE = (
+    "LoRA on the attention only: Megatron-Bridge's also adapts the experts, which bridge adapts only as "
+    "sequential experts (model.moe_grouped_gemm=false; add linear_fc1 / linear_fc2 to peft.target_modules)"
+)

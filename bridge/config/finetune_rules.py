@@ -226,7 +226,48 @@ def _layer_targets(model) -> set[str]:
     return found
 
 
-def check_peft(cfg: ConfigContainer) -> None:
+def _check_expert_targets(cfg: ConfigContainer, targets: list[str], running: frozenset[str] | None) -> None:
+    """linear_fc1 / linear_fc2 of a mixture-of-experts model adapt every routed expert (bridge.peft.apply):
+    one linear per expert (Megatron-Core's sequential experts), not the grouped-GEMM weights, and not a
+    layer's shared experts."""
+    experts = [t for t in targets if t in ("linear_fc1", "linear_fc2")]
+    m = cfg.model
+    if not (m.num_moe_experts and experts):
+        return
+    attention_only = "peft.target_modules=[linear_qkv,linear_proj]"
+    if m.moe_shared_expert_intermediate_size:
+        raise config_error(
+            "peft.target_modules",
+            targets,
+            f"{', '.join(experts)} adapt every expert of a mixture-of-experts layer, and this model's layers "
+            f"also hold shared experts (model.moe_shared_expert_intermediate_size="
+            f"{m.moe_shared_expert_intermediate_size}), which take no adapters in bridge",
+            f"adapt the attention only: {attention_only}",
+        )
+    etp = m.effective_expert_tensor_parallel_size()  # unset: the tensor-parallel size
+    if etp > 1:
+        raise config_error(
+            "peft.target_modules",
+            targets,
+            f"{', '.join(experts)} adapt every routed expert whole, and model.expert_tensor_parallel_size={etp} "
+            "splits the experts' linears over ranks",
+            f"set model.expert_tensor_parallel_size=1, or adapt the attention only: {attention_only}",
+        )
+    grouped = m.moe_grouped_gemm if running is None else "moe_grouped_gemm" in running
+    if grouped:
+        raise config_error(
+            "peft.target_modules",
+            targets,
+            f"{', '.join(experts)} adapt every routed expert through its own linear layer, and with "
+            "model.moe_grouped_gemm=true (active here) the experts are grouped-GEMM weights, which take no "
+            "adapters in bridge",
+            f"set model.moe_grouped_gemm=false, or adapt the attention only: {attention_only}",
+        )
+
+
+def check_peft(cfg: ConfigContainer, running: frozenset[str] | None = None) -> None:
+    """`running`: the performance settings this machine runs (bridge.config.performance); None reads the
+    requested values."""
     p = cfg.peft
     if p.scheme is None:
         return
@@ -271,15 +312,7 @@ def check_peft(cfg: ConfigContainer) -> None:
             f"remove {', '.join(absent)} from peft.target_modules",
         )
     check_mla_targets(cfg.model, targets)
-    experts = [t for t in targets if t in ("linear_fc1", "linear_fc2")]
-    if cfg.model.num_moe_experts and experts:
-        raise config_error(
-            "peft.target_modules",
-            targets,
-            f"{', '.join(experts)} of a mixture-of-experts model are its expert layers, which take no adapters "
-            "in bridge yet",
-            "target the attention only: peft.target_modules=[linear_qkv,linear_proj]",
-        )
+    _check_expert_targets(cfg, targets, running)
     if not cfg.checkpoint.pretrained_checkpoint:
         raise config_error(
             "checkpoint.pretrained_checkpoint",

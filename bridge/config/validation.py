@@ -68,7 +68,7 @@ def validate_config(
     check_strategy_available(cfg.distributed.strategy, cuda)
     check_fsdp2(cfg, layout)
     finetune_rules.check_sft_data(cfg, cuda, running)
-    finetune_rules.check_peft(cfg)
+    finetune_rules.check_peft(cfg, running)
     finetune_rules.check_hf_start(cfg)
     warnings += check_precision(cfg)
     check_fp8(cfg, env)

@@ -254,8 +254,8 @@ def adapter_parameters(shape: ModelShape, targets: Sequence[str], dim: int, magn
     A [dim, in] and B [out, dim] (plus an `out` magnitude vector with DoRA). The targets are Megatron-Core's
     fused linears, where a layer holds them: the attention's linear_qkv / linear_proj (multi-latent attention
     has no linear_qkv but its own projections, _mla_adapter_features), linear_fc1 / linear_fc2 of the dense
-    MLPs only (expert layers take no adapters), and in_proj / out_proj of Mamba-2 mixers and Gated DeltaNet
-    layers. A hybrid's layer holds its one block's."""
+    MLPs and of every routed expert of a MoE layer (bridge.peft.apply: one adapter pair per expert), and
+    in_proj / out_proj of Mamba-2 mixers and Gated DeltaNet layers. A hybrid's layer holds its one block's."""
     _require(shape, "hidden_size")
     h = shape.hidden_size
     kv = shape.kv_channels or h // shape.num_attention_heads
@@ -269,6 +269,11 @@ def adapter_parameters(shape: ModelShape, targets: Sequence[str], dim: int, magn
         "linear_fc1": (h, ffn * (2 if shape.gated_linear_unit else 1)),
         "linear_fc2": (ffn, h),
         **(_mla_adapter_features(shape) if shape.multi_latent_attention else {}),
+    }
+    expert_ffn = shape.moe_ffn_hidden_size or ffn
+    experts = {  # target -> (in, out) of one routed expert's linear
+        "linear_fc1": (h, expert_ffn * (2 if shape.gated_linear_unit else 1)),
+        "linear_fc2": (expert_ffn, h),
     }
     if shape.linear_attention is not None:  # Gated DeltaNet: in_proj to q, k, v, z, beta, alpha
         _, _, nk, nv, dk, dv = shape.linear_attention
@@ -285,6 +290,13 @@ def adapter_parameters(shape: ModelShape, targets: Sequence[str], dim: int, magn
     }
     total = 0
     for moe, linear, symbol in shape.layer_kinds():
+        if moe or symbol == "E":  # every routed expert's fc1 / fc2
+            for target in targets:
+                if target in experts:
+                    fan_in, fan_out = experts[target]
+                    total += shape.num_moe_experts * (
+                        dim * (fan_in + fan_out) + (fan_out if magnitude else 0)
+                    )
         if symbol is not None:
             here = held[symbol]
         else:

@@ -300,6 +300,14 @@ def test_moe_expert_adapters_match_peft(tmp_path):
     diff = (ours - ref).abs().max().item()
     print(f"\nqwen3_moe experts lora: max |bridge - peft| logits = {diff:.2e}")
     assert diff <= 1e-5, diff  # fp32, 2 layers: the same bound as the dense families'
+    # the planner's adapter count (bridge.parallel.param_count: every routed expert's pair) equals the built
+    # model's adapters (peft's differ: transformers keeps q / k / v and gate / up apart, one A each)
+    from bridge.parallel.param_count import adapter_parameters
+
+    settings = _peft("lora")
+    shape = bridge.to_megatron_provider(load_weights=False).model_shape()
+    built = sum(p.numel() for n, p in chunk.named_parameters() if "_adapter." in n)
+    assert adapter_parameters(shape, settings.target_modules, settings.dim) == built
     base_logits = hf_logits(AutoModelForCausalLM.from_pretrained(folder), toks)
     assert (ref - base_logits).abs().max() > 1e-2  # the adapters matter
     bridge.save_hf_pretrained([chunk], tmp_path / "merged")
@@ -448,3 +456,27 @@ def test_te_fused_norm_linear_gets_the_normed_input(normalization, zero_centered
     # merged weight reproduces the adapted layer on normed inputs
     merged = adapter.merged_weight(base)
     assert (F.linear(n, merged, base.bias) - got).abs().max().item() <= 1e-5
+
+
+def test_the_plan_takes_expert_adapters_where_the_experts_are_linears():
+    """linear_fc1 / linear_fc2 on a MoE model adapt every routed expert (above): the plan takes them where
+    the experts run as one linear each (Megatron-Core's sequential experts: on CPU, or
+    model.moe_grouped_gemm=false), and refuses grouped-GEMM experts and shared experts with the fix."""
+    from bridge.config.finetune_rules import check_peft
+    from bridge.config.overrides import apply_overrides
+    from bridge.errors import ConfigError
+    from recipes import get_recipe
+
+    every = "peft.target_modules=[linear_qkv,linear_proj,linear_fc1,linear_fc2]"
+    start = "checkpoint.pretrained_checkpoint=/a/hf/folder"  # (the rule only reads that one is given)
+    cfg = apply_overrides(get_recipe("qwen3_30b_a3b_peft_config")(), [every, start])
+    assert cfg.model.moe_grouped_gemm  # requested; Transformer Engine's, so inactive on CPU
+    check_peft(cfg, running=frozenset())
+    with pytest.raises(ConfigError, match="model.moe_grouped_gemm=true \\(active here\\) the experts are "
+                                          "grouped-GEMM weights.*Fix: set model.moe_grouped_gemm=false"):  # fmt: skip
+        check_peft(cfg, running=frozenset({"moe_grouped_gemm"}))
+    check_peft(apply_overrides(cfg, ["model.moe_grouped_gemm=false"]), running=frozenset())
+    shared = apply_overrides(get_recipe("deepseek_v2_lite_peft_config")(), [
+        "peft.target_modules=[linear_q_proj,linear_proj,linear_fc1]", start])  # fmt: skip
+    with pytest.raises(ConfigError, match="also hold shared experts"):
+        check_peft(shared, running=frozenset())
