@@ -98,7 +98,7 @@ def test_world_size_defaults_to_env_and_list_recipes():
 
     # grouped by family and kind: a "# family kind (n)" header per group, then one line per recipe
     recipe_lines = [line for line in lines if not line.startswith("# ")]
-    assert len(recipe_lines) == len(RECIPES) == 189  # docs/recipes.md counts them per family and kind
+    assert len(recipe_lines) == len(RECIPES) == 201  # docs/recipes.md counts them per family and kind
     first = next(line for line in lines if line.startswith("llama32_1b_pretrain_1gpu_h100_bf16_config  "))
     assert "TP1 PP1" in first and "[llama32_1b_pretrain_config]" in first
     proc = run_script(str(SCRIPT), "--list-recipes", "gemma3")
