@@ -90,14 +90,18 @@ def test_dora_through_the_recipe_keyword(name):
     assert get_recipe(name)(peft_scheme="dora").peft.scheme == "dora"
 
 
-def test_moe_expert_targets_are_refused(start):
+def test_moe_expert_targets_on_grouped_gemm_experts_are_refused(start):
+    """On a GPU the recipe's grouped-GEMM experts (model.moe_grouped_gemm=true) take no adapters; on CPU the
+    same experts run as one linear each and take them (bridge.config.finetune_rules)."""
     from bridge.config.compose import compose
 
     cfg, _ = compose(
         get_recipe("qwen3_30b_a3b_peft_config")(),
         overrides=[*start, "peft.target_modules=[linear_qkv,linear_fc1]"],
     )
-    with pytest.raises(
-        ConfigError, match=r"peft.target_modules = .*linear_fc1 of a mixture-of-experts model"
-    ):
-        build_plan(cfg, 4, cuda=True)
+    from tests.unit.test_recipe_registry import H100  # Transformer Engine present: grouped GEMMs active
+
+    with pytest.raises(ConfigError, match=r"peft.target_modules = .*linear_fc1 adapt every routed expert.*"
+                                          "grouped-GEMM weights"):  # fmt: skip
+        build_plan(cfg, 4, env=H100)
+    build_plan(cfg, 4, cuda=False)  # on CPU: sequential experts

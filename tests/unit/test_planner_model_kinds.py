@@ -158,8 +158,8 @@ def test_a_frozen_vision_tower_holds_weights_only():
         ("nemotronh_8b", dict(cp=2), "cp"),  # Mamba layers: no context parallelism
         ("nemotronh_8b", dict(pp=2, vpp=2), "vpp"),  # MambaStack: no virtual stages
         ("nemotronh_8b", dict(tp=16), "mamba_num_groups"),  # 8 Mamba groups: tp must divide them
-        ("llava15_7b", dict(cp=2), "cp"),  # image features merge into the whole sequence
-        ("llava15_7b", dict(tp=2, sequence_parallel=True), "sequence_parallel"),
+        # Gemma 3's image-block attention mask (its folder's CONTEXT_PARALLEL_REFUSED)
+        ("gemma3_4b_it", dict(cp=2), "cp"),
     ],
 )
 def test_layouts_the_providers_refuse_are_refused_for_the_planner(name, sizes, field):

@@ -182,10 +182,7 @@ def candidate_layout(
         cp=cp,
         ep=ep,
         etp=etp,
-        sequence_parallel=tp > 1
-        and strategy != "megatron_fsdp"
-        and req.sequence_parallel is not False
-        and not shape.vision_params,  # a vision-language model runs without (ParallelLayout's rule)
+        sequence_parallel=tp > 1 and strategy != "megatron_fsdp" and req.sequence_parallel is not False,
         strategy=strategy,
         dp_replicate_size=req.dp_replicate_size if strategy == "fsdp2" else None,
         gpus_per_node=req.gpus_per_node,
