@@ -109,6 +109,28 @@ class Row:
         return f"{text}; {self.note}" if self.note else text
 
 
+def vlm_finetune_row(
+    family: str, title: str, preset: Callable[[], GPTModelProvider], kind: str, gpus: int, layout: dict, *,
+    key: str, run: Mapping[str, Any], settings: Mapping[str, Any],
+) -> Row:  # fmt: skip
+    """One of Megatron-Bridge's Gemma 3 VL / Ministral 3 finetuning recipes (`<key>_<kind>_<gpus>gpu_h100_bf16_config`,
+    alias `<key>_<kind>_config`): the vision tower trains, evaluation on 10 batches, seed 1234."""
+    return Row(
+        name=f"{key}_{kind}_{gpus}gpu_h100_bf16_config",
+        family=family,
+        kind=kind,
+        title=title,
+        preset=preset,
+        gpus=gpus,
+        layout=layout,
+        run=run,
+        settings=settings,
+        model={"freeze_vision_model": False},
+        config={"validation.eval_iters": 10, "rng.seed": 1234},
+        aliases=(f"{key}_{kind}_config",),
+    )
+
+
 def variant(row: Row, name: str, *, aliases: tuple[str, ...] = (), **changes: Any) -> Row:
     """`row` with `changes`; mapping fields (layout, run, settings, model, config, peft) are merged. The
     new row starts without the parent's aliases and note (they name and explain the parent)."""

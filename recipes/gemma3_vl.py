@@ -10,7 +10,7 @@ nothing frozen: the vision tower trains too (freeze_vision_model false, as publi
 from __future__ import annotations
 
 from bridge.models.gemma3_vl import presets
-from recipes.composition import Row, register
+from recipes.composition import Row, register, vlm_finetune_row
 from recipes.gpu_settings import COMMON, NATIVE_CROSS_ENTROPY
 
 GEMMA3_VL = {**COMMON, **NATIVE_CROSS_ENTROPY}
@@ -38,19 +38,9 @@ LR = {"sft": dict(lr=5e-5, min_lr=5e-6), "peft": dict(lr=2e-4, min_lr=2e-5)}
 
 def _row(key: str, kind: str, gpus: int, layout: dict) -> Row:
     title, preset = MODELS[key]
-    return Row(
-        name=f"{key}_{kind}_{gpus}gpu_h100_bf16_config",
-        family="gemma3_vl",
-        kind=kind,
-        title=title,
-        preset=preset,
-        gpus=gpus,
-        layout=layout,
-        run={**RUN, **LR[kind]},
-        settings=GEMMA3_VL,
-        model={"freeze_vision_model": False},
-        config={"validation.eval_iters": 10, "rng.seed": 1234},
-        aliases=(f"{key}_{kind}_config",),
+    run = {**RUN, **LR[kind]}
+    return vlm_finetune_row(
+        "gemma3_vl", title, preset, kind, gpus, layout, key=key, run=run, settings=GEMMA3_VL
     )
 
 

@@ -13,7 +13,7 @@ false, as published)."""
 from __future__ import annotations
 
 from bridge.models.mistral3 import presets
-from recipes.composition import Row, register
+from recipes.composition import Row, register, vlm_finetune_row
 from recipes.gpu_settings import COMMON, NATIVE_CROSS_ENTROPY
 
 MINISTRAL3 = {**COMMON, **NATIVE_CROSS_ENTROPY}
@@ -41,19 +41,9 @@ LR = {"sft": dict(lr=5e-6, min_lr=5e-7), "peft": dict(lr=2e-4, min_lr=2e-5)}
 
 def _row(key: str, kind: str, gpus: int, layout: dict) -> Row:
     title, preset = MODELS[key]
-    return Row(
-        name=f"{key}_{kind}_{gpus}gpu_h100_bf16_config",
-        family="mistral3",
-        kind=kind,
-        title=title,
-        preset=preset,
-        gpus=gpus,
-        layout=layout,
-        run={**RUN, **LR[kind]},
-        settings=MINISTRAL3,
-        model={"freeze_vision_model": False},
-        config={"validation.eval_iters": 10, "rng.seed": 1234},
-        aliases=(f"{key}_{kind}_config",),
+    run = {**RUN, **LR[kind]}
+    return vlm_finetune_row(
+        "mistral3", title, preset, kind, gpus, layout, key=key, run=run, settings=MINISTRAL3
     )
 
 
