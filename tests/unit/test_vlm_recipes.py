@@ -30,18 +30,23 @@ def start(tmp_path):
     return start_overrides(tmp_path, "vlm.jsonl", line)
 
 
-@pytest.mark.parametrize("name", sorted(PUBLISHED))
-def test_vlm_recipe_has_published_values_and_validates(name, start):
+def _planned_at_published_gpus(name: str, gpus: int, start: list[str]):
+    """(model, config) of the recipe's plan at its published GPU count, whose name it carries."""
     from bridge.config.compose import compose
 
-    gpus, tp, pp, layers, hidden, lr, min_lr, lora = PUBLISHED[name]
     info = recipe_info(name)
     assert info.default_world_size == gpus and info.name == name.replace(
         "_config", f"_{gpus}gpu_h100_bf16_config"
     )
     cfg, _ = compose(get_recipe(name)(), overrides=start)
     plan = build_plan(cfg, gpus, cuda=True)
-    m, c = plan.config.model, plan.config
+    return plan.config.model, plan.config
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_vlm_recipe_has_published_values_and_validates(name, start):
+    gpus, tp, pp, layers, hidden, lr, min_lr, lora = PUBLISHED[name]
+    m, c = _planned_at_published_gpus(name, gpus, start)
     assert (m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.num_layers, m.hidden_size) == (
         tp, pp, layers, hidden,
     )  # fmt: skip
@@ -69,16 +74,8 @@ MINISTRAL3 = {
 
 @pytest.mark.parametrize("name", sorted(MINISTRAL3))
 def test_ministral3_recipe_has_published_values_and_validates(name, start):
-    from bridge.config.compose import compose
-
     gpus, tp, layers, hidden, tied, base, lr, min_lr, lora = MINISTRAL3[name]
-    info = recipe_info(name)
-    assert info.default_world_size == gpus and info.name == name.replace(
-        "_config", f"_{gpus}gpu_h100_bf16_config"
-    )
-    cfg, _ = compose(get_recipe(name)(), overrides=start)
-    plan = build_plan(cfg, gpus, cuda=True)
-    m, c = plan.config.model, plan.config
+    m, c = _planned_at_published_gpus(name, gpus, start)
     assert (m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.num_layers, m.hidden_size) == (
         tp, 1, layers, hidden,
     )  # fmt: skip
