@@ -3,8 +3,8 @@
 torch DCP's `FileSystemReader.read_data` reads every tensor record with `torch.load` into a new tensor and
 then copies it into the tensor the planner resolves (a parameter, or a view of one: bridge.checkpoint.
 in_place_merge). For a model that is two passes over the weights, and the first one faults in fresh memory
-for every record: Llama-3.2-1B's 2.47 GB in bf16 took 3.1 CPU-seconds to read that way on a 2-core machine
-(benchmarks/convert.py, `convert_checkpoint.py export`), against 1.4 read straight into the parameters.
+for every record: `convert_checkpoint.py export` of Llama-3.2-1B's 2.47 GB in bf16 took 8.6 CPU-seconds that
+way on a 2-core machine and 6.5 reading straight into the parameters (benchmarks/convert.py).
 
 A record is a `torch.save` zip of one tensor; its bytes are stored uncompressed. `torch.load` with
 `map_location="meta"` reads only the record's pickle and gives the tensor's dtype, shape, strides and the
