@@ -5,6 +5,7 @@
     save_load.py  save_checkpoint / load_checkpoint / saved_layout (torch, megatron.core)
     save_state.py what a save writes: the sharded state dicts, Megatron-Core's save strategy
     async_writes.py checkpoint.async_save: the write in flight, published once every rank has written it
+    direct_load.py the torch_dist load that reads each saved tensor straight into its parameter
     manifest.py   the integrity manifest (size + crc32 per file) written with a save, checked on load
     lock.py       one run per save directory (.bridge.lock: owner pid/host, stale-lock detection)
     preflight.py  before the first iteration: lock, leftovers cleaned, writable, room; writer reaper

@@ -335,6 +335,8 @@ def _load_one(
 ) -> dict:
     from megatron.core import dist_checkpointing
 
+    from bridge.checkpoint.direct_load import DirectLoadStrategy
+
     try:
         content = read_common(target)
     except Exception as err:  # noqa: BLE001 - a pickle of any kind of garbage
@@ -386,7 +388,8 @@ def _load_one(
     rng = load_rng and has_rng
     if rng:
         sd["rng_state"] = state.rng_sharded_object(None)
-    loaded = dist_checkpointing.load(sd, str(target))
+    # each saved tensor read straight into the parameter (no torch.load copy first: bridge.checkpoint.direct_load)
+    loaded = dist_checkpointing.load(sd, str(target), sharded_strategy=DirectLoadStrategy())
 
     with torch.no_grad():  # the optimizer copies into views of the parameters
         for chunk, key in zip(chunks, model_keys(len(chunks)), strict=True):

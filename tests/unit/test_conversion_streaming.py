@@ -81,12 +81,19 @@ def test_stream_import_loads_into_the_model_import_ckpt_gives(ckpts):
     ).read_bytes()
 
 
-def test_stream_export_is_byte_identical_to_export_ckpt(ckpts, tmp_path):
+def test_stream_export_is_byte_identical_to_export_ckpt(ckpts, tmp_path, monkeypatch):
+    """export_ckpt reads the weights through Megatron-Core's loader, each record straight into its parameter
+    (bridge.checkpoint.direct_load: every one of them here); stream_export through torch DCP's reader."""
     from bridge import AutoBridge
+    from bridge.checkpoint import direct_load
     from bridge.conversion.streaming import stream_export
 
     _, in_memory, _ = ckpts
+    direct, real = [], direct_load._offset_in_record
+    monkeypatch.setattr(direct_load, "_offset_in_record", lambda *a: direct.append(real(*a)) or direct[-1])
     AutoBridge.from_megatron_checkpoint(in_memory).export_ckpt(in_memory, tmp_path / "want")
+    assert len(direct) > 10 and None not in direct
+    monkeypatch.undo()
     stream_export(in_memory, tmp_path / "got")
     want = sorted(p.name for p in (tmp_path / "want").iterdir())
     assert want == sorted(p.name for p in (tmp_path / "got").iterdir())
