@@ -31,7 +31,6 @@ import struct
 import sys
 import zipfile
 from collections.abc import Iterator
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -170,7 +169,7 @@ def _direct_items(reader: FileSystemReader, plan: LoadPlan) -> tuple[list[ReadIt
     return ours, rest
 
 
-def read_data(reader: FileSystemReader, plan: LoadPlan, planner: LoadPlanner) -> Future:
+def read_data(reader: FileSystemReader, plan: LoadPlan, planner: LoadPlanner) -> torch.futures.Future:
     """`FileSystemReader.read_data` for `reader`, reading whole saved tensors straight into place."""
     ours, rest = _direct_items(reader, plan)
     by_file: dict[str, list[ReadItem]] = {}
@@ -184,7 +183,7 @@ def read_data(reader: FileSystemReader, plan: LoadPlan, planner: LoadPlanner) ->
                 _read_tensor(file, path, info.offset, info.length, req, planner)
     if rest:
         return type(reader).read_data(reader, dataclasses.replace(plan, items=rest), planner)
-    done: Future = Future()
+    done: torch.futures.Future = torch.futures.Future()  # what torch DCP waits on (its reader's kind)
     done.set_result(None)
     return done
 

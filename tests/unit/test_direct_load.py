@@ -88,3 +88,13 @@ def test_only_a_whole_saved_tensor_is_read_directly():
     assert direct_load._offset_in_record(record, length, request((1, 0), (5, 4)), rows) is None
     # the record is cut short of its bytes (its stated length): not read directly
     assert direct_load._offset_in_record(record, whole + 8, request((0, 0), (6, 4)), saved) is None
+
+
+def test_a_load_of_plain_tensors_only_waits_on_a_torch_future(tmp_path):
+    """Every request read directly (no bytes, nothing resharded): torch DCP then waits on the returned
+    future itself (its `.wait()`, a torch.futures.Future), as a multi-rank load of model weights does."""
+    state = {k: v for k, v in _state().items() if k in ("w", "view")}
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(str(tmp_path)), no_dist=True)
+    ours = {k: v for k, v in _destinations().items() if k in state}
+    dcp.load(ours, storage_reader=direct_load.read_directly(dcp.FileSystemReader(str(tmp_path))), no_dist=True)
+    assert all(torch.equal(ours[k], state[k]) for k in state)
