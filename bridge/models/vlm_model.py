@@ -72,6 +72,9 @@ def merge_image_features(
 class VisionLanguageModel(GPTModel):
     """GPTModel whose first stage also holds the family's `vision` module (None on the other stages)."""
 
+    # forward_step hands it the whole sequence's ids under context parallelism (`whole_input_ids`)
+    merges_whole_sequence = True
+
     def __init__(
         self,
         *args: Any,

@@ -29,8 +29,6 @@ from functools import partial
 
 import torch
 
-from bridge.models.attention import thd_partition_indices
-from bridge.models.vlm_model import VisionLanguageModel
 from bridge.parallel.wrappers import unwrap
 from bridge.training.data.blend import SOURCE_KEY
 from bridge.training.data.vlm import IMAGE_KEYS
@@ -68,6 +66,8 @@ def split_packed_batch_for_cp(batch: dict, cp_group) -> dict:
     """A packed row (micro batch 1): this CP rank's chunks r and 2*cp-1-r of every segment of the [1, t]
     tensors (bridge.models.attention.thd_partition_indices); cu_seqlens stay the row's global
     boundaries, which Megatron-Core's THD RoPE and the attention read with the CP group."""
+    from bridge.models.attention import thd_partition_indices
+
     index = thd_partition_indices(batch["cu_seqlens"].view(-1), cp_group.size(), cp_group.rank())
     out = dict(batch)
     for name in ("tokens", "labels", "loss_mask", "position_ids"):
@@ -148,7 +148,7 @@ def forward_step(data_iterator, model):
     images = {k: batch[k] for k in IMAGE_KEYS if k in batch}
     if images:  # image-text rows: the vision-language model merges them on its first stage
         extra["images"] = images
-    if WHOLE_TOKENS in batch and isinstance(unwrap(model), VisionLanguageModel):
+    if WHOLE_TOKENS in batch and getattr(unwrap(model), "merges_whole_sequence", False):
         extra["whole_input_ids"] = batch[WHOLE_TOKENS]  # context parallelism: images merge over all
     output = model(
         batch["tokens"], batch["position_ids"], batch["attention_mask"], labels=batch["labels"], **extra
