@@ -6,7 +6,8 @@ before any test work, and on the 2-core CI machine, running both Python legs at 
 the functional tiers' time. A forked rank starts with the modules already imported.
 
 What a rank sees is torchrun's contract: the environment variables torchrun sets (RANK, LOCAL_RANK,
-WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GROUP_RANK, ROLE_*, TORCHELASTIC_RUN_ID, ...),
+WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GROUP_RANK, ROLE_*, TORCHELASTIC_RUN_ID, each
+rank's TORCHELASTIC_ERROR_FILE in a folder of the launch's own, ...),
 `sys.argv` and `sys.path[0]` of `python SCRIPT ARGS...`, the script run as `__main__`, stdout and stderr
 shared by every rank, exit status 1 for the launch when a rank fails (the others get SIGTERM, then SIGKILL
 after a grace period, as torchrun does). What only a real torchrun shows (its failure summary, its
@@ -38,8 +39,10 @@ import json
 import os
 import random
 import runpy
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -116,7 +119,16 @@ def preload() -> None:
     assert threading.active_count() == 1, f"a preloaded module started threads: {threading.enumerate()}"
 
 
-def _rank_environment(request: dict, rank: int, run_id: str) -> dict[str, str]:
+def _error_file(agent_dir: str, rank: int) -> str:
+    """torchrun's per-rank error file, <agent dir>/attempt_0/<local rank>/error.json (its folder made): a
+    failing rank writes its error there, and bridge's one-line user errors are printed by the first rank
+    of the launch to fail (bridge.cli.user_error), whichever it is."""
+    folder = os.path.join(agent_dir, "attempt_0", str(rank))
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, "error.json")
+
+
+def _rank_environment(request: dict, rank: int, run_id: str, agent_dir: str) -> dict[str, str]:
     nproc = str(request["nproc"])
     return {
         **request["env"],
@@ -136,6 +148,7 @@ def _rank_environment(request: dict, rank: int, run_id: str) -> dict[str, str]:
         "TORCHELASTIC_MAX_RESTARTS": "0",
         "TORCHELASTIC_USE_AGENT_STORE": "True",  # the leader holds the store, as torchrun's agent does
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+        "TORCHELASTIC_ERROR_FILE": _error_file(agent_dir, rank),
     }
 
 
@@ -148,7 +161,7 @@ def _exit_code(error: SystemExit) -> int:
     return 1
 
 
-def _run_rank(request: dict, rank: int, output_fd: int, run_id: str) -> NoReturn:
+def _run_rank(request: dict, rank: int, output_fd: int, run_id: str, agent_dir: str) -> NoReturn:
     """Become rank `rank`: run the script as `python SCRIPT ARGS...` would, then exit with its status."""
     code = 1
     try:
@@ -159,7 +172,7 @@ def _run_rank(request: dict, rank: int, output_fd: int, run_id: str) -> NoReturn
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 (fd 0, which the process keeps)
         os.chdir(request["cwd"])
         os.environ.clear()
-        os.environ.update(_rank_environment(request, rank, run_id))
+        os.environ.update(_rank_environment(request, rank, run_id, agent_dir))
         random.seed()  # a fresh process's generators differ per process; forked ones would be equal
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()
@@ -203,15 +216,17 @@ def _stop(pids: dict[int, int]) -> None:
 def _lead(request: dict) -> NoReturn:
     """The launch: fork the ranks, wait for them, exit 0 when all succeeded and 1 otherwise."""
     code = 1
+    agent_dir = None
     try:
         os.setpgid(0, 0)
         output_fd = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         run_id = f"forkserver-{os.getpid()}"
+        agent_dir = tempfile.mkdtemp(prefix=f"{run_id}-")  # torchrun's per-launch folder of error files
         pids: dict[int, int] = {}
         for rank in range(request["nproc"]):
             pid = os.fork()
             if pid == 0:
-                _run_rank(request, rank, output_fd, run_id)
+                _run_rank(request, rank, output_fd, run_id, agent_dir)
             pids[pid] = rank
         # torchrun's agent holds the TCPStore for the whole launch, so a rank that destroys its process
         # group and makes another one (the workers do, between cases) meets the others on the same store.
@@ -240,6 +255,8 @@ def _lead(request: dict) -> NoReturn:
                 code = 1
                 break
     finally:
+        if agent_dir is not None:
+            shutil.rmtree(agent_dir, ignore_errors=True)
         os._exit(code)
 
 
