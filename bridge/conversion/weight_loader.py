@@ -43,7 +43,7 @@ def _gather_objects(obj):
 
 def _plan(params: list[LocalParam], ckpt: HFCheckpoint) -> tuple[set[str], str | None]:
     used: set[str] = set()
-    if isinstance(ckpt, StackedCheckpoint):  # which layout its stacked experts are stored in
+    if isinstance(ckpt, StackedCheckpoint) and ckpt.transposed_in_model:  # which layout its experts are in
         ckpt.orient({hf_name: shape for lp in params for hf_name, shape in lp.hf_shapes().items()})
     for lp in params:
         for hf_name, shape in lp.hf_shapes().items():
