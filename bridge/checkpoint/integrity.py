@@ -19,14 +19,16 @@ from bridge.checkpoint.paths import (
 )
 
 
-def check_folder(target: Path, verify: bool) -> list[str]:
+def check_folder(target: Path, verify: bool, data_later: bool = False) -> list[str]:
+    """What keeps the folder from loading ([] when nothing). `data_later`: the data files' checksums are
+    the load's to check as it reads them (manifest.verify_data); their sizes are checked here."""
     if not target.is_dir():
         return [f"{target} does not exist"]
     tracked = tracked_or_none(target.parent) if target.name.startswith("iter_") else None
     if not is_complete(target, tracked):
         return [f"{target} is not a complete checkpoint (an interrupted save; it has no {MANIFEST_FILENAME})"]
     if (target / MANIFEST_FILENAME).is_file():
-        return manifest.verify(target, checksums=verify)
+        return manifest.verify(target, checksums=verify, data_later=data_later)
     common = _common_or_none(target)
     if _written_by_bridge(target, common):
         return [
@@ -39,7 +41,7 @@ def check_folder(target: Path, verify: bool) -> list[str]:
         return problems
     if common is not None and (layout := foreign.layout_of(target, common)) != foreign.BRIDGE:
         foreign.warn_no_manifest(target, layout)
-    return manifest.verify(target, checksums=verify)
+    return manifest.verify(target, checksums=verify, data_later=data_later)
 
 
 def _common_or_none(target: Path) -> dict | None:

@@ -21,6 +21,7 @@ from bridge.checkpoint.paths import MANIFEST_FILENAME
 
 FORMAT = 1
 _CHUNK = 16 << 20
+DATA_SUFFIX = ".distcp"
 
 
 def crc32_file(path: Path) -> str:
@@ -73,8 +74,12 @@ def _gather(local: dict) -> dict:
     return merged
 
 
-def write_manifest(folder: str | os.PathLike, summary: dict | None = None) -> dict:
-    """All ranks (or one process): hash the folder's files and have rank 0 write manifest.json."""
+def write_manifest(
+    folder: str | os.PathLike, summary: dict | None = None, known: dict[str, tuple[int, str]] | None = None
+) -> dict:
+    """All ranks (or one process): hash the folder's files and have rank 0 write manifest.json.
+    `known`: this rank's files whose (size, crc32) its writer computed from the bytes it wrote
+    (bridge.checkpoint.direct_io.AppendStream); one whose size on disk differs is hashed again."""
     folder = Path(folder)
     dist = _group()
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist else (0, 1)
@@ -83,11 +88,17 @@ def write_manifest(folder: str | os.PathLike, summary: dict | None = None) -> di
         box = [sizes]
         dist.broadcast_object_list(box, src=0)
         sizes = box[0]
-    local = {
-        name: {"size": sizes[name], "crc32": crc32_file(folder / name)}
-        for name in _my_share(sizes, rank, world)
+    written = {  # every rank's known files, so that all ranks share out the same rest
+        name: {"size": size, "crc32": crc}
+        for name, (size, crc) in _gather(dict(known or {})).items()
+        if sizes.get(name) == size
     }
-    files = dict(sorted(_gather(local).items()))
+    rest = {name: size for name, size in sizes.items() if name not in written}
+    local = {
+        name: {"size": rest[name], "crc32": crc32_file(folder / name)}
+        for name in _my_share(rest, rank, world)
+    }
+    files = dict(sorted((written | _gather(local)).items()))
     manifest = {"format": FORMAT, "files": files, "summary": summary or {}}
     if rank == 0:
         atomic_write_text(folder / MANIFEST_FILENAME, json.dumps(manifest, indent=1) + "\n")
@@ -108,10 +119,16 @@ def read_manifest(folder: str | os.PathLike) -> dict | None:
     return data
 
 
-def verify(folder: str | os.PathLike, checksums: bool = True) -> list[str]:
+def is_data_file(name: str) -> bool:
+    """A torch_dist shard (`__<rank>_<i>.distcp`): what a load reads in full (see verify_data)."""
+    return name.endswith(DATA_SUFFIX)
+
+
+def verify(folder: str | os.PathLike, checksums: bool = True, data_later: bool = False) -> list[str]:
     """What is wrong with the checkpoint in `folder` ([] when it matches its manifest). All ranks call
     it together (each hashes a share) and get the same list. A folder without a manifest (written
-    before it existed) is checked for its metadata.json only."""
+    before it existed) is checked for its metadata.json only. `data_later`: the data files' checksums
+    are left to the load that reads them (verify_data); their sizes are checked here."""
     folder = Path(folder)
     if not folder.is_dir():
         return [f"{folder} does not exist"]
@@ -135,7 +152,9 @@ def verify(folder: str | os.PathLike, checksums: bool = True) -> list[str]:
         return problems
     dist = _group()
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist else (0, 1)
-    sizes = {name: int(entry["size"]) for name, entry in files.items()}
+    sizes = {
+        name: int(entry["size"]) for name, entry in files.items() if not (data_later and is_data_file(name))
+    }
     local = {}
     for name in _my_share(sizes, rank, world):
         if crc32_file(folder / name) != files[name].get("crc32"):
@@ -143,6 +162,28 @@ def verify(folder: str | os.PathLike, checksums: bool = True) -> list[str]:
                 f"{name}'s bytes differ from the manifest (crc32 mismatch: the file was modified or is corrupt)"
             )
     return [msg for _, msg in sorted(_gather(local).items())]
+
+
+def verify_data(folder: str | os.PathLike, read: dict[str, tuple[int, int]]) -> list[str]:
+    """One process, after a load that verify(..., data_later=True) checked: the data files' checksums
+    against the manifest. `read`: (size, crc32) of the files the load read in full as it went
+    (bridge.checkpoint.direct_load); any other is read here (bridge.checkpoint.direct_io.read_file)."""
+    from bridge.checkpoint.direct_io import read_file
+
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    problems = []
+    for name, entry in sorted((manifest or {}).get("files", {}).items()):
+        if not is_data_file(name):
+            continue
+        size, crc = read[name] if name in read else read_file(folder / name)
+        if size != entry.get("size"):
+            problems.append(f"{name} has {size} bytes, the manifest says {entry.get('size')} (truncated?)")
+        elif f"{crc:08x}" != entry.get("crc32"):
+            problems.append(
+                f"{name}'s bytes differ from the manifest (crc32 mismatch: the file was modified or is corrupt)"
+            )
+    return problems
 
 
 def summary(folder: str | os.PathLike) -> dict:

@@ -211,17 +211,20 @@ def _write_staging(
     if ranks.is_rank_zero():  # Megatron-Bridge's per-iteration train state (bridge.checkpoint.foreign)
         foreign.write_train_state(staging, {"iteration": iteration, **(train_state or {})})
     if request is None:
-        _finish_staging(staging, iteration, summary)
+        # a strategy that checksummed what it wrote (direct_save's) spares the manifest a read of it
+        _finish_staging(staging, iteration, summary, getattr(strategy, "written_checksums", None))
     return request
 
 
-def _finish_staging(staging: Path, iteration: int, summary: dict | None) -> None:
+def _finish_staging(
+    staging: Path, iteration: int, summary: dict | None, known: dict[str, tuple[int, str]] | None = None
+) -> None:
     """Every rank, once every rank's shards are in `staging`: the test hooks, then the manifest."""
     ranks.barrier()
     for hook in AFTER_SHARDS_WRITTEN_HOOKS:
         hook(staging, iteration)
     _stage("shards_written", staging, iteration)
-    manifest.write_manifest(staging, {"iteration": int(iteration), **(summary or {})})
+    manifest.write_manifest(staging, {"iteration": int(iteration), **(summary or {})}, known)
 
 
 class CheckpointDamaged(ConfigError):
@@ -288,14 +291,18 @@ def load_checkpoint(
             )
         if on_fallback is not None:
             on_fallback(f"{bad_tracker}; loading the newest complete checkpoint {candidates[0][0]} instead")
+    # One process reads each shard once, checksumming it as it goes (bridge.checkpoint.direct_load);
+    # ranks check their shares before the load, so that all of them take the same decision.
+    data_later = verify and not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
     failures = []
     for i, (target, _) in enumerate(candidates):
-        problems = _agree(_check_folder(target, verify))
+        problems = _agree(_check_folder(target, verify, data_later))
         if not problems:
             try:
                 return _load_one(
-                    target, model_chunks, optimizer, scheduler, load_rng, strict, model_config, lr_from_config
-                )
+                    target, model_chunks, optimizer, scheduler, load_rng, strict, model_config, lr_from_config,
+                    data_later,
+                )  # fmt: skip
             except CheckpointDamaged as err:
                 problems = [str(err)]
         what = f"checkpoint {target} is damaged: {'; '.join(problems)}"
@@ -331,8 +338,18 @@ def verified_for_model(path: str | os.PathLike, model_chunks: list, verify: bool
 
 
 def _load_one(
-    target: Path, model_chunks, optimizer, scheduler, load_rng, strict, model_config, lr_from_config=False
+    target: Path,
+    model_chunks,
+    optimizer,
+    scheduler,
+    load_rng,
+    strict,
+    model_config,
+    lr_from_config=False,
+    verify_data=False,
 ) -> dict:
+    """Load the checked folder `target`; `verify_data`: check the data files' checksums (which
+    _check_folder left to the read) before anything but the tensors is taken from it."""
     from megatron.core import dist_checkpointing
 
     from bridge.checkpoint.direct_load import DirectLoadStrategy
@@ -341,7 +358,16 @@ def _load_one(
         content = read_common(target)
     except Exception as err:  # noqa: BLE001 - a pickle of any kind of garbage
         raise CheckpointDamaged(f"common.pt cannot be read ({type(err).__name__}: {err})") from err
+
+    def check_data(
+        read: dict[str, tuple[int, int]],
+    ) -> None:  # the caller falls back or fails as before a load
+        problems = manifest.verify_data(target, read) if verify_data else []
+        if problems:
+            raise CheckpointDamaged("; ".join(problems))
+
     if "checkpoint_content" not in content and (theirs := foreign.describe(target, content)) is not None:
+        check_data({})
         return load_foreign(theirs, model_chunks, optimizer, scheduler, strict, model_config, lr_from_config)
     has_optim = content.get("checkpoint_content", {}).get("optimizer", False)
     has_rng = content.get("checkpoint_content", {}).get("rng", False)
@@ -373,6 +399,7 @@ def _load_one(
             "checkpoint.pretrained_checkpoint (weights only) or set checkpoint.load_optim=False"
         )
     if saved_fsdp2 is not None:
+        check_data({})
         return _load_fsdp2(target, content, model_chunks, optimizer, scheduler, load_rng and has_rng)
     # adapters-only checkpoint -> the adapters; a full (e.g. pretrained) one into a PEFT model -> the base
     part = "adapters" if saved_adapters_only else "base" if with_adapters else "all"
@@ -389,7 +416,11 @@ def _load_one(
     if rng:
         sd["rng_state"] = state.rng_sharded_object(None)
     # each saved tensor read straight into the parameter (no torch.load copy first: bridge.checkpoint.direct_load)
-    loaded = dist_checkpointing.load(sd, str(target), sharded_strategy=DirectLoadStrategy())
+    strategy = DirectLoadStrategy(checksum=verify_data)
+    loaded = dist_checkpointing.load(sd, str(target), sharded_strategy=strategy)
+    check_data(
+        strategy.checksums
+    )  # before the loaded state is used (a fallback's load overwrites the weights)
 
     with torch.no_grad():  # the optimizer copies into views of the parameters
         for chunk, key in zip(chunks, model_keys(len(chunks)), strict=True):

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bridge.checkpoint import load_checkpoint, resolve_checkpoint, save_checkpoint
+from bridge.checkpoint import CheckpointDamaged, load_checkpoint, resolve_checkpoint, save_checkpoint
 from bridge.checkpoint.atomic import atomic_dir, check_target_dir
 from bridge.checkpoint.paths import (
     HF_ASSETS_DIR,  # import_ckpt writes it, export_ckpt reads it
@@ -393,6 +393,8 @@ class AutoBridge:
             if base is not None:  # a torch_dist base: its weights, then the adapters
                 load_checkpoint(base, chunks, load_rng=False, strict=True)
             load_checkpoint(megatron_path, chunks, load_rng=False, strict=True)
+        except CheckpointDamaged:  # the files, not the config: its message names them and the fix
+            raise
         except ConfigError as e:  # name the config the model was built from: it is the usual culprit
             source = self.hf_path / "config.json" if self.hf_path is not None else "the given HF config"
             raise ConfigError(

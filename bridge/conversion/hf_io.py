@@ -31,7 +31,7 @@ from typing import BinaryIO
 import torch
 from safetensors import safe_open
 
-from bridge.conversion.direct_io import OutputFile
+from bridge.checkpoint.direct_io import OutputFile
 from bridge.errors import ConfigError
 
 SINGLE_FILE = "model.safetensors"
@@ -290,7 +290,7 @@ def plan_shards(
 class ShardedWriter:
     """Write a known set of tensors into safetensors shards as they arrive, in any order.
 
-    Shards of at least DIRECT_MIN_BYTES are written with direct I/O (bridge.conversion.direct_io)
+    Shards of at least DIRECT_MIN_BYTES are written with direct I/O (bridge.checkpoint.direct_io)
     while their tensors arrive in file order, as an export's do; `direct=False` turns that off."""
 
     def __init__(

@@ -113,6 +113,22 @@ KNOWN_WARNINGS: tuple[KnownWarning, ...] = (
         cpu_only=True,
     ),
     KnownWarning(
+        r"torch\.distributed is disabled, unavailable or uninitialized, assuming the intent is to load in a "
+        r"single process",
+        UserWarning,
+        r"torch\.distributed\.checkpoint\.utils",
+        "megatron-core 0.19 reads a torch_dist checkpoint's common state through torch.distributed.checkpoint's "
+        "load; bridge reads it in one process on purpose, before any process group exists (an export's checks "
+        "of what the checkpoint holds)",
+    ),
+    KnownWarning(
+        r"The argument order of load has been changed\. Please check the document",
+        UserWarning,
+        r"torch\.distributed\.checkpoint\.logger",
+        "megatron-core 0.19 calls torch.distributed.checkpoint's load with the storage reader as a positional "
+        "argument (its load_common_state_dict); nothing for a user to change",
+    ),
+    KnownWarning(
         r"MimoModelConfig is experimental and still under active development",
         UserWarning,
         r"megatron\.core\.models\.mimo\.config\.base_configs",

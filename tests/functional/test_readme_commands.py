@@ -10,7 +10,8 @@ with this tree first on PYTHONPATH. A command that cannot run here is skipped fo
 (a GPU, a cluster, the network, a placeholder path); every other one must exit 0.
 
 The first command is also checked quiet (issue 29, item 2): the layout, the memory check and the model
-before the first iteration, then the iterations and the saved checkpoint; no warning, no traceback."""
+before the first iteration, then the iterations and the saved checkpoint; no warning, no traceback. No
+other command prints a warning or a traceback either."""
 
 from __future__ import annotations
 
@@ -203,6 +204,20 @@ def test_the_first_command_is_quiet(readme_run):
     assert len(lines) == 3 + 10 + 1, lines
     lowered = first.output.lower()
     assert "warning" not in lowered and "traceback" not in lowered, first.output[-3000:]
+
+
+@pytest.mark.slow
+def test_no_command_prints_a_warning_or_a_traceback(readme_run):
+    """Every command, not only the first: a third-party warning that tells a user nothing is filtered
+    (bridge.parallel.quiet_warnings); before, the exports on megatron-core 0.19 printed three of torch's
+    checkpoint warnings after their last line."""
+    _, commands = readme_run
+    for c in _ran(commands):
+        noisy = [
+            line for line in c.output.splitlines()
+            if re.search(r"\b\w*Warning\b|^Traceback|^\s*warnings\.warn\(", line)
+        ]  # fmt: skip
+        assert not noisy, f"{c.run}\n" + "\n".join(noisy[:10])
 
 
 def test_the_readme_parses_into_commands():

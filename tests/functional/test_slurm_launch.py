@@ -46,10 +46,31 @@ def _free_port() -> int:
 
 def _launch(slurm, tmp_path: Path, name: str, *run_args: str) -> str:
     cmd = [
-        sys.executable, "-m", "bridge.cli", "launch", "slurm", "--nodes", "1", "--gpus-per-node", "2", "--cpu",
-        "--job-name", name, "--log-dir", str(tmp_path / "logs"), "--workdir", str(REPO_ROOT),
-        "--env", "OMP_NUM_THREADS=1", "--env", f"PYTHONPATH={REPO_ROOT}", "--rdzv-port", str(_free_port()),
-        "--", *TINY, *run_args,
+        sys.executable,
+        "-m",
+        "bridge.cli",
+        "launch",
+        "slurm",
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "2",
+        "--cpu",
+        "--job-name",
+        name,
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--workdir",
+        str(REPO_ROOT),
+        "--env",
+        "OMP_NUM_THREADS=1",
+        "--env",
+        f"PYTHONPATH={REPO_ROOT}",
+        "--rdzv-port",
+        str(_free_port()),
+        "--",
+        *TINY,
+        *run_args,
     ]  # fmt: skip  (a free rendezvous port: CI's other leg may run its own job, or a launch, at the same time)
     env = {**slurm.env, "PYTHONPATH": str(REPO_ROOT)}
     done = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)

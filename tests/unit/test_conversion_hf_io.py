@@ -131,7 +131,8 @@ def test_header_is_read_without_torch_data(tmp_path):
 def test_direct_writes_equal_buffered_writes(tmp_path, monkeypatch, in_order):
     """Direct I/O (forced on these small shards, through a staging block smaller than a tensor so the
     bytes wrap around it) writes the same files as buffered writes; safetensors reads them back."""
-    from bridge.conversion import direct_io, hf_io
+    from bridge.checkpoint import direct_io
+    from bridge.conversion import hf_io
 
     monkeypatch.setattr(hf_io, "DIRECT_MIN_BYTES", 0)
     monkeypatch.setattr(direct_io, "STAGE_BYTES", 3 * direct_io.ALIGN)

@@ -102,6 +102,56 @@ def test_stream_export_is_byte_identical_to_export_ckpt(ckpts, tmp_path, monkeyp
     assert mismatch == [] and errors == []
 
 
+def test_an_export_reads_each_shard_once_checksumming_it(ckpts, tmp_path, monkeypatch):
+    """One process: the manifest check before the load leaves the shards' checksums to the load, which
+    reads each shard in one pass (bridge.checkpoint.direct_io.read_file) and checks its CRC-32 against
+    the manifest (zlib's CRC-32 of the file on disk, the reference, equals it)."""
+    import zlib
+
+    from bridge import AutoBridge
+    from bridge.checkpoint import direct_io, manifest
+
+    _, in_memory, _ = ckpts
+    hashed, passes, real_crc, real_read = [], [], manifest.crc32_file, direct_io.read_file
+    monkeypatch.setattr(manifest, "crc32_file", lambda path: hashed.append(Path(path).name) or real_crc(path))
+
+    def read_file(path, pieces=()):  # (shard, how many tensors it filled)
+        passes.append((Path(path).name, len(pieces)))
+        return real_read(path, pieces)
+
+    monkeypatch.setattr(direct_io, "read_file", read_file)
+    monkeypatch.setattr("bridge.checkpoint.direct_load.read_file", read_file)
+    AutoBridge.from_megatron_checkpoint(in_memory).export_ckpt(in_memory, tmp_path / "out")
+    folder = in_memory / "iter_0000000"
+    shards = sorted(p.name for p in folder.glob("*.distcp"))
+    assert shards and sorted(name for name, _ in passes) == shards  # one pass per shard,
+    assert all(filled > 0 for _, filled in passes), passes  # the load's, reading its tensors
+    assert not set(hashed) & set(shards)  # and no checksum read before it
+    recorded = json.loads((folder / "manifest.json").read_text())["files"]
+    for name in shards:  # the manifest the direct writer made holds the files' real CRC-32s
+        assert recorded[name]["crc32"] == f"{zlib.crc32((folder / name).read_bytes()):08x}", name
+    assert bit_identical(read_tensors(ckpts[0]), read_tensors(tmp_path / "out")) is None
+
+
+def test_a_changed_byte_in_a_shard_fails_the_export_naming_the_file(ckpts, tmp_path):
+    """The one-pass checksum catches what the check before the load caught: a byte flipped in a tensor's
+    data, after the manifest was written. Nothing is exported."""
+    from bridge import AutoBridge
+    from bridge.checkpoint.save_load import CheckpointDamaged
+
+    damaged = tmp_path / "ckpt"
+    shutil.copytree(ckpts[1], damaged)
+    shard = max((damaged / "iter_0000000").glob("*.distcp"), key=lambda p: p.stat().st_size)
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x40  # inside a tensor's bytes
+    shard.write_bytes(bytes(data))
+    with pytest.raises(
+        CheckpointDamaged, match=rf"{shard.name}'s bytes differ from the manifest \(crc32 mismatch"
+    ):
+        AutoBridge.from_megatron_checkpoint(damaged).export_ckpt(damaged, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_round_trip_equals_the_source(ckpts, tmp_path):
     from bridge.conversion.streaming import stream_export
 

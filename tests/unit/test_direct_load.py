@@ -96,5 +96,7 @@ def test_a_load_of_plain_tensors_only_waits_on_a_torch_future(tmp_path):
     state = {k: v for k, v in _state().items() if k in ("w", "view")}
     dcp.save(state, storage_writer=dcp.FileSystemWriter(str(tmp_path)), no_dist=True)
     ours = {k: v for k, v in _destinations().items() if k in state}
-    dcp.load(ours, storage_reader=direct_load.read_directly(dcp.FileSystemReader(str(tmp_path))), no_dist=True)
+    dcp.load(
+        ours, storage_reader=direct_load.read_directly(dcp.FileSystemReader(str(tmp_path))), no_dist=True
+    )
     assert all(torch.equal(ours[k], state[k]) for k in state)

@@ -65,6 +65,12 @@ SEEN = {
     "mimo_experimental": (  # megatron-core 0.19
         "MimoModelConfig is experimental and still under active development. The API may change without "
         "notice in future releases.", UserWarning, "megatron.core.models.mimo.config.base_configs"),
+    "dcp_single_process_load": (  # megatron-core 0.19 reading a checkpoint's common state
+        "torch.distributed is disabled, unavailable or uninitialized, assuming the intent is to load in a "
+        "single process.", UserWarning, "torch.distributed.checkpoint.utils"),
+    "dcp_load_argument_order": (  # megatron-core 0.19's load_common_state_dict
+        "The argument order of load has been changed. Please check the document to avoid future breakages.",
+        UserWarning, "torch.distributed.checkpoint.logger"),
     "sharded_tensor": (
         "Please use DTensor instead and we are deprecating ShardedTensor.", FutureWarning,
         "torch.distributed.checkpoint.state_dict_saver"),

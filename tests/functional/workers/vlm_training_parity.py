@@ -58,7 +58,12 @@ FAMILY_LAYOUTS = {
     "llava": ("tp2", "pp2", "dp2", "fsdp2", "ddp", "cp2"),
     "qwen25_vl": ("tp2", "pp2", "fsdp2", "cp2"),
     "gemma3_vl": ("tp2", "pp2"),
-    "qwen3_vl": ("tp2", "pp2", "tp2sp", "cp2"),  # PP=2: DeepStack's layer 0 on the first stage, M-RoPE on both
+    "qwen3_vl": (
+        "tp2",
+        "pp2",
+        "tp2sp",
+        "cp2",
+    ),  # PP=2: DeepStack's layer 0 on the first stage, M-RoPE on both
     # stacked experts split over TP (Megatron-Core trains MoE at TP > 1 with sequence parallelism) and EP
     "qwen3_vl_moe": ("tp2sp", "ep2", "cp2"),
 }
