@@ -20,6 +20,9 @@ subprocess; the table gives medians over the repeats:
 - the command-line rows: `scripts/conversion/convert_checkpoint.py import` (HF folder -> Megatron
   torch_dist checkpoint) and `export` (that checkpoint -> HF folder), whole processes, against a floor
   that reads every tensor and writes them to one file with fsync (a checkpoint is published durably).
+- the export command reads a checkpoint its import wrote with direct I/O, so not from the page cache,
+  where the floor's source is: a second floor row reads a source evicted from the page cache first
+  (`posix_fadvise(DONTNEED)`), as the export's is.
 - whole process rows: from the launch to the exit of the child; every child (floor too) ends as
   `scripts/conversion/convert_checkpoint.py` does (`bridge.process_exit.skip_final_collections`).
 - peak RSS: the process's high-water mark over the timed work (reset after imports, so the baseline
@@ -159,7 +162,7 @@ def child(work: str, src: Path, out: Path) -> dict:
         save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
         result["work_s"] = time.perf_counter() - t
         result["peak_rss"] = _status("VmHWM")
-    elif work == "floor_write_fsync":
+    elif work in ("floor_write_fsync", "floor_write_fsync_cold"):
         # the command-line conversions' floor: read, write, fsync (both publish durably)
         _reset_peak()
         cpu0 = _cpu()
@@ -210,7 +213,21 @@ def _child_env() -> dict[str, str]:
     return env
 
 
+def evict(folder: Path) -> None:
+    """Drop the folder's files from the page cache (written back first: only clean pages can go)."""
+    for path in folder.rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
 def run_child(work: str, src: Path, out: Path, keep: bool = False) -> dict:
+    if work.endswith("_cold"):
+        evict(src)
     env = _child_env()
     t = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -299,6 +316,7 @@ def main() -> None:
                 "floor_export_mem",
                 "bridge_export",
                 "floor_write_fsync",
+                "floor_write_fsync_cold",
                 "cli_import",
                 "cli_export",
             )
@@ -404,6 +422,11 @@ def print_table(runs: dict[str, list[dict]], repeats: int) -> None:
             stat("cli_export", "process_cpu_s"),
         ),
         (
+            "  same, floor reading a source not in the page cache, as the export's is (s)",
+            stat("floor_write_fsync_cold", "process_cpu_s"),
+            stat("cli_export", "process_cpu_s"),
+        ),
+        (
             "convert_checkpoint.py import, whole process, wall (s)",
             stat("floor_write_fsync", "wall_s"),
             stat("cli_import", "wall_s"),
@@ -411,6 +434,11 @@ def print_table(runs: dict[str, list[dict]], repeats: int) -> None:
         (
             "convert_checkpoint.py export, whole process, wall (s)",
             stat("floor_write_fsync", "wall_s"),
+            stat("cli_export", "wall_s"),
+        ),
+        (
+            "  same, floor reading a source not in the page cache (s)",
+            stat("floor_write_fsync_cold", "wall_s"),
             stat("cli_export", "wall_s"),
         ),
     ]
