@@ -162,9 +162,12 @@ def _read_by_torch(file: io.RawIOBase, start: int, length: int, req: ReadItem, t
     target.copy_(tensor)
 
 
-def _read_file(path: Path, reqs: list[ReadItem], reader: FileSystemReader, planner, checksums) -> None:
+def _read_file(
+    path: Path, name: str, reqs: list[ReadItem], reader: FileSystemReader, planner, checksums
+) -> None:
     """The requests of one file: whole records straight into their tensors, the rest as torch reads them.
-    `checksums` (a dict): the file is read in one direct pass, its (size, crc32) recorded there."""
+    `checksums` (a dict): the file is read in one direct pass, its (size, crc32) recorded there as `name`
+    (its path in the checkpoint folder, as the manifest names it)."""
     pieces, direct = [], []
     with open(path, "rb", buffering=0) as file:
         for req in sorted(reqs, key=lambda r: reader.storage_data[r.storage_index].offset):
@@ -189,9 +192,9 @@ def _read_file(path: Path, reqs: list[ReadItem], reader: FileSystemReader, plann
     if checksums is None:
         return
     try:
-        checksums[path.name] = read_file(path, pieces)
-    except EOFError:
-        raise _ends_early(path, direct[-1][0]) from None
+        checksums[name] = read_file(path, pieces)  # pieces in offset order: an EOFError's piece is direct's
+    except EOFError as err:
+        raise _ends_early(path, direct[err.piece][0]) from None
     for req, target in direct:
         planner.commit_tensor(req, target)
 
@@ -222,7 +225,7 @@ def read_data(
         by_file.setdefault(reader.storage_data[req.storage_index].relative_path, []).append(req)
     for relative_path, reqs in by_file.items():
         path = Path(reader.fs.concat_path(reader.path, relative_path))
-        _read_file(path, reqs, reader, planner, checksums)
+        _read_file(path, Path(relative_path).as_posix(), reqs, reader, planner, checksums)
     if rest:
         return type(reader).read_data(reader, dataclasses.replace(plan, items=rest), planner)
     done: torch.futures.Future = torch.futures.Future()  # what torch DCP waits on (its reader's kind)

@@ -87,7 +87,36 @@ def test_read_file_fills_the_pieces_and_checksums_the_whole_file(tmp_path, mode)
     assert direct_io.read_file(tmp_path / "f.bin") == (len(data), zlib.crc32(data))  # checksum only
 
 
-def test_read_file_that_ends_inside_a_piece_is_an_eoferror(tmp_path, mode):
+def test_read_file_that_ends_inside_a_piece_is_an_eoferror_naming_it(tmp_path, mode):
     (tmp_path / "f.bin").write_bytes(os.urandom(10_000))
-    with pytest.raises(EOFError, match="ends at byte 10000, inside bytes 9990-10010"):
-        direct_io.read_file(tmp_path / "f.bin", [(9990, memoryview(bytearray(20)))])
+    pieces = [(9990, memoryview(bytearray(20))), (0, memoryview(bytearray(5)))]
+    with pytest.raises(EOFError, match="ends at byte 10000, inside bytes 9990-10010") as err:
+        direct_io.read_file(tmp_path / "f.bin", pieces)
+    assert err.value.piece == 1  # by offset
+
+
+def test_read_file_where_direct_reads_are_refused_reads_through_the_page_cache(tmp_path, monkeypatch):
+    """Some FUSE and network file systems open a file with O_DIRECT and then refuse its reads (EINVAL)."""
+    import errno
+
+    data = os.urandom(3 * direct_io.STAGE_BYTES + 17)
+    (tmp_path / "f.bin").write_bytes(data)
+    real, refused = os.preadv, []
+
+    def preadv(fd, buffers, offset):
+        if os.get_blocking(fd) and fcntl_flags(fd) & direct_io._O_DIRECT:
+            refused.append(offset)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(direct_io.os, "preadv", preadv)
+    piece = memoryview(bytearray(100))
+    assert direct_io.read_file(tmp_path / "f.bin", [(5, piece)]) == (len(data), zlib.crc32(data))
+    assert bytes(piece) == data[5:105]
+    assert refused == ([0] if direct_io._O_DIRECT else [])
+
+
+def fcntl_flags(fd: int) -> int:
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_GETFL)
