@@ -101,6 +101,10 @@ class OutputFile:
             stage[: len(rest)] = rest
             filled = len(rest)
 
+    def fileno(self) -> int:
+        """The descriptor written so far (the direct one while writing directly)."""
+        return self._fd if self.direct else self._buffered.fileno()
+
     def _leave_direct(self) -> None:
         os.close(self._fd)
         self._fd = -1
@@ -153,7 +157,7 @@ class AppendStream(io.RawIOBase):
     def fileno(self) -> int:
         # what a caller fsyncs before closing (torch DCP does): the descriptor written so far;
         # close() writes the last partial block and fsyncs again
-        return self._file._fd if self._file.direct else self._file._buffered.fileno()
+        return self._file.fileno()
 
     def close(self) -> None:
         if self.closed:

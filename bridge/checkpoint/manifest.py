@@ -88,9 +88,12 @@ def write_manifest(
         box = [sizes]
         dist.broadcast_object_list(box, src=0)
         sizes = box[0]
-    written = {  # every rank's known files, so that all ranks share out the same rest
+    # every rank's known files, so that all ranks share out the same rest (the ranks save with the same
+    # strategy: all pass `known` or none does)
+    gathered = _gather(dict(known)) if known is not None else {}
+    written = {
         name: {"size": size, "crc32": crc}
-        for name, (size, crc) in _gather(dict(known or {})).items()
+        for name, (size, crc) in gathered.items()
         if sizes.get(name) == size
     }
     rest = {name: size for name, size in sizes.items() if name not in written}

@@ -349,7 +349,7 @@ def _load_one(
     verify_data=False,
 ) -> dict:
     """Load the checked folder `target`; `verify_data`: check the data files' checksums (which
-    _check_folder left to the read) before anything but the tensors is taken from it."""
+    _check_folder left to the read) right after the read, before the loaded state is used."""
     from megatron.core import dist_checkpointing
 
     from bridge.checkpoint.direct_load import DirectLoadStrategy
@@ -359,9 +359,9 @@ def _load_one(
     except Exception as err:  # noqa: BLE001 - a pickle of any kind of garbage
         raise CheckpointDamaged(f"common.pt cannot be read ({type(err).__name__}: {err})") from err
 
-    def check_data(
-        read: dict[str, tuple[int, int]],
-    ) -> None:  # the caller falls back or fails as before a load
+    # the data files' checksums that _check_folder left to the read; a mismatch is the same
+    # CheckpointDamaged as before a load (the caller falls back or fails)
+    def check_data(read: dict[str, tuple[int, int]]) -> None:
         problems = manifest.verify_data(target, read) if verify_data else []
         if problems:
             raise CheckpointDamaged("; ".join(problems))
@@ -418,9 +418,8 @@ def _load_one(
     # each saved tensor read straight into the parameter (no torch.load copy first: bridge.checkpoint.direct_load)
     strategy = DirectLoadStrategy(checksum=verify_data)
     loaded = dist_checkpointing.load(sd, str(target), sharded_strategy=strategy)
-    check_data(
-        strategy.checksums
-    )  # before the loaded state is used (a fallback's load overwrites the weights)
+    # before the loaded state is used (a fallback's load overwrites the weights read in place)
+    check_data(strategy.checksums)
 
     with torch.no_grad():  # the optimizer copies into views of the parameters
         for chunk, key in zip(chunks, model_keys(len(chunks)), strict=True):
